@@ -1,0 +1,110 @@
+"""Exception hierarchy of tieredcore.
+
+Every error a caller may want to handle differently has its own class; messages name the object
+(ledger, key, topic, path) so an operator can act on them without a stack trace.
+"""
+
+from __future__ import annotations
+
+
+class TieredError(Exception):
+    """Base of every error raised deliberately by tieredcore."""
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+class ValidationError(TieredError, ValueError):
+    """Bad input from a user or caller (configuration, names, policies, arguments)."""
+
+
+class BadRangeError(ValidationError):
+    """A read range outside a ledger (first < 0, first > last, last > LAC)."""
+
+
+# --- formats ---------------------------------------------------------------------------------
+
+
+class FormatError(TieredError):
+    """Bytes that do not follow the expected format."""
+
+
+class InvalidMagicError(FormatError):
+    """First bytes are not the magic word the reader expects."""
+
+
+class TruncatedError(FormatError, EOFError):
+    """The buffer ends before the structure it should hold."""
+
+
+class UnsupportedVersionError(FormatError):
+    """Object format-version user metadata missing or not one this reader understands."""
+
+
+# --- not found -------------------------------------------------------------------------------
+
+
+class NotFoundError(TieredError, LookupError):
+    """Something named does not exist."""
+
+
+class NoSuchObjectError(NotFoundError):
+    """Object-store key does not exist."""
+
+
+class NoSuchUploadError(NotFoundError):
+    """Multipart upload id unknown (completed, aborted or never created)."""
+
+
+class NoSuchLedgerError(NotFoundError):
+    """An offloaded ledger (its index object) does not exist."""
+
+
+class LedgerNotFoundError(NotFoundError):
+    """Hot-tier ledger does not exist (never created or deleted)."""
+
+
+class TopicNotFoundError(NotFoundError):
+    """No managed-ledger record for the topic."""
+
+
+class NodeNotFoundError(NotFoundError):
+    """Metadata-store path does not exist."""
+
+
+# --- state -----------------------------------------------------------------------------------
+
+
+class LedgerStateError(TieredError):
+    """Operation not allowed in the ledger's state (append to sealed, offload open or empty)."""
+
+
+class StaleHandleError(LedgerStateError):
+    """A hot-tier handle was used after its ledger was deleted."""
+
+
+class CorruptEntryError(TieredError):
+    """Stored entry bytes fail their checksum; never returned to callers."""
+
+
+# --- stores ----------------------------------------------------------------------------------
+
+
+class BlobStoreError(TieredError):
+    """Object-store backend failure (network, permissions, server error)."""
+
+
+class MetadataStoreError(TieredError):
+    """Metadata-store failure whose outcome is unknown: the update may or may not have landed."""
+
+
+class VersionConflictError(TieredError):
+    """Compare-and-set lost: the record changed since it was read. The update did not land."""
+
+
+class NodeExistsError(VersionConflictError):
+    """create() of a path that already exists."""
+
+
+class OffloadConflictError(TieredError):
+    """An offload attempt lost its ledger (trimmed) or its uuid (replaced by another attempt)."""

@@ -1,0 +1,1 @@
+"""Stores: hot tier (local ledger store), cold tier (object stores) and the metadata store."""

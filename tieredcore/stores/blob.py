@@ -1,0 +1,98 @@
+"""Object-store (cold tier) protocol shared by the filesystem and S3 implementations.
+
+Keys are S3-style strings ('/' separated). User-metadata keys are lower-cased by every
+implementation, as S3 does, so callers see the same metadata whatever the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    last_modified: float  # seconds since the epoch
+    metadata: dict[str, str] = field(default_factory=dict)  # filled by head(), empty in listings
+
+
+@dataclass(frozen=True)
+class ListPage:
+    objects: list[ObjectInfo]
+    next_token: str | None  # None: last page
+
+
+@dataclass(frozen=True)
+class CompletedPart:
+    part_number: int
+    etag: str
+    size: int
+
+
+@dataclass(frozen=True)
+class MultipartUploadInfo:
+    key: str
+    upload_id: str
+    initiated: float  # seconds since the epoch
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """What the offloader, readers, deletion drain and reconciliation need from an object store."""
+
+    driver: str  # OffloadDriverMetadata.name: 'filesystem' or 'aws-s3'
+
+    def driver_properties(self) -> dict[str, str]:
+        """Properties recorded in OffloadDriverMetadata (bucket, region, endpoint, root...)."""
+        ...
+
+    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None) -> None: ...
+
+    def get(self, key: str) -> bytes:
+        """Whole object; NoSuchObjectError when missing."""
+        ...
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes start..end inclusive, clipped at the object's end; NoSuchObjectError when missing,
+        BadRangeError when start is negative or not below the object size."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo:
+        """Size, mtime and user metadata; NoSuchObjectError when missing."""
+        ...
+
+    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000) -> ListPage:
+        """One page of objects whose key starts with prefix, in key order."""
+        ...
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Batch delete; keys that do not exist are fine. BlobStoreError names keys that failed."""
+        ...
+
+    def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str: ...
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> CompletedPart: ...
+
+    def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None: ...
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Idempotent: an unknown or already finished upload is not an error."""
+        ...
+
+    def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]: ...
+
+
+def iter_objects(store: BlobStore, prefix: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
+    """Every object under prefix, following pagination."""
+    token: str | None = None
+    while True:
+        page = store.list(prefix, token, page_size)
+        yield from page.objects
+        if page.next_token is None:
+            return
+        token = page.next_token
