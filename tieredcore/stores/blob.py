@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tieredcore.errors import ValidationError
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -96,3 +98,25 @@ def iter_objects(store: BlobStore, prefix: str = "", page_size: int = 1000) -> I
         if page.next_token is None:
             return
         token = page.next_token
+
+
+MIN_PART_NUMBER = 1
+MAX_PART_NUMBER = 10_000  # S3's limits on multipart part numbers
+
+
+def normalize_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """User metadata as every implementation stores it: str keys lower-cased (as S3 does), str values.
+
+    ValidationError for non-str or empty keys, non-str values, or two keys equal after lower-casing.
+    """
+    out: dict[str, str] = {}
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not k:
+            raise ValidationError(f"user-metadata key {k!r}: must be a non-empty str")
+        if not isinstance(v, str):
+            raise ValidationError(f"user-metadata {k!r}: value must be a str, got {type(v).__name__}")
+        lk = k.lower()
+        if lk in out:
+            raise ValidationError(f"user-metadata key {k!r} duplicates another key once lower-cased")
+        out[lk] = v
+    return out

@@ -1,0 +1,32 @@
+# Entry points used by the README and CI. Everything installs itself into .venv.
+VENV := .venv
+PY := $(VENV)/bin/python
+WORKSPACE ?= workspace
+
+.PHONY: setup demo test lint proto bench clean
+
+setup:
+	./scripts/setup.sh
+
+# The main job on embedded defaults: a workspace, a workload, an offload, a verification.
+demo: setup
+	./scripts/demo.sh $(WORKSPACE)
+
+# Lint, then every test. Pytest's exit code 5 (no tests collected) is a failure here.
+test: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# Regenerate the committed protobuf code (a test checks it is up to date).
+proto: setup
+	cd tieredcore/formats/proto && ../../../$(PY) -m grpc_tools.protoc -I . --python_out=. MLDataFormats.proto DataFormats.proto
+
+bench: setup
+	$(PY) bench/offload.py
+
+clean:
+	rm -rf $(WORKSPACE) .pytest_cache .ruff_cache

@@ -1,0 +1,182 @@
+"""Offload and read-back throughput against a plain file copy of the same bytes (not a test).
+
+For each entry size: write ledgers totalling --total bytes into a hot tier, then in the same run
+  1. baseline: copy the ledgers' files as plain files (shutil.copyfile, + fsync when the store fsyncs),
+  2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
+  3. read every entry back sequentially through the offloaded read handle (1,000 entries per call),
+and print MB/s of payload bytes for each and the ratios to the baseline. A last phase offloads one
+--big-ledger sized ledger in a child process and reports that process's peak RSS: offloading holds
+about two blocks, whatever the ledger size.
+
+    .venv/bin/python bench/offload.py                       # 1 GiB per entry size, 1 KiB and 64 KiB
+    .venv/bin/python bench/offload.py --total 256M --big-ledger 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
+from tieredcore.stores.fs import FilesystemBlobStore  # noqa: E402
+from tieredcore.stores.hot import LocalLedgerStore  # noqa: E402
+from tieredcore.workload import parse_size_range  # noqa: E402
+
+MB = 1_000_000
+
+
+def human_size(text: str) -> int:
+    return parse_size_range(text)[0] if text.upper()[-1] in "KM" else int(text.rstrip("G")) * (
+        1024**3 if text.upper().endswith("G") else 1)
+
+
+def fill_ledgers(hot: LocalLedgerStore, total: int, entry_size: int, per_ledger: int) -> list[int]:
+    payload_pool = os.urandom(entry_size * 64 + 64)
+    ids = []
+    written = 0
+    while written < total:
+        n_entries = max(1, min(per_ledger, total - written) // entry_size)
+        led = hot.create_ledger({"application": b"bench"})
+        batch = 4096
+        done = 0
+        while done < n_entries:
+            k = min(batch, n_entries - done)
+            led.append_many(payload_pool[(i % 64) * 1 : (i % 64) + entry_size] for i in range(done, done + k))
+            done += k
+        led.close()
+        ids.append(led.ledger_id)
+        written += n_entries * entry_size
+    return ids
+
+
+def copy_baseline(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for lid in ids:
+        target = dst / f"{lid}.copy"
+        shutil.copyfile(hot_root / f"{lid}.log", target)
+        if fsync:
+            fd = os.open(target, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+
+def read_back(off: LedgerOffloader, done: list[tuple[int, str]]) -> tuple[int, int]:
+    entries = nbytes = 0
+    for lid, u in done:
+        h = off.read_offloaded(lid, u)
+        lac = h.last_add_confirmed
+        for first in range(0, lac + 1, 1000):
+            got = h.read(first, min(first + 999, lac))
+            entries += len(got)
+            nbytes += sum(len(e.data) for e in got)
+        h.close()
+    return entries, nbytes
+
+
+def _big_child(hot_root: str, store_root: str, lid: int, fsync: bool, q) -> None:
+    hot = LocalLedgerStore(hot_root)
+    off = LedgerOffloader(FilesystemBlobStore(store_root, fsync=fsync))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    obj = off.offload(hot.open_ledger(lid), uuid.uuid4())
+    q.put({"seconds": time.perf_counter() - t0, "bytes": obj.payload_bytes,
+           "rss_before_kib": base, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--total", default="1G", help="payload bytes per entry size (e.g. 1G, 256M)")
+    ap.add_argument("--entry-sizes", default="1024,65536")
+    ap.add_argument("--ledger-size", default="128M", help="payload bytes per ledger")
+    ap.add_argument("--block-size", default="64M")
+    ap.add_argument("--big-ledger", default="2G", help="size of the peak-RSS ledger (0 to skip)")
+    ap.add_argument("--no-fsync", action="store_true", help="neither the store nor the baseline fsyncs")
+    ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    total = human_size(a.total)
+    per_ledger = human_size(a.ledger_size)
+    block = human_size(a.block_size)
+    fsync = not a.no_fsync
+    scratch = Path(tempfile.mkdtemp(prefix="bench-offload-", dir=a.dir or Path(__file__).parent))
+    results = []
+    try:
+        for es in (int(x) for x in a.entry_sizes.split(",")):
+            root = scratch / f"e{es}"
+            hot = LocalLedgerStore(root / "hot")
+            t0 = time.perf_counter()
+            ids = fill_ledgers(hot, total, es, per_ledger)
+            gen_s = time.perf_counter() - t0
+            payload = sum(hot.ledger_metadata(i).length for i in ids)
+
+            t0 = time.perf_counter()
+            copy_baseline(root / "hot", ids, root / "copy", fsync)
+            copy_s = time.perf_counter() - t0
+
+            off = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block)
+            t0 = time.perf_counter()
+            done = []
+            for lid in ids:
+                u = str(uuid.uuid4())
+                h = hot.open_ledger(lid)
+                off.offload(h, u)
+                h.close()
+                done.append((lid, u))
+            off_s = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            n, nb = read_back(off, done)
+            read_s = time.perf_counter() - t0
+            assert nb == payload, (nb, payload)
+            r = {
+                "entry_size": es, "ledgers": len(ids), "entries": n, "payload_bytes": payload,
+                "generate_MBps": payload / gen_s / MB,
+                "plain_copy_MBps": payload / copy_s / MB,
+                "offload_MBps": payload / off_s / MB,
+                "read_MBps": payload / read_s / MB,
+                "offload_ratio": copy_s / off_s,
+                "read_ratio": copy_s / read_s,
+            }
+            results.append(r)
+            print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB | plain copy "
+                  f"{r['plain_copy_MBps']:,.0f} MB/s | offload {r['offload_MBps']:,.0f} MB/s "
+                  f"(x{r['offload_ratio']:.2f}) | sequential read {r['read_MBps']:,.0f} MB/s "
+                  f"(x{r['read_ratio']:.2f})", flush=True)
+            shutil.rmtree(root)
+
+        big = human_size(a.big_ledger)
+        if big:
+            root = scratch / "big"
+            hot = LocalLedgerStore(root / "hot")
+            (lid,) = fill_ledgers(hot, big, 65536, big)
+            q = mp.get_context("spawn").Queue()
+            p = mp.get_context("spawn").Process(
+                target=_big_child, args=(str(root / "hot"), str(root / "cold"), lid, fsync, q))
+            p.start()
+            m = q.get()
+            p.join()
+            m["ledger_bytes"] = big
+            results.append({"big_ledger": m})
+            print(f"big ledger {big / 2**30:.1f} GiB offloaded in {m['seconds']:.1f}s; peak RSS of the "
+                  f"offloading process {m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} "
+                  f"MiB; block size {block / 2**20:.0f} MiB)", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if a.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Shared fixtures.
+
+Object stores:
+- ``moto_endpoint`` (session): moto's standalone S3 server on 127.0.0.1, ``http://127.0.0.1:<port>``.
+- ``s3_store``: an S3BlobStore on a fresh, uniquely named bucket of that server.
+- ``fs_store``: a FilesystemBlobStore under tmp_path.
+- ``blob_store``: parametrized over ["fs", "s3"], for contract tests that must hold for both.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+VENV_BIN = Path(sys.executable).parent
+MOTO_PART_MIN_SIZE = 1024  # S3_UPLOAD_PART_MIN_SIZE given to moto: non-last parts must be >= this
+_MOTO_READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _http_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer means the server is up
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# --- AWS / S3 (moto) ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Dummy AWS credentials and region for the session; the real environment is restored after."""
+    mp = pytest.MonkeyPatch()
+    nowhere = tmp_path_factory.mktemp("aws") / "none"
+    mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+    mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    mp.setenv("AWS_SESSION_TOKEN", "testing")
+    mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    mp.setenv("AWS_CONFIG_FILE", str(nowhere))  # ignore the user's ~/.aws
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(nowhere))
+    for var in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_REGION",
+    ):
+        mp.delenv(var, raising=False)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a moto S3 server (a subprocess) shared by the session."""
+    exe = VENV_BIN / "moto_server"
+    if not exe.exists():
+        pytest.skip(f"moto_server not found in {VENV_BIN}")
+    log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
+    env = dict(os.environ, S3_UPLOAD_PART_MIN_SIZE=str(MOTO_PART_MIN_SIZE))
+    for _attempt in range(3):  # the free port may be taken between probing and binding
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + _MOTO_READY_TIMEOUT
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _http_answers(url):
+                break
+            time.sleep(0.05)
+        else:
+            if proc.poll() is None:  # still running but never answered
+                proc.kill()
+                proc.wait()
+                pytest.fail(
+                    f"moto_server did not answer on {url} within {_MOTO_READY_TIMEOUT}s; see {log_path}"
+                )
+            continue  # exited (port taken?): try another port
+        break
+    else:
+        pytest.fail(f"moto_server failed to start; see {log_path}:\n{log_path.read_text()[-2000:]}")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def s3_store(moto_endpoint: str):
+    """S3BlobStore on a new bucket (unique per test) of the session's moto server."""
+    from tieredcore.stores.s3 import S3BlobStore
+
+    bucket = f"test-{uuid.uuid4().hex[:24]}"
+    store = S3BlobStore(bucket, endpoint_url=moto_endpoint, region="us-east-1", max_attempts=2)
+    store.client.create_bucket(Bucket=bucket)
+    return store
+
+
+# --- filesystem --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fs_store(tmp_path: Path):
+    """FilesystemBlobStore rooted at tmp_path / 'store'."""
+    from tieredcore.stores.fs import FilesystemBlobStore
+
+    return FilesystemBlobStore(tmp_path / "store")
+
+
+@pytest.fixture(params=["fs", "s3"])
+def blob_store(request: pytest.FixtureRequest):
+    """Each BlobStore implementation in turn (contract tests)."""
+    return request.getfixturevalue(f"{request.param}_store")

@@ -1,0 +1,212 @@
+"""BlobStore contract: every implementation (filesystem, S3 on moto) must pass all of these."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tieredcore.errors import BadRangeError, NoSuchObjectError, NoSuchUploadError, ValidationError
+from tieredcore.stores.blob import BlobStore, CompletedPart, iter_objects
+
+PART = 1500  # >= moto's lowered minimum part size (conftest.MOTO_PART_MIN_SIZE)
+
+
+def _bytes(n: int, seed: int = 0) -> bytes:
+    return bytes((i * 31 + seed) % 251 for i in range(n))
+
+
+def test_is_a_blob_store(blob_store):
+    assert isinstance(blob_store, BlobStore)
+    assert blob_store.driver in ("filesystem", "aws-s3")
+    assert isinstance(blob_store.driver_properties(), dict)
+
+
+def test_put_get_head_round_trip_with_metadata(blob_store):
+    data = _bytes(5000)
+    before = time.time()
+    blob_store.put("dir/sub/obj-1", data, {"Format-Version": "1", "x-MiXed": "Value With Case"})
+    assert blob_store.get("dir/sub/obj-1") == data
+    info = blob_store.head("dir/sub/obj-1")
+    assert info.key == "dir/sub/obj-1"
+    assert info.size == 5000
+    assert info.metadata == {"format-version": "1", "x-mixed": "Value With Case"}
+    assert before - 5 <= info.last_modified <= time.time() + 5
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_put_accepts_buffers(blob_store, kind):
+    blob_store.put("buf", kind(b"hello world"))
+    assert blob_store.get("buf") == b"hello world"
+
+
+def test_empty_object(blob_store):
+    blob_store.put("empty", b"")
+    assert blob_store.get("empty") == b""
+    assert blob_store.head("empty").size == 0
+    with pytest.raises(BadRangeError):
+        blob_store.get_range("empty", 0, 0)
+
+
+def test_overwrite_replaces_data_and_metadata(blob_store):
+    blob_store.put("k", b"first version", {"a": "1"})
+    blob_store.put("k", b"second", {"b": "2"})
+    assert blob_store.get("k") == b"second"
+    info = blob_store.head("k")
+    assert info.size == 6
+    assert info.metadata == {"b": "2"}
+    blob_store.put("k", b"third")
+    assert blob_store.head("k").metadata == {}
+
+
+def test_missing_object(blob_store):
+    with pytest.raises(NoSuchObjectError):
+        blob_store.get("missing/key")
+    with pytest.raises(NoSuchObjectError):
+        blob_store.head("missing/key")
+    with pytest.raises(NoSuchObjectError):
+        blob_store.get_range("missing/key", 0, 10)
+
+
+def test_get_range(blob_store):
+    data = _bytes(1000, seed=7)
+    blob_store.put("r", data)
+    assert blob_store.get_range("r", 10, 19) == data[10:20]  # inner, inclusive end
+    assert blob_store.get_range("r", 990, 5000) == data[990:]  # clipped at the end
+    assert blob_store.get_range("r", 0, 0) == data[:1]  # single byte
+    assert blob_store.get_range("r", 999, 999) == data[999:]  # last byte
+    assert blob_store.get_range("r", 0, 999) == data  # whole object
+    with pytest.raises(BadRangeError):
+        blob_store.get_range("r", 1000, 1100)  # starts at the end
+    with pytest.raises(BadRangeError):
+        blob_store.get_range("r", 5000, 6000)  # starts beyond the end
+    with pytest.raises(BadRangeError):
+        blob_store.get_range("r", -1, 10)
+    with pytest.raises(BadRangeError):
+        blob_store.get_range("r", 10, 5)
+
+
+def test_list_prefix_and_order(blob_store):
+    keys = ["b/2", "a/1", "a/3", "a/2", "ab", "a-z", "c", "b/1/x"]
+    for k in keys:
+        blob_store.put(k, k.encode())
+    assert [o.key for o in blob_store.list().objects] == sorted(keys)
+    page = blob_store.list("a/")
+    assert [o.key for o in page.objects] == ["a/1", "a/2", "a/3"]
+    assert page.next_token is None
+    assert [o.size for o in page.objects] == [3, 3, 3]
+    assert all(o.last_modified > 0 and o.metadata == {} for o in page.objects)
+    assert [o.key for o in blob_store.list("a").objects] == ["a-z", "a/1", "a/2", "a/3", "ab"]
+    assert [o.key for o in blob_store.list("b/1").objects] == ["b/1/x"]
+    assert [o.key for o in blob_store.list("b/1/").objects] == ["b/1/x"]
+    assert blob_store.list("nothing-here").objects == []
+    assert blob_store.list("a/4").objects == []
+    assert blob_store.list("nothing-here").next_token is None
+
+
+def test_list_empty_store(blob_store):
+    page = blob_store.list()
+    assert page.objects == [] and page.next_token is None
+
+
+def test_list_pagination(blob_store):
+    keys = [f"p/k{i}" for i in range(7)] + ["q/other"]
+    for k in keys:
+        blob_store.put(k, b"x")
+    seen: list[str] = []
+    tokens: list[str] = []
+    token = None
+    while True:
+        page = blob_store.list("p/", token, page_size=2)
+        assert len(page.objects) <= 2
+        seen += [o.key for o in page.objects]
+        if page.next_token is None:
+            break
+        assert isinstance(page.next_token, str)
+        tokens.append(page.next_token)
+        token = page.next_token
+    assert seen == sorted(keys[:7])  # every key exactly once, in order
+    assert len(tokens) >= 3
+    assert [o.key for o in iter_objects(blob_store, "p/", page_size=3)] == sorted(keys[:7])
+
+
+def test_delete(blob_store):
+    for k in ("d/1", "d/2", "d/3", "keep"):
+        blob_store.put(k, b"x")
+    blob_store.delete(["d/1", "d/3", "d/never-existed", "nope/at/all"])
+    assert [o.key for o in blob_store.list().objects] == ["d/2", "keep"]
+    with pytest.raises(NoSuchObjectError):
+        blob_store.get("d/1")
+    blob_store.delete([])
+    blob_store.delete(["d/2", "d/2"])
+    assert [o.key for o in blob_store.list().objects] == ["keep"]
+
+
+def test_multipart_three_parts(blob_store):
+    parts_data = [_bytes(PART, 1), _bytes(PART, 2), _bytes(700, 3)]
+    uid = blob_store.initiate_multipart("mp/obj", {"Format-Version": "2"})
+    parts = [blob_store.upload_part("mp/obj", uid, i + 1, d) for i, d in enumerate(parts_data)]
+    assert [p.part_number for p in parts] == [1, 2, 3]
+    assert [p.size for p in parts] == [PART, PART, 700]
+    blob_store.complete_multipart("mp/obj", uid, parts)
+    assert blob_store.get("mp/obj") == b"".join(parts_data)
+    info = blob_store.head("mp/obj")
+    assert info.size == 2 * PART + 700
+    assert info.metadata == {"format-version": "2"}
+    assert blob_store.list_multipart_uploads("mp/") == []
+
+
+def test_multipart_memoryview_parts(blob_store):
+    buf = bytearray(_bytes(2 * PART, 9))
+    mv = memoryview(buf)
+    uid = blob_store.initiate_multipart("mv")
+    parts = [blob_store.upload_part("mv", uid, 1, mv[:PART]), blob_store.upload_part("mv", uid, 2, mv[PART:])]
+    blob_store.complete_multipart("mv", uid, parts)
+    assert blob_store.get("mv") == bytes(buf)
+
+
+def test_in_progress_upload_is_listed_then_aborted(blob_store):
+    uid = blob_store.initiate_multipart("up/obj")
+    blob_store.upload_part("up/obj", uid, 1, _bytes(PART))
+    uploads = blob_store.list_multipart_uploads("up/")
+    assert [(u.key, u.upload_id) for u in uploads] == [("up/obj", uid)]
+    assert uploads[0].initiated > 0
+    assert blob_store.list_multipart_uploads("other/") == []
+    assert [u.upload_id for u in blob_store.list_multipart_uploads()] == [uid]
+    assert blob_store.list("up/").objects == []  # not an object until completed
+    with pytest.raises(NoSuchObjectError):
+        blob_store.get("up/obj")
+    blob_store.abort_multipart("up/obj", uid)
+    assert blob_store.list_multipart_uploads() == []
+    assert blob_store.list().objects == []  # abort leaves no object
+    blob_store.abort_multipart("up/obj", uid)  # idempotent
+    with pytest.raises(NoSuchUploadError):
+        blob_store.complete_multipart("up/obj", uid, [CompletedPart(1, "x", PART)])
+
+
+def test_unknown_upload_id(blob_store):
+    bogus = CompletedPart(1, '"0123456789abcdef0123456789abcdef"', PART)
+    with pytest.raises(NoSuchUploadError):
+        blob_store.complete_multipart("some/key", "no-such-upload-id", [bogus])
+    with pytest.raises(NoSuchUploadError):
+        blob_store.upload_part("some/key", "no-such-upload-id", 1, b"x" * PART)
+    blob_store.abort_multipart("some/key", "no-such-upload-id")  # not an error
+
+
+def test_complete_rejects_bad_part_lists(blob_store):
+    uid = blob_store.initiate_multipart("bad")
+    p1 = blob_store.upload_part("bad", uid, 1, _bytes(PART))
+    p2 = blob_store.upload_part("bad", uid, 2, _bytes(PART))
+    with pytest.raises(ValidationError):
+        blob_store.complete_multipart("bad", uid, [])
+    with pytest.raises(ValidationError):
+        blob_store.complete_multipart("bad", uid, [p2, p1])  # not ascending
+    with pytest.raises(ValidationError):
+        blob_store.complete_multipart(
+            "bad", uid, [p1, CompletedPart(2, '"ffffffffffffffffffffffffffffffff"', PART)]
+        )
+    with pytest.raises(ValueError):  # ValidationError is a ValueError
+        blob_store.upload_part("bad", uid, 0, b"x")
+    # the upload is still usable after rejected attempts
+    blob_store.complete_multipart("bad", uid, [p1, p2])
+    assert blob_store.get("bad") == _bytes(PART) * 2

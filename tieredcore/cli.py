@@ -1,0 +1,436 @@
+"""`tiered`: the operator's command line over a workspace (see README)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tieredcore.config import CONFIG_FILE_NAME, Config
+from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.model import Position
+from tieredcore.offload.managed import context_uuid, now_ms
+from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.topics import NamespaceName, TopicName
+from tieredcore.workload import (
+    PROP_COUNT,
+    PROP_MAX,
+    PROP_MIN,
+    PROP_SEED,
+    PROP_SHA,
+    Digest,
+    PayloadGenerator,
+    parse_size_range,
+)
+from tieredcore.workspace import Workspace
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1024 * 1024):,.1f} MiB"
+
+
+def _parse_position(text: str) -> Position:
+    try:
+        lid, _, eid = text.partition(":")
+        return Position(int(lid), int(eid or 0))
+    except ValueError as e:
+        raise ValidationError(f"position {text!r}: expected LEDGER:ENTRY, e.g. 12:0") from e
+
+
+def _parse_time_ms(text: str | None) -> int:
+    if text is None:
+        return now_ms()
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ValidationError(f"time {text!r}: expected ISO 8601, e.g. 2026-01-01T00:00:00+00:00") from e
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+def _props(info) -> dict[str, str]:
+    return {kv.key: kv.value for kv in info.properties}
+
+
+def _tier(li, is_last: bool) -> str:
+    ctx = li.offloadContext if li.HasField("offloadContext") else None
+    if ctx is not None and ctx.complete:
+        return "offloaded" if ctx.bookkeeperDeleted else "both"
+    return "hot"
+
+
+def _select_topics(ws: Workspace, namespace: str | None, topics: Sequence[str] | None) -> list[TopicName]:
+    if topics:
+        out = [TopicName.parse(t) for t in topics]
+        for t in out:
+            if not ws.ml.exists(t):
+                raise NotFoundError(f"topic {t.full} does not exist")
+        return out
+    namespaces = [NamespaceName.parse(namespace).name] if namespace else ws.ml.list_namespaces()
+    return [t for ns in namespaces for t in ws.ml.list_topics(ns)]
+
+
+class Progress:
+    """Progress on stderr, at most a line per second (never in --json mode's stdout)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and not os.environ.get("TIERED_NO_PROGRESS")
+        self._last = 0.0
+
+    def __call__(self, msg: str, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if force or now - self._last >= 1.0:
+            self._last = now
+            _err(msg)
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(args.dir or args.workspace or "workspace").resolve()
+    cfg_path = root / CONFIG_FILE_NAME
+    if cfg_path.exists() and not args.force:
+        cfg = Config.load(cfg_path, env={})
+        created = False
+    else:
+        overrides = {"store_url": args.store_url} if args.store_url else {}
+        cfg = Config.for_workspace(root, **overrides)
+        root.mkdir(parents=True, exist_ok=True)
+        cfg_path.write_text(cfg.to_toml())
+        created = True
+    for url in (cfg.hot_url, cfg.store_url):
+        if url.startswith("file://"):
+            Path(url[len("file://") :]).mkdir(parents=True, exist_ok=True)
+    if cfg.reports_dir:
+        Path(cfg.reports_dir).mkdir(parents=True, exist_ok=True)
+    with Workspace(cfg) as ws:
+        ws.metadata.get("/")  # creates the database
+    return {"workspace": str(root), "config": str(cfg_path), "created": created,
+            "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+
+
+def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    from tieredcore.topic.writer import TopicWriter
+
+    lo, hi = parse_size_range(args.entry_size)
+    if args.topics <= 0 or args.ledgers <= 0 or args.entries <= 0:
+        raise ValidationError("--topics, --ledgers and --entries must be positive")
+    end_ms = _parse_time_ms(args.end_time)
+    interval = int(args.ledger_interval * 1000)
+    namespaces = [NamespaceName.parse(n).name for n in args.namespace]
+    topics = [TopicName.parse(f"{ns}/{args.prefix}-{i:04d}") for ns in namespaces for i in range(args.topics)]
+    existing = [t.full for t in topics if ws.ml.exists(t)]
+    if existing:
+        raise ValidationError(f"topic(s) already exist: {', '.join(existing[:5])}; use another --prefix")
+    total_bytes = total_entries = 0
+    started = time.monotonic()
+    for n, t in enumerate(topics, 1):
+        gen = PayloadGenerator(args.seed, t.managed_ledger_name, lo, hi)
+        # ledger i of N is closed at end - (N - i) * interval: a realistic age spread for policies
+        clock = {"now": end_ms - args.ledgers * interval}
+        digest = Digest()
+        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=args.entries, max_bytes=1 << 62,
+                             clock_ms=lambda c=clock: c["now"])
+        seq = 0
+        for _ in range(args.ledgers):
+            batch = list(gen.payloads(seq, args.entries))
+            writer.append_many(batch)
+            digest.update_many(batch)
+            total_bytes += sum(map(len, batch))
+            seq += args.entries
+            clock["now"] += interval
+            writer.rollover()
+        writer.close(seal=False)  # the newest ledger stays open and empty, as on a live broker
+        total_entries += seq
+
+        def mark(info, gen=gen, digest=digest) -> bool:
+            for k, v in ((PROP_SEED, gen.seed), (PROP_MIN, gen.min_size), (PROP_MAX, gen.max_size),
+                         (PROP_COUNT, digest.count), (PROP_SHA, digest.hexdigest())):
+                info.properties.add(key=k, value=str(v))
+            return True
+
+        ws.ml.update_topic(t, mark)
+        el = time.monotonic() - started
+        progress(f"generate: {n}/{len(topics)} topics, {total_entries:,} entries, {_mib(total_bytes)} "
+                 f"({total_bytes / max(el, 1e-9) / 2**20:,.1f} MiB/s)", force=n == len(topics))
+    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "entries": total_entries,
+            "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3)}
+
+
+def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    if (args.up_to is None) == (args.keep_bytes is None):
+        raise ValidationError("give exactly one of --up-to LEDGER:ENTRY or --keep-bytes N")
+    if args.up_to is not None and not args.topic:
+        raise ValidationError("--up-to needs explicit topic names")
+    topics = _select_topics(ws, args.namespace, args.topic)
+    totals = {"bytes": 0}
+
+    def on_progress(topic: str, lid: int, done: int, total: int) -> None:
+        progress(f"offload: {topic} ledger {lid}: {_mib(done)} / {_mib(total)}")
+
+    tof = ws.topic_offloader(progress=on_progress)
+    results = []
+    started = time.monotonic()
+    for t in topics:
+        if args.up_to is not None:
+            res = tof.offload_prefix(t, _parse_position(args.up_to))
+        else:
+            res = tof.offload_keep_bytes(t, args.keep_bytes)
+        for r in res:
+            totals["bytes"] += r.bytes
+            progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {_mib(r.bytes)} in {r.seconds:.2f}s"
+                     + (f" — {r.error}" if r.error else ""), force=True)
+        results.extend(res)
+    el = time.monotonic() - started
+    failed = [r for r in results if not r.ok]
+    return {"topics": len(topics), "ledgers": len(results),
+            "offloaded": sum(r.outcome == "offloaded" for r in results), "failed": len(failed),
+            "bytes": totals["bytes"], "seconds": round(el, 3),
+            "results": [r.as_dict() for r in results], "_exit": EXIT_FAILED if failed else EXIT_OK}
+
+
+def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    topics = _select_topics(ws, args.namespace, args.topic)
+    rows = []
+    for t in topics:
+        info, version = ws.ml.get_topic(t)
+        row = {"topic": t.full, "version": version, "ledgers": len(info.ledgerInfo),
+               "hot_bytes": 0, "offloaded_bytes": 0, "hot_only": 0, "both": 0, "offloaded_only": 0,
+               "open": 0, "entries": 0, "ledger_detail": []}
+        for i, li in enumerate(info.ledgerInfo):
+            is_last = i == len(info.ledgerInfo) - 1
+            tier = _tier(li, is_last)
+            is_open = li.timestamp <= 0
+            row["open"] += is_open
+            row["entries"] += li.entries
+            row[{"hot": "hot_only", "both": "both", "offloaded": "offloaded_only"}[tier]] += 1
+            if tier in ("hot", "both"):
+                row["hot_bytes"] += li.size
+            if tier in ("both", "offloaded"):
+                row["offloaded_bytes"] += li.size
+            if args.ledgers:
+                row["ledger_detail"].append({
+                    "ledger": li.ledgerId, "entries": li.entries, "size": li.size,
+                    "state": "open" if is_open else "sealed", "tier": tier,
+                    "uuid": context_uuid(li),
+                    "offloaded_at": li.offloadContext.timestamp if tier != "hot" else None,
+                })
+        if not args.ledgers:
+            del row["ledger_detail"]
+        rows.append(row)
+    return {"topics": rows}
+
+
+def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    t = TopicName.parse(args.topic)
+    start = _parse_position(args.start) if args.start else None
+    end = _parse_position(args.end) if args.end else None
+    reader = ws.reader(args.read_priority)
+    out = []
+    try:
+        for n, (pos, data) in enumerate(reader.read(t, start, end)):
+            if args.limit is not None and n >= args.limit:
+                break
+            item = {"position": str(pos), "size": len(data)}
+            if args.show == "hex":
+                item["data"] = data[:64].hex()
+            elif args.show == "text":
+                item["data"] = data[:64].decode("utf-8", "replace")
+            out.append(item)
+            if not args.json:
+                print(f"{pos}\t{len(data)}" + (f"\t{item['data']}" if "data" in item else ""))
+    finally:
+        reader.close()
+    return {"entries": out, "tier_reads": reader.tier_reads, "_printed": True}
+
+
+def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    topics = _select_topics(ws, args.namespace, args.topic)
+    reader = ws.reader(args.read_priority)
+    rows = []
+    failures = 0
+    started = time.monotonic()
+    total_bytes = 0
+    try:
+        for t in topics:
+            info, _ = ws.ml.get_topic(t)
+            props = _props(info)
+            if PROP_SHA not in props:
+                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`"})
+                continue
+            gen = PayloadGenerator(int(props[PROP_SEED]), t.managed_ledger_name,
+                                   int(props[PROP_MIN]), int(props[PROP_MAX]))
+            digest = Digest()
+            expected_count = int(props[PROP_COUNT])
+            mismatch = None
+            chunk: list[bytes] = []
+            for seq, (pos, data) in enumerate(reader.read(t)):
+                if seq < expected_count and data != gen.payload(seq) and mismatch is None:
+                    mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
+                chunk.append(data)
+                total_bytes += len(data)
+                if len(chunk) >= 4096:
+                    digest.update_many(chunk)
+                    chunk = []
+                    progress(f"verify: {t.full}: {seq + 1:,} entries")
+            digest.update_many(chunk)
+            ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
+            reason = mismatch or ("" if digest.count == expected_count else
+                                  f"read {digest.count} entries, generated {expected_count}")
+            if not reason and not ok:
+                reason = "digest differs"
+            failures += not ok
+            rows.append({"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason})
+    finally:
+        reader.close()
+    el = time.monotonic() - started
+    return {"topics": rows, "verified": sum(1 for r in rows if r["ok"]), "failed": failures,
+            "bytes": total_bytes, "seconds": round(el, 3), "tier_reads": reader.tier_reads,
+            "_exit": EXIT_FAILED if failures else EXIT_OK}
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _print_human(cmd: str, res: dict[str, Any]) -> None:
+    if res.get("_printed"):
+        return
+    if cmd == "status":
+        hdr = f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14}"
+        print(hdr)
+        for r in res["topics"]:
+            print(f"{r['topic']:<48} {r['ledgers']:>7} {r['hot_only']:>6} {r['both']:>5} {r['offloaded_only']:>5} "
+                  f"{r['hot_bytes']:>14,} {r['offloaded_bytes']:>14,}")
+            for d in r.get("ledger_detail", []):
+                print(f"    ledger {d['ledger']:>8} {d['state']:<6} {d['tier']:<9} entries={d['entries']:<8} "
+                      f"size={d['size']:<12,} uuid={d['uuid'] or '-'}")
+        return
+    if cmd == "verify":
+        for r in res["topics"]:
+            status = {True: "OK", False: "FAILED", None: "SKIPPED"}[r["ok"]]
+            print(f"{status:<8} {r['topic']} {r.get('entries', '')} {r.get('reason', '')}".rstrip())
+        print(f"verified {res['verified']} topic(s), {res['failed']} failed, {_mib(res['bytes'])} "
+              f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
+        return
+    if cmd == "offload":
+        print(f"offloaded {res['offloaded']} ledger(s) of {res['topics']} topic(s), {_mib(res['bytes'])} "
+              f"in {res['seconds']}s; {res['failed']} failed")
+        return
+    for k, v in res.items():
+        if not k.startswith("_"):
+            print(f"{k}: {v}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tiered", description="Tiered storage for segmented logs (Pulsar-compatible).")
+    p.add_argument("--config", help=f"configuration file (default: $TIERED_CONFIG or ./{CONFIG_FILE_NAME})")
+    p.add_argument("--workspace", help=f"workspace directory (its {CONFIG_FILE_NAME})")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("init", help="create a workspace with embedded defaults")
+    s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
+    s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
+    s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
+
+    s = sub.add_parser("generate", help="write deterministic, verifiable topics")
+    s.add_argument("--namespace", action="append", default=None, help="tenant/namespace (repeatable)")
+    s.add_argument("--topics", type=int, default=2, help="topics per namespace")
+    s.add_argument("--ledgers", type=int, default=5, help="sealed ledgers per topic")
+    s.add_argument("--entries", type=int, default=1000, help="entries per ledger")
+    s.add_argument("--entry-size", default="1024", help="bytes per entry, or a range like 100-4096")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--prefix", default="topic", help="topic name prefix")
+    s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
+    s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
+
+    s = sub.add_parser("offload", help="offload sealed ledgers (prefix or keep-bytes)")
+    s.add_argument("topic", nargs="*")
+    s.add_argument("--namespace", help="every topic of this namespace")
+    s.add_argument("--up-to", help="offload sealed ledgers before this position LEDGER:ENTRY")
+    s.add_argument("--keep-bytes", type=int, help="keep at most N bytes in the hot tier")
+
+    s = sub.add_parser("status", help="per-topic (and per-ledger) tier table")
+    s.add_argument("topic", nargs="*")
+    s.add_argument("--namespace")
+    s.add_argument("--ledgers", action="store_true", help="one line per ledger")
+
+    s = sub.add_parser("read", help="read entries across tiers")
+    s.add_argument("topic")
+    s.add_argument("--from", dest="start", help="first position LEDGER:ENTRY")
+    s.add_argument("--to", dest="end", help="last position LEDGER:ENTRY (inclusive)")
+    s.add_argument("--limit", type=int)
+    s.add_argument("--show", choices=("size", "hex", "text"), default="size")
+    s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
+
+    s = sub.add_parser("verify", help="read every entry and check it against the generator's digest")
+    s.add_argument("topic", nargs="*")
+    s.add_argument("--namespace")
+    s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
+    return p
+
+
+COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
+    "generate": cmd_generate,
+    "offload": cmd_offload,
+    "status": cmd_status,
+    "read": cmd_read,
+    "verify": cmd_verify,
+}
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    if args.config:
+        return Config.load(args.config)
+    if args.workspace:
+        return Config.load(Path(args.workspace) / CONFIG_FILE_NAME)
+    return Config.load()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "generate" and not args.namespace:
+        args.namespace = ["public/default"]
+    progress = Progress(enabled=True)
+    try:
+        if args.cmd == "init":
+            res = cmd_init(args)
+        else:
+            with Workspace(load_config(args)) as ws:
+                res = COMMANDS[args.cmd](args, ws, progress)
+    except (ValidationError, NotFoundError) as e:
+        _err(f"tiered {args.cmd}: {e}")
+        return EXIT_USAGE
+    except TieredError as e:
+        _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
+        return EXIT_FAILED
+    code = res.pop("_exit", EXIT_OK)
+    if args.json:
+        res.pop("_printed", None)
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        _print_human(args.cmd, res)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""One configuration object for every entry point (CLI, Spark jobs, DAGs).
+
+Loaded from a TOML file (``tiered.toml``) and overridden by environment variables. Stores are named by
+URL-like strings:
+
+    metadata  sqlite:///abs/path/meta.db
+    hot       file:///abs/path/hot
+    store     file:///abs/path/cold            (filesystem object store)
+              s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from tieredcore.errors import ValidationError
+from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
+
+if TYPE_CHECKING:
+    from tieredcore.stores.blob import BlobStore
+    from tieredcore.stores.hot import LocalLedgerStore
+    from tieredcore.stores.metadata import MetadataStore
+
+CONFIG_FILE_NAME = "tiered.toml"
+ENV_CONFIG = "TIERED_CONFIG"
+# environment variable -> Config field
+ENV_OVERRIDES = {
+    "TIERED_METADATA_URL": "metadata_url",
+    "TIERED_HOT_URL": "hot_url",
+    "TIERED_STORE_URL": "store_url",
+    "TIERED_CLUSTER": "cluster",
+    "TIERED_REPORTS_DIR": "reports_dir",
+    "TIERED_SPARK_MASTER": "spark_master",
+    "TIERED_MAX_BLOCK_SIZE": "max_block_size",
+    "TIERED_READ_BUFFER": "read_buffer",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    metadata_url: str
+    hot_url: str
+    store_url: str
+    cluster: str = "standalone"
+    reports_dir: str = ""
+    spark_master: str = "local[*]"
+    max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
+    read_buffer: int = DEFAULT_READ_BUFFER_SIZE
+    # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
+    store_fsync: bool = True
+    hot_fsync: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("metadata_url", "hot_url", "store_url"):
+            if not getattr(self, name):
+                raise ValidationError(f"configuration: {name} is empty")
+        if self.max_block_size < 5 * 1024 * 1024 and self.store_url.startswith("s3://"):
+            raise ValidationError(
+                f"configuration: max_block_size {self.max_block_size} is below S3's 5 MiB minimum part size"
+            )
+        if self.read_buffer <= 0:
+            raise ValidationError("configuration: read_buffer must be positive")
+
+    # -- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def for_workspace(cls, root: str | Path, **overrides: Any) -> Config:
+        """Embedded defaults: everything under one directory, no services."""
+        root = Path(root).resolve()
+        base = cls(
+            metadata_url=f"sqlite:///{root / 'metadata.db'}",
+            hot_url=f"file:///{root / 'hot'}",
+            store_url=f"file:///{root / 'cold'}",
+            reports_dir=str(root / "reports"),
+        )
+        return replace(base, **overrides)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+        """From `path`, else $TIERED_CONFIG, else ./tiered.toml; environment variables win."""
+        env = os.environ if env is None else env
+        if path is None:
+            path = env.get(ENV_CONFIG) or (CONFIG_FILE_NAME if Path(CONFIG_FILE_NAME).exists() else None)
+        values: dict[str, Any] = {}
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise ValidationError(f"configuration file {p} does not exist (run `tiered init` first?)")
+            try:
+                raw = tomllib.loads(p.read_text())
+            except tomllib.TOMLDecodeError as e:
+                raise ValidationError(f"configuration file {p}: {e}") from e
+            values.update(_flatten(raw, p))
+        for var, name in ENV_OVERRIDES.items():
+            if env.get(var):
+                values[name] = env[var]
+        missing = [n for n in ("metadata_url", "hot_url", "store_url") if n not in values]
+        if missing:
+            raise ValidationError(
+                f"configuration incomplete: {', '.join(missing)} not set (config file or "
+                f"{', '.join(k for k, v in ENV_OVERRIDES.items() if v in missing)})"
+            )
+        return cls(**_coerce(values))
+
+    def to_toml(self) -> str:
+        lines = ["# tiered storage configuration (see README: Configuration)"]
+        for k, v in asdict(self).items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, int):
+                lines.append(f"{k} = {v}")
+            else:
+                lines.append(f'{k} = "{_toml_escape(str(v))}"')
+        return "\n".join(lines) + "\n"
+
+    # -- opening stores -----------------------------------------------------------------------
+
+    def open_metadata(self) -> MetadataStore:
+        return open_metadata_store(self.metadata_url)
+
+    def open_hot(self) -> LocalLedgerStore:
+        from tieredcore.stores.hot import LocalLedgerStore
+
+        return LocalLedgerStore(_file_path(self.hot_url, "hot_url"), fsync=self.hot_fsync)
+
+    def open_store(self) -> tuple[BlobStore, str]:
+        """The object store and the key prefix offloaded objects go under."""
+        return open_blob_store(self.store_url, fsync=self.store_fsync)
+
+
+def _toml_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _flatten(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    known = {f.name for f in fields(Config)}
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k not in known:
+            raise ValidationError(f"configuration file {path}: unknown key {k!r} (known: {', '.join(sorted(known))})")
+        out[k] = v
+    return out
+
+
+def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for f in fields(Config):
+        if f.name not in out:
+            continue
+        v = out[f.name]
+        if f.type in ("int", int) and isinstance(v, str):
+            try:
+                out[f.name] = int(v)
+            except ValueError as e:
+                raise ValidationError(f"configuration: {f.name} must be an integer, got {v!r}") from e
+        elif f.type in ("bool", bool) and isinstance(v, str):
+            out[f.name] = v.strip().lower() in ("1", "true", "yes", "on")
+    return out
+
+
+def _file_path(url: str, what: str) -> Path:
+    u = urlparse(url)
+    if u.scheme == "file":
+        return Path(unquote(u.path))
+    if u.scheme == "" and url:
+        return Path(url)
+    raise ValidationError(f"{what}: expected file:///path, got {url!r}")
+
+
+def open_metadata_store(url: str) -> MetadataStore:
+    u = urlparse(url)
+    if u.scheme == "sqlite":
+        from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+
+        return SqliteMetadataStore(unquote(u.path))
+    raise ValidationError(f"metadata_url: unsupported scheme {u.scheme!r} in {url!r} (supported: sqlite:///path)")
+
+
+def open_blob_store(url: str, fsync: bool = True) -> tuple[BlobStore, str]:
+    u = urlparse(url)
+    if u.scheme == "file":
+        from tieredcore.stores.fs import FilesystemBlobStore
+
+        return FilesystemBlobStore(unquote(u.path), fsync=fsync), ""
+    if u.scheme == "s3":
+        from tieredcore.stores.s3 import S3BlobStore
+
+        if not u.netloc:
+            raise ValidationError(f"store_url: missing bucket in {url!r}")
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        unknown = set(q) - {"endpoint", "region", "max_attempts"}
+        if unknown:
+            raise ValidationError(f"store_url: unknown parameter(s) {', '.join(sorted(unknown))} in {url!r}")
+        store = S3BlobStore(
+            u.netloc,
+            endpoint_url=q.get("endpoint"),
+            region=q.get("region"),
+            max_attempts=int(q.get("max_attempts", "5")),
+        )
+        return store, unquote(u.path.lstrip("/"))
+    raise ValidationError(f"store_url: unsupported scheme {u.scheme!r} in {url!r} (supported: file://, s3://)")

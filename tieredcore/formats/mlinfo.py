@@ -1,0 +1,134 @@
+"""Bytes of a managed-ledger record (``ManagedLedgerInfo``, spec/02).
+
+Pulsar stores the record either as plain protobuf or, when compression is configured, as::
+
+    [0x4778 : int16 BE][metaLen : int32 BE][ManagedLedgerInfoMetadata : metaLen bytes][compressed]
+
+``ManagedLedgerInfoMetadata{compressionType, uncompressedSize}``. Readers test for the magic first;
+a plain record can never start with 0x47 0x78 (0x47 is field 8 with the invalid wire type 7).
+ZLIB is the zlib format of Java's ``Deflater`` (with header), ZSTD a zstd frame. LZ4 and SNAPPY
+records are recognised and refused with a FormatError.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from google.protobuf.message import DecodeError, EncodeError
+
+from tieredcore.errors import FormatError, ValidationError
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+
+ManagedLedgerInfo = pb.ManagedLedgerInfo
+LedgerInfo = pb.ManagedLedgerInfo.LedgerInfo
+
+MAGIC_MANAGED_INFO_METADATA = 0x4778
+_HEADER = struct.Struct(">hi")
+_MAGIC_BYTES = struct.pack(">h", MAGIC_MANAGED_INFO_METADATA)
+
+_SUPPORTED = ("NONE", "ZLIB", "ZSTD")
+_KNOWN = frozenset(pb.CompressionType.keys())
+
+
+def _compression_name(value: int) -> str:
+    try:
+        return pb.CompressionType.Name(value)
+    except ValueError:
+        return f"#{value}"
+
+
+def _decompress(kind: str, payload: bytes, size: int) -> bytes:
+    if kind == "NONE":
+        return payload
+    if kind == "ZLIB":
+        d = zlib.decompressobj()
+        try:
+            out = d.decompress(payload, size + 1)  # bounded: never inflate past the declared size
+        except zlib.error as e:
+            raise FormatError(f"managed-ledger info: corrupt ZLIB payload: {e}") from None
+        if not d.eof and len(out) <= size:
+            raise FormatError("managed-ledger info: ZLIB payload is truncated")
+        return out
+    if kind == "ZSTD":
+        import zstandard
+
+        try:
+            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
+        except zstandard.ZstdError as e:
+            raise FormatError(f"managed-ledger info: corrupt ZSTD payload: {e}") from None
+    raise FormatError(f"managed-ledger info: compression {kind} not supported")
+
+
+def _parse(data: bytes, what: str) -> pb.ManagedLedgerInfo:
+    info = pb.ManagedLedgerInfo()
+    try:
+        info.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise FormatError(f"{what}: not a valid ManagedLedgerInfo protobuf: {e}") from None
+    if not info.IsInitialized():
+        missing = ", ".join(info.FindInitializationErrors())
+        raise FormatError(f"{what}: ManagedLedgerInfo is missing required fields: {missing}")
+    return info
+
+
+def is_compressed(data: bytes) -> bool:
+    """True when ``data`` starts with the compressed-record magic."""
+    return bytes(data[:2]) == _MAGIC_BYTES
+
+
+def decode_managed_ledger_info(data: bytes | bytearray | memoryview) -> pb.ManagedLedgerInfo:
+    """Parse a stored record, plain or compressed; FormatError for anything else."""
+    data = bytes(data)
+    if not is_compressed(data):
+        return _parse(data, "managed-ledger info")
+    if len(data) < _HEADER.size:
+        raise FormatError(f"managed-ledger info: compressed header truncated ({len(data)} bytes)")
+    _, meta_len = _HEADER.unpack_from(data, 0)
+    if meta_len < 0 or _HEADER.size + meta_len > len(data):
+        raise FormatError(
+            f"managed-ledger info: metadata length {meta_len} does not fit in {len(data)} bytes"
+        )
+    meta = pb.ManagedLedgerInfoMetadata()
+    try:
+        meta.ParseFromString(data[_HEADER.size : _HEADER.size + meta_len])
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise FormatError(f"managed-ledger info: bad ManagedLedgerInfoMetadata: {e}") from None
+    if not meta.IsInitialized():
+        raise FormatError("managed-ledger info: ManagedLedgerInfoMetadata is missing required fields")
+    kind = _compression_name(meta.compressionType)
+    size = meta.uncompressedSize
+    if size < 0:
+        raise FormatError(f"managed-ledger info: negative uncompressed size {size}")
+    raw = _decompress(kind, data[_HEADER.size + meta_len :], size)
+    if len(raw) != size:
+        raise FormatError(
+            f"managed-ledger info: {kind} payload inflates to {len(raw)} bytes, metadata says {size}"
+        )
+    return _parse(raw, f"managed-ledger info ({kind})")
+
+
+def encode_managed_ledger_info(info: pb.ManagedLedgerInfo, compression: str | None = None) -> bytes:
+    """Serialise ``info``: plain protobuf when ``compression`` is None or "NONE"; "ZLIB" / "ZSTD"
+    produce Pulsar's compressed framing. ValidationError for other values or an incomplete info."""
+    try:
+        raw = info.SerializeToString()
+    except EncodeError as e:
+        raise ValidationError(f"ManagedLedgerInfo cannot be encoded: {e}") from None
+    kind = "NONE" if compression is None else str(compression).upper()
+    if kind == "NONE":
+        return raw
+    if kind == "ZLIB":
+        payload = zlib.compress(raw)
+    elif kind == "ZSTD":
+        import zstandard
+
+        payload = zstandard.ZstdCompressor().compress(raw)
+    elif kind in _KNOWN:
+        raise ValidationError(f"compression {kind} not supported (supported: {', '.join(_SUPPORTED)})")
+    else:
+        raise ValidationError(f"unknown compression {compression!r} (supported: {', '.join(_SUPPORTED)})")
+    meta = pb.ManagedLedgerInfoMetadata(
+        compressionType=pb.CompressionType.Value(kind), uncompressedSize=len(raw)
+    ).SerializeToString()
+    return _HEADER.pack(MAGIC_MANAGED_INFO_METADATA, len(meta)) + meta + payload

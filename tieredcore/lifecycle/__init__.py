@@ -1,0 +1,1 @@
+"""Planning: which ledgers to offload, when hot copies may go, retention."""

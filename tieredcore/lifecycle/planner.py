@@ -1,0 +1,73 @@
+"""Pure selection rules over a ManagedLedgerInfo (spec/02). No I/O: easy to test exhaustively."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tieredcore.errors import ValidationError
+from tieredcore.model import Position
+
+
+def _is_sealed(li, is_last: bool) -> bool:
+    # the newest ledger is the one being written; timestamp 0/absent also marks an open ledger
+    return not is_last and li.timestamp > 0
+
+
+def _complete(li) -> bool:
+    return li.HasField("offloadContext") and li.offloadContext.complete
+
+
+def select_prefix(ledgers: Sequence, position: Position) -> list[int]:
+    """Manual offload up to `position`: sealed, not yet complete, non-empty ledgers with id < its ledger."""
+    out = []
+    for i, li in enumerate(ledgers):
+        if li.ledgerId >= position.ledger_id:
+            break
+        if _is_sealed(li, i == len(ledgers) - 1) and not _complete(li) and li.size > 0:
+            out.append(li.ledgerId)
+    return out
+
+
+def select_keep_bytes(ledgers: Sequence, keep_bytes: int) -> list[int]:
+    """`topics offload -s S`: walking newest to oldest, offload everything older than the ledger at
+    which the running size first exceeds S."""
+    if keep_bytes < 0:
+        raise ValidationError(f"keep-bytes must be >= 0, got {keep_bytes}")
+    total = 0
+    for i in range(len(ledgers) - 1, -1, -1):
+        total += ledgers[i].size
+        if total > keep_bytes:
+            return select_prefix(ledgers, Position(ledgers[i].ledgerId, 0))
+    return []
+
+
+def select_by_threshold(
+    ledgers: Sequence, threshold_bytes: int | None, threshold_seconds: int | None, now_ms: int
+) -> list[int]:
+    """Automatic offload (Pulsar semantics): newest to oldest, skip the open ledger, running size over
+    every visited ledger; chosen when over the byte threshold or old enough. Oldest first."""
+    tb = -1 if threshold_bytes is None else threshold_bytes
+    ts = -1 if threshold_seconds is None else threshold_seconds
+    if tb < 0 and ts < 0:
+        return []
+    chosen: list[int] = []
+    total = 0
+    for i in range(len(ledgers) - 1, -1, -1):
+        li = ledgers[i]
+        if not _is_sealed(li, i == len(ledgers) - 1):
+            continue
+        total += li.size
+        if _complete(li):
+            continue
+        if (tb >= 0 and total > tb) or (ts >= 0 and now_ms - li.timestamp >= ts * 1000):
+            chosen.append(li.ledgerId)
+    chosen.reverse()
+    return chosen
+
+
+def deletion_lag_due(li, lag_ms: int | None, now_ms: int) -> bool:
+    """Hot copy may be deleted: complete, not yet deleted, and completed strictly more than lag ago."""
+    if lag_ms is None or not li.HasField("offloadContext"):
+        return False
+    ctx = li.offloadContext
+    return ctx.complete and not ctx.bookkeeperDeleted and now_ms - ctx.timestamp > lag_ms

@@ -1,0 +1,910 @@
+"""Filesystem implementation of BlobStore: a directory tree as the cold tier.
+
+Layout under ``root``::
+
+    <key>                               objects, one file per key ('/' in keys are directories)
+    .tiered/                            internal area; no user key may start with this component
+        lock                            flock'ed around "rename sidecar + rename object" and head()
+        tmp/<pid>-<random>.tmp          files being written; renamed into place when complete
+        meta/<key>                      user-metadata sidecar (JSON), only for objects that have some
+        uploads/<upload_id>/            one multipart upload:
+            manifest.json                   key, metadata, initiated time (its absence = upload gone)
+            parts.log                       journal: one JSON line per uploaded part
+            data                            in-order parts appended back to back (the fast path)
+            part-<n>-<random>               out-of-order or re-uploaded parts
+        trash/                          upload directories being removed
+
+Objects appear atomically (temp file, fsync, rename). The metadata sidecar is renamed into place
+before the object and removed after it, both under the store lock, so head() never pairs an object
+with another writer's metadata. Keys are validated so that none can leave the root or touch the
+internal area. Paths are handled as bytes (keys encoded as UTF-8) so listing order is S3's byte order
+whatever the locale.
+
+The filesystem cannot hold both ``a`` and ``a/b``; putting the second raises BlobStoreError.
+Multipart state survives restarts of the process but not a machine crash before complete (parts are
+fsynced only as part of the completed object).
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tieredcore.errors import (
+    BadRangeError,
+    BlobStoreError,
+    NoSuchObjectError,
+    NoSuchUploadError,
+    TieredError,
+    ValidationError,
+)
+from tieredcore.stores.blob import (
+    MAX_PART_NUMBER,
+    MIN_PART_NUMBER,
+    Buffer,
+    CompletedPart,
+    ListPage,
+    MultipartUploadInfo,
+    ObjectInfo,
+    normalize_metadata,
+)
+
+INTERNAL_DIR = ".tiered"
+_INTERNAL_B = INTERNAL_DIR.encode()
+_MAX_COMPONENT_BYTES = 255
+_UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
+_MANIFEST = "manifest.json"
+_JOURNAL = "parts.log"
+_DATA = "data"
+_COPY_CHUNK = 1 << 20
+# A directory listing is cached only when the directory had not changed for this long before it was
+# scanned: a later change then necessarily moves its mtime ("racy git" rule).
+_DIR_CACHE_SETTLE_NS = 2_000_000_000
+_DIR_CACHE_MIN_ENTRIES = 256
+_DIR_CACHE_MAX_DIRS = 16
+_UPLOAD_CACHE_MAX = 64
+_STALE_TMP_SECONDS = 24 * 3600
+
+
+def _short(key: object) -> str:
+    r = repr(key)
+    return r if len(r) <= 200 else r[:197] + "..."
+
+
+def _check_component(c: bytes, key: str) -> None:
+    if not c:
+        raise ValidationError(f"invalid object key {_short(key)}: empty path component")
+    if c in (b".", b".."):
+        raise ValidationError(f"invalid object key {_short(key)}: '.' and '..' components are not allowed")
+    if len(c) > _MAX_COMPONENT_BYTES:
+        raise ValidationError(
+            f"invalid object key {_short(key)}: a path component is longer than {_MAX_COMPONENT_BYTES} bytes"
+        )
+
+
+def validate_key(key: str) -> bytes:
+    """The key as UTF-8 bytes, or ValidationError when it cannot be stored safely under the root."""
+    if not isinstance(key, str):
+        raise ValidationError(f"object key must be a str, got {type(key).__name__}")
+    if not key:
+        raise ValidationError("invalid object key: empty")
+    if "\x00" in key:
+        raise ValidationError(f"invalid object key {_short(key)}: contains a NUL byte")
+    if "\\" in key:
+        raise ValidationError(f"invalid object key {_short(key)}: contains a backslash")
+    if key.startswith("/"):
+        raise ValidationError(f"invalid object key {_short(key)}: absolute path")
+    try:
+        kb = key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"invalid object key {_short(key)}: not valid UTF-8") from None
+    parts = kb.split(b"/")
+    for c in parts:
+        _check_component(c, key)
+    if parts[0] == _INTERNAL_B:
+        raise ValidationError(f"invalid object key {_short(key)}: {INTERNAL_DIR!r} is reserved for the store")
+    return kb
+
+
+def _unlink_quiet(path: bytes, dir_fd: int | None = None) -> None:
+    with suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(path, dir_fd=dir_fd)
+
+
+def _fsync_dir(path: bytes) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _byte_view(data: Buffer) -> memoryview:
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def _write_all(fd: int, data: Buffer, offset: int | None = None) -> int:
+    mv = _byte_view(data)
+    done = 0
+    while done < len(mv):
+        done += os.write(fd, mv[done:]) if offset is None else os.pwrite(fd, mv[done:], offset + done)
+    return done
+
+
+def _pread_exact(fd: int, n: int, offset: int) -> bytes:
+    buf = os.pread(fd, n, offset)
+    if len(buf) == n or not buf:
+        return buf
+    chunks = [buf]
+    got = len(buf)
+    while got < n:
+        b = os.pread(fd, n - got, offset + got)
+        if not b:
+            break
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
+    """Kernel-side copy (copy_file_range: reflink or in-kernel) with a pread/pwrite fallback."""
+    use_cfr = hasattr(os, "copy_file_range")
+    while n > 0:
+        if use_cfr:
+            try:
+                c = os.copy_file_range(src_fd, dst_fd, n, src_off, dst_off)
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+                    raise
+                use_cfr = False
+                continue
+        else:
+            buf = os.pread(src_fd, min(n, _COPY_CHUNK), src_off)
+            c = _write_all(dst_fd, buf, dst_off) if buf else 0
+        if c == 0:
+            raise BlobStoreError("filesystem store: multipart part file is shorter than recorded")
+        src_off += c
+        dst_off += c
+        n -= c
+
+
+@dataclass
+class _PartRec:
+    number: int
+    file: str  # _DATA or a part file name in the upload directory
+    offset: int
+    size: int
+    etag: str
+
+
+@dataclass
+class _UploadState:
+    ino: int
+    pos: int = 0  # journal bytes consumed
+    parts: dict[int, _PartRec] = field(default_factory=dict)
+    chain: list[_PartRec] = field(default_factory=list)  # parts appended to the data file, in order
+
+    @property
+    def data_end(self) -> int:
+        return self.chain[-1].offset + self.chain[-1].size if self.chain else 0
+
+    def apply(self, rec: dict) -> None:
+        if "truncate" in rec:  # the data file was cut back to its first `truncate` chain parts
+            k = rec["truncate"]
+            for r in self.chain[k:]:
+                if self.parts.get(r.number) is r:
+                    del self.parts[r.number]
+            del self.chain[k:]
+            return
+        p = _PartRec(rec["n"], rec["f"], rec["off"], rec["size"], rec["etag"])
+        self.parts[p.number] = p
+        if p.file == _DATA:
+            self.chain.append(p)
+
+
+@dataclass
+class _Upload:
+    upload_id: str
+    path: bytes
+    fd: int
+    manifest: dict
+    state: _UploadState
+
+
+@dataclass
+class _DirListing:
+    mtime_ns: int
+    ino: int
+    sortnames: list[bytes]  # name, or name + b"/" for directories: DFS in this order is key order
+    entries: list[tuple[bytes, bool]]  # (name, is_dir)
+
+
+class FilesystemBlobStore:
+    """BlobStore on a local (or shared POSIX) filesystem directory."""
+
+    driver = "filesystem"
+
+    def __init__(self, root: str | Path, fsync: bool = True) -> None:
+        self.root = Path(root).absolute()
+        self.fsync = fsync
+        self._root = os.fsencode(self.root)
+        self._internal = self._root + b"/" + _INTERNAL_B
+        self._tmp = self._internal + b"/tmp"
+        self._meta = self._internal + b"/meta"
+        self._uploads = self._internal + b"/uploads"
+        self._trash = self._internal + b"/trash"
+        self._lock_path = self._internal + b"/lock"
+        try:
+            for d in (self._root, self._internal, self._tmp, self._meta, self._uploads, self._trash):
+                os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            raise BlobStoreError(
+                f"filesystem store: cannot create store directories under {str(self.root)!r}: {e}"
+            ) from e
+        self._thread_lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._lock_pid = 0
+        self._cache_lock = threading.Lock()
+        self._dir_cache: OrderedDict[bytes, _DirListing] = OrderedDict()
+        self._upload_cache: OrderedDict[str, _UploadState] = OrderedDict()
+        self._sweep()
+
+    def __repr__(self) -> str:
+        return f"FilesystemBlobStore({str(self.root)!r})"
+
+    def driver_properties(self) -> dict[str, str]:
+        return {"root": str(self.root)}
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Remove leftovers of crashed processes: trash and old temp files."""
+        for entry in os.scandir(self._trash):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                _unlink_quiet(entry.path)
+        cutoff = time.time() - _STALE_TMP_SECONDS
+        for entry in os.scandir(self._tmp):
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    _unlink_quiet(entry.path)
+            except OSError:
+                pass
+
+    @contextmanager
+    def _oserrors(self, what: str, key: object = None) -> Iterator[None]:
+        try:
+            yield
+        except TieredError:
+            raise
+        except OSError as e:
+            on = f" {_short(key)}" if key is not None else ""
+            raise BlobStoreError(
+                f"filesystem store {str(self.root)!r}: {what}{on} failed: {e.strerror or e}"
+            ) from e
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._lock_fd is None or self._lock_pid != os.getpid():
+                # after fork the inherited descriptor shares its lock with the parent: reopen
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                self._lock_pid = os.getpid()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _obj_path(self, kb: bytes) -> bytes:
+        return self._root + b"/" + kb
+
+    def _meta_path(self, kb: bytes) -> bytes:
+        return self._meta + b"/" + kb
+
+    def _new_tmp(self) -> bytes:
+        return self._tmp + b"/%d-%s.tmp" % (os.getpid(), secrets.token_hex(8).encode())
+
+    def _write_new_file(self, data: Buffer) -> bytes:
+        tmp = self._new_tmp()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            _write_all(fd, data)
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quiet(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _makedirs(self, path: bytes, base: bytes, key: str) -> list[bytes]:
+        """mkdir -p of path (below base); returns the directories it created, outermost first."""
+        missing: list[bytes] = []
+        p = path
+        while p != base and not os.path.isdir(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        created = []
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+                created.append(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise self._conflict(key) from None
+            except NotADirectoryError:
+                raise self._conflict(key) from None
+        return created
+
+    def _conflict(self, key: str) -> BlobStoreError:
+        return BlobStoreError(
+            f"filesystem store {str(self.root)!r}: cannot store {_short(key)}: a prefix of it is an existing "
+            "object, or it is a prefix of existing keys (a filesystem cannot hold both 'a' and 'a/b')"
+        )
+
+    def _publish(self, kb: bytes, key: str, src: bytes, meta: dict[str, str]) -> None:
+        """Rename src into place as key, with its metadata sidecar (renamed first), atomically."""
+        meta_tmp = self._write_new_file(json.dumps({"metadata": meta}).encode()) if meta else None
+        dest, mdest = self._obj_path(kb), self._meta_path(kb)
+        synced: set[bytes] = set()
+        try:
+            with self._locked():
+                for _attempt in range(10):  # a concurrent delete may prune a parent directory we made
+                    try:
+                        created = self._makedirs(os.path.dirname(dest), self._root, key)
+                        if meta_tmp is not None:
+                            created += self._makedirs(os.path.dirname(mdest), self._meta, key)
+                            os.rename(meta_tmp, mdest)
+                        else:
+                            _unlink_quiet(mdest)
+                        try:
+                            os.rename(src, dest)
+                        except BaseException:
+                            if meta_tmp is not None:
+                                _unlink_quiet(mdest)
+                            raise
+                        break
+                    except FileNotFoundError:
+                        if not os.path.exists(src):
+                            raise
+                        continue
+                    except (IsADirectoryError, NotADirectoryError):
+                        # dest (or its sidecar path) is a directory: fine only if it is empty
+                        for d in (dest, mdest):
+                            if os.path.isdir(d):
+                                try:
+                                    os.rmdir(d)
+                                except OSError:
+                                    raise self._conflict(key) from None
+                        continue
+                    except OSError as e:
+                        if e.errno == errno.ENOTEMPTY:
+                            raise self._conflict(key) from None
+                        raise
+                else:
+                    raise BlobStoreError(
+                        f"filesystem store: could not place {_short(key)} (directories kept vanishing)"
+                    )
+            if self.fsync:
+                for d in [*created, dest]:
+                    parent = os.path.dirname(d)
+                    if parent not in synced:
+                        synced.add(parent)
+                        _fsync_dir(parent)
+                if meta_tmp is not None:
+                    _fsync_dir(os.path.dirname(mdest))
+        finally:
+            if meta_tmp is not None:
+                _unlink_quiet(meta_tmp)
+
+    def _prune_dirs(self, path: bytes, base: bytes) -> None:
+        """rmdir path and its parents while empty, stopping at base."""
+        while path != base and path.startswith(base + b"/"):
+            try:
+                os.rmdir(path)
+            except OSError:
+                return
+            path = os.path.dirname(path)
+
+    def _open_object(self, kb: bytes, key: str) -> tuple[int, os.stat_result]:
+        try:
+            fd = os.open(self._obj_path(kb), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a symlink: not an object of this store
+                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}")
+        return fd, st
+
+    # --- objects -------------------------------------------------------------------------------
+
+    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None) -> None:
+        kb = validate_key(key)
+        meta = normalize_metadata(metadata)
+        with self._oserrors("put", key):
+            tmp = self._write_new_file(data)
+            try:
+                self._publish(kb, key, tmp, meta)
+            finally:
+                _unlink_quiet(tmp)
+
+    def get(self, key: str) -> bytes:
+        kb = validate_key(key)
+        with self._oserrors("get", key):
+            fd, st = self._open_object(kb, key)
+            try:
+                return _pread_exact(fd, st.st_size, 0)
+            finally:
+                os.close(fd)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        kb = validate_key(key)
+        if start < 0 or end < start:
+            raise BadRangeError(f"bad range {start}-{end} for {_short(key)}")
+        with self._oserrors("get_range", key):
+            fd, st = self._open_object(kb, key)
+            try:
+                if start >= st.st_size:
+                    raise BadRangeError(
+                        f"range {start}-{end} of {_short(key)} starts past its end ({st.st_size} bytes)"
+                    )
+                end = min(end, st.st_size - 1)
+                return _pread_exact(fd, end - start + 1, start)
+            finally:
+                os.close(fd)
+
+    def head(self, key: str) -> ObjectInfo:
+        kb = validate_key(key)
+        with self._oserrors("head", key), self._locked():
+            try:
+                st = os.stat(self._obj_path(kb), follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}")
+            try:
+                with open(self._meta_path(kb), "rb") as f:
+                    meta = json.loads(f.read())["metadata"]
+            except (FileNotFoundError, NotADirectoryError):
+                meta = {}
+            except (ValueError, KeyError, TypeError) as e:
+                raise BlobStoreError(
+                    f"filesystem store: corrupt metadata sidecar of {_short(key)}: {e}"
+                ) from e
+        return ObjectInfo(key=key, size=st.st_size, last_modified=st.st_mtime, metadata=dict(meta))
+
+    def delete(self, keys: Sequence[str]) -> None:
+        if isinstance(keys, str):
+            raise ValidationError("delete() takes a sequence of keys, not a single str")
+        checked = [(k, validate_key(k)) for k in keys]  # nothing is deleted when any key is invalid
+        failed: list[str] = []
+        for key, kb in checked:
+            path, mpath = self._obj_path(kb), self._meta_path(kb)
+            try:
+                with self._locked():
+                    try:
+                        if stat.S_ISREG(os.lstat(path).st_mode):
+                            os.unlink(path)
+                    except (FileNotFoundError, NotADirectoryError):
+                        pass
+                    _unlink_quiet(mpath)
+            except OSError as e:
+                failed.append(f"{key!r} ({e.strerror or e})")
+                continue
+            self._prune_dirs(os.path.dirname(path), self._root)
+            self._prune_dirs(os.path.dirname(mpath), self._meta)
+        if failed:
+            raise BlobStoreError(
+                f"filesystem store {str(self.root)!r}: could not delete {len(failed)} key(s): "
+                + ", ".join(failed[:20])
+                + (" ..." if len(failed) > 20 else "")
+            )
+
+    # --- listing -------------------------------------------------------------------------------
+
+    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000) -> ListPage:
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
+        if not isinstance(prefix, str):
+            raise ValidationError(f"list: prefix must be a str, got {type(prefix).__name__}")
+        if token is not None and not isinstance(token, str):
+            raise ValidationError(f"list: token must be a str or None, got {type(token).__name__}")
+        try:
+            pb = prefix.encode("utf-8")
+            tb = token.encode("utf-8") if token else None
+        except UnicodeEncodeError:
+            raise ValidationError(f"list: prefix or token is not valid UTF-8: {_short(prefix)}") from None
+        objects: list[ObjectInfo] = []
+        more = False
+        with self._oserrors("list", prefix):
+            for kb, path in self._iter_keys(pb, tb):
+                try:
+                    st = os.stat(path, follow_symlinks=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # deleted since the directory was read
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if len(objects) == page_size:
+                    more = True
+                    break
+                objects.append(ObjectInfo(key=kb.decode("utf-8"), size=st.st_size, last_modified=st.st_mtime))
+        return ListPage(objects=objects, next_token=objects[-1].key if more else None)
+
+    def _iter_keys(self, pb: bytes, tb: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """(key, path) of every file whose key starts with pb and is greater than tb, in byte order."""
+        slash = pb.rfind(b"/")
+        dir_rel, name_prefix = (pb[:slash], pb[slash + 1 :]) if slash >= 0 else (b"", pb)
+        if slash >= 0:
+            comps = dir_rel.split(b"/")
+            for c in comps:
+                if not c or c in (b".", b"..") or len(c) > _MAX_COMPONENT_BYTES or b"\\" in c or b"\x00" in c:
+                    return  # no valid key has this prefix
+            if comps[0] == _INTERNAL_B:
+                return
+            base = dir_rel + b"/"
+            start_dir = self._root + b"/" + dir_rel
+        else:
+            base = b""
+            start_dir = self._root
+        if tb is not None and not tb.startswith(base) and tb > base:
+            return  # every key under the prefix sorts before the token
+        # explicit stack (keys may be hundreds of components deep): [dir path, key base, listing, index]
+        stack: list[list] = []
+
+        def push(dir_path: bytes, key_base: bytes, name_pfx: bytes) -> None:
+            listing = self._read_dir(dir_path)
+            if listing is None:
+                return
+            names = listing.sortnames
+            lo = bisect.bisect_left(names, name_pfx) if name_pfx else 0
+            if tb is not None and tb.startswith(key_base):
+                rem = tb[len(key_base) :]
+                i = bisect.bisect_right(names, rem)
+                if i > 0 and listing.entries[i - 1][1] and rem.startswith(names[i - 1]):
+                    i -= 1  # the token lies inside this subdirectory: resume within it
+                lo = max(lo, i)
+            stack.append([dir_path, key_base, listing, lo, name_pfx])
+
+        push(start_dir, base, name_prefix)
+        while stack:
+            frame = stack[-1]
+            dir_path, key_base, listing, idx, name_pfx = frame
+            if idx >= len(listing.entries):
+                stack.pop()
+                continue
+            name, is_dir = listing.entries[idx]
+            if name_pfx and not name.startswith(name_pfx):
+                stack.pop()  # names with the prefix are contiguous in sort order
+                continue
+            frame[3] = idx + 1
+            if not key_base and name == _INTERNAL_B:
+                continue
+            kb = key_base + name
+            if is_dir:
+                push(dir_path + b"/" + name, kb + b"/", b"")
+            elif tb is None or kb > tb:
+                yield kb, dir_path + b"/" + name
+
+    def _read_dir(self, dir_path: bytes) -> _DirListing | None:
+        try:
+            st = os.stat(dir_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        with self._cache_lock:
+            cached = self._dir_cache.get(dir_path)
+            if cached is not None and cached.mtime_ns == st.st_mtime_ns and cached.ino == st.st_ino:
+                self._dir_cache.move_to_end(dir_path)
+                return cached
+        scan_started = time.time_ns()
+        rows: list[tuple[bytes, bytes, bool]] = []
+        try:
+            it = os.scandir(dir_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        with it:
+            for e in it:
+                name = e.name
+                if b"\\" in name:
+                    continue  # cannot be addressed by a valid key
+                try:
+                    name.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    rows.append((name + b"/", name, True))
+                elif e.is_file(follow_symlinks=False):
+                    rows.append((name, name, False))
+        rows.sort()
+        listing = _DirListing(st.st_mtime_ns, st.st_ino, [r[0] for r in rows], [(r[1], r[2]) for r in rows])
+        if len(rows) >= _DIR_CACHE_MIN_ENTRIES and scan_started - st.st_mtime_ns > _DIR_CACHE_SETTLE_NS:
+            with self._cache_lock:
+                self._dir_cache[dir_path] = listing
+                self._dir_cache.move_to_end(dir_path)
+                while len(self._dir_cache) > _DIR_CACHE_MAX_DIRS:
+                    self._dir_cache.popitem(last=False)
+        return listing
+
+    # --- multipart -----------------------------------------------------------------------------
+
+    def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
+        validate_key(key)
+        meta = normalize_metadata(metadata)
+        upload_id = f"{time.time_ns():016x}{secrets.token_hex(8)}"
+        path = self._uploads + b"/" + upload_id.encode()
+        with self._oserrors("initiate_multipart", key):
+            os.mkdir(path)
+            manifest = json.dumps({"key": key, "metadata": meta, "initiated": time.time()}).encode()
+            tmp = path + b"/" + _MANIFEST.encode() + b".tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                _write_all(fd, manifest)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path + b"/" + _MANIFEST.encode())
+            if self.fsync:
+                _fsync_dir(path)
+                _fsync_dir(self._uploads)
+        return upload_id
+
+    @contextmanager
+    def _open_upload(self, key: str, upload_id: str) -> Iterator[_Upload]:
+        """The upload, locked against other threads and processes, with its journal read up to date."""
+        missing = NoSuchUploadError(
+            f"no multipart upload {_short(upload_id)} for {_short(key)} in {str(self.root)!r}"
+        )
+        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.fullmatch(upload_id):
+            raise missing
+        path = self._uploads + b"/" + upload_id.encode()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            raise missing from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                mfd = os.open(_MANIFEST, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                raise missing from None  # aborted or completed while we waited for the lock
+            with os.fdopen(mfd, "rb") as f:
+                manifest = json.loads(f.read())
+            if manifest.get("key") != key:
+                raise missing
+            state = self._load_state(upload_id, fd)
+            yield _Upload(upload_id, path, fd, manifest, state)
+        finally:
+            os.close(fd)  # also releases the flock
+
+    def _load_state(self, upload_id: str, dir_fd: int) -> _UploadState:
+        ino = os.fstat(dir_fd).st_ino
+        with self._cache_lock:
+            state = self._upload_cache.pop(upload_id, None)
+        if state is None or state.ino != ino:
+            state = _UploadState(ino)
+        try:
+            jfd = os.open(_JOURNAL, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+        except FileNotFoundError:
+            jfd = None
+        if jfd is not None:
+            try:
+                size = os.fstat(jfd).st_size
+                if size > state.pos:
+                    tail = _pread_exact(jfd, size - state.pos, state.pos)
+                    complete_len = tail.rfind(b"\n") + 1  # a torn last line (crashed writer) is ignored
+                    for line in tail[:complete_len].splitlines():
+                        if line.strip():
+                            state.apply(json.loads(line))
+                    state.pos += complete_len
+            finally:
+                os.close(jfd)
+        with self._cache_lock:
+            self._upload_cache[upload_id] = state
+            while len(self._upload_cache) > _UPLOAD_CACHE_MAX:
+                self._upload_cache.popitem(last=False)
+        return state
+
+    def _journal(self, up: _Upload, rec: dict) -> None:
+        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        jfd = os.open(_JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
+        try:
+            # a torn line left by a crashed writer must not swallow this one
+            if os.fstat(jfd).st_size != up.state.pos:
+                os.ftruncate(jfd, up.state.pos)
+            _write_all(jfd, line)
+        finally:
+            os.close(jfd)
+        up.state.pos += len(line)
+        up.state.apply(rec)
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> CompletedPart:
+        if (
+            isinstance(part_number, bool)
+            or not isinstance(part_number, int)
+            or not (MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER)
+        ):
+            raise ValidationError(
+                f"part number {part_number!r} for {_short(key)}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
+            )
+        mv = _byte_view(data)
+        etag = secrets.token_hex(16)
+        with self._oserrors("upload_part", key), self._open_upload(key, upload_id) as up:
+            state = up.state
+            next_in_sequence = state.chain[-1].number + 1 if state.chain else MIN_PART_NUMBER
+            if part_number == next_in_sequence and part_number not in state.parts:
+                offset = state.data_end
+                dfd = os.open(_DATA, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
+                try:
+                    _write_all(dfd, mv, offset)
+                except BaseException:
+                    os.ftruncate(dfd, offset)
+                    raise
+                finally:
+                    os.close(dfd)
+                self._journal(
+                    up, {"n": part_number, "f": _DATA, "off": offset, "size": len(mv), "etag": etag}
+                )
+            else:
+                name = f"part-{part_number}-{secrets.token_hex(4)}"
+                pfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
+                try:
+                    _write_all(pfd, mv)
+                except BaseException:
+                    os.close(pfd)
+                    _unlink_quiet(name.encode(), dir_fd=up.fd)
+                    raise
+                os.close(pfd)
+                old = state.parts.get(part_number)
+                self._journal(up, {"n": part_number, "f": name, "off": 0, "size": len(mv), "etag": etag})
+                if old is not None and old.file != _DATA:
+                    _unlink_quiet(old.file.encode(), dir_fd=up.fd)
+        return CompletedPart(part_number=part_number, etag=etag, size=len(mv))
+
+    def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
+        kb = validate_key(key)
+        if not parts:
+            raise ValidationError(f"complete_multipart of {_short(key)}: no parts given")
+        with self._oserrors("complete_multipart", key), self._open_upload(key, upload_id) as up:
+            state = up.state
+            recs: list[_PartRec] = []
+            prev = 0
+            for p in parts:
+                if p.part_number <= prev:
+                    raise ValidationError(
+                        f"complete_multipart of {_short(key)}: part numbers must be strictly ascending "
+                        f"({p.part_number} after {prev})"
+                    )
+                rec = state.parts.get(p.part_number)
+                if rec is None:
+                    raise ValidationError(
+                        f"complete_multipart of {_short(key)}: part {p.part_number} was not uploaded"
+                    )
+                if rec.etag != p.etag.strip('"'):
+                    raise ValidationError(
+                        f"complete_multipart of {_short(key)}: etag of part {p.part_number} does not match "
+                        "(the part was re-uploaded or belongs to another upload)"
+                    )
+                recs.append(rec)
+                prev = p.part_number
+            # k = how many requested parts are exactly the data file's leading chain
+            k = 0
+            while k < len(recs) and k < len(state.chain) and recs[k] is state.chain[k]:
+                k += 1
+            rest = recs[k:]
+            data_path = up.path + b"/" + _DATA.encode()
+            if k > 0 and all(r.file != _DATA for r in rest):
+                # fast path: cut the data file after the prefix, append the rest, rename it into place
+                prefix_end = state.chain[k - 1].offset + state.chain[k - 1].size
+                dfd = os.open(data_path, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    if os.fstat(dfd).st_size != prefix_end:
+                        if k < len(state.chain):
+                            self._journal(up, {"truncate": k})  # keep the journal true if we fail below
+                        os.ftruncate(dfd, prefix_end)
+                    off = prefix_end
+                    for r in rest:
+                        with self._part_fd(up, r) as sfd:
+                            _copy_range(sfd, r.offset, dfd, off, r.size)
+                        off += r.size
+                    if self.fsync:
+                        os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+                src = data_path
+            else:
+                src = self._new_tmp()
+                dfd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                try:
+                    off = 0
+                    for r in recs:
+                        with self._part_fd(up, r) as sfd:
+                            _copy_range(sfd, r.offset, dfd, off, r.size)
+                        off += r.size
+                    if self.fsync:
+                        os.fsync(dfd)
+                except BaseException:
+                    os.close(dfd)
+                    _unlink_quiet(src)
+                    raise
+                os.close(dfd)
+            try:
+                self._publish(kb, key, src, up.manifest.get("metadata") or {})
+            finally:
+                if src != data_path:
+                    _unlink_quiet(src)
+            self._remove_upload(up)
+
+    @contextmanager
+    def _part_fd(self, up: _Upload, rec: _PartRec) -> Iterator[int]:
+        fd = os.open(rec.file, os.O_RDONLY | os.O_CLOEXEC, dir_fd=up.fd)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _remove_upload(self, up: _Upload) -> None:
+        _unlink_quiet(_MANIFEST.encode(), dir_fd=up.fd)  # from here on the upload does not exist
+        with self._cache_lock:
+            self._upload_cache.pop(up.upload_id, None)
+        trash = self._trash + b"/%s-%s" % (up.upload_id.encode(), secrets.token_hex(4).encode())
+        try:
+            os.rename(up.path, trash)
+        except OSError:
+            trash = up.path
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            with self._oserrors("abort_multipart", key), self._open_upload(key, upload_id) as up:
+                self._remove_upload(up)
+        except NoSuchUploadError:
+            pass
+
+    def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]:
+        out: list[MultipartUploadInfo] = []
+        with self._oserrors("list_multipart_uploads", prefix), os.scandir(self._uploads) as it:
+            for e in it:
+                upload_id = e.name.decode("ascii", "replace")
+                if not _UPLOAD_ID_RE.fullmatch(upload_id) or not e.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    with open(e.path + b"/" + _MANIFEST.encode(), "rb") as f:
+                        manifest = json.loads(f.read())
+                except (FileNotFoundError, NotADirectoryError, ValueError):
+                    continue  # being created, or being removed
+                key = manifest.get("key")
+                if isinstance(key, str) and key.startswith(prefix):
+                    out.append(
+                        MultipartUploadInfo(
+                            key=key, upload_id=upload_id, initiated=float(manifest["initiated"])
+                        )
+                    )
+        out.sort(key=lambda u: (u.key.encode("utf-8"), u.initiated, u.upload_id))
+        return out

@@ -1,0 +1,1 @@
+"""Topics (managed ledgers): the writer that rolls ledgers over, the reader that crosses tiers."""
