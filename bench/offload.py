@@ -31,14 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
 from tieredcore.stores.fs import FilesystemBlobStore  # noqa: E402
 from tieredcore.stores.hot import LocalLedgerStore  # noqa: E402
-from tieredcore.workload import parse_size_range  # noqa: E402
 
 MB = 1_000_000
 
 
 def human_size(text: str) -> int:
-    return parse_size_range(text)[0] if text.upper()[-1] in "KM" else int(text.rstrip("G")) * (
-        1024**3 if text.upper().endswith("G") else 1)
+    """'1G', '128M', '64K' or plain bytes."""
+    t = text.strip().upper()
+    mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(t[-1:], 1)
+    return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
 def fill_ledgers(hot: LocalLedgerStore, total: int, entry_size: int, per_ledger: int) -> list[int]:

@@ -23,7 +23,15 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.formats import constants as C
-from tieredcore.formats.block import BlockPlan, build_block, encode_frames, index_entries_for, plan_blocks
+from tieredcore.formats.block import (
+    BlockPlan,
+    block_header,
+    build_block,
+    encode_frames,
+    index_entries_for,
+    padding,
+    plan_blocks,
+)
 from tieredcore.formats.index import LedgerIndex, encode_index_v1, parse_index
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, LedgerMetadata, ReadHandle
@@ -193,13 +201,20 @@ def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
     return out
 
 
-def _block_bytes(ledger: ReadHandle, plan: BlockPlan) -> bytes:
-    read_frames = getattr(ledger, "read_frames", None)
-    if read_frames is not None:
-        frames = read_frames(plan.first_entry, plan.last_entry)
-    else:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
-        frames = encode_frames(ledger.read(plan.first_entry, plan.last_entry))
-    return build_block(plan, frames)
+def _block_bytes(ledger: ReadHandle, plan: BlockPlan) -> bytes | bytearray:
+    read_into = getattr(ledger, "read_frames_into", None)
+    if read_into is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
+        return build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
+    # hot tier: the frames are already in block format on disk; read them straight into the block
+    # buffer (one copy from the page cache, no join) and write header and padding around them
+    block = bytearray(plan.block_size)
+    mv = memoryview(block)
+    hl = C.BLOCK_HEADER_LENGTH
+    mv[:hl] = block_header(plan.first_entry, plan.block_size)
+    read_into(plan.first_entry, plan.last_entry, mv[hl : hl + plan.frames_length])
+    mv[hl + plan.frames_length :] = padding(plan.block_size - hl - plan.frames_length)
+    mv.release()
+    return block
 
 
 def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:

@@ -46,7 +46,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import crc32c
-from google.protobuf.message import DecodeError
 
 from tieredcore.errors import (
     BadRangeError,
@@ -57,7 +56,7 @@ from tieredcore.errors import (
     StaleHandleError,
     ValidationError,
 )
-from tieredcore.formats.proto.DataFormats_pb2 import LedgerMetadataFormat
+from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata
 
 __all__ = [
@@ -79,9 +78,6 @@ MAX_ENTRY_SIZE = 2**31 - 1 - FRAME_HEADER_LEN
 APPEND_BATCH_BYTES = 16 * 1024 * 1024
 # Temp files of an interrupted metadata write older than this are removed by sweep().
 TMP_GRACE_SECONDS = 600.0
-# LedgerMetadataFormat needs one ensemble (BookKeeper rejects metadata without one); the hot tier is
-# a single local "bookie".
-ENSEMBLE_MEMBER = "127.0.0.1:3181"
 
 COUNTER_FILE = "LEDGER_ID"
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
@@ -147,47 +143,18 @@ def _normalize_custom_metadata(custom_metadata: Mapping[str, bytes | str] | None
 
 
 def encode_metadata(meta: LedgerMetadata) -> bytes:
-    """BookKeeper LedgerMetadataFormat bytes of a hot-tier ledger (custom metadata sorted by key)."""
-    fmt = LedgerMetadataFormat()
-    fmt.quorumSize = 1
-    fmt.ensembleSize = 1
-    fmt.ackQuorumSize = 1
-    fmt.state = meta.state
-    if meta.state == STATE_CLOSED:
-        fmt.length = meta.length
-        fmt.lastEntryId = meta.last_entry_id
-    else:
-        fmt.length = 0
-        fmt.lastEntryId = -1
-    seg = fmt.segment.add()
-    seg.ensembleMember.append(ENSEMBLE_MEMBER)
-    seg.firstEntryId = 0
-    fmt.digestType = LedgerMetadataFormat.CRC32C
-    fmt.ctime = meta.ctime
-    for key in sorted(meta.custom_metadata):
-        kv = fmt.customMetadata.add()
-        kv.key = key
-        kv.value = meta.custom_metadata[key]
-    return fmt.SerializeToString()
+    """The .meta file: BookKeeper LedgerMetadataFormat; an OPEN ledger stores lastEntryId -1, length 0
+    (its LAC lives in the .idx), as BookKeeper does."""
+    if meta.state != STATE_CLOSED:
+        meta = replace(meta, last_entry_id=-1, length=0)
+    return encode_ledger_metadata(meta)
 
 
 def decode_metadata(ledger_id: int, data: bytes) -> LedgerMetadata:
-    fmt = LedgerMetadataFormat()
-    try:
-        fmt.ParseFromString(data)
-    except DecodeError as exc:
-        raise FormatError(f"ledger {ledger_id}: unreadable metadata: {exc}") from None
-    if not fmt.IsInitialized():
-        raise FormatError(f"ledger {ledger_id}: metadata misses required fields")
-    closed = fmt.state == LedgerMetadataFormat.CLOSED
-    return LedgerMetadata(
-        ledger_id=ledger_id,
-        state=int(fmt.state),
-        last_entry_id=fmt.lastEntryId if closed and fmt.HasField("lastEntryId") else -1,
-        length=fmt.length if closed else 0,
-        ctime=fmt.ctime,
-        custom_metadata={kv.key: bytes(kv.value) for kv in fmt.customMetadata},
-    )
+    meta = decode_ledger_metadata(data, ledger_id)
+    if meta.state != STATE_CLOSED:
+        meta = replace(meta, last_entry_id=-1, length=0)
+    return meta
 
 
 def _write_all(fd: int, data: Buffer) -> None:
@@ -238,6 +205,17 @@ def _decode_index(buf: Buffer) -> tuple[array.array, array.array, array.array]:
     lens = array.array("i")
     lens.frombytes(w[3::4].tobytes())  # reinterpret (already native order) as signed
     return offsets, crcs, lens
+
+
+def _preadv_exact(fd: int, out: memoryview, offset: int) -> int:
+    """Fill `out` from fd at offset; returns the bytes read (less only at end of file)."""
+    done = 0
+    while done < len(out):
+        n = os.preadv(fd, [out[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
 
 
 def _fsync_dir(path: str) -> None:
@@ -592,6 +570,13 @@ class LocalLedgerHandle:
         first, last = self._check_range(first, last)
         return self._read_verified(first, last)[0]
 
+    def read_frames_into(self, first: int, last: int, out: memoryview) -> int:
+        """Like read_frames, but straight into `out` (no intermediate copy); returns the byte count.
+        `out` must be exactly the frames' length. The offloader reads blocks this way."""
+        first, last = self._check_range(first, last)
+        buf, rel = self._read_verified(first, last, out)
+        return rel[-1]
+
     def entry_sizes(self) -> Sequence[int]:
         """Payload sizes of entries 0..LAC (a copy, array('i'))."""
         return array.array("i", self._lens)
@@ -649,7 +634,7 @@ class LocalLedgerHandle:
         except FileNotFoundError:
             raise StaleHandleError(f"ledger {self._id} was deleted; this handle is stale") from None
 
-    def _read_verified(self, first: int, last: int) -> tuple[bytes, list[int]]:
+    def _read_verified(self, first: int, last: int, into: memoryview | None = None) -> tuple[Buffer, list[int]]:
         """(span bytes, relative frame starts + end) of entries first..last, all CRC-verified.
 
         Frame boundaries come from the index sizes (the CRC of each frame covers its header, so a
@@ -665,10 +650,12 @@ class LocalLedgerHandle:
             raise CorruptEntryError(
                 f"ledger {self._id}: index records of entries {first}..{last} are inconsistent"
             )
+        if into is not None and len(into) != span:
+            raise ValueError(f"read_frames_into: buffer of {len(into)} bytes for {span} bytes of frames")
         fd = self._acquire()
         try:
             self._check_not_deleted()
-            buf = _pread_exact(fd, span, base)
+            buf = _pread_exact(fd, span, base) if into is None else into[: _preadv_exact(fd, into, base)]
         finally:
             self._release()
         if len(buf) != span:
