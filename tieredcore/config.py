@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
@@ -73,10 +73,11 @@ class Config:
     def for_workspace(cls, root: str | Path, **overrides: Any) -> Config:
         """Embedded defaults: everything under one directory, no services."""
         root = Path(root).resolve()
+        # percent-encoded: a directory name with '%', '#', '?' or spaces must survive urlparse/unquote
         base = cls(
-            metadata_url=f"sqlite:///{root / 'metadata.db'}",
-            hot_url=f"file:///{root / 'hot'}",
-            store_url=f"file:///{root / 'cold'}",
+            metadata_url=f"sqlite:///{quote(str(root / 'metadata.db'))}",
+            hot_url=f"file:///{quote(str(root / 'hot'))}",
+            store_url=f"file:///{quote(str(root / 'cold'))}",
             reports_dir=str(root / "reports"),
         )
         return replace(base, **overrides)
@@ -135,7 +136,16 @@ class Config:
 
 
 def _toml_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+    """Body of a TOML basic string: backslash, quote and control characters escaped."""
+    out = []
+    for ch in s:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _flatten(raw: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -161,12 +171,18 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
                 raise ValidationError(f"configuration: {f.name} must be an integer, got {v!r}") from e
         elif f.type in ("bool", bool) and isinstance(v, str):
             out[f.name] = v.strip().lower() in ("1", "true", "yes", "on")
+        v = out[f.name]
+        want = {"str": str, "int": int, "bool": bool}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+        if want is not None and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
+            raise ValidationError(f"configuration: {f.name} must be {f.type}, got {type(v).__name__} {v!r}")
     return out
 
 
 def _file_path(url: str, what: str) -> Path:
     u = urlparse(url)
     if u.scheme == "file":
+        if u.netloc not in ("", "localhost") or not u.path or u.query or u.fragment:
+            raise ValidationError(f"{what}: expected file:///absolute/path, got {url!r}")
         return Path(unquote(u.path))
     if u.scheme == "" and url:
         return Path(url)
@@ -187,7 +203,10 @@ def open_blob_store(url: str, fsync: bool = True) -> tuple[BlobStore, str]:
     if u.scheme == "file":
         from tieredcore.stores.fs import FilesystemBlobStore
 
-        return FilesystemBlobStore(unquote(u.path), fsync=fsync), ""
+        q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+        if set(q) - {"prefix"}:
+            raise ValidationError(f"store_url: unknown parameter(s) {', '.join(sorted(set(q) - {'prefix'}))} in {url!r}")
+        return FilesystemBlobStore(unquote(u.path), fsync=fsync), q.get("prefix", "")
     if u.scheme == "s3":
         from tieredcore.stores.s3 import S3BlobStore
 
@@ -197,11 +216,15 @@ def open_blob_store(url: str, fsync: bool = True) -> tuple[BlobStore, str]:
         unknown = set(q) - {"endpoint", "region", "max_attempts"}
         if unknown:
             raise ValidationError(f"store_url: unknown parameter(s) {', '.join(sorted(unknown))} in {url!r}")
+        try:
+            max_attempts = int(q.get("max_attempts", "5"))
+        except ValueError:
+            raise ValidationError(f"store_url: max_attempts must be an integer in {url!r}") from None
         store = S3BlobStore(
             u.netloc,
             endpoint_url=q.get("endpoint"),
             region=q.get("region"),
-            max_attempts=int(q.get("max_attempts", "5")),
+            max_attempts=max_attempts,
         )
         return store, unquote(u.path.lstrip("/"))
     raise ValidationError(f"store_url: unsupported scheme {u.scheme!r} in {url!r} (supported: file://, s3://)")

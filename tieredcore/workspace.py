@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cached_property
 
-from tieredcore.config import Config
+from tieredcore.config import Config, open_blob_store
+from tieredcore.errors import ValidationError
 from tieredcore.offload.managed import TopicOffloader, now_ms
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
@@ -18,6 +19,7 @@ from tieredcore.topic.reader import TIERED_FIRST, TopicReader
 class Workspace:
     def __init__(self, config: Config) -> None:
         self.config = config
+        self._offloaders: dict[tuple[str, int, int], LedgerOffloader] = {}
 
     @cached_property
     def metadata(self) -> MetadataStore:
@@ -54,11 +56,45 @@ class Workspace:
         self,
         clock_ms: Callable[[], int] = now_ms,
         progress: Callable[[str, int, int, int], None] | None = None,
+        offloader: LedgerOffloader | None = None,
     ) -> TopicOffloader:
-        return TopicOffloader(self.ml, self.hot, self.offloader, clock_ms=clock_ms, progress=progress)
+        return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress)
+
+    def _offloader_for_url(self, url: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
+        k = (url, max_block_size, read_buffer)
+        off = self._offloaders.get(k)
+        if off is None:
+            store, prefix = open_blob_store(url, fsync=self.config.store_fsync)
+            off = self._offloaders[k] = LedgerOffloader(
+                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=self.config.cluster
+            )
+        return off
+
+    def offloader_for_policy(self, policy) -> LedgerOffloader:
+        """The offloader a namespace policy names (its own store, block and buffer sizes)."""
+        url = policy.store.url() if policy.store is not None else self.config.store_url
+        return self._offloader_for_url(url, policy.max_block_size, policy.read_buffer_size)
+
+    def offloader_for_driver(self, driver_metadata) -> LedgerOffloader:
+        """The offloader that can read objects described by an OffloadContext's driver metadata
+        (Pulsar records where each ledger went; readers follow it, not the current policy)."""
+        name = driver_metadata.name
+        props = {kv.key: kv.value for kv in driver_metadata.properties}
+        if not name:
+            return self.offloader
+        if name == "filesystem" and "root" in props:
+            url = f"file://{props['root']}" + (f"?prefix={props['prefix']}" if props.get("prefix") else "")
+        elif name == "aws-s3" and "bucket" in props:
+            q = "&".join(f"{a}={props[b]}" for a, b in (("endpoint", "serviceEndpoint"), ("region", "region"))
+                         if props.get(b))
+            url = f"s3://{props['bucket']}/{props.get('prefix', '')}" + (f"?{q}" if q else "")
+        else:
+            raise ValidationError(f"offloaded with driver {name!r} and properties {sorted(props)}: cannot open")
+        return self._offloader_for_url(url, self.config.max_block_size, self.config.read_buffer)
 
     def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:
-        return TopicReader(self.ml, self.hot, self.offloader, read_priority)
+        return TopicReader(self.ml, self.hot, self.offloader, read_priority,
+                           offloader_for_driver=self.offloader_for_driver)
 
     def close(self) -> None:
         if "metadata" in self.__dict__:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
 import pickle
 import sqlite3
 import threading
@@ -354,23 +353,6 @@ def test_garbage_file_is_metadata_store_error(tmp_path):
 def test_missing_parent_directory_is_metadata_store_error(tmp_path):
     with pytest.raises(MetadataStoreError, match="cannot open"):
         SqliteMetadataStore(tmp_path / "no" / "such" / "dir" / "m.db")
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_read_only_database_write_is_metadata_store_error(tmp_path):
-    db = tmp_path / "ro.db"
-    s = SqliteMetadataStore(db)
-    s.create("/a", b"1")
-    s.close()
-    for p in tmp_path.iterdir():
-        p.chmod(0o444)
-    tmp_path.chmod(0o555)
-    try:
-        with pytest.raises(MetadataStoreError):
-            s2 = SqliteMetadataStore(db)
-            s2.create("/b", b"2")
-    finally:
-        tmp_path.chmod(0o755)
 
 
 def test_backend_failure_mid_operation_is_metadata_store_error(tmp_path):

@@ -71,3 +71,15 @@ def deletion_lag_due(li, lag_ms: int | None, now_ms: int) -> bool:
         return False
     ctx = li.offloadContext
     return ctx.complete and not ctx.bookkeeperDeleted and now_ms - ctx.timestamp > lag_ms
+
+
+def ledgers_as_of(ledgers: Sequence, as_of_ms: int) -> list:
+    """The topic as it stood at logical time `as_of_ms`: ledgers closed by then, followed by the one that
+    was open at that time (the first not closed by then). Backfills plan on this view, so a run for an
+    older logical date never touches ledgers sealed after it."""
+    out = []
+    for li in ledgers:
+        out.append(li)
+        if li.timestamp <= 0 or li.timestamp > as_of_ms:
+            break
+    return out

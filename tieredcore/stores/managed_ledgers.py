@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 POLICIES_ROOT = "/admin/policies"
+TOPIC_POLICIES_ROOT = "/admin/topic-policies"
 
 TopicLike = TopicName | str
 NamespaceLike = NamespaceName | str
@@ -51,6 +52,12 @@ def topic_path(topic: TopicLike) -> str:
 def policies_path(namespace: NamespaceLike) -> str:
     """``/admin/policies/<tenant>/<namespace>``."""
     return f"{POLICIES_ROOT}/{NamespaceName.parse(namespace).name}"
+
+
+def topic_policies_path(topic: TopicLike) -> str:
+    """``/admin/topic-policies/<tenant>/<namespace>/<encoded topic>``."""
+    t = TopicName.parse(topic)
+    return f"{TOPIC_POLICIES_ROOT}/{t.namespace_name}/{t.encoded_local_name}"
 
 
 def find_ledger(info: ManagedLedgerInfo, ledger_id: int) -> LedgerInfo | None:
@@ -193,31 +200,75 @@ class ManagedLedgerStore:
 
     # --- policies --------------------------------------------------------------------------
 
-    def get_policies(self, namespace: NamespaceLike) -> dict | None:
-        """The namespace's policies (a JSON object), or None when none are stored."""
-        ns = NamespaceName.parse(namespace)
-        got = self.store.get(policies_path(ns))
+    def _get_json(self, path: str, what: str) -> dict | None:
+        got = self.store.get(path)
         if got is None:
             return None
         try:
             value = json.loads(got.value)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise FormatError(f"namespace {ns.name}: policies are not valid JSON: {e}") from None
+            raise FormatError(f"{what}: policies are not valid JSON: {e}") from None
         if not isinstance(value, dict):
-            raise FormatError(
-                f"namespace {ns.name}: policies are a JSON {type(value).__name__}, not an object"
-            )
+            raise FormatError(f"{what}: policies are a JSON {type(value).__name__}, not an object")
         return value
+
+    def _set_json(self, path: str, what: str, policies: dict) -> int:
+        if not isinstance(policies, dict):
+            raise ValidationError(f"{what}: policies must be a dict, got {type(policies).__name__}")
+        try:
+            data = json.dumps(policies, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise ValidationError(f"{what}: policies are not JSON-serialisable: {e}") from None
+        return self.store.set(path, data)
+
+    def _delete_json(self, path: str) -> bool:
+        try:
+            self.store.delete(path)
+            return True
+        except NodeNotFoundError:
+            return False
+
+    def get_policies(self, namespace: NamespaceLike) -> dict | None:
+        """The namespace's policies (a JSON object), or None when none are stored."""
+        ns = NamespaceName.parse(namespace)
+        return self._get_json(policies_path(ns), f"namespace {ns.name}")
 
     def set_policies(self, namespace: NamespaceLike, policies: dict) -> int:
         """Store the namespace's policies (unconditional upsert); returns the new version."""
         ns = NamespaceName.parse(namespace)
-        if not isinstance(policies, dict):
-            raise ValidationError(
-                f"namespace {ns.name}: policies must be a dict, got {type(policies).__name__}"
-            )
-        try:
-            data = json.dumps(policies, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-        except (TypeError, ValueError) as e:
-            raise ValidationError(f"namespace {ns.name}: policies are not JSON-serialisable: {e}") from None
-        return self.store.set(policies_path(ns), data)
+        return self._set_json(policies_path(ns), f"namespace {ns.name}", policies)
+
+    def delete_policies(self, namespace: NamespaceLike) -> bool:
+        return self._delete_json(policies_path(NamespaceName.parse(namespace)))
+
+    def get_topic_policies(self, topic: TopicLike) -> dict | None:
+        """Topic-level overrides (a JSON object), or None."""
+        t = TopicName.parse(topic)
+        return self._get_json(topic_policies_path(t), f"topic {t.full}")
+
+    def set_topic_policies(self, topic: TopicLike, policies: dict) -> int:
+        t = TopicName.parse(topic)
+        return self._set_json(topic_policies_path(t), f"topic {t.full}", policies)
+
+    def delete_topic_policies(self, topic: TopicLike) -> bool:
+        return self._delete_json(topic_policies_path(TopicName.parse(topic)))
+
+    def list_topic_policy_topics(self, namespace: NamespaceLike) -> list[TopicName]:
+        """Topics of the namespace that have topic-level policy overrides."""
+        ns = NamespaceName.parse(namespace)
+        out = []
+        for enc in self.store.children(f"{TOPIC_POLICIES_ROOT}/{ns.name}"):
+            try:
+                out.append(TopicName.parse(f"{ns.name}/{PERSISTENT}/{enc}"))
+            except ValidationError as e:
+                log.warning("ignoring topic policies with an invalid topic name: %s", e)
+        return out
+
+    def list_policy_namespaces(self) -> list[str]:
+        """Namespaces that have a policies record."""
+        out = []
+        for tenant in self.store.children(POLICIES_ROOT):
+            for ns in self.store.children(f"{POLICIES_ROOT}/{tenant}"):
+                if self.store.get(f"{POLICIES_ROOT}/{tenant}/{ns}") is not None:
+                    out.append(f"{tenant}/{ns}")
+        return sorted(out)

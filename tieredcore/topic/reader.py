@@ -8,7 +8,8 @@ if a hot read fails because the ledger is gone, the reader re-reads the record a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tieredcore.errors import LedgerNotFoundError, StaleHandleError, ValidationError
 from tieredcore.model import Entry, Position, ReadHandle
@@ -31,12 +32,15 @@ class TopicReader:
         offloader: LedgerOffloader,
         read_priority: str = TIERED_FIRST,
         batch_entries: int = 1000,
+        offloader_for_driver: Callable[[Any], LedgerOffloader] | None = None,
     ) -> None:
         if read_priority not in READ_PRIORITIES:
             raise ValidationError(f"read priority must be one of {', '.join(READ_PRIORITIES)}, got {read_priority!r}")
         self.ml = ml
         self.hot = hot
         self.offloader = offloader
+        # where each ledger was offloaded is recorded in its driver metadata; follow it
+        self.offloader_for_driver = offloader_for_driver
         self.read_priority = read_priority
         self.batch_entries = batch_entries
         self._offloaded: dict[tuple[int, str], ReadHandle] = {}
@@ -47,11 +51,15 @@ class TopicReader:
             h.close()
         self._offloaded.clear()
 
-    def _offloaded_handle(self, ledger_id: int, uuid: str) -> ReadHandle:
-        k = (ledger_id, uuid)
+    def _offloaded_handle(self, li) -> ReadHandle:
+        uuid = context_uuid(li)
+        k = (li.ledgerId, uuid)
         h = self._offloaded.get(k)
         if h is None:
-            h = self._offloaded[k] = self.offloader.read_offloaded(ledger_id, uuid)
+            off = self.offloader
+            if self.offloader_for_driver is not None and li.offloadContext.HasField("driverMetadata"):
+                off = self.offloader_for_driver(li.offloadContext.driverMetadata)
+            h = self._offloaded[k] = off.read_offloaded(li.ledgerId, uuid)
         return h
 
     def open_ledger(self, topic: TopicName, ledger_id: int) -> tuple[str, ReadHandle]:
@@ -64,8 +72,14 @@ class TopicReader:
         offloaded = ctx is not None and ctx.complete
         hot_exists = not (ctx is not None and ctx.bookkeeperDeleted)
         if offloaded and (self.read_priority == TIERED_FIRST or not hot_exists):
-            return "offloaded", self._offloaded_handle(ledger_id, context_uuid(li))
-        return "hot", self.hot.open_ledger(ledger_id)
+            return "offloaded", self._offloaded_handle(li)
+        try:
+            return "hot", self.hot.open_ledger(ledger_id)
+        except LedgerNotFoundError:
+            # hot copy deleted, bookkeeperDeleted not recorded yet (a lag cleanup between its two steps)
+            if not offloaded:
+                raise
+            return "offloaded", self._offloaded_handle(li)
 
     def read_ledger(self, topic: str | TopicName, ledger_id: int, first: int, last: int) -> list[Entry]:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)

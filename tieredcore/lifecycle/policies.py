@@ -1,0 +1,213 @@
+"""Namespace (and topic) offload policies: fields, validation, storage, resolution.
+
+Stored as partial JSON objects (only the fields that were set) at Pulsar's namespace-policies path and
+a topic-policies path; the effective policy of a topic is defaults < namespace < topic. Validation runs
+on the merged result at set time, so a bad combination is refused before anything is stored.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from tieredcore.errors import ValidationError
+from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
+from tieredcore.stores.managed_ledgers import ManagedLedgerStore
+from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.topics import NamespaceName, TopicName
+
+S3_MIN_PART = 5 * 1024 * 1024
+DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
+DRIVERS = ("filesystem", "aws-s3")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Where a namespace's ledgers are offloaded. None fields fall back to the workspace's store."""
+
+    driver: str
+    bucket: str = ""  # aws-s3
+    root: str = ""  # filesystem: absolute directory
+    prefix: str = ""
+    endpoint: str = ""  # S3-compatible endpoint (MinIO, Ceph, moto)
+    region: str = ""
+
+    def validate(self, where: str) -> None:
+        if self.driver not in DRIVERS:
+            raise ValidationError(f"{where}: unknown offload driver {self.driver!r} (known: {', '.join(DRIVERS)})")
+        if self.driver == "aws-s3":
+            check_bucket_name(self.bucket, where)
+        elif not self.root.startswith("/"):
+            raise ValidationError(f"{where}: filesystem store needs an absolute root directory, got {self.root!r}")
+        if self.prefix.startswith("/") or ".." in self.prefix.split("/"):
+            raise ValidationError(f"{where}: key prefix {self.prefix!r} must be relative without '..'")
+
+    def url(self) -> str:
+        if self.driver == "aws-s3":
+            q = "&".join(f"{k}={v}" for k, v in (("endpoint", self.endpoint), ("region", self.region)) if v)
+            return f"s3://{self.bucket}/{self.prefix}" + (f"?{q}" if q else "")
+        return f"file://{self.root}" + (f"?prefix={self.prefix}" if self.prefix else "")
+
+
+def check_bucket_name(name: str, where: str = "policy") -> None:
+    """S3 bucket naming rules: 3-63 chars of a-z 0-9 . -, alphanumeric ends, no '..', not an IP."""
+    ok = bool(_BUCKET.match(name or "")) and ".." not in name and ".-" not in name and "-." not in name
+    if ok:
+        try:
+            ipaddress.ip_address(name)
+            ok = False
+        except ValueError:
+            pass
+    if not ok:
+        raise ValidationError(
+            f"{where}: bad bucket name {name!r} (3-63 characters: lowercase letters, digits, '.', '-'; "
+            "starting and ending with a letter or digit; not an IP address)"
+        )
+
+
+@dataclass(frozen=True)
+class OffloadPolicy:
+    # Pulsar: offload_threshold / offload_threshold_in_seconds; -1 disables
+    offload_threshold_bytes: int = -1
+    offload_threshold_seconds: int = -1
+    # Pulsar: offload_deletion_lag_ms; -1 keeps hot copies forever
+    deletion_lag_ms: int = DEFAULT_DELETION_LAG_MS
+    # Pulsar: retention_time_in_minutes / retention_size_in_mb; -1 = unlimited
+    retention_time_minutes: int = -1
+    retention_size_mb: int = -1
+    read_priority: str = TIERED_FIRST
+    store: StoreSpec | None = None  # None: the workspace's configured object store
+    max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
+    read_buffer_size: int = DEFAULT_READ_BUFFER_SIZE
+
+    @property
+    def offload_enabled(self) -> bool:
+        return self.offload_threshold_bytes >= 0 or self.offload_threshold_seconds >= 0
+
+    @property
+    def deletion_lag(self) -> int | None:
+        return None if self.deletion_lag_ms < 0 else self.deletion_lag_ms
+
+    def validate(self, where: str = "policy", default_store_is_s3: bool = False) -> OffloadPolicy:
+        for f in ("offload_threshold_bytes", "offload_threshold_seconds", "deletion_lag_ms",
+                  "retention_time_minutes", "retention_size_mb"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+                raise ValidationError(f"{where}: {f} must be an integer >= -1, got {v!r}")
+        rb = self.retention_size_mb * 1024 * 1024 if self.retention_size_mb >= 0 else -1
+        if self.offload_threshold_bytes >= 0 and rb >= 0 and self.offload_threshold_bytes >= rb:
+            raise ValidationError(
+                f"{where}: offload threshold {self.offload_threshold_bytes} bytes must be below the retention "
+                f"size {rb} bytes ({self.retention_size_mb} MB), or data is deleted before it is offloaded"
+            )
+        rs = self.retention_time_minutes * 60 if self.retention_time_minutes >= 0 else -1
+        if self.offload_threshold_seconds >= 0 and rs >= 0 and self.offload_threshold_seconds >= rs:
+            raise ValidationError(
+                f"{where}: offload threshold {self.offload_threshold_seconds} s must be below the retention "
+                f"time {rs} s ({self.retention_time_minutes} min), or data is deleted before it is offloaded"
+            )
+        if self.read_priority not in READ_PRIORITIES:
+            raise ValidationError(
+                f"{where}: read priority {self.read_priority!r} is not one of {', '.join(READ_PRIORITIES)}"
+            )
+        if self.store is not None:
+            self.store.validate(where)
+        s3 = self.store.driver == "aws-s3" if self.store is not None else default_store_is_s3
+        min_block = S3_MIN_PART if s3 else 1024
+        if not isinstance(self.max_block_size, int) or self.max_block_size < min_block:
+            raise ValidationError(
+                f"{where}: max block size {self.max_block_size} is below the minimum {min_block}"
+                + (" (S3 parts must be at least 5 MiB)" if s3 else "")
+            )
+        if not isinstance(self.read_buffer_size, int) or self.read_buffer_size <= 0:
+            raise ValidationError(f"{where}: read buffer size must be positive, got {self.read_buffer_size!r}")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.store is None:
+            d["store"] = None
+        return d
+
+
+_FIELDS = {f.name for f in fields(OffloadPolicy)}
+_STORE_FIELDS = {f.name for f in fields(StoreSpec)}
+
+
+def _check_overrides(overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = set(overrides) - _FIELDS
+    if unknown:
+        raise ValidationError(f"{where}: unknown policy field(s) {', '.join(sorted(unknown))} "
+                              f"(known: {', '.join(sorted(_FIELDS))})")
+    store = overrides.get("store")
+    if store is not None:
+        if not isinstance(store, dict):
+            raise ValidationError(f"{where}: store must be an object with driver, bucket/root, prefix...")
+        bad = set(store) - _STORE_FIELDS
+        if bad or "driver" not in store:
+            raise ValidationError(f"{where}: store needs 'driver' and only {', '.join(sorted(_STORE_FIELDS))}")
+    return overrides
+
+
+def merge(base: OffloadPolicy, overrides: dict[str, Any] | None, where: str) -> OffloadPolicy:
+    if not overrides:
+        return base
+    overrides = _check_overrides(dict(overrides), where)
+    if "store" in overrides and overrides["store"] is not None:
+        overrides["store"] = StoreSpec(**overrides["store"])
+    return replace(base, **overrides)
+
+
+@dataclass
+class PolicyStore:
+    """Policies in the metadata store; every set validates the merged effective policy first."""
+
+    ml: ManagedLedgerStore
+    defaults: OffloadPolicy = field(default_factory=OffloadPolicy)
+    default_store_is_s3: bool = False
+
+    def namespace_overrides(self, namespace: str) -> dict[str, Any]:
+        return self.ml.get_policies(namespace) or {}
+
+    def topic_overrides(self, topic: str | TopicName) -> dict[str, Any]:
+        return self.ml.get_topic_policies(topic) or {}
+
+    def for_namespace(self, namespace: str) -> OffloadPolicy:
+        ns = NamespaceName.parse(namespace).name
+        return merge(self.defaults, self.namespace_overrides(ns), f"namespace {ns}")
+
+    def for_topic(self, topic: str | TopicName) -> OffloadPolicy:
+        t = TopicName.parse(topic)
+        return merge(self.for_namespace(t.namespace_name), self.topic_overrides(t), f"topic {t.full}")
+
+    def set_namespace(self, namespace: str, updates: dict[str, Any], replace_all: bool = False) -> OffloadPolicy:
+        ns = NamespaceName.parse(namespace).name
+        where = f"namespace {ns}"
+        new = dict(updates) if replace_all else {**self.namespace_overrides(ns), **updates}
+        new = {k: v for k, v in _check_overrides(new, where).items() if v is not None or k == "store"}
+        effective = merge(self.defaults, new, where).validate(where, self.default_store_is_s3)
+        self.ml.set_policies(ns, new)
+        return effective
+
+    def set_topic(self, topic: str | TopicName, updates: dict[str, Any], replace_all: bool = False) -> OffloadPolicy:
+        t = TopicName.parse(topic)
+        where = f"topic {t.full}"
+        new = dict(updates) if replace_all else {**self.topic_overrides(t), **updates}
+        _check_overrides(new, where)
+        effective = merge(self.for_namespace(t.namespace_name), new, where).validate(where, self.default_store_is_s3)
+        self.ml.set_topic_policies(t, new)
+        return effective
+
+    def namespaces_with_offload(self) -> list[str]:
+        """Namespaces whose effective policy enables automatic offload, plus namespaces whose topics
+        override it on (their topics are swept too)."""
+        namespaces = set(self.ml.list_namespaces()) | set(self.ml.list_policy_namespaces())
+        return sorted(ns for ns in namespaces if self._offload_enabled_in(ns))
+
+    def _offload_enabled_in(self, ns: str) -> bool:
+        if self.for_namespace(ns).offload_enabled:
+            return True
+        return any(self.for_topic(t).offload_enabled for t in self.ml.list_topic_policy_topics(ns))

@@ -1,0 +1,271 @@
+"""Offload sweeps and deletion-lag cleanup: planning (driver side) and per-topic execution (executor
+side). Everything runs on the run's logical clock `as_of_ms`, never the wall clock, so a retry or a
+backfill of the same logical date plans the same work and an older date never does more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+
+from tieredcore.config import Config
+from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.lifecycle.planner import (
+    deletion_lag_due,
+    ledgers_as_of,
+    select_by_threshold,
+    select_keep_bytes,
+    select_prefix,
+)
+from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
+from tieredcore.model import Position
+from tieredcore.offload.managed import OUTCOME_FAILED, LedgerOffloadResult, context_uuid
+from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.topics import NamespaceName, TopicName
+from tieredcore.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+KIND_OFFLOAD = "offload"
+KIND_LAG_CLEANUP = "lag-cleanup"
+
+
+@dataclass
+class TopicWork:
+    """One unit of distributed work: the ledgers of one topic, processed in order by one task."""
+
+    topic: str  # persistent://tenant/ns/topic
+    kind: str
+    ledgers: list[int]
+    as_of_ms: int
+    dry_run: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LedgerResult:
+    """One row of a run report (also the Parquet detail schema)."""
+
+    topic: str
+    namespace: str
+    ledger: int
+    kind: str
+    outcome: str
+    bytes: int = 0
+    blocks: int = 0
+    entries: int = 0
+    seconds: float = 0.0
+    uuid: str = ""
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in ("failed", "unknown", "verify-failed")
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+
+def policy_store(ws: Workspace) -> PolicyStore:
+    return PolicyStore(ws.ml, default_store_is_s3=ws.config.store_url.startswith("s3://"))
+
+
+def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:
+    ps = policy_store(ws)
+    if namespaces:
+        return [NamespaceName.parse(n).name for n in namespaces]
+    if kind == KIND_OFFLOAD:
+        return ps.namespaces_with_offload()
+    return sorted(set(ws.ml.list_namespaces()))
+
+
+def plan_offload(
+    ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, max_topics: int | None = None,
+    dry_run: bool = False,
+) -> list[TopicWork]:
+    """Topics with ledgers due for offload under their effective policy at `as_of_ms`."""
+    ps = policy_store(ws)
+    out: list[TopicWork] = []
+    for ns in resolve_namespaces(ws, namespaces, KIND_OFFLOAD):
+        for t in ws.ml.list_topics(ns):
+            pol = ps.for_topic(t)
+            if not pol.offload_enabled:
+                continue
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue  # deleted since listing
+            ids = select_by_threshold(
+                ledgers_as_of(info.ledgerInfo, as_of_ms),
+                pol.offload_threshold_bytes, pol.offload_threshold_seconds, as_of_ms,
+            )
+            if ids:
+                out.append(TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run))
+            if max_topics is not None and len(out) >= max_topics:
+                return out
+    return out
+
+
+def plan_manual_offload(
+    ws: Workspace, topic: str, as_of_ms: int, up_to: Position | None = None, keep_bytes: int | None = None,
+    dry_run: bool = False,
+) -> list[TopicWork]:
+    """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot."""
+    if (up_to is None) == (keep_bytes is None):
+        raise ValidationError("give exactly one of an up-to position or keep-bytes")
+    t = TopicName.parse(topic)
+    info, _ = ws.ml.get_topic(t)
+    ledgers = ledgers_as_of(info.ledgerInfo, as_of_ms)
+    ids = select_prefix(ledgers, up_to) if up_to is not None else select_keep_bytes(ledgers, keep_bytes or 0)
+    return [TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run)] if ids else []
+
+
+def plan_lag_cleanup(
+    ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, dry_run: bool = False
+) -> list[TopicWork]:
+    """Topics with hot copies whose offload completed more than the deletion lag before `as_of_ms`."""
+    ps = policy_store(ws)
+    out = []
+    for ns in resolve_namespaces(ws, namespaces, KIND_LAG_CLEANUP):
+        for t in ws.ml.list_topics(ns):
+            lag = ps.for_topic(t).deletion_lag
+            if lag is None:
+                continue
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue
+            ids = [li.ledgerId for li in info.ledgerInfo if deletion_lag_due(li, lag, as_of_ms)]
+            if ids:
+                out.append(TopicWork(t.full, KIND_LAG_CLEANUP, ids, as_of_ms, dry_run))
+    return out
+
+
+# -- execution (runs on executors) --------------------------------------------------------------
+
+
+def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
+    """Executes TopicWork dicts (a Spark partition); yields LedgerResult dicts. Never raises for a
+    failing ledger or topic: failures are rows, so the other topics still run."""
+    with Workspace(config) as ws:
+        ps = policy_store(ws)
+        for u in units:
+            w = TopicWork(**u)
+            t = TopicName.parse(w.topic)
+            try:
+                pol = ps.for_topic(t)
+                if w.kind == KIND_OFFLOAD:
+                    rows = _offload_topic(ws, pol, t, w)
+                else:
+                    rows = _lag_cleanup_topic(ws, pol, t, w)
+            except TieredError as e:  # the topic as a whole could not be processed
+                rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
+                                     error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
+            for r in rows:
+                yield asdict(r)
+
+
+def _row(t: TopicName, kind: str, r: LedgerOffloadResult) -> LedgerResult:
+    return LedgerResult(t.full, t.namespace_name, r.ledger_id, kind, r.outcome, r.bytes, r.blocks, r.entries,
+                        r.seconds, r.uuid or "", r.error or "")
+
+
+def _offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork) -> list[LedgerResult]:
+    if w.dry_run:
+        return [LedgerResult(t.full, t.namespace_name, lid, w.kind, "planned") for lid in w.ledgers]
+    tof = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=ws.offloader_for_policy(pol))
+    return [_row(t, w.kind, r) for r in tof.offload_ledgers(t, w.ledgers)]
+
+
+def _lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork) -> list[LedgerResult]:
+    out = []
+    for lid in sorted(w.ledgers):
+        started = time.monotonic()
+        row = LedgerResult(t.full, t.namespace_name, lid, w.kind, "failed")
+        try:
+            _cleanup_one(ws, pol, t, lid, w, row)
+        except TieredError as e:
+            row.outcome, row.error = "failed", f"{type(e).__name__}: {e}"
+        row.seconds = round(time.monotonic() - started, 6)
+        out.append(row)
+    return out
+
+
+def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: TopicWork, row: LedgerResult) -> None:
+    info, _ = ws.ml.get_topic(t)
+    li = find_ledger(info, lid)
+    if li is None or not deletion_lag_due(li, pol.deletion_lag, w.as_of_ms):
+        row.outcome = "skipped"  # trimmed, already done, or not due (re-checked on current metadata)
+        return
+    uuid = context_uuid(li)
+    row.uuid, row.bytes, row.entries = uuid or "", li.size, li.entries
+    # never delete a hot copy whose offloaded copy does not open and match the metadata
+    try:
+        h = ws.offloader_for_driver(li.offloadContext.driverMetadata).read_offloaded(lid, uuid)
+    except TieredError as e:
+        row.outcome, row.error = "verify-failed", f"offloaded copy does not open: {e}"
+        return
+    try:
+        if h.last_add_confirmed + 1 != li.entries or h.length != li.size:
+            row.outcome = "verify-failed"
+            row.error = (f"offloaded copy has {h.last_add_confirmed + 1} entries / {h.length} bytes, "
+                         f"metadata says {li.entries} / {li.size}")
+            return
+    finally:
+        h.close()
+    if w.dry_run:
+        row.outcome = "planned"
+        return
+    ws.hot.delete_ledger(lid)  # idempotent: a crash after it and before the CAS just redoes both
+
+    def mark(info) -> bool:
+        cur = find_ledger(info, lid)
+        if cur is None or context_uuid(cur) != uuid or not cur.offloadContext.complete:
+            return False
+        cur.offloadContext.bookkeeperDeleted = True
+        return True
+
+    ws.ml.update_topic(t, mark)
+    row.outcome = "deleted"
+
+
+# -- reports ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSummary:
+    job: str
+    run_id: str
+    as_of_ms: int
+    dry_run: bool
+    topics: int = 0
+    ledgers: int = 0
+    bytes: int = 0
+    failures: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @classmethod
+    def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
+        s = cls(job, run_id, as_of_ms, dry_run, seconds=round(seconds, 3))
+        s.topics = len({r["topic"] for r in rows})
+        s.ledgers = len(rows)
+        for r in rows:
+            s.outcomes[r["outcome"]] = s.outcomes.get(r["outcome"], 0) + 1
+            ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0})
+            ns["ledgers"] += 1
+            failed = LedgerResult(**r).failed
+            if r["outcome"] in ("offloaded", "deleted"):
+                s.bytes += r["bytes"]
+                ns["bytes"] += r["bytes"]
+            s.failures += failed
+            ns["failures"] += failed
+        return s
+
+    def as_dict(self) -> dict:
+        return asdict(self)
