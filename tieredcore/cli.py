@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
@@ -118,8 +119,9 @@ def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
         cfg_path.write_text(cfg.to_toml())
         created = True
     for url in (cfg.hot_url, cfg.store_url):
-        if url.startswith("file://"):
-            Path(url[len("file://") :]).mkdir(parents=True, exist_ok=True)
+        u = urlparse(url)
+        if u.scheme == "file":  # URLs are percent-encoded (a workspace path may hold ' ', '%', '#')
+            Path(unquote(u.path)).mkdir(parents=True, exist_ok=True)
     if cfg.reports_dir:
         Path(cfg.reports_dir).mkdir(parents=True, exist_ok=True)
     with Workspace(cfg) as ws:
@@ -283,15 +285,24 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
             expected_count = int(props[PROP_COUNT])
             mismatch = None
             chunk: list[bytes] = []
-            for seq, (pos, data) in enumerate(reader.read(t)):
-                if seq < expected_count and data != gen.payload(seq) and mismatch is None:
-                    mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
-                chunk.append(data)
-                total_bytes += len(data)
-                if len(chunk) >= 4096:
-                    digest.update_many(chunk)
-                    chunk = []
-                    progress(f"verify: {t.full}: {seq + 1:,} entries")
+            try:
+                for seq, (pos, data) in enumerate(reader.read(t)):
+                    if seq < expected_count and data != gen.payload(seq) and mismatch is None:
+                        mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
+                    chunk.append(data)
+                    total_bytes += len(data)
+                    if len(chunk) >= 4096:
+                        digest.update_many(chunk)
+                        chunk = []
+                        progress(f"verify: {t.full}: {seq + 1:,} entries")
+            except TieredError as e:
+                # unreadable data (corrupt entry, missing object) fails this topic; the others are
+                # still verified and the report (--json included) still printed
+                digest.update_many(chunk)
+                failures += 1
+                rows.append({"topic": t.full, "ok": False, "entries": digest.count,
+                             "reason": f"{type(e).__name__}: {e}"})
+                continue
             digest.update_many(chunk)
             ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
             reason = mismatch or ("" if digest.count == expected_count else
@@ -345,14 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help=f"configuration file (default: $TIERED_CONFIG or ./{CONFIG_FILE_NAME})")
     p.add_argument("--workspace", help=f"workspace directory (its {CONFIG_FILE_NAME})")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    # --json also after the command (`tiered status --json`); SUPPRESS keeps the global one's value
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output on stdout")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("init", help="create a workspace with embedded defaults")
+    s = sub.add_parser("init", parents=[common], help="create a workspace with embedded defaults")
     s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
     s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
     s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
 
-    s = sub.add_parser("generate", help="write deterministic, verifiable topics")
+    s = sub.add_parser("generate", parents=[common], help="write deterministic, verifiable topics")
     s.add_argument("--namespace", action="append", default=None, help="tenant/namespace (repeatable)")
     s.add_argument("--topics", type=int, default=2, help="topics per namespace")
     s.add_argument("--ledgers", type=int, default=5, help="sealed ledgers per topic")
@@ -363,18 +378,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
     s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
 
-    s = sub.add_parser("offload", help="offload sealed ledgers (prefix or keep-bytes)")
+    s = sub.add_parser("offload", parents=[common], help="offload sealed ledgers (prefix or keep-bytes)")
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace", help="every topic of this namespace")
     s.add_argument("--up-to", help="offload sealed ledgers before this position LEDGER:ENTRY")
     s.add_argument("--keep-bytes", type=int, help="keep at most N bytes in the hot tier")
 
-    s = sub.add_parser("status", help="per-topic (and per-ledger) tier table")
+    s = sub.add_parser("status", parents=[common], help="per-topic (and per-ledger) tier table")
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--ledgers", action="store_true", help="one line per ledger")
 
-    s = sub.add_parser("read", help="read entries across tiers")
+    s = sub.add_parser("read", parents=[common], help="read entries across tiers")
     s.add_argument("topic")
     s.add_argument("--from", dest="start", help="first position LEDGER:ENTRY")
     s.add_argument("--to", dest="end", help="last position LEDGER:ENTRY (inclusive)")
@@ -382,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show", choices=("size", "hex", "text"), default="size")
     s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
 
-    s = sub.add_parser("verify", help="read every entry and check it against the generator's digest")
+    s = sub.add_parser("verify", parents=[common], help="read every entry and check it against the generator's digest")
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)

@@ -203,6 +203,9 @@ def open_blob_store(url: str, fsync: bool = True) -> tuple[BlobStore, str]:
     if u.scheme == "file":
         from tieredcore.stores.fs import FilesystemBlobStore
 
+        if u.netloc not in ("", "localhost") or not u.path:
+            # file://cold would silently mean "the current directory"
+            raise ValidationError(f"store_url: expected file:///absolute/path, got {url!r}")
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}
         if set(q) - {"prefix"}:
             raise ValidationError(f"store_url: unknown parameter(s) {', '.join(sorted(set(q) - {'prefix'}))} in {url!r}")

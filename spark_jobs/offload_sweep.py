@@ -1,0 +1,54 @@
+"""Offload sweep (policy-driven) or manual offload of one topic, as a Spark job.
+
+    spark-submit spark_jobs/offload_sweep.py --config tiered.toml --as-of 2026-11-22T03:00:00Z
+    spark-submit spark_jobs/offload_sweep.py --as-of ... --topic public/default/t --keep-bytes 0
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from spark_jobs._jobkit import base_parser, run_job
+from tieredcore.config import Config
+from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.sweep import plan_manual_offload, plan_offload
+from tieredcore.model import Position
+from tieredcore.workspace import Workspace
+
+JOB = "offload_sweep"
+
+
+def parse_position(text: str) -> Position:
+    lid, sep, eid = text.partition(":")
+    try:
+        return Position(int(lid), int(eid) if sep else 0)
+    except ValueError as e:
+        raise ValidationError(f"--up-to {text!r}: expected LEDGER:ENTRY") from e
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--max-topics", type=int, help="at most this many topics this run (the rest next run)")
+    p.add_argument("--topic", help="manual offload of one topic (with --up-to or --keep-bytes)")
+    p.add_argument("--up-to", help="manual: offload sealed ledgers before LEDGER:ENTRY")
+    p.add_argument("--keep-bytes", type=int, help="manual: keep at most N bytes in the hot tier")
+    args = p.parse_args(argv)
+
+    def plan(config: Config, as_of: int):
+        if args.max_topics is not None and args.max_topics <= 0:
+            raise ValidationError("--max-topics must be positive")
+        manual = args.topic is not None
+        if manual != (args.up_to is not None or args.keep_bytes is not None):
+            raise ValidationError("--topic goes with exactly one of --up-to / --keep-bytes")
+        with Workspace(config) as ws:
+            if manual:
+                up_to = parse_position(args.up_to) if args.up_to is not None else None
+                return plan_manual_offload(ws, args.topic, as_of, up_to, args.keep_bytes, args.dry_run)
+            return plan_offload(ws, args.namespace, as_of, args.max_topics, args.dry_run)
+
+    return run_job(JOB, args, plan)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
