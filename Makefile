@@ -30,3 +30,9 @@ bench: setup
 
 clean:
 	rm -rf $(WORKSPACE) .pytest_cache .ruff_cache
+
+# The --py-files zip (tieredcore + spark_jobs, reproducible) for Spark workers without the package.
+PYFILES ?= dist/tiered-pyfiles.zip
+.PHONY: pyfiles
+pyfiles:
+	./scripts/build_pyfiles.sh $(PYFILES)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from tieredcore import cli_policies
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.model import Position
@@ -325,6 +326,9 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
 def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("_printed"):
         return
+    if cmd == "policies":
+        print(json.dumps(res, indent=2))
+        return
     if cmd == "status":
         hdr = f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14}"
         print(hdr)
@@ -401,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
+
+    cli_policies.add_parser(sub, [common])
     return p
 
 
@@ -410,6 +416,7 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "status": cmd_status,
     "read": cmd_read,
     "verify": cmd_verify,
+    "policies": lambda args, ws, progress: cli_policies.run(args, ws),
 }
 
 

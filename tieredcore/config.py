@@ -76,8 +76,8 @@ class Config:
         # percent-encoded: a directory name with '%', '#', '?' or spaces must survive urlparse/unquote
         base = cls(
             metadata_url=f"sqlite:///{quote(str(root / 'metadata.db'))}",
-            hot_url=f"file:///{quote(str(root / 'hot'))}",
-            store_url=f"file:///{quote(str(root / 'cold'))}",
+            hot_url=f"file://{quote(str(root / 'hot'))}",
+            store_url=f"file://{quote(str(root / 'cold'))}",
             reports_dir=str(root / "reports"),
         )
         return replace(base, **overrides)
@@ -181,7 +181,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
 def _file_path(url: str, what: str) -> Path:
     u = urlparse(url)
     if u.scheme == "file":
-        if u.netloc not in ("", "localhost") or not u.path or u.query or u.fragment:
+        if u.netloc not in ("", "localhost") or not u.path.startswith("/") or u.query or u.fragment:
             raise ValidationError(f"{what}: expected file:///absolute/path, got {url!r}")
         return Path(unquote(u.path))
     if u.scheme == "" and url:
@@ -203,7 +203,7 @@ def open_blob_store(url: str, fsync: bool = True) -> tuple[BlobStore, str]:
     if u.scheme == "file":
         from tieredcore.stores.fs import FilesystemBlobStore
 
-        if u.netloc not in ("", "localhost") or not u.path:
+        if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
             # file://cold would silently mean "the current directory"
             raise ValidationError(f"store_url: expected file:///absolute/path, got {url!r}")
         q = {k: v[-1] for k, v in parse_qs(u.query).items()}

@@ -51,9 +51,9 @@ def parse_size_range(text: str) -> tuple[int, int]:
         except ValueError as e:
             raise ValidationError(f"entry size {text!r}: expected bytes like 1024, 64K or 100-4096") from e
 
-    lo, _, hi = text.partition("-")
+    lo, sep, hi = text.partition("-")
     a = one(lo)
-    b = one(hi) if hi else a
+    b = one(hi) if sep else a  # "100-" is malformed, not "100"
     if a < 0 or b < a:
         raise ValidationError(f"entry size range {text!r} is empty or negative")
     if b > 4 * 1024 * 1024:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from urllib.parse import quote
 
 from tieredcore.config import Config, open_blob_store
 from tieredcore.errors import ValidationError
@@ -83,7 +84,7 @@ class Workspace:
         if not name:
             return self.offloader
         if name == "filesystem" and "root" in props:
-            url = f"file://{props['root']}" + (f"?prefix={props['prefix']}" if props.get("prefix") else "")
+            url = f"file://{quote(props['root'])}" + (f"?prefix={quote(props['prefix'])}" if props.get("prefix") else "")
         elif name == "aws-s3" and "bucket" in props:
             q = "&".join(f"{a}={props[b]}" for a, b in (("endpoint", "serviceEndpoint"), ("region", "region"))
                          if props.get(b))

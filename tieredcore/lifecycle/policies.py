@@ -11,6 +11,7 @@ import ipaddress
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import quote
 
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
@@ -49,7 +50,7 @@ class StoreSpec:
         if self.driver == "aws-s3":
             q = "&".join(f"{k}={v}" for k, v in (("endpoint", self.endpoint), ("region", self.region)) if v)
             return f"s3://{self.bucket}/{self.prefix}" + (f"?{q}" if q else "")
-        return f"file://{self.root}" + (f"?prefix={self.prefix}" if self.prefix else "")
+        return f"file://{quote(self.root)}" + (f"?prefix={quote(self.prefix)}" if self.prefix else "")
 
 
 def check_bucket_name(name: str, where: str = "policy") -> None:

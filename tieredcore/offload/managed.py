@@ -136,10 +136,14 @@ class TopicOffloader:
             if ctx.complete:
                 state["skipped"] = context_uuid(li)
                 return False
+            # every attempt whose objects are not confirmed gone: the one we replace, plus any earlier
+            # one whose cleanup failed (still recorded); all are cleaned up below
+            pending = abandoned_uuids(li)
             old = context_uuid(li)
-            if old is not None:
-                state["old"] = old
+            if old is not None and old not in pending:
                 li.properties.add(key=ABANDONED_PREFIX + old, value=str(self.clock_ms()))
+                pending.append(old)
+            state["abandoned"] = pending
             ctx.uidMsb, ctx.uidLsb = msb, lsb
             ctx.complete = False
             ctx.ClearField("timestamp")
@@ -158,7 +162,7 @@ class TopicOffloader:
             res.outcome, res.uuid = OUTCOME_SKIPPED, state["skipped"]
             return self._finish(res, started)
         res.uuid = new_uuid
-        cleaned = self._cleanup_abandoned(ledger_id, [state["old"]] if "old" in state else [])
+        cleaned = self._cleanup_abandoned(ledger_id, state["abandoned"])
 
         # step 2: write the objects (the offloader leaves nothing behind when it fails)
         try:

@@ -1,0 +1,295 @@
+"""What every tiered-storage DAG shares: the ONE place that builds the project's SparkSubmitOperator
+(standard conf, environment, names, application), default args, params, and the preflight / summary /
+verdict tasks.
+
+Parse time reads only the process environment (TIERED_CONFIG, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
+TIERED_SPARK_UI, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or metadata-store access.
+Everything else (the configuration file, the AWS connection, the metadata store) is read when a task
+runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from airflow.sdk import Param, TriggerRule, get_current_context, task
+from tiered_plugin import TieredSparkSubmitOperator, tiered_run_id
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jobs")
+START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+SPARK_CONN_ID = "spark_default"
+AWS_CONN_ID = "aws_default"
+TAGS = ["tiered-storage", "spark"]
+
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "tiered",
+    "retries": 3,
+    "retry_delay": dt.timedelta(minutes=1),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": dt.timedelta(minutes=30),
+    "execution_timeout": dt.timedelta(hours=2),
+}
+# Python-side checks and bookkeeping: short; bad input or an unreachable store is not retried (the
+# next scheduled run tries again), so they fail fast
+QUICK_TASK: dict[str, Any] = {"retries": 0, "execution_timeout": dt.timedelta(minutes=10)}
+
+
+def schedule_from_env(var: str, default: str) -> str | None:
+    """A cron expression or preset from the environment; "none" (or empty) disables scheduling."""
+    value = os.environ.get(var, default).strip()
+    return None if value.lower() in ("", "none", "null") else value
+
+
+def config_param() -> Param:
+    return Param(
+        os.environ.get("TIERED_CONFIG", ""),
+        type="string",
+        title="Configuration file",
+        description="Path of tiered.toml on the workers (default: $TIERED_CONFIG when the DAG was parsed; "
+                    "TIERED_* environment variables of the workers override its values).",
+    )
+
+
+def dry_run_param() -> Param:
+    return Param(False, type="boolean", title="Dry run", description="Plan and report; change nothing.")
+
+
+# -- the Spark task -----------------------------------------------------------------------------------
+
+
+def pyspark_python() -> str:
+    return os.environ.get("PYSPARK_PYTHON") or sys.executable
+
+
+def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
+    """Arguments of the project's SparkSubmitOperator for `spark_jobs/<job>.py` (everything but
+    application_args). `kw` overrides or adds operator arguments (conf and env_vars are merged)."""
+    application = JOBS_DIR / f"{job}.py"
+    python = pyspark_python()
+    conf = {
+        "spark.ui.enabled": "true" if os.environ.get("TIERED_SPARK_UI") == "1" else "false",
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+    }
+    conf.update(kw.pop("conf", None) or {})
+    env_vars = {
+        # the configuration the job loads; secrets (AWS) are added at submit time by the operator
+        "TIERED_CONFIG": "{{ params.config }}",
+        "PYSPARK_PYTHON": python,
+    }
+    env_vars.update(kw.pop("env_vars", None) or {})
+    args: dict[str, Any] = {
+        "task_id": task_id,
+        "job": job,
+        "application": str(application),
+        "conn_id": SPARK_CONN_ID,
+        "aws_conn_id": AWS_CONN_ID,
+        "name": f"tiered-{job}-{{{{ run_id }}}}",
+        "conf": conf,
+        "env_vars": env_vars,
+        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/summary.json` "
+                  "(extra link *Run report*).",
+    }
+    py_files = os.environ.get("TIERED_PY_FILES")
+    if py_files:  # a zip of tieredcore + spark_jobs for clusters whose workers do not have the package
+        args["py_files"] = py_files
+    args.update(kw)
+    return args
+
+
+def spark_task(task_id: str, job: str, application_args: Any, **kw: Any) -> TieredSparkSubmitOperator:
+    """One Spark task (application_args: a list, possibly templated, or an XComArg)."""
+    return TieredSparkSubmitOperator(application_args=application_args, **spark_kwargs(task_id, job, **kw))
+
+
+def spark_task_mapped(task_id: str, job: str, application_args: Any, **kw: Any):
+    """One Spark task per element of `application_args` (an XComArg of argument lists)."""
+    return TieredSparkSubmitOperator.partial(**spark_kwargs(task_id, job, **kw)).expand(
+        application_args=application_args
+    )
+
+
+# -- run-time helpers (called inside tasks) ---------------------------------------------------------
+
+
+def load_config(params: dict[str, Any]):
+    """The run's configuration; a clear, non-retried failure when it cannot be loaded."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.config import Config
+    from tieredcore.errors import ValidationError
+
+    try:
+        return Config.load(params.get("config") or None)
+    except ValidationError as e:
+        raise AirflowFailException(f"tiered configuration: {e}") from None
+
+
+def as_of(context: dict[str, Any], field: str = "data_interval_end") -> str:
+    """The run's logical time for the job's --as-of (ISO 8601): the data interval end (scheduled runs)
+    or the logical date; a run without one (manual trigger without a date) uses its run_after."""
+    when = context.get(field) or context["dag_run"].run_after
+    return when.isoformat()
+
+
+def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end", namespace: str | None = None,
+             extra: Sequence[str] = ()) -> list[str]:
+    params = context["params"]
+    args = ["--namespace", namespace] if namespace else []
+    args += ["--as-of", as_of(context, as_of_field), "--run-id", tiered_run_id(context["run_id"], namespace)]
+    if params.get("dry_run"):
+        args.append("--dry-run")
+    return args + list(extra)
+
+
+def check_object_store(store_url: str, aws_conn_id: str | None = AWS_CONN_ID, timeout: float = 5.0) -> str:
+    """Fail fast (AirflowFailException, clear message) when the object store is not usable.
+
+    file:// -> the directory exists and is writable; s3:// -> head_bucket through the Amazon provider's
+    S3Hook with the AWS connection (its `endpoint_url` extra; an `endpoint=` in the store URL wins),
+    short timeouts and one retry."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    u = urlparse(store_url)
+    if u.scheme == "file":
+        path = Path(unquote(u.path))
+        if not path.is_dir():
+            raise AirflowFailException(f"object store {store_url}: directory {path} does not exist")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise AirflowFailException(f"object store {store_url}: directory {path} is not writable")
+        return f"directory {path} exists and is writable"
+    if u.scheme != "s3":
+        raise AirflowFailException(f"object store {store_url}: unsupported scheme {u.scheme!r}")
+    import botocore.exceptions
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    bucket = u.netloc
+    query = {k: v[-1] for k, v in parse_qs(u.query).items()}
+    try:
+        if aws_conn_id:
+            BaseHook.get_connection(aws_conn_id)
+    except AirflowNotFoundException:
+        aws_conn_id = None  # boto3's default chain (instance role, worker environment)
+    boto_config = {"connect_timeout": timeout, "read_timeout": timeout,
+                   "retries": {"total_max_attempts": 2, "mode": "standard"}}
+    hook = S3Hook(aws_conn_id=aws_conn_id, config=boto_config)
+    if query.get("endpoint"):
+        client = hook.get_session(region_name=query.get("region")).client(
+            "s3", endpoint_url=query["endpoint"], config=hook.config,
+        )
+        endpoint = query["endpoint"]
+    else:
+        client = hook.get_conn()
+        endpoint = client.meta.endpoint_url
+    where = f"bucket {bucket!r} at {endpoint} (connection {aws_conn_id or 'none: default AWS chain'})"
+    try:
+        client.head_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "?")
+        what = {"404": "does not exist", "NoSuchBucket": "does not exist", "403": "access denied"}.get(code, code)
+        raise AirflowFailException(f"object store {store_url}: {where}: {what}") from None
+    except (botocore.exceptions.BotoCoreError, OSError) as e:
+        raise AirflowFailException(f"object store {store_url}: {where} is unreachable: {e}") from None
+    return f"{where} is reachable"
+
+
+def _run_ids(planned: Any) -> list[str]:
+    """--run-id values of the planned job argument lists (one list, or a list of lists)."""
+    if not planned:
+        return []
+    lists = planned if isinstance(planned[0], list) else [planned]
+    out = []
+    for args in lists:
+        args = [str(a) for a in args]
+        out.append(args[args.index("--run-id") + 1])
+    return out
+
+
+def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
+    """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs; a job without a
+    report (it failed before writing one) counts in `failed_jobs`."""
+    totals: dict[str, Any] = {"job": job, "jobs": len(run_ids), "topics": 0, "ledgers": 0, "bytes": 0,
+                              "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
+                              "reports": []}
+    for rid in run_ids:
+        path = Path(reports_dir) / job / rid / "summary.json"
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            totals["failed_jobs"].append(rid)
+            continue
+        totals["reports"].append(str(path))
+        for k in ("topics", "ledgers", "bytes", "failures"):
+            totals[k] += int(s.get(k, 0))
+        for k, v in s.get("outcomes", {}).items():
+            totals["outcomes"][k] = totals["outcomes"].get(k, 0) + v
+        for ns, d in s.get("namespaces", {}).items():
+            acc = totals["namespaces"].setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0})
+            for k in acc:
+                acc[k] += int(d.get(k, 0))
+    return totals
+
+
+# -- tasks shared by the DAGs -------------------------------------------------------------------------
+
+
+def preflight_task():
+    @task(task_id="preflight", **QUICK_TASK)
+    def preflight() -> str:
+        """Fails fast with a clear message when the configuration does not load or the configured
+        object store is unreachable (before any Spark job starts)."""
+        ctx = get_current_context()
+        config = load_config(ctx["params"])
+        result = check_object_store(config.store_url)
+        print(f"preflight: {config.store_url}: {result}")
+        return result
+
+    return preflight()
+
+
+def summary_task(job: str, plan_task_id: str = "plan"):
+    @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
+    def summary() -> dict[str, Any]:
+        """Totals of the run's reports (topics, ledgers, bytes, failures): the run's XCom and log."""
+        ctx = get_current_context()
+        planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
+        if planned is None:
+            totals = summarize_reports("", job, [])
+            totals["failed_jobs"] = ["(not planned: an upstream task failed)"]
+        else:
+            config = load_config(ctx["params"])
+            totals = summarize_reports(config.reports_dir, job, _run_ids(planned))
+        print(f"{job} summary: {totals['jobs']} job(s), {totals['topics']} topic(s), {totals['ledgers']} "
+              f"ledger(s), {totals['bytes']:,} bytes, {totals['failures']} failure(s), "
+              f"failed jobs: {totals['failed_jobs'] or 'none'}; outcomes {totals['outcomes']}")
+        for ns, d in sorted(totals["namespaces"].items()):
+            print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)")
+        return totals
+
+    return summary()
+
+
+def verdict_task():
+    @task(task_id="verdict", trigger_rule=TriggerRule.NONE_FAILED, **QUICK_TASK)
+    def verdict() -> None:
+        """Fails the run when a job reported failures (its Spark task failing fails this one too)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        totals = get_current_context()["ti"].xcom_pull(task_ids="summary") or {}
+        if totals.get("failures") or totals.get("failed_jobs"):
+            raise AirflowFailException(
+                f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
+                f"{totals.get('failed_jobs') or 'none'}; see the run reports {totals.get('reports')}"
+            )
+
+    return verdict()

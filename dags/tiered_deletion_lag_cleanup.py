@@ -1,0 +1,84 @@
+"""
+### Deletion-lag cleanup (hot copies of offloaded ledgers)
+
+Hourly (env `TIERED_LAG_CLEANUP_SCHEDULE`: a cron expression or preset, `none` to disable): delete the
+hot-tier (BookKeeper-role) copies of ledgers whose offload completed more than the namespace's
+deletion lag before the run's logical time, after verifying the offloaded copy opens and matches the
+metadata; then mark `bookkeeperDeleted`. A copy whose offloaded object fails verification is never
+deleted (it is reported as a failure).
+
+1. **preflight** — configuration loads, object store reachable (fails fast).
+2. **plan** — the job's arguments: `--as-of` = data-interval end, `--run-id` from the run id.
+3. **cleanup** — `spark-submit spark_jobs/deletion_lag_cleanup.py`.
+4. **summary** (runs even when the job failed) — totals from the run report as XCom and log;
+   **verdict** fails the run on failures.
+
+Idempotent: a rerun redoes only what is left; an older logical date never deletes early.
+Params: `config`, `dry_run`, `namespaces` (override list; empty: every namespace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from tiered_common import (
+    DEFAULT_ARGS,
+    QUICK_TASK,
+    START_DATE,
+    TAGS,
+    config_param,
+    dry_run_param,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task,
+    summary_task,
+    verdict_task,
+)
+
+JOB = "deletion_lag_cleanup"
+
+with DAG(
+    dag_id="tiered_deletion_lag_cleanup",
+    description="Delete hot copies of offloaded ledgers past the deletion lag (Spark)",
+    schedule=schedule_from_env("TIERED_LAG_CLEANUP_SCHEDULE", "@hourly"),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "deletion"],
+    doc_md=__doc__,
+    params={
+        "config": config_param(),
+        "dry_run": dry_run_param(),
+        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
+                            description="tenant/namespace list; empty: every namespace."),
+    },
+) as dag:
+
+    @task(task_id="plan", **QUICK_TASK)
+    def plan() -> list[str]:
+        """The cleanup job's arguments (namespace names validated here, before Spark starts)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tieredcore.errors import ValidationError
+        from tieredcore.topics import NamespaceName
+
+        ctx: Any = get_current_context()
+        load_config(ctx["params"])
+        extra: list[str] = []
+        try:
+            for ns in ctx["params"].get("namespaces") or []:
+                extra += ["--namespace", NamespaceName.parse(ns).name]
+        except ValidationError as e:
+            raise AirflowFailException(f"namespaces param: {e}") from None
+        return job_args(ctx, extra=extra)
+
+    planned = plan()
+    preflight_task() >> planned
+    cleanup = spark_task("cleanup", JOB, planned)
+    summary = summary_task(JOB)
+    cleanup >> summary
+    [cleanup, summary] >> verdict_task()

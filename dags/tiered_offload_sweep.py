@@ -1,0 +1,98 @@
+"""
+### Offload sweep (PIP-17 / PIP-76 by namespace policy)
+
+Every 15 minutes (env `TIERED_SWEEP_SCHEDULE`: a cron expression or preset, `none` to disable), offload
+the sealed ledgers that the namespaces' offload policies make due at the run's logical time.
+
+1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
+2. **plan** — the namespaces with offload enabled (from the metadata store's policies; or the
+   `namespaces` param), one argument list per namespace: `--as-of` is the run's data-interval end,
+   `--run-id` the run id plus the namespace.
+3. **offload** — one mapped `spark-submit spark_jobs/offload_sweep.py` per namespace (labelled by it).
+4. **summary** (runs even when jobs failed) — totals of the run reports (topics, ledgers, bytes,
+   failures) as XCom and log; **verdict** fails the run when any namespace job failed.
+
+Idempotent: a retry or a rerun for the same logical date offloads only what is left; an older logical
+date never offloads more (the job's only clock is `--as-of`). Params: `config` (tiered.toml),
+`dry_run`, `max_topics` (per namespace job), `namespaces` (override list).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from tiered_common import (
+    DEFAULT_ARGS,
+    QUICK_TASK,
+    START_DATE,
+    TAGS,
+    config_param,
+    dry_run_param,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task_mapped,
+    summary_task,
+    verdict_task,
+)
+
+JOB = "offload_sweep"
+
+with DAG(
+    dag_id="tiered_offload_sweep",
+    description="Offload sealed ledgers to the object store by namespace policy (Spark)",
+    schedule=schedule_from_env("TIERED_SWEEP_SCHEDULE", "*/15 * * * *"),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "offload"],
+    doc_md=__doc__,
+    params={
+        "config": config_param(),
+        "dry_run": dry_run_param(),
+        "max_topics": Param(None, type=["null", "integer"], minimum=1, title="Max topics",
+                            description="At most this many topics per namespace this run (the rest next run)."),
+        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
+                            description="tenant/namespace list; empty: every namespace with offload enabled."),
+    },
+) as dag:
+
+    @task(task_id="plan", **QUICK_TASK)
+    def plan() -> list[list[str]]:
+        """One job argument list per namespace to sweep (policies read from the metadata store now)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tieredcore.errors import TieredError
+        from tieredcore.lifecycle.sweep import policy_store
+        from tieredcore.topics import NamespaceName
+        from tieredcore.workspace import Workspace
+
+        ctx: Any = get_current_context()
+        params = ctx["params"]
+        config = load_config(params)
+        try:
+            if params.get("namespaces"):
+                namespaces = sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
+            else:
+                with Workspace(config) as ws:
+                    namespaces = policy_store(ws).namespaces_with_offload()
+        except TieredError as e:
+            raise AirflowFailException(f"planning the sweep: {e}") from None
+        extra = ["--max-topics", str(params["max_topics"])] if params.get("max_topics") else []
+        planned = [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
+        print(f"sweep plan: {len(namespaces)} namespace(s) with offload enabled: {', '.join(namespaces) or '-'}")
+        return planned
+
+    planned = plan()
+    preflight_task() >> planned
+    offload = spark_task_mapped(
+        "offload", JOB, planned,
+        # application_args is ["--namespace", <ns>, ...]: each mapped task is labelled by its namespace
+        map_index_template="{{ task.application_args[1] }}",
+    )
+    summary = summary_task(JOB)
+    offload >> summary
+    [offload, summary] >> verdict_task()

@@ -1,0 +1,651 @@
+"""The crash-safe offload protocol of spec/02 under injected failures and races.
+
+Every failure case checks three things: the result's outcome, what is left in the object store
+(objects *and* unfinished multipart uploads), and the topic record (ledger still listed, OffloadContext
+not complete, abandoned attempts remembered until their objects are confirmed gone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import uuid as uuidlib
+from pathlib import Path
+
+import pytest
+
+from tieredcore.errors import BlobStoreError, MetadataStoreError, NoSuchLedgerError
+from tieredcore.formats.uuids import uuid_to_msb_lsb
+from tieredcore.offload.keys import data_key, index_key
+from tieredcore.offload.managed import (
+    ABANDONED_PREFIX,
+    OUTCOME_CONFLICT,
+    OUTCOME_FAILED,
+    OUTCOME_OFFLOADED,
+    OUTCOME_SKIPPED,
+    OUTCOME_UNKNOWN,
+    context_uuid,
+)
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.stores.managed_ledgers import find_ledger
+
+
+def _load_harness():
+    name = "offload_harness"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("offload_harness.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+H = _load_harness()
+TOPIC = H.TOPIC
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = H.build_env(tmp_path)
+    yield e
+    e.hot.close()
+    e.meta.inner.close()
+
+
+# --- assertions ------------------------------------------------------------------------------
+
+
+def assert_nothing_left(env) -> None:
+    assert H.leftovers(env.raw_store) == ([], [])
+
+
+def assert_only(env, *offloads: tuple[int, str]) -> None:
+    """The store holds exactly the data + index objects of these (ledger, uuid) and no upload."""
+    want = sorted(k for lid, u in offloads for k in H.offloaded_keys(u, lid))
+    assert H.leftovers(env.raw_store) == (want, [])
+
+
+def assert_incomplete_attempt(env, ledger_id: int, uuid: str | None) -> None:
+    li = env.ledger(ledger_id)
+    assert li is not None, f"ledger {ledger_id} must still be listed"
+    assert context_uuid(li) == uuid
+    assert not li.offloadContext.complete
+    assert not li.offloadContext.HasField("timestamp")
+
+
+def assert_complete(env, ledger_id: int, uuid: str) -> None:
+    li = env.ledger(ledger_id)
+    assert li is not None
+    assert context_uuid(li) == uuid
+    assert li.offloadContext.complete
+    assert li.offloadContext.timestamp == env.clock()
+    assert li.offloadContext.driverMetadata.name == "filesystem"
+
+
+def assert_readable(env, ledger_id: int, uuid: str) -> None:
+    assert H.read_all(env.offloader, ledger_id, uuid) == env.payloads[ledger_id]
+
+
+def assert_others_untouched(env, ledger_id: int) -> None:
+    """Every other ledger still listed, sealed as written, with no offload context."""
+    info = env.info()
+    assert [li.ledgerId for li in info.ledgerInfo][:-1] == env.ledgers
+    for lid in env.ledgers:
+        li = find_ledger(info, lid)
+        assert li.entries == 20 and li.size == 2000 and li.timestamp > 0
+        if lid != ledger_id:
+            assert not li.HasField("offloadContext")
+            assert list(li.properties) == []
+
+
+def set_context(uuid: str, ledger_id: int, complete: bool = False):
+    msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(uuid))
+
+    def mutate(info):
+        li = find_ledger(info, ledger_id)
+        li.offloadContext.uidMsb, li.offloadContext.uidLsb = msb, lsb
+        li.offloadContext.complete = complete
+
+    return mutate
+
+
+def remove_ledger(ledger_id: int):
+    def mutate(info):
+        keep = [li for li in info.ledgerInfo if li.ledgerId != ledger_id]
+        del info.ledgerInfo[:]
+        info.ledgerInfo.extend(keep)
+
+    return mutate
+
+
+def watch_abandoned(env, ledger_id: int, seen: dict):
+    """A progress callback that records, at the first uploaded part, the ledger's abandoned attempts,
+    its context uuid and what is left in the store at that moment."""
+
+    def progress(topic, lid, done, total):
+        assert topic == H.TOPIC.replace("default/", "default/persistent/")
+        assert lid == ledger_id and 0 < done <= total
+        if "abandoned" not in seen:
+            li = env.ledger(ledger_id)
+            seen["abandoned"] = H.abandoned(li)
+            seen["context"] = context_uuid(li)
+            seen["uuids_in_store"] = H.uuids_in_store(env.raw_store)
+
+    return progress
+
+
+# --- 1. failures while writing the objects ------------------------------------------------------
+
+WRITE_FAILURES = [
+    ("initiate_multipart", 1),
+    ("upload_part", 1),
+    ("upload_part", 2),
+    ("upload_part", 5),  # the last part
+    ("complete_multipart", 1),
+    ("put_index", 1),
+]
+
+
+@pytest.mark.parametrize("op, nth", WRITE_FAILURES)
+def test_write_failure_leaves_nothing_and_a_retry_succeeds(env, op, nth):
+    lid = env.ledgers[0]
+    env.store.faults.on(op, nth, H.raiser(BlobStoreError(f"injected failure at {op} #{nth}")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert (op, nth) in env.store.faults.fired
+    assert res.outcome == OUTCOME_FAILED and not res.ok
+    assert f"injected failure at {op}" in res.error
+    assert res.uuid is not None
+    assert_nothing_left(env)
+    # the attempt was recorded before anything was written (step 1) and never completed
+    assert_incomplete_attempt(env, lid, res.uuid)
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_others_untouched(env, lid)
+    if op == "upload_part":
+        assert env.store.faults.calls["upload_part"] == nth  # stopped at the failing part
+        assert env.store.faults.calls["abort_multipart"] == 1
+
+    # the retry records the failed attempt as abandoned, cleans it up and completes
+    seen: dict = {}
+    retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
+
+    assert retry.outcome == OUTCOME_OFFLOADED, retry.error
+    assert retry.uuid != res.uuid
+    assert seen["abandoned"] == [res.uuid]
+    assert seen["context"] == retry.uuid
+    assert_complete(env, lid, retry.uuid)
+    li = env.ledger(lid)
+    assert H.abandoned(li) == []  # removed once cleaned
+    assert not any(k.startswith(ABANDONED_PREFIX) for k in H.properties(li))
+    assert_only(env, (lid, retry.uuid))
+    assert_readable(env, lid, retry.uuid)
+    assert (retry.blocks, retry.entries) == (5, 20)
+
+
+def test_failed_cleanup_of_a_failed_write_is_finished_by_the_retry(env):
+    """The offloader's own abort fails too: an unfinished upload of the failed attempt is left. The
+    next attempt finds it through the recorded uuid and aborts it."""
+    lid = env.ledgers[1]
+    env.store.faults.on("upload_part", 3, H.raiser(BlobStoreError("injected part failure")))
+    env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_FAILED
+    assert "injected part failure" in res.error  # the original error, not the cleanup's
+    assert H.leftovers(env.raw_store) == ([], [data_key("", res.uuid, lid)])
+    assert_incomplete_attempt(env, lid, res.uuid)
+
+    seen: dict = {}
+    retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
+
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert seen["abandoned"] == [res.uuid]
+    assert seen["uuids_in_store"] == {retry.uuid}  # the old upload was aborted before writing
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, retry.uuid))
+    assert_readable(env, lid, retry.uuid)
+
+
+def test_index_failure_with_failed_data_delete_is_finished_by_the_retry(env):
+    lid = env.ledgers[0]
+    env.store.faults.on("put_index", 1, H.raiser(BlobStoreError("injected index failure")))
+    env.store.faults.on("delete", 1, H.raiser(BlobStoreError("injected delete failure")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_FAILED and "injected index failure" in res.error
+    assert H.leftovers(env.raw_store) == ([data_key("", res.uuid, lid)], [])  # data without index
+    with pytest.raises(NoSuchLedgerError):  # never readable: the index is the commit point
+        env.offloader.read_offloaded(lid, res.uuid)
+
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, retry.uuid))
+
+
+def test_abandoned_attempt_stays_recorded_while_its_objects_cannot_be_removed(env):
+    """If the cleanup of an abandoned attempt fails, the offload still completes but the abandoned
+    uuid stays in the properties: it is the only record of where the leftovers are."""
+    lid = env.ledgers[0]
+    env.store.faults.on("complete_multipart", 1, H.raiser(BlobStoreError("injected complete failure")))
+    env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
+    first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+    assert first.outcome == OUTCOME_FAILED
+    assert H.upload_keys(env.raw_store) == [data_key("", first.uuid, lid)]
+
+    env.store.faults.on("abort_multipart", 2, H.raiser(BlobStoreError("store still unavailable")))
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert_complete(env, lid, retry.uuid)
+    li = env.ledger(lid)
+    assert H.abandoned(li) == [first.uuid]
+    assert H.properties(li)[ABANDONED_PREFIX + first.uuid] == str(env.clock())
+    assert H.uuids_in_store(env.raw_store) == {first.uuid, retry.uuid}
+    assert_readable(env, lid, retry.uuid)
+
+
+def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_success(env):
+    """Three attempts: the first leaves an upload behind, the second cannot clean it and fails too;
+    the third must clean both and leave no abandoned record behind."""
+    lid = env.ledgers[0]
+    env.store.faults.on("upload_part", 2, H.raiser(BlobStoreError("injected part failure")))
+    env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
+    a1 = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+    assert a1.outcome == OUTCOME_FAILED
+    assert H.upload_keys(env.raw_store) == [data_key("", a1.uuid, lid)]
+
+    # second attempt: cleaning a1 fails (abort #2) and its own write fails at initiate
+    env.store.faults.on("abort_multipart", 2, H.raiser(BlobStoreError("still failing")))
+    env.store.faults.on("initiate_multipart", 2, H.raiser(BlobStoreError("injected initiate failure")))
+    a2 = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+    assert a2.outcome == OUTCOME_FAILED
+    assert_incomplete_attempt(env, lid, a2.uuid)
+    assert H.abandoned(env.ledger(lid)) == [a1.uuid]
+    assert H.upload_keys(env.raw_store) == [data_key("", a1.uuid, lid)]
+
+    a3 = env.topic_offloader(tag=3).offload_ledger(TOPIC, lid)
+
+    assert a3.outcome == OUTCOME_OFFLOADED
+    assert_complete(env, lid, a3.uuid)
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, a3.uuid))
+
+
+def test_failure_while_recording_the_attempt_writes_nothing(env):
+    lid = env.ledgers[0]
+    env.meta.faults.on("put", 1, H.raiser(MetadataStoreError("injected metadata failure")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_FAILED and "injected metadata failure" in res.error
+    assert env.store.faults.log == []  # not a single object-store call
+    assert_nothing_left(env)
+    assert not env.ledger(lid).HasField("offloadContext")
+
+
+def test_recording_error_that_landed_is_an_abandoned_attempt_for_the_next_one(env):
+    lid = env.ledgers[0]
+    env.meta.fail_after_put(1)
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_FAILED
+    assert env.store.faults.log == []
+    assert_nothing_left(env)
+    recorded = context_uuid(env.ledger(lid))
+    assert recorded is not None and not env.ledger(lid).offloadContext.complete
+
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, retry.uuid))
+
+
+# --- 2. another attempt took the ledger over before completion ---------------------------------
+
+
+def test_conflict_at_completion_deletes_only_our_objects(env):
+    lid = env.ledgers[0]
+    other = "0000abcd-0000-4000-8000-000000000099"
+    # the other attempt's objects (it is still writing them): must not be touched
+    env.raw_store.put(index_key("", other, lid), b"other index")
+    env.raw_store.put(data_key("", other, lid), b"other data")
+    # meta put #1 records our uuid (step 1); #2 is the completion CAS (step 3): just before it,
+    # another attempt replaces the uuid
+    env.meta.faults.on("put", 2, lambda *_: env.mutate(set_context(other, lid)))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert ("put", 2) in env.meta.faults.fired
+    assert res.outcome == OUTCOME_CONFLICT
+    assert other in res.error
+    assert_incomplete_attempt(env, lid, other)  # the other attempt's record untouched
+    assert sorted(H.object_keys(env.raw_store)) == sorted([index_key("", other, lid), data_key("", other, lid)])
+    assert H.upload_keys(env.raw_store) == []
+    assert env.raw_store.get(data_key("", other, lid)) == b"other data"
+
+
+def test_conflict_at_completion_when_the_other_attempt_already_completed(env):
+    lid = env.ledgers[2]
+    other = "0000abcd-0000-4000-8000-000000000042"
+    env.meta.faults.on("put", 2, lambda *_: env.mutate(set_context(other, lid, complete=True)))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_CONFLICT
+    li = env.ledger(lid)
+    assert context_uuid(li) == other and li.offloadContext.complete
+    assert_nothing_left(env)
+
+
+def test_unrelated_concurrent_change_is_retried_not_a_conflict(env):
+    lid = env.ledgers[0]
+
+    def unrelated(info):
+        info.properties.add(key="someone-else", value="was-here")
+        find_ledger(info, env.ledgers[1]).properties.add(key="x", value="y")
+
+    env.meta.faults.on("put", 2, lambda *_: env.mutate(unrelated))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_OFFLOADED
+    assert_complete(env, lid, res.uuid)
+    info = env.info()
+    assert {kv.key: kv.value for kv in info.properties} == {"someone-else": "was-here"}
+    assert H.properties(find_ledger(info, env.ledgers[1])) == {"x": "y"}
+    assert_only(env, (lid, res.uuid))
+
+
+# --- 3. metadata-store error at completion: outcome unknown, delete nothing ----------------------
+
+
+def test_metadata_error_at_completion_is_unknown_and_keeps_the_objects(env):
+    lid = env.ledgers[0]
+    env.meta.faults.on("put", 2, H.raiser(MetadataStoreError("injected: connection lost")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_UNKNOWN and not res.ok
+    assert "connection lost" in res.error
+    assert_only(env, (lid, res.uuid))  # NOT deleted: the update may have landed
+    assert_readable(env, lid, res.uuid)
+    assert_incomplete_attempt(env, lid, res.uuid)  # (it did not land this time)
+    assert env.store.faults.calls["delete"] == 0
+
+    # it did not land: the next attempt treats ours as abandoned and removes its objects
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, retry.uuid))
+
+
+def test_metadata_error_after_the_completion_landed_keeps_a_complete_offload(env):
+    lid = env.ledgers[0]
+    env.meta.fail_after_put(2)
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_UNKNOWN
+    assert_complete(env, lid, res.uuid)
+    assert_only(env, (lid, res.uuid))
+    assert_readable(env, lid, res.uuid)
+    again = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+    assert again.outcome == OUTCOME_SKIPPED and again.uuid == res.uuid
+    assert_only(env, (lid, res.uuid))
+
+
+# --- 4. the ledger is trimmed during the offload ----------------------------------------------
+
+
+def test_ledger_trimmed_during_offload_is_a_conflict_and_leaves_nothing(env):
+    lid = env.ledgers[0]
+    env.store.faults.on("complete_multipart", 1, lambda *_: env.mutate(remove_ledger(lid)))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert ("complete_multipart", 1) in env.store.faults.fired
+    assert res.outcome == OUTCOME_CONFLICT
+    assert "left topic" in res.error
+    assert_nothing_left(env)
+    info = env.info()
+    assert find_ledger(info, lid) is None
+    assert [li.ledgerId for li in info.ledgerInfo][:-1] == env.ledgers[1:]
+    assert all(not li.HasField("offloadContext") for li in info.ledgerInfo)
+
+
+def test_ledger_trimmed_before_the_attempt_is_recorded(env):
+    lid = env.ledgers[0]
+    env.mutate(remove_ledger(lid))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_CONFLICT and res.uuid is None
+    assert env.store.faults.log == []
+    assert_nothing_left(env)
+
+
+# --- 5. preconditions ------------------------------------------------------------------------
+
+
+def test_already_complete_is_skipped_without_writing(env):
+    lid = env.ledgers[0]
+    first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+    assert first.outcome == OUTCOME_OFFLOADED
+    calls, puts = len(env.store.faults.log), env.meta.faults.calls["put"]
+    before = env.info().SerializeToString()
+
+    again = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+
+    assert again.outcome == OUTCOME_SKIPPED and again.ok
+    assert again.uuid == first.uuid
+    assert len(env.store.faults.log) == calls
+    assert env.meta.faults.calls["put"] == puts
+    assert env.info().SerializeToString() == before
+    assert_only(env, (lid, first.uuid))
+
+
+def test_open_newest_ledger_is_a_conflict_and_nothing_is_written(env):
+    newest = env.info().ledgerInfo[-1].ledgerId
+    before = env.info().SerializeToString()
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, newest)
+
+    assert res.outcome == OUTCOME_CONFLICT and "open ledger" in res.error
+    assert env.store.faults.log == []
+    assert env.info().SerializeToString() == before
+    assert_nothing_left(env)
+
+
+def test_sealed_newest_ledger_is_never_offloaded(env):
+    env.mutate(lambda info: info.ledgerInfo.pop())  # drop the open ledger: newest is now sealed
+    newest = env.ledgers[-1]
+    assert env.info().ledgerInfo[-1].ledgerId == newest and env.info().ledgerInfo[-1].timestamp > 0
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, newest)
+
+    assert res.outcome == OUTCOME_CONFLICT
+    assert not env.ledger(newest).HasField("offloadContext")
+    assert_nothing_left(env)
+
+
+def test_ledger_without_close_timestamp_is_treated_as_open(env):
+    lid = env.ledgers[1]
+
+    def unseal(info):
+        find_ledger(info, lid).timestamp = 0
+
+    env.mutate(unseal)
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_CONFLICT
+    assert not env.ledger(lid).HasField("offloadContext")
+    assert_nothing_left(env)
+
+
+def test_unknown_ledger_is_a_conflict(env):
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, 10_000)
+    assert res.outcome == OUTCOME_CONFLICT
+    assert_nothing_left(env)
+
+
+def test_hot_tier_ledger_missing_is_a_conflict(env):
+    lid = env.ledgers[0]
+    env.hot.delete_ledger(lid)
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_CONFLICT and "hot-tier" in res.error
+    assert env.store.faults.log == []
+    assert_nothing_left(env)
+    assert_incomplete_attempt(env, lid, res.uuid)
+
+
+# --- 6. several ledgers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_one_failing_ledger_does_not_stop_the_others(env, failing):
+    env.store.faults.on("initiate_multipart", failing + 1, H.raiser(BlobStoreError("injected")))
+    to = env.topic_offloader(tag=1)
+
+    results = to.offload_ledgers(TOPIC, list(reversed(env.ledgers)))
+
+    assert [r.ledger_id for r in results] == env.ledgers  # oldest first
+    initiated = [k for op, k in env.store.faults.log if op == "initiate_multipart"]
+    assert initiated == [data_key("", r.uuid, r.ledger_id) for r in results]
+    expected = [OUTCOME_OFFLOADED] * 3
+    expected[failing] = OUTCOME_FAILED
+    assert [r.outcome for r in results] == expected
+    ok = [r for r in results if r.ok]
+    assert_only(env, *((r.ledger_id, r.uuid) for r in ok))
+    for r in ok:
+        assert_complete(env, r.ledger_id, r.uuid)
+        assert_readable(env, r.ledger_id, r.uuid)
+    bad = results[failing]
+    assert_incomplete_attempt(env, bad.ledger_id, bad.uuid)
+
+
+# --- 7. two offloaders racing on the same ledger -----------------------------------------------
+
+
+def _separate_offloader(env) -> LedgerOffloader:
+    """The second offloader writes through the real store: its calls do not count as the first's."""
+    return LedgerOffloader(env.raw_store, max_block_size=env.max_block_size)
+
+
+def assert_single_winner(env, lid, results):
+    li = env.ledger(lid)
+    assert li.offloadContext.complete
+    winner = context_uuid(li)
+    assert [r.outcome for r in results].count(OUTCOME_OFFLOADED) == 1
+    assert {r.uuid for r in results if r.outcome == OUTCOME_OFFLOADED} == {winner}
+    assert H.abandoned(li) == []
+    return winner
+
+
+def test_race_both_upload_concurrently(env):
+    """Both attempts are recorded before either writes (a barrier at initiate), then both upload at
+    once: the later-recorded one wins; the other conflicts and deletes its objects."""
+    lid = env.ledgers[0]
+    barrier = threading.Barrier(2, timeout=60)  # a deadlock guard, not a timing assumption
+    env.store.faults.on("initiate_multipart", 1, lambda *_: barrier.wait())
+    env.store.faults.on("initiate_multipart", 2, lambda *_: barrier.wait())
+    results = [None, None]
+
+    def run(i):
+        results[i] = env.topic_offloader(tag=i + 1).offload_ledger(TOPIC, lid)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(r.outcome for r in results) == [OUTCOME_CONFLICT, OUTCOME_OFFLOADED]
+    winner = assert_single_winner(env, lid, results)
+    assert_only(env, (lid, winner))
+    assert_readable(env, lid, winner)
+
+
+def test_race_other_attempt_runs_after_our_objects_are_written(env):
+    """B runs entirely between A's data upload and A's index write: B removes A's data as abandoned,
+    A's completion then conflicts and A deletes what it wrote."""
+    lid = env.ledgers[0]
+    a = env.topic_offloader(tag=1)
+    b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
+    got = {}
+    env.store.faults.on("put_index", 1, lambda *_: got.setdefault("b", b.offload_ledger(TOPIC, lid)))
+
+    ra = a.offload_ledger(TOPIC, lid)
+
+    rb = got["b"]
+    assert rb.outcome == OUTCOME_OFFLOADED
+    assert ra.outcome == OUTCOME_CONFLICT
+    assert_single_winner(env, lid, [ra, rb])
+    assert_complete(env, lid, rb.uuid)
+    assert_only(env, (lid, rb.uuid))
+    assert_readable(env, lid, rb.uuid)
+
+
+def test_race_other_attempt_runs_while_our_upload_is_in_progress(env):
+    """B runs entirely while A is between parts: B aborts A's upload as abandoned; A fails at its
+    next part and leaves nothing; B's offload is the recorded one."""
+    lid = env.ledgers[1]
+    a = env.topic_offloader(tag=1)
+    b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
+    got = {}
+    env.store.faults.on("upload_part", 3, lambda *_: got.setdefault("b", b.offload_ledger(TOPIC, lid)))
+
+    ra = a.offload_ledger(TOPIC, lid)
+
+    rb = got["b"]
+    assert rb.outcome == OUTCOME_OFFLOADED
+    assert ra.outcome in (OUTCOME_FAILED, OUTCOME_CONFLICT) and not ra.ok
+    assert_single_winner(env, lid, [ra, rb])
+    assert_only(env, (lid, rb.uuid))
+    assert_readable(env, lid, rb.uuid)
+
+
+@pytest.mark.parametrize("round_", range(4))
+def test_free_race_of_two_offloaders_over_every_ledger(env, round_):
+    """No forced interleaving: whatever the order, each ledger ends with exactly one complete
+    offload and the store holds only the recorded uuids' objects."""
+    start = threading.Barrier(2, timeout=60)
+    results: list = [None, None]
+    offloaders = [env.topic_offloader(tag=1), env.topic_offloader(tag=2, offloader=_separate_offloader(env))]
+
+    def run(i):
+        start.wait()
+        results[i] = offloaders[i].offload_ledgers(TOPIC, env.ledgers)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    recorded = []
+    for k, lid in enumerate(env.ledgers):
+        pair = [results[0][k], results[1][k]]
+        assert all(r.ledger_id == lid for r in pair)
+        li = env.ledger(lid)
+        assert li.offloadContext.complete, pair
+        winner = context_uuid(li)
+        assert H.abandoned(li) == []
+        # exactly one attempt wrote the recorded offload; the other skipped it or lost
+        assert [r.outcome for r in pair].count(OUTCOME_OFFLOADED) == 1, pair
+        loser = next(r for r in pair if r.outcome != OUTCOME_OFFLOADED)
+        assert loser.outcome in (OUTCOME_SKIPPED, OUTCOME_CONFLICT, OUTCOME_FAILED), pair
+        if loser.outcome == OUTCOME_SKIPPED:
+            assert loser.uuid == winner
+        recorded.append((lid, winner))
+        assert_readable(env, lid, winner)
+    assert_only(env, *recorded)

@@ -1,0 +1,128 @@
+"""tieredcore.workload: deterministic payloads, size ranges, the order-sensitive digest."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+
+from tieredcore.errors import ValidationError
+from tieredcore.workload import Digest, PayloadGenerator, parse_size_range
+
+TOPIC = "public/default/persistent/t"
+
+
+def test_same_seed_and_topic_same_payloads() -> None:
+    a = list(PayloadGenerator(3, TOPIC, 10, 5000).payloads(0, 300))
+    b = list(PayloadGenerator(3, TOPIC, 10, 5000).payloads(0, 300))
+    assert a == b
+    assert len(set(a)) == len(a)  # every payload is distinct (the header carries seq)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        PayloadGenerator(3, "public/default/persistent/u", 10, 5000),
+        PayloadGenerator(4, TOPIC, 10, 5000),
+    ],
+)
+def test_different_topic_or_seed_different_payloads(other: PayloadGenerator) -> None:
+    a = list(PayloadGenerator(3, TOPIC, 10, 5000).payloads(0, 100))
+    b = list(other.payloads(0, 100))
+    assert all(x != y for x, y in zip(a, b, strict=True))
+    assert [len(x) for x in a] != [len(y) for y in b]
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 0), (1, 1), (15, 17), (16, 16), (0, 40), (100, 4096),
+                                        (4 * 1024 * 1024, 4 * 1024 * 1024)])
+def test_sizes_within_range(lo: int, hi: int) -> None:
+    g = PayloadGenerator(1, TOPIC, lo, hi)
+    n = 4 if lo > 1024 * 1024 else 500
+    sizes = [len(p) for p in g.payloads(0, n)]
+    assert all(lo <= s <= hi for s in sizes)
+    assert sizes == [g.size(seq) for seq in range(n)]
+    if hi - lo >= 2:
+        assert len(set(sizes)) > 1
+    if hi - lo < 10:
+        assert set(sizes) == set(range(lo, hi + 1))  # every size of a small range turns up
+
+
+def test_payload_is_the_seq_th_element() -> None:
+    g = PayloadGenerator(9, TOPIC, 0, 700)
+    all_ = list(g.payloads(0, 200))
+    assert [g.payload(seq) for seq in range(200)] == all_
+    assert list(g.payloads(57, 30)) == all_[57:87]
+    assert list(g.payloads(5, 0)) == []
+
+
+def test_header_encodes_seq() -> None:
+    g = PayloadGenerator(2, TOPIC, 16, 300)
+    for seq in (0, 1, 2, 1000, 2**40):
+        p = g.payload(seq)
+        got_seq, _tag = struct.unpack(">QQ", p[:16])
+        assert got_seq == seq
+    # shorter than the header: a prefix of it
+    short = PayloadGenerator(2, TOPIC, 9, 9).payload(5)
+    assert len(short) == 9 and short[:8] == struct.pack(">Q", 5)
+
+
+def test_generator_is_a_value() -> None:
+    g = PayloadGenerator(1, TOPIC, 1, 2)
+    assert g == PayloadGenerator(1, TOPIC, 1, 2)
+    with pytest.raises(AttributeError):
+        g.seed = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1024", (1024, 1024)),
+        ("0", (0, 0)),
+        ("100-4096", (100, 4096)),
+        ("64K", (65536, 65536)),
+        ("1k-2K", (1024, 2048)),
+        ("1M", (1 << 20, 1 << 20)),
+        ("16-4M", (16, 4 << 20)),
+        (" 7 - 9 ", (7, 9)),
+        ("5-5", (5, 5)),
+    ],
+)
+def test_parse_size_range_accepts(text: str, expected: tuple[int, int]) -> None:
+    assert parse_size_range(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "10-", "-10", "10-5", "1.5K", "4M-5M", "5M", "4097K", "1G", "K", "1-2-3", "0x10"],
+)
+def test_parse_size_range_rejects(text: str) -> None:
+    with pytest.raises(ValidationError):
+        parse_size_range(text)
+
+
+def test_digest_counts_and_is_order_sensitive() -> None:
+    a, b, c = b"alpha", b"beta", b""
+    d1, d2, d3 = Digest(), Digest(), Digest()
+    d1.update_many([a, b, c])
+    d2.update_many([b, a, c])
+    d3.update_many([a])
+    d3.update_many(iter([b, c]))  # chunking does not matter, generators are fine
+    assert d1.count == d2.count == d3.count == 3
+    assert d1.hexdigest() != d2.hexdigest()
+    assert d1.hexdigest() == d3.hexdigest()
+
+
+def test_digest_frames_each_payload() -> None:
+    # length prefixes: moving a byte across a payload boundary changes the digest
+    d1, d2 = Digest(), Digest()
+    d1.update_many([b"ab", b"c"])
+    d2.update_many([b"a", b"bc"])
+    assert d1.hexdigest() != d2.hexdigest()
+    empty = Digest()
+    assert empty.count == 0 and empty.hexdigest() == hashlib.sha256().hexdigest()
+    one_empty = Digest()
+    one_empty.update_many([b""])
+    assert one_empty.count == 1 and one_empty.hexdigest() != empty.hexdigest()
+    expected = hashlib.sha256(b"\x00\x00\x00\x02ab\x00\x00\x00\x01c").hexdigest()
+    assert d1.hexdigest() == expected
