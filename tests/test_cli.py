@@ -568,3 +568,22 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert res["tier_reads"] == {"hot": 2, "offloaded": 2}
     p = tiered("--workspace", "ws", "offload", "--up-to", "1:0")
     assert p.returncode == 2 and "--up-to needs explicit topic" in p.stderr
+
+
+def test_status_by_namespace_totals_match_ledgers_and_objects(gen: Cli) -> None:
+    gen.ok("offload", "--namespace", NS_A, "--keep-bytes", "0")
+    res = gen.json("status", "--by-namespace", "--ledgers")
+    per_ns: dict[str, dict[str, int]] = {}
+    for row in res["topics"]:
+        ns = TopicName.parse(row["topic"]).namespace_name
+        agg = per_ns.setdefault(ns, {"both": 0, "hot_only": 0, "offloaded_bytes": 0})
+        for d in row["ledger_detail"]:
+            agg["both"] += d["tier"] == "both"
+            agg["hot_only"] += d["tier"] == "hot"
+            agg["offloaded_bytes"] += d["size"] if d["tier"] != "hot" else 0
+    for ns, agg in per_ns.items():
+        for k, v in agg.items():
+            assert res["namespaces"][ns][k] == v, (ns, k)
+    assert res["namespaces"][NS_A]["both"] > 0 and res["namespaces"][NS_B]["both"] == 0
+    # two objects (data + index) per offloaded ledger
+    assert res["store"]["objects"] == 2 * sum(a["both"] for a in res["namespaces"].values())

@@ -240,7 +240,34 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
         if not args.ledgers:
             del row["ledger_detail"]
         rows.append(row)
-    return {"topics": rows}
+    res: dict[str, Any] = {"topics": rows}
+    if args.by_namespace:
+        res["namespaces"] = _by_namespace(rows)
+        res["store"] = _store_totals(ws)
+    return res
+
+
+def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    keys = ("ledgers", "hot_only", "both", "offloaded_only", "hot_bytes", "offloaded_bytes", "entries")
+    for r in rows:
+        ns = TopicName.parse(r["topic"]).namespace_name
+        agg = out.setdefault(ns, {"topics": 0, **dict.fromkeys(keys, 0)})
+        agg["topics"] += 1
+        for k in keys:
+            agg[k] += r[k]
+    return out
+
+
+def _store_totals(ws: Workspace) -> dict[str, Any]:
+    """Objects under the workspace store's offload prefix (what an operator's bill is made of)."""
+    from tieredcore.stores.blob import iter_objects
+
+    n = size = 0
+    for o in iter_objects(ws.store, ws.offloader.prefix):
+        n += 1
+        size += o.size
+    return {"url": ws.config.store_url, "objects": n, "bytes": size}
 
 
 def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -329,6 +356,15 @@ def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if cmd == "policies":
         print(json.dumps(res, indent=2))
         return
+    if cmd == "status" and "namespaces" in res:
+        print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
+              f"{'hot MiB':>10} {'cold MiB':>10}")
+        for ns, a in sorted(res["namespaces"].items()):
+            print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
+                  f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f}")
+        st = res["store"]
+        print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
+        return
     if cmd == "status":
         hdr = f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14}"
         print(hdr)
@@ -389,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-bytes", type=int, help="keep at most N bytes in the hot tier")
 
     s = sub.add_parser("status", parents=[common], help="per-topic (and per-ledger) tier table")
+    s.add_argument("--by-namespace", action="store_true", help="totals per namespace and object-store totals")
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--ledgers", action="store_true", help="one line per ledger")
