@@ -1,0 +1,508 @@
+"""Structure of the scale-out stack (docker-compose.yaml, docker/*.Dockerfile).
+
+No Docker engine runs here (`docker compose` cannot start anything), so this checks what can be checked
+without one: the official Airflow 3 layout, healthchecks, dependencies, mounts, connection variables
+(resolved by the real Airflow providers), the tieredcore configuration the containers get (loaded by
+tieredcore itself), pinned images, and Dockerfiles consistent with pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+
+from tieredcore.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yaml"
+
+AIRFLOW_SERVICES = {
+    "airflow-apiserver": "api-server",
+    "airflow-scheduler": "scheduler",
+    "airflow-dag-processor": "dag-processor",
+    "airflow-triggerer": "triggerer",
+    "airflow-worker": "celery worker",
+}
+SPARK_SERVICES = ("spark-master", "spark-worker")
+REQUIRED = {
+    "postgres", "redis", *AIRFLOW_SERVICES, "airflow-init", "spark-master", "spark-worker", "minio", "minio-init",
+}
+ONE_SHOT = {"airflow-init", "minio-init"}
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+# -- compose interpolation (the subset compose defines: $$, $VAR, ${VAR}, ${VAR:-d}, ${VAR-d}, ${VAR:?e}) --
+
+_VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:-|-|:\?|\?)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "$"
+        name, op, arg = m.group(2) or m.group(5), m.group(3), m.group(4)
+        val = env.get(name)
+        if op == ":-":
+            return val if val else arg
+        if op == "-":
+            return arg if val is None else val
+        if op in (":?", "?"):
+            if not val:
+                raise AssertionError(f"${{{name}}} is required: {arg}")
+            return val
+        return val or ""
+
+    return _VAR.sub(sub, value)
+
+
+def load(env: dict[str, str] | None = None) -> dict[str, Any]:
+    raw = yaml.safe_load(COMPOSE.read_text())  # resolves the x-* anchors and << merges
+    return interpolate(raw, env or {})
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load()
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+@pytest.fixture(scope="module")
+def project() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pins(project: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    deps = list(project["project"]["dependencies"])
+    for extra in project["project"]["optional-dependencies"].values():
+        deps += extra
+    for d in deps:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-\[\]]+)==([^\s;]+)", d)
+        if m:
+            out[m.group(1).split("[")[0].lower()] = m.group(2)
+    return out
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """target -> source for the service's short-syntax volumes."""
+    out = {}
+    for v in service.get("volumes") or []:
+        assert isinstance(v, str), f"long-syntax volume not expected: {v}"
+        parts = v.split(":")
+        assert len(parts) in (2, 3), v
+        out[parts[1]] = parts[0]
+    return out
+
+
+def is_long_running(name: str, svc: dict[str, Any], services: dict[str, Any]) -> bool:
+    if svc.get("profiles"):  # started only on request (airflow-cli, flower)
+        return False
+    awaited_to_complete = any(
+        (dep.get("depends_on") or {}).get(name, {}).get("condition") == "service_completed_successfully"
+        for dep in services.values()
+        if isinstance(dep.get("depends_on"), dict)
+    )
+    return not awaited_to_complete
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    logical, buf = [], ""
+    for line in path.read_text().splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        logical.append(buf + line)
+        buf = ""
+    assert not buf, f"{path}: dangling continuation"
+    out = []
+    for stmt in logical:
+        word, _, rest = stmt.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def dockerfile_of(svc: dict[str, Any]) -> Path:
+    build = svc["build"]
+    context = ROOT / build.get("context", ".")
+    return context / build.get("dockerfile", "Dockerfile")
+
+
+def image_ref_ok(ref: str) -> bool:
+    """A reference with an explicit tag that is not `latest` (a digest pin is fine too)."""
+    if "@sha256:" in ref:
+        return True
+    last = ref.rsplit("/", 1)[-1]
+    return ":" in last and last.split(":", 1)[1] not in ("", "latest")
+
+
+# -- services and the official Airflow 3 layout ---------------------------------------------------------
+
+
+def test_required_services_present(services):
+    assert set(services) >= REQUIRED, REQUIRED - set(services)
+
+
+def test_airflow_services_follow_the_official_layout(services):
+    images = {services[n]["image"] for n in [*AIRFLOW_SERVICES, "airflow-init"]}
+    assert len(images) == 1, images
+    for name, command in AIRFLOW_SERVICES.items():
+        svc = services[name]
+        assert svc["command"] == command, name
+        env = env_of(svc)
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        assert urlparse(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]).hostname == "postgres"
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
+        assert urlparse(env["AIRFLOW__CELERY__BROKER_URL"]).hostname == "redis"
+        assert urlparse(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]).netloc == "airflow-apiserver:8080"
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "all components must share one JWT secret"
+        assert svc["user"] == "50000:0"
+    assert "8080:8080" in services["airflow-apiserver"]["ports"]
+    init = services["airflow-init"]
+    assert env_of(init)["_AIRFLOW_DB_MIGRATE"] == "true"
+    assert env_of(init)["_AIRFLOW_WWW_USER_CREATE"] == "true"
+    assert env_of(init)["_AIRFLOW_WWW_USER_USERNAME"] == "airflow"
+    assert init["user"] == "0:0"
+    script = "\n".join(init["command"])
+    assert "/data/tiered" in script and "chown" in script  # the shared volume gets the Airflow uid
+    # the apiserver, scheduler, dag-processor, triggerer and worker wait for the init
+    for name in AIRFLOW_SERVICES:
+        deps = services[name]["depends_on"]
+        assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+        assert deps["postgres"]["condition"] == deps["redis"]["condition"] == "service_healthy", name
+
+
+def test_long_running_services_have_healthchecks(services):
+    long_running = {n for n, s in services.items() if is_long_running(n, s, services)}
+    assert long_running >= {"postgres", "redis", *AIRFLOW_SERVICES, *SPARK_SERVICES, "minio"}
+    assert not long_running & ONE_SHOT
+    for name in sorted(long_running):
+        hc = services[name].get("healthcheck")
+        assert hc, f"{name}: no healthcheck"
+        test = hc["test"]
+        assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL") and len(test) >= 2, name
+        assert all(isinstance(t, str) and t for t in test), name
+        assert not hc.get("disable"), name
+        assert hc.get("interval") and hc.get("retries"), name
+        assert services[name].get("restart") == "always", f"{name}: a long-running service restarts"
+    for name in ONE_SHOT:
+        assert services[name].get("restart") in (None, "no"), f"{name} is one-shot"
+
+
+def test_depends_on_references_existing_services(services):
+    for name, svc in services.items():
+        deps = svc.get("depends_on") or {}
+        assert isinstance(deps, dict), f"{name}: depends_on needs conditions"
+        for target, spec in deps.items():
+            assert target in services, f"{name} depends on unknown service {target}"
+            assert target != name
+            cond = spec["condition"]
+            assert cond in CONDITIONS, (name, target, cond)
+            if cond == "service_healthy":
+                assert services[target].get("healthcheck"), f"{name} waits for {target} to be healthy"
+            if cond == "service_completed_successfully":
+                assert not is_long_running(target, services[target], services)
+    # no cycles
+    state: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        assert state.get(n) != 1, f"dependency cycle: {' -> '.join([*path, n])}"
+        state[n] = 1
+        for t in services[n].get("depends_on") or {}:
+            visit(t, [*path, n])
+        state[n] = 2
+
+    for n in services:
+        visit(n, [])
+    w = services["airflow-worker"]["depends_on"]
+    assert w["spark-master"]["condition"] == "service_healthy"
+    assert w["minio-init"]["condition"] == "service_completed_successfully"
+    assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    assert services["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
+
+
+def test_named_volumes_declared_and_bind_sources_exist(compose, services):
+    declared = set(compose.get("volumes") or {})
+    for name, svc in services.items():
+        for target, source in mounts(svc).items():
+            assert PurePosixPath(target).is_absolute(), (name, target)
+            if source.startswith((".", "/")):
+                # ./logs and ./config are created by docker and airflow-init at first start
+                if source not in ("./logs", "./config"):
+                    assert (ROOT / source).exists(), f"{name}: bind source {source} missing"
+            else:
+                assert source in declared, f"{name}: volume {source} not declared"
+
+
+# -- the project inside the containers ---------------------------------------------------------------------
+
+
+def test_airflow_services_mount_dags_plugins_jobs_and_package(services):
+    for name in [*AIRFLOW_SERVICES, "airflow-init"]:
+        m = mounts(services[name])
+        for d in ("dags", "plugins", "spark_jobs", "tieredcore"):
+            assert m.get(f"/opt/airflow/{d}") == f"./{d}", f"{name}: ./{d} not mounted"
+        env = env_of(services[name])
+        # the mounted package is importable (and wins over the image's copy)
+        assert "/opt/airflow" in env["PYTHONPATH"].split(":"), name
+        assert env["TIERED_SPARK_JOBS_DIR"] == "/opt/airflow/spark_jobs"
+        for job in ("offload_sweep.py", "deletion_lag_cleanup.py"):
+            assert (ROOT / "spark_jobs" / job).is_file()
+
+
+def test_spark_services_have_the_package(services):
+    for name in SPARK_SERVICES:
+        svc = services[name]
+        env = env_of(svc)
+        m = mounts(svc)
+        pkg_targets = {s: t for t, s in m.items() if s in ("./tieredcore", "./spark_jobs")}
+        assert set(pkg_targets) == {"./tieredcore", "./spark_jobs"}, name
+        for target in pkg_targets.values():
+            assert str(PurePosixPath(target).parent) in env["PYTHONPATH"].split(":"), name
+        # and the image has it installed (the mounts are only the live copy)
+        instr = dockerfile_instructions(dockerfile_of(svc))
+        copies = " ".join(a for i, a in instr if i == "COPY")
+        assert "tieredcore" in copies and "spark_jobs" in copies
+        assert any(i == "RUN" and "pip install" in a and "constraints.txt" in a for i, a in instr)
+
+
+def test_shared_volume_holds_metadata_hot_tier_and_reports(compose, services):
+    """Drivers (Airflow worker) and executors (Spark worker) open the same SQLite metadata and hot tier."""
+    worker_env = env_of(services["airflow-worker"])
+    paths = [  # sqlite:////abs and file:///abs (tieredcore's forms) -> /abs
+        "/" + urlparse(worker_env["TIERED_METADATA_URL"]).path.lstrip("/"),
+        "/" + urlparse(worker_env["TIERED_HOT_URL"]).path.lstrip("/"),
+        worker_env["TIERED_REPORTS_DIR"],
+    ]
+    for p in paths:
+        for name in ("airflow-worker", "spark-worker", "spark-master", "airflow-init"):
+            m = mounts(services[name])
+            owners = [t for t in m if PurePosixPath(p).is_relative_to(t)]
+            assert owners, f"{name}: {p} not on a mounted volume"
+            assert m[owners[0]] in (compose.get("volumes") or {}), f"{name}: {p} must be on a named volume"
+    assert mounts(services["airflow-worker"])["/data/tiered"] == mounts(services["spark-worker"])["/data/tiered"]
+    # one uid writes the shared files from both sides
+    assert services["spark-worker"]["user"] == services["airflow-worker"]["user"]
+    for key in ("TIERED_METADATA_URL", "TIERED_HOT_URL", "TIERED_STORE_URL", "TIERED_REPORTS_DIR",
+                "PYSPARK_PYTHON"):
+        assert env_of(services["spark-worker"])[key] == worker_env[key], key
+
+
+def test_tiered_configuration_loads(services, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./tiered.toml: the environment alone configures the containers
+    env = env_of(services["airflow-worker"])
+    assert "TIERED_CONFIG" not in env
+    cfg = Config.load(env=env)
+    assert cfg.spark_master == "spark://spark-master:7077"
+    assert cfg.metadata_url.startswith("sqlite:////data/tiered/")
+    u = urlparse(cfg.store_url)
+    q = {k: v[-1] for k, v in parse_qs(u.query).items()}
+    assert u.scheme == "s3"
+    assert u.netloc == env_of(services["minio-init"])["TIERED_BUCKET"] == "tiered-offload"
+    endpoint = urlparse(q["endpoint"])
+    assert (endpoint.hostname, endpoint.port) == ("minio", 9000)
+    assert q["region"]
+    assert cfg.max_block_size >= 5 * 1024 * 1024
+
+
+def test_pyspark_python_exists_in_both_images(services):
+    python = env_of(services["airflow-worker"])["PYSPARK_PYTHON"]
+    assert python == env_of(services["spark-worker"])["PYSPARK_PYTHON"]
+    for name in ("airflow-worker", "spark-worker"):
+        text = dockerfile_of(services[name]).read_text()
+        assert python in text, f"{dockerfile_of(services[name]).name} does not provide {python}"
+
+
+# -- connections ---------------------------------------------------------------------------------------------
+
+
+def connections(services) -> tuple[dict[str, Any], dict[str, Any]]:
+    values = {(env_of(services[n])["AIRFLOW_CONN_SPARK_DEFAULT"], env_of(services[n])["AIRFLOW_CONN_AWS_DEFAULT"])
+              for n in [*AIRFLOW_SERVICES, "airflow-init"]}
+    assert len(values) == 1, "every Airflow service sees the same connections"
+    spark, aws = values.pop()
+    return json.loads(spark), json.loads(aws)
+
+
+def test_connection_variables_are_well_formed(services):
+    spark, aws = connections(services)
+    assert spark["conn_type"] == "spark"
+    assert f"{spark['host']}:{spark['port']}" == "spark://spark-master:7077"
+    master_cmd = services["spark-master"]["command"]
+    assert master_cmd[master_cmd.index("--port") + 1] == str(spark["port"])
+    assert master_cmd[master_cmd.index("--host") + 1] == "spark-master"
+    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+
+    assert aws["conn_type"] == "aws"
+    endpoint = urlparse(aws["extra"]["endpoint_url"])
+    assert (endpoint.scheme, endpoint.hostname, endpoint.port) == ("http", "minio", 9000)
+    assert "9000:9000" in services["minio"]["ports"]
+    minio_env = env_of(services["minio"])
+    assert aws["login"] == minio_env["MINIO_ROOT_USER"] == "minioadmin"
+    assert aws["password"] == minio_env["MINIO_ROOT_PASSWORD"]
+    spark_env = env_of(services["spark-worker"])
+    assert spark_env["AWS_ACCESS_KEY_ID"] == aws["login"]
+    assert spark_env["AWS_SECRET_ACCESS_KEY"] == aws["password"]
+
+
+def test_credentials_come_from_the_environment():
+    env = {"MINIO_ROOT_USER": "tiered", "MINIO_ROOT_PASSWORD": "s3cr3t/+=&x", "TIERED_BUCKET": "other-bucket"}
+    svcs = load(env)["services"]
+    _, aws = connections(svcs)
+    assert (aws["login"], aws["password"]) == ("tiered", "s3cr3t/+=&x")
+    assert env_of(svcs["minio"])["MINIO_ROOT_PASSWORD"] == "s3cr3t/+=&x"
+    assert env_of(svcs["minio-init"])["TIERED_BUCKET"] == "other-bucket"
+    assert urlparse(env_of(svcs["airflow-worker"])["TIERED_STORE_URL"]).netloc == "other-bucket"
+
+
+def test_providers_resolve_the_connections(services, tmp_path):
+    """The Spark and Amazon providers themselves read the variables (no metadata DB needed)."""
+    env_vars = env_of(services["airflow-worker"])
+    code = (
+        "import json\n"
+        "from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook\n"
+        "from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook\n"
+        "c = SparkSubmitHook(conn_id='spark_default')._connection\n"
+        "a = AwsBaseHook(aws_conn_id='aws_default', client_type='s3').conn_config\n"
+        "print(json.dumps({'master': c['master'], 'deploy_mode': c['deploy_mode'],\n"
+        "                  'endpoint': a.get_service_endpoint_url('s3'), 'region': a.region_name,\n"
+        "                  'key': a.aws_access_key_id}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW_CONN_SPARK_DEFAULT=env_vars["AIRFLOW_CONN_SPARK_DEFAULT"],
+        AIRFLOW_CONN_AWS_DEFAULT=env_vars["AIRFLOW_CONN_AWS_DEFAULT"],
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"master": "spark://spark-master:7077", "deploy_mode": "client",
+                   "endpoint": "http://minio:9000", "region": "us-east-1", "key": "minioadmin"}
+
+
+# -- images and Dockerfiles ------------------------------------------------------------------------------------
+
+
+def test_images_are_pinned(services, project):
+    version = project["project"]["version"]
+    for name, svc in services.items():
+        ref = svc.get("image")
+        assert ref, f"{name}: no image"
+        assert image_ref_ok(ref), f"{name}: image {ref!r} is not pinned"
+        if "build" in svc:
+            assert ref.endswith(f":{version}"), f"{name}: built image tagged {ref}, project is {version}"
+            df = dockerfile_of(svc)
+            assert df.is_file(), f"{name}: {df} missing"
+            for instr, args in dockerfile_instructions(df):
+                if instr == "FROM":
+                    assert image_ref_ok(args.split()[0]), f"{df.name}: FROM {args}"
+                if instr == "COPY" and "--from=" in args:
+                    src = re.search(r"--from=(\S+)", args).group(1)
+                    assert image_ref_ok(src), f"{df.name}: COPY --from={src}"
+    assert services["minio"]["image"].split(":")[-1].startswith("RELEASE.")
+    assert services["minio-init"]["image"].split("/")[-1].startswith("mc:RELEASE.")
+
+
+def test_dockerfile_copy_sources_exist(services):
+    for name in ("airflow-worker", "spark-worker"):
+        df = dockerfile_of(services[name])
+        context = ROOT / services[name]["build"].get("context", ".")
+        for instr, args in dockerfile_instructions(df):
+            if instr != "COPY" or "--from=" in args:
+                continue
+            sources = [a for a in args.split() if not a.startswith("--")][:-1]
+            assert sources, args
+            for s in sources:
+                assert (context / s).exists(), f"{df.name}: COPY source {s} missing"
+
+
+def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
+    p = pins(project)
+    airflow_v, pyspark_v = p["apache-airflow"], p["pyspark"]
+    assert (airflow_v, pyspark_v) == ("3.3.2", "4.3.0")
+    constraints = (ROOT / "constraints.txt").read_text().split()
+    assert f"apache-airflow=={airflow_v}" in constraints and f"pyspark=={pyspark_v}" in constraints
+
+    df = dockerfile_of(services["airflow-worker"])
+    instr = dockerfile_instructions(df)
+    froms = [a for i, a in instr if i == "FROM"]
+    m = re.fullmatch(r"apache/airflow:(\d+\.\d+\.\d+)-python(3\.\d+)", froms[-1].split()[0])
+    assert m, froms
+    assert m.group(1) == airflow_v
+    minimum = re.search(r">=\s*3\.(\d+)", project["project"]["requires-python"]).group(1)
+    assert int(m.group(2).split(".")[1]) >= int(minimum)
+
+    runs = [a for i, a in instr if i == "RUN"]
+    install = [k for k, r in enumerate(runs) if "-c /opt/tiered/src/constraints.txt" in r]
+    assert install, "the project is installed with its pinned constraints"
+    cmds = [c.strip() for c in runs[install[0]].split(";")]
+    main = next(k for k, c in enumerate(cmds) if "constraints.txt" in c and "pip install" in c)
+    assert f'"apache-airflow=={airflow_v}"' in cmds[main] and "[spark,airflow]" in cmds[main]
+    fix = [k for k, c in enumerate(cmds) if "--force-reinstall" in c]
+    assert fix and fix[0] > main, "spec/06: force-reinstall pyspark after the install that pulls pyspark-client"
+    assert "--no-deps" in cmds[fix[0]] and f"pyspark=={pyspark_v}" in cmds[fix[0]]
+    after = "; ".join(cmds[fix[0] + 1:])
+    assert "pyspark.__version__" in after and f"'{pyspark_v}'" in after, "the build verifies the fix"
+    assert not [r for r in runs if "uninstall" in r], "never uninstall pyspark-client (spec/06)"
+    assert any(i == "RUN" and "jre" in a for i, a in instr), "spark-submit needs a JVM"
+
+
+def test_spark_dockerfile_matches_driver_versions(services, project):
+    p = pins(project)
+    spark_df = dockerfile_of(services["spark-worker"])
+    instr = dockerfile_instructions(spark_df)
+    base = [a for i, a in instr if i == "FROM"][-1].split()[0]
+    m = re.fullmatch(r"apache/spark:(\d+\.\d+\.\d+)(-[\w.-]+)?", base)
+    assert m, base
+    assert m.group(1) == p["pyspark"], "cluster Spark version == the driver's pyspark"
+    airflow_py = re.search(r"-python(3\.\d+)", dockerfile_instructions(dockerfile_of(services["airflow-worker"]))[0][1])
+    text = spark_df.read_text()
+    assert f"--python {airflow_py.group(1)}" in text, "executors' Python minor version == the driver's"
+    assert f"Spark {p['pyspark']}" in text, "the build checks the distribution's version"
+    assert services["spark-master"]["image"] == services["spark-worker"]["image"]
+    assert services["spark-worker"]["build"]["args"]["AIRFLOW_UID"] == "50000"
+
+
+def test_minio_init_creates_the_bucket(services):
+    init = services["minio-init"]
+    script_mount = [s for t, s in mounts(init).items() if t.endswith(".sh")]
+    assert script_mount, "init script mounted"
+    script = (ROOT / script_mount[0]).read_text()
+    assert "mc mb --ignore-existing" in script and "TIERED_BUCKET" in script
+    assert init["entrypoint"][-1] in mounts(init)
+    env = env_of(init)
+    assert urlparse(env["MINIO_ENDPOINT"]).hostname == "minio"
+    assert env["MINIO_ROOT_USER"] == env_of(services["minio"])["MINIO_ROOT_USER"]
