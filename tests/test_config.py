@@ -137,13 +137,15 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_SPARK_MASTER": "spark://x:7077",
         "TIERED_MAX_BLOCK_SIZE": str(16 * MIB),
         "TIERED_READ_BUFFER": "4096",
+        "TIERED_CHECKPOINT_INTERVAL": "0",
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
     cfg = Config.load(p, env=env)
     assert cfg == Config(metadata_url="sqlite:///env.db", hot_url="file:///env-hot",
                          store_url="s3://bkt/pre?region=eu-west-1", cluster="env", reports_dir="/reports",
-                         spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096)
+                         spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
+                         checkpoint_interval=0)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096

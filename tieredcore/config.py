@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from tieredcore.errors import ValidationError
-from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
+from tieredcore.formats.constants import (
+    DEFAULT_CHECKPOINT_INTERVAL,
+    DEFAULT_MAX_BLOCK_SIZE,
+    DEFAULT_READ_BUFFER_SIZE,
+)
 
 if TYPE_CHECKING:
     from tieredcore.stores.blob import BlobStore
@@ -39,6 +43,7 @@ ENV_OVERRIDES = {
     "TIERED_SPARK_MASTER": "spark_master",
     "TIERED_MAX_BLOCK_SIZE": "max_block_size",
     "TIERED_READ_BUFFER": "read_buffer",
+    "TIERED_CHECKPOINT_INTERVAL": "checkpoint_interval",
 }
 
 
@@ -52,6 +57,9 @@ class Config:
     spark_master: str = "local[*]"
     max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
     read_buffer: int = DEFAULT_READ_BUFFER_SIZE
+    # exact entry offsets every N data bytes in the index trailer (docs/formats.md); 0 writes an index
+    # with nothing after Pulsar's fields
+    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
     # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
     store_fsync: bool = True
     hot_fsync: bool = False
@@ -66,6 +74,8 @@ class Config:
             )
         if self.read_buffer <= 0:
             raise ValidationError("configuration: read_buffer must be positive")
+        if self.checkpoint_interval < 0:
+            raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
 
     # -- loading ------------------------------------------------------------------------------
 

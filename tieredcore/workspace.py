@@ -51,6 +51,7 @@ class Workspace:
             max_block_size=self.config.max_block_size,
             read_buffer=self.config.read_buffer,
             cluster=self.config.cluster,
+            checkpoint_interval=self.config.checkpoint_interval,
         )
 
     def topic_offloader(
@@ -67,7 +68,8 @@ class Workspace:
         if off is None:
             store, prefix = open_blob_store(url, fsync=self.config.store_fsync)
             off = self._offloaders[k] = LedgerOffloader(
-                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=self.config.cluster
+                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=self.config.cluster,
+                checkpoint_interval=self.config.checkpoint_interval,
             )
         return off
 

@@ -184,7 +184,12 @@ class Env:
 
     def topic_offloader(self, tag: int = 1, offloader: LedgerOffloader | None = None, **kw) -> TopicOffloader:
         return TopicOffloader(
-            self.ml, self.hot, offloader or self.offloader, clock_ms=self.clock, uuid_factory=uuid_seq(tag), **kw
+            self.ml,
+            self.hot,
+            offloader or self.offloader,
+            clock_ms=self.clock,
+            uuid_factory=uuid_seq(tag),
+            **kw,
         )
 
     def info(self):

@@ -326,9 +326,34 @@ def test_conflict_at_completion_deletes_only_our_objects(env):
     assert res.outcome == OUTCOME_CONFLICT
     assert other in res.error
     assert_incomplete_attempt(env, lid, other)  # the other attempt's record untouched
-    assert sorted(H.object_keys(env.raw_store)) == sorted([index_key("", other, lid), data_key("", other, lid)])
+    assert sorted(H.object_keys(env.raw_store)) == sorted(
+        [index_key("", other, lid), data_key("", other, lid)]
+    )
     assert H.upload_keys(env.raw_store) == []
     assert env.raw_store.get(data_key("", other, lid)) == b"other data"
+
+
+def test_conflict_whose_cleanup_fails_keeps_our_uuid_recorded(env):
+    """Deleting our own objects after a conflict fails: they must stay discoverable, so our uuid is
+    recorded under ABANDONED_PREFIX while the other attempt's record is left as it is."""
+    lid = env.ledgers[0]
+    other = "0000abcd-0000-4000-8000-000000000077"
+    env.meta.faults.on("put", 2, lambda *_: env.mutate(set_context(other, lid)))
+    env.store.faults.on("delete", 1, H.raiser(BlobStoreError("injected delete failure")))
+
+    res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+
+    assert res.outcome == OUTCOME_CONFLICT
+    li = env.ledger(lid)
+    assert context_uuid(li) == other and not li.offloadContext.complete
+    assert H.abandoned(li) == [res.uuid]
+    assert_only(env, (lid, res.uuid))  # what could not be deleted, findable through the record
+
+    # the next attempt replaces `other`, cleans both and drops both records
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+    assert retry.outcome == OUTCOME_OFFLOADED
+    assert H.abandoned(env.ledger(lid)) == []
+    assert_only(env, (lid, retry.uuid))
 
 
 def test_conflict_at_completion_when_the_other_attempt_already_completed(env):
@@ -592,6 +617,30 @@ def test_race_other_attempt_runs_after_our_objects_are_written(env):
     assert_single_winner(env, lid, [ra, rb])
     assert_complete(env, lid, rb.uuid)
     assert_only(env, (lid, rb.uuid))
+    assert_readable(env, lid, rb.uuid)
+
+
+def test_race_loser_that_cannot_delete_its_objects_is_recorded_as_abandoned(env):
+    """As above, but A cannot delete what it wrote: B had already recorded (and, after its cleanup,
+    dropped) A's uuid, so A records it again; B's complete offload is untouched."""
+    lid = env.ledgers[0]
+    a = env.topic_offloader(tag=1)
+    b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
+    got = {}
+    env.store.faults.on("put_index", 1, lambda *_: got.setdefault("b", b.offload_ledger(TOPIC, lid)))
+    env.store.faults.on("delete", 1, H.raiser(BlobStoreError("injected delete failure")))
+
+    ra = a.offload_ledger(TOPIC, lid)
+
+    rb = got["b"]
+    assert (ra.outcome, rb.outcome) == (OUTCOME_CONFLICT, OUTCOME_OFFLOADED)
+    assert_complete(env, lid, rb.uuid)
+    assert H.abandoned(env.ledger(lid)) == [ra.uuid]
+    # B removed A's data as abandoned; A's index (written after) is what is left of A
+    assert H.leftovers(env.raw_store) == (
+        sorted(H.offloaded_keys(rb.uuid, lid) + [index_key("", ra.uuid, lid)]),
+        [],
+    )
     assert_readable(env, lid, rb.uuid)
 
 

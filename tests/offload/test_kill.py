@@ -92,6 +92,7 @@ def run_child_and_kill(tmp_path: Path, lid: int) -> list[str]:
 
 @pytest.mark.slow
 def test_offload_killed_mid_upload_is_recovered_by_the_next_attempt(tmp_path):
+    (tmp_path / "ws").mkdir()  # what `tiered init` does
     config = Config.for_workspace(tmp_path / "ws", max_block_size=MAX_BLOCK)
     lid = write_topic(config)
 

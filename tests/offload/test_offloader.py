@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tieredcore.errors import LedgerStateError, NoSuchLedgerError, NoSuchObjectError, ValidationError
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import check_data_object, iter_data_object
-from tieredcore.formats.index import LedgerIndex, check_index_v1, parse_index
+from tieredcore.formats.index import LedgerIndex, check_index_v1, parse_checkpoints, parse_index
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
@@ -63,6 +63,42 @@ def read_all(handle, step: int) -> list[bytes]:
     return out
 
 
+def check_checkpoints(index: LedgerIndex, data: bytes, interval: int) -> None:
+    """The trailer's checkpoints point at the frames they name, inside blocks, and no frame is more
+    than `interval` bytes after the nearest index point or checkpoint before it."""
+    ids, offsets = parse_checkpoints(index)
+    if interval == 0:
+        assert index.trailer == b"" and ids == []
+        return
+    for eid, off in zip(ids, offsets, strict=True):
+        length, fid = (
+            int.from_bytes(data[off : off + 4], "big", signed=True),
+            int.from_bytes(data[off + 4 : off + 12], "big"),
+        )
+        assert fid == eid and length >= 0
+        assert eid not in index.entry_ids  # block starts are index points already
+    points = sorted(
+        [(e.first_entry_id, e.offset + 128) for e in index.entries] + list(zip(ids, offsets, strict=True))
+    )
+    pos = 0
+    for e in index.entries:
+        pos = e.offset + 128
+        eid = e.first_entry_id
+        while True:
+            length, fid = (
+                int.from_bytes(data[pos : pos + 4], "big", signed=True),
+                int.from_bytes(data[pos + 4 : pos + 12], "big"),
+            )
+            if length < 0 or fid != eid or pos + 12 > len(data):
+                break
+            floor = max(p for p in points if p[0] <= eid)
+            assert pos - floor[1] < interval or floor[0] == eid
+            pos += 12 + length
+            eid += 1
+            if pos >= len(data):
+                break
+
+
 def check_conformance(store, dkey: str, ikey: str, ledger_id: int, payloads: list[bytes], max_block: int):
     raw_index = store.get(ikey)
     data = store.get(dkey)
@@ -108,11 +144,17 @@ def test_round_trip_conformance(blob_store, tmp_path: Path, case: str, prefix: s
     ledger = sealed_ledger(hot, payloads)
     lid = ledger.ledger_id
     off = LedgerOffloader(
-        blob_store, prefix, max_block_size=max_block, read_buffer=8192, cluster="c1",
+        blob_store,
+        prefix,
+        max_block_size=max_block,
+        read_buffer=8192,
+        cluster="c1",
         offset_cache=OffsetCache(),
     )
     progress: list[tuple[int, int]] = []
-    obj = off.offload(ledger, UUID, {"ManagedLedgerName": ML_NAME}, progress=lambda d, t: progress.append((d, t)))
+    obj = off.offload(
+        ledger, UUID, {"ManagedLedgerName": ML_NAME}, progress=lambda d, t: progress.append((d, t))
+    )
 
     p = "tenant-a/offload/" if prefix else ""
     dkey, ikey = f"{p}{UUID}-ledger-{lid}", f"{p}{UUID}-ledger-{lid}-index"
@@ -122,6 +164,7 @@ def test_round_trip_conformance(blob_store, tmp_path: Path, case: str, prefix: s
     assert blob_store.list_multipart_uploads() == []
 
     index, data = check_conformance(blob_store, dkey, ikey, lid, payloads, max_block)
+    check_checkpoints(index, data, C.DEFAULT_CHECKPOINT_INTERVAL)
     assert obj.data_length == len(data) == index.data_object_length
     assert obj.blocks == len(index.entries)
     assert obj.entries == len(payloads)
@@ -165,7 +208,9 @@ def test_worked_example_2_layout(fs_store, tmp_path: Path) -> None:
     assert data[912:1000] == b"\xfe\xdc\xde\xad" * 22
 
 
-def test_extra_metadata_keys_are_lower_cased_and_cannot_override_format_keys(fs_store, tmp_path: Path) -> None:
+def test_extra_metadata_keys_are_lower_cased_and_cannot_override_format_keys(
+    fs_store, tmp_path: Path
+) -> None:
     hot = LocalLedgerStore(tmp_path / "hot")
     ledger = sealed_ledger(hot, [b"x"])
     off = LedgerOffloader(fs_store, cluster="prod", offset_cache=OffsetCache())
@@ -185,18 +230,33 @@ def test_extra_metadata_keys_are_lower_cased_and_cannot_override_format_keys(fs_
     extra_block=st.integers(min_value=0, max_value=6000),
     read_buffer=st.integers(min_value=1, max_value=10_000),
     step=st.integers(min_value=1, max_value=70),
+    interval=st.sampled_from([0, 1, 100, 2000, C.DEFAULT_CHECKPOINT_INTERVAL]),
 )
-def test_round_trip_property(sizes: list[int], extra_block: int, read_buffer: int, step: int) -> None:
+def test_round_trip_property(
+    sizes: list[int], extra_block: int, read_buffer: int, step: int, interval: int
+) -> None:
     max_block = C.MIN_BLOCK_SIZE + max(sizes) + extra_block
     payloads = [payload(i, s) for i, s in enumerate(sizes)]
     with tempfile.TemporaryDirectory() as d:
         hot = LocalLedgerStore(Path(d) / "hot")
         store = FilesystemBlobStore(Path(d) / "store", fsync=False)
         ledger = sealed_ledger(hot, payloads)
-        off = LedgerOffloader(store, max_block_size=max_block, read_buffer=read_buffer, offset_cache=OffsetCache())
+        off = LedgerOffloader(
+            store,
+            max_block_size=max_block,
+            read_buffer=read_buffer,
+            offset_cache=OffsetCache(),
+            checkpoint_interval=interval,
+        )
         obj = off.offload(ledger, UUID)
-        check_conformance(store, obj.data_key, obj.index_key, ledger.ledger_id, payloads, max_block)
+        index, data = check_conformance(
+            store, obj.data_key, obj.index_key, ledger.ledger_id, payloads, max_block
+        )
+        check_checkpoints(index, data, interval)
         assert read_all(off.read_offloaded(ledger.ledger_id, UUID), step) == payloads
+        # random single-entry reads on cold handles start at the nearest checkpoint
+        for e in range(len(payloads) - 1, -1, -7):
+            assert off.read_offloaded(ledger.ledger_id, UUID).read(e, e)[0].data == payloads[e]
 
 
 # --- rejections: nothing written -----------------------------------------------------------------
@@ -240,7 +300,10 @@ def test_block_too_small_for_largest_entry(blob_store, tmp_path: Path, largest: 
     assert_nothing_written(blob_store)
 
 
-@pytest.mark.parametrize("kwargs", [{"max_block_size": 139}, {"max_block_size": 0}, {"read_buffer": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_block_size": 139}, {"max_block_size": 0}, {"read_buffer": 0}, {"checkpoint_interval": -1}],
+)
 def test_bad_configuration(fs_store, kwargs: dict) -> None:
     with pytest.raises(ValidationError):
         LedgerOffloader(fs_store, **kwargs)
@@ -289,3 +352,30 @@ def test_delete_offloaded_aborts_unfinished_upload_of_that_attempt(blob_store, t
     assert all_keys(blob_store) == []
     off.delete_offloaded(lid, UUID)  # idempotent
     assert sorted(u.key for u in blob_store.list_multipart_uploads()) == left
+
+
+def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
+    """With checkpoints off, the index object is exactly header + metadata + 20·n entry bytes."""
+    import struct as _struct
+    import uuid as _uuid
+
+    from tieredcore.offload.offloader import LedgerOffloader as _Off
+    from tieredcore.stores.fs import FilesystemBlobStore as _Fs
+    from tieredcore.stores.hot import LocalLedgerStore as _Hot
+
+    hot = _Hot(tmp_path / "hot")
+    led = hot.create_ledger({"application": b"pulsar"})
+    led.append_many([bytes([i % 251]) * 300 for i in range(200)])
+    led.close()
+    store = _Fs(tmp_path / "cold")
+    u = _uuid.uuid4()
+    for interval, trailer in ((0, False), (1024, True)):
+        off = _Off(store, max_block_size=4096, checkpoint_interval=interval)
+        off.offload(hot.open_ledger(led.ledger_id), u)
+        raw = store.get(f"{u}-ledger-{led.ledger_id}-index")
+        _magic, length, _dlen, _hdr, n, m = _struct.unpack_from(">iiqqii", raw)
+        assert length == 32 + m + 20 * n
+        assert (len(raw) > length) is trailer
+        h = off.read_offloaded(led.ledger_id, u)
+        assert [e.data for e in h.read(0, 199)] == [bytes([i % 251]) * 300 for i in range(200)]
+        off.delete_offloaded(led.ledger_id, u)

@@ -59,12 +59,23 @@ class RecordingStore:
         return self.inner.get_range(key, start, end)
 
 
-def offload(store, tmp_path: Path, payloads: list[bytes], *, max_block_size: int = C.DEFAULT_MAX_BLOCK_SIZE,
-            read_buffer: int = C.DEFAULT_READ_BUFFER_SIZE, cache: OffsetCache | None = None):
+def offload(
+    store,
+    tmp_path: Path,
+    payloads: list[bytes],
+    *,
+    max_block_size: int = C.DEFAULT_MAX_BLOCK_SIZE,
+    read_buffer: int = C.DEFAULT_READ_BUFFER_SIZE,
+    cache: OffsetCache | None = None,
+):
     hot = LocalLedgerStore(tmp_path / "hot")
     ledger = sealed_ledger(hot, payloads)
-    off = LedgerOffloader(store, max_block_size=max_block_size, read_buffer=read_buffer,
-                          offset_cache=cache if cache is not None else OffsetCache())
+    off = LedgerOffloader(
+        store,
+        max_block_size=max_block_size,
+        read_buffer=read_buffer,
+        offset_cache=cache if cache is not None else OffsetCache(),
+    )
     obj = off.offload(ledger, UUID)
     ledger.close()
     return off, obj
@@ -298,7 +309,9 @@ def test_offset_cache_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
     assert c.get(1, "u", 1) == 43
 
 
-def test_exact_offset_reuse_skips_the_index(fs_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exact_offset_reuse_skips_the_index(
+    fs_store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     payloads = [payload(i, 100) for i in range(50)]
     cache = OffsetCache()
     off, obj = offload(fs_store, tmp_path, payloads, cache=cache)
@@ -329,3 +342,32 @@ def test_close_drops_buffers(fs_store, tmp_path: Path) -> None:
     h.close()
     assert [e.data for e in h.read(0, 49)] == payloads
     assert h.requests == before + 1
+
+
+# --- index trailer (checkpoints) -----------------------------------------------------------------
+
+
+def test_index_without_checkpoints_reads_by_walking_the_block(fs_store, tmp_path: Path) -> None:
+    """Pulsar's objects have no checkpoint trailer: a random read walks from its block's start."""
+    hot = LocalLedgerStore(tmp_path / "hot")
+    ledger = sealed_ledger(hot, KIB_ENTRIES[:500])
+    off = LedgerOffloader(
+        fs_store, max_block_size=64 * 1024, read_buffer=MIB, offset_cache=OffsetCache(), checkpoint_interval=0
+    )
+    obj = off.offload(ledger, UUID)
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    assert h.index.trailer == b""
+    assert h.read(250, 250)[0].data == KIB_ENTRIES[250]
+    assert h.bytes_fetched <= 64 * 1024 + 8192
+
+
+def test_unknown_index_trailer_is_ignored(blob_store, tmp_path: Path) -> None:
+    payloads = KIB_ENTRIES[:300]
+    off, obj = offload(blob_store, tmp_path, payloads, max_block_size=64 * 1024)
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    assert h.index.trailer != b""  # this project writes checkpoints
+    raw = blob_store.get(obj.index_key)
+    base = len(raw) - len(h.index.trailer)
+    rewrite(blob_store, obj.index_key, data=raw[:base] + b"another extension, not checkpoints")
+    for e in (0, 1, 150, 299):
+        assert off.read_offloaded(obj.ledger_id, UUID).read(e, e)[0].data == payloads[e]

@@ -12,7 +12,7 @@ frames is inherently one step per entry (lengths are variable) and uses one ``un
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
@@ -181,6 +181,30 @@ def index_entries_for(plans: Sequence[BlockPlan]) -> list[IndexEntry]:
         IndexEntry(p.first_entry, i + 1, off)
         for i, (p, off) in enumerate(zip(plans, block_offsets(plans), strict=True))
     ]
+
+
+def checkpoints_for(
+    plans: Sequence[BlockPlan], entry_sizes: Sequence[int], interval: int
+) -> list[tuple[int, int]]:
+    """``(entryId, frame offset)`` checkpoints inside blocks: in every block, the first frame at least
+    ``interval`` bytes after the block's first frame or the previous checkpoint. A frame is then never
+    more than ``interval`` bytes after the nearest index point or checkpoint before it. Python work
+    per checkpoint (bisects over cumulative sums), not per entry."""
+    if interval <= 0 or not plans:
+        return []
+    cum = list(accumulate(map(ENTRY_HEADER_SIZE.__add__, entry_sizes), initial=0))
+    out: list[tuple[int, int]] = []
+    for plan, off in zip(plans, block_offsets(plans), strict=True):
+        base = cum[plan.first_entry]
+        data_start = off + BLOCK_HEADER_LENGTH
+        last_cp = base
+        while True:
+            k = bisect_left(cum, last_cp + interval, plan.first_entry + 1, plan.last_entry + 1)
+            if k > plan.last_entry:
+                break
+            out.append((k, data_start + cum[k] - base))
+            last_cp = cum[k]
+    return out
 
 
 def _block_parts(plan: BlockPlan, frames: Buffer) -> tuple[bytes, Buffer, bytes]:

@@ -50,6 +50,12 @@ INDEX_V2_HEADER_LENGTH = 24
 INDEX_V2_SECTION_HEADER_LENGTH = 16
 #: one index entry: firstEntryId(int64) partId(int32) blockOffset(int64)
 INDEX_ENTRY_LENGTH = 20
+#: optional V1 index trailer (after the entries, where Pulsar's reader ignores it): exact frame offsets
+#: of entries inside blocks, so that a random read does not walk a whole block (upstream #3804).
+#: Layout: magic(4) count(4) then count x [entryId:int64][frameOffset:int64], sorted.
+INDEX_CHECKPOINTS_MAGIC = 0x54534331  # "TSC1"
+#: default distance in frame bytes between two checkpoints (16 bytes of index per interval)
+DEFAULT_CHECKPOINT_INTERVAL = 8192
 
 # --- object user metadata (keys lower-cased, as S3 returns them) --------------------------------
 

@@ -23,6 +23,7 @@ from tieredcore.errors import (
 )
 from tieredcore.formats.constants import (
     BLOCK_HEADER_LENGTH,
+    INDEX_CHECKPOINTS_MAGIC,
     INDEX_ENTRY_LENGTH,
     INDEX_MAGIC_V1,
     INDEX_MAGIC_V2,
@@ -445,3 +446,41 @@ def parse_index_v1(buf: Buffer, ledger_id: int = -1) -> LedgerIndex:
             f"Invalid MagicWord. read: 0x{INDEX_MAGIC_V2:08x} expected: 0x{INDEX_MAGIC_V1:08x}"
         )
     return idx
+
+
+# ================================================================================================
+# V1 trailer extension: entry checkpoints
+# ================================================================================================
+
+_CP_HEADER = struct.Struct(">Ii")  # magic, count
+
+
+def encode_checkpoints(checkpoints: Sequence[tuple[int, int]]) -> bytes:
+    """Trailer of ``(entryId, frame offset in the data object)`` pairs, appended after a V1 index's
+    entries (Pulsar's reader ignores bytes there; so does the index length field)."""
+    if not checkpoints:
+        return b""
+    flat = [v for cp in checkpoints for v in cp]
+    return _CP_HEADER.pack(INDEX_CHECKPOINTS_MAGIC, len(checkpoints)) + struct.pack(f">{len(flat)}q", *flat)
+
+
+def parse_checkpoints(index: LedgerIndex) -> tuple[list[int], list[int]]:
+    """``(entry ids, frame offsets)`` of the index's checkpoint trailer; empty lists when there is
+    none or it is not one this reader understands (readers then walk blocks from their start)."""
+    t = index.trailer
+    if len(t) < _CP_HEADER.size:
+        return [], []
+    magic, count = _CP_HEADER.unpack_from(t, 0)
+    if magic != INDEX_CHECKPOINTS_MAGIC or count <= 0 or len(t) < _CP_HEADER.size + 16 * count:
+        return [], []
+    flat = struct.unpack_from(f">{2 * count}q", t, _CP_HEADER.size)
+    ids, offs = list(flat[0::2]), list(flat[1::2])
+    ok = (
+        all(a < b for a, b in zip(ids, ids[1:], strict=False))
+        and all(a < b for a, b in zip(offs, offs[1:], strict=False))
+        and ids[0] > 0
+        and ids[-1] <= index.last_entry_id
+        and offs[0] >= BLOCK_HEADER_LENGTH
+        and offs[-1] < index.data_object_length
+    )
+    return (ids, offs) if ok else ([], [])

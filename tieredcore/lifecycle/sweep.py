@@ -71,7 +71,9 @@ class LedgerResult:
 
 
 def policy_store(ws: Workspace) -> PolicyStore:
-    return PolicyStore(ws.ml, default_store_is_s3=ws.config.store_url.startswith("s3://"))
+    # the workspace configuration is the cluster default under namespace and topic policies
+    defaults = OffloadPolicy(max_block_size=ws.config.max_block_size, read_buffer_size=ws.config.read_buffer)
+    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"))
 
 
 def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:

@@ -209,11 +209,11 @@ class TopicOffloader:
             return self._finish(res, started)
         except TieredError as e:
             res.error = f"completing offload: {e}"
-            self._delete_own(ledger_id, new_uuid)
+            self._delete_own(t, ledger_id, new_uuid)
             return self._finish(res, started)
         if "conflict" in state:
             res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
-            self._delete_own(ledger_id, new_uuid)
+            self._delete_own(t, ledger_id, new_uuid)
             return self._finish(res, started)
         res.outcome = OUTCOME_OFFLOADED
         return self._finish(res, started)
@@ -228,11 +228,29 @@ class TopicOffloader:
                 log.warning("ledger %s: could not remove abandoned attempt %s yet: %s", ledger_id, u, e)
         return done
 
-    def _delete_own(self, ledger_id: int, uuid: str) -> None:
+    def _delete_own(self, topic: TopicName, ledger_id: int, uuid: str) -> None:
         try:
             self.offloader.delete_offloaded(ledger_id, uuid)
         except TieredError as e:
             log.warning("ledger %s: could not delete conflicted attempt %s: %s", ledger_id, uuid, e)
+            # the attempt that replaced ours may already have recorded (and dropped) our uuid: record
+            # it again so that the leftovers stay discoverable
+            self._remember_abandoned(topic, ledger_id, uuid)
+
+    def _remember_abandoned(self, topic: TopicName, ledger_id: int, uuid: str) -> None:
+        key = ABANDONED_PREFIX + uuid
+
+        def mutate(info) -> bool:
+            li = find_ledger(info, ledger_id)
+            if li is None or any(kv.key == key for kv in li.properties):
+                return False
+            li.properties.add(key=key, value=str(self.clock_ms()))
+            return True
+
+        try:
+            self.ml.update_topic(topic, mutate)
+        except TieredError as e:
+            log.warning("ledger %s: could not record abandoned attempt %s: %s", ledger_id, uuid, e)
 
     @staticmethod
     def _finish(res: LedgerOffloadResult, started: float) -> LedgerOffloadResult:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tieredcore import __version__
 from tieredcore.errors import (
-    BlobStoreError,
+    FormatError,
     LedgerStateError,
     NoSuchLedgerError,
     NoSuchObjectError,
@@ -27,12 +27,13 @@ from tieredcore.formats.block import (
     BlockPlan,
     block_header,
     build_block,
+    checkpoints_for,
     encode_frames,
     index_entries_for,
     padding,
     plan_blocks,
 )
-from tieredcore.formats.index import LedgerIndex, encode_index_v1, parse_index
+from tieredcore.formats.index import LedgerIndex, encode_checkpoints, encode_index_v1, parse_index
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
@@ -69,17 +70,23 @@ class LedgerOffloader:
         read_buffer: int = C.DEFAULT_READ_BUFFER_SIZE,
         cluster: str = "standalone",
         offset_cache: OffsetCache | None = None,
+        checkpoint_interval: int = C.DEFAULT_CHECKPOINT_INTERVAL,
     ) -> None:
         if max_block_size < C.BLOCK_HEADER_LENGTH + C.ENTRY_HEADER_SIZE:
             raise ValidationError(f"max_block_size {max_block_size} is below the 140-byte minimum")
         if read_buffer <= 0:
             raise ValidationError("read_buffer must be positive")
+        if checkpoint_interval < 0:
+            raise ValidationError("checkpoint_interval must be >= 0 (0: no checkpoints)")
         self.store = store
         self.prefix = normalize_prefix(prefix)
         self.max_block_size = max_block_size
         self.read_buffer = read_buffer
         self.cluster = cluster
         self.offset_cache = offset_cache if offset_cache is not None else SHARED_OFFSET_CACHE
+        # exact frame offsets every `checkpoint_interval` frame bytes, in the index trailer (which
+        # Pulsar ignores): a random read walks at most that far instead of from its block's start
+        self.checkpoint_interval = checkpoint_interval
 
     # -- write --------------------------------------------------------------------------------
 
@@ -139,8 +146,9 @@ class LedgerOffloader:
 
         entries = index_entries_for(plans)
         md = _ledger_metadata(ledger)
+        trailer = encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval))
         try:
-            self.store.put(ikey, encode_index_v1(encode_ledger_metadata(md), total, entries),
+            self.store.put(ikey, encode_index_v1(encode_ledger_metadata(md), total, entries) + trailer,
                            self.user_metadata("index", extra_metadata))
         except BaseException:
             _quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
@@ -165,7 +173,7 @@ class LedgerOffloader:
         if not isinstance(index, LedgerIndex):
             raise NoSuchLedgerError(f"{ikey} is a multi-ledger (V2) index, not a ledger index")
         if index.data_object_length != data_info.size:
-            raise BlobStoreError(
+            raise FormatError(
                 f"{dkey}: size {data_info.size} differs from the index's data object length "
                 f"{index.data_object_length}"
             )

@@ -1,7 +1,8 @@
 """Read handle of an offloaded ledger (spec/01 read protocol).
 
-The index is parsed once per handle. Reads seek with an exact cached offset or the index's floor block
-and walk frames, fetching ranged GETs:
+The index is parsed once per handle. Reads seek with an exact cached offset, or the nearest checkpoint
+of the index trailer (an exact frame offset every few KiB, written by this project's offloader), or
+the index's floor block, and walk frames, fetching ranged GETs:
 
 * a read that continues where an earlier read of this handle stopped is a sequential stream and fetches
   whole `read_buffer` windows (few requests for catch-up readers);
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import struct
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 
 from tieredcore.errors import BadRangeError, FormatError
 from tieredcore.formats import constants as C
-from tieredcore.formats.index import LedgerIndex
+from tieredcore.formats.index import LedgerIndex, parse_checkpoints
 from tieredcore.model import Entry
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.stores.blob import BlobStore
@@ -50,6 +52,8 @@ class OffloadedLedgerHandle:
         self._object_length = index.data_object_length
         entries = max(index.last_entry_id + 1, 1)
         self._avg_frame = index.length / entries + C.ENTRY_HEADER_SIZE
+        # exact frame offsets inside blocks (index trailer extension; absent in Pulsar's objects)
+        self._cp_ids, self._cp_offsets = parse_checkpoints(index)
         self._lock = threading.Lock()
         self._windows: OrderedDict[int, bytes] = OrderedDict()  # start offset -> bytes
         self._streams: OrderedDict[int, None] = OrderedDict()  # offsets where earlier reads stopped
@@ -95,6 +99,9 @@ class OffloadedLedgerHandle:
         else:
             block = self.index.lookup(first)
             pos, eid = block.offset + C.BLOCK_HEADER_LENGTH, block.first_entry_id
+            i = bisect_right(self._cp_ids, first) - 1
+            if i >= 0 and self._cp_ids[i] > eid:  # a checkpoint inside this block, at or before first
+                pos, eid = self._cp_offsets[i], self._cp_ids[i]
         with self._lock:
             sequential = pos in self._streams
 
