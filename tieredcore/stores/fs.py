@@ -52,6 +52,7 @@ from tieredcore.errors import (
     TieredError,
     ValidationError,
 )
+from tieredcore.stores._io import pread_exact, write_all
 from tieredcore.stores.blob import (
     MAX_PART_NUMBER,
     MIN_PART_NUMBER,
@@ -140,27 +141,8 @@ def _byte_view(data: Buffer) -> memoryview:
     return mv
 
 
-def _write_all(fd: int, data: Buffer, offset: int | None = None) -> int:
-    mv = _byte_view(data)
-    done = 0
-    while done < len(mv):
-        done += os.write(fd, mv[done:]) if offset is None else os.pwrite(fd, mv[done:], offset + done)
-    return done
 
 
-def _pread_exact(fd: int, n: int, offset: int) -> bytes:
-    buf = os.pread(fd, n, offset)
-    if len(buf) == n or not buf:
-        return buf
-    chunks = [buf]
-    got = len(buf)
-    while got < n:
-        b = os.pread(fd, n - got, offset + got)
-        if not b:
-            break
-        chunks.append(b)
-        got += len(b)
-    return b"".join(chunks)
 
 
 def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
@@ -177,7 +159,7 @@ def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) ->
                 continue
         else:
             buf = os.pread(src_fd, min(n, _COPY_CHUNK), src_off)
-            c = _write_all(dst_fd, buf, dst_off) if buf else 0
+            c = write_all(dst_fd, buf, dst_off) if buf else 0
         if c == 0:
             raise BlobStoreError("filesystem store: multipart part file is shorter than recorded")
         src_off += c
@@ -327,7 +309,7 @@ class FilesystemBlobStore:
         tmp = self._new_tmp()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             if self.fsync:
                 os.fsync(fd)
         except BaseException:
@@ -458,7 +440,7 @@ class FilesystemBlobStore:
         with self._oserrors("get", key):
             fd, st = self._open_object(kb, key)
             try:
-                return _pread_exact(fd, st.st_size, 0)
+                return pread_exact(fd, st.st_size, 0)
             finally:
                 os.close(fd)
 
@@ -474,7 +456,7 @@ class FilesystemBlobStore:
                         f"range {start}-{end} of {_short(key)} starts past its end ({st.st_size} bytes)"
                     )
                 end = min(end, st.st_size - 1)
-                return _pread_exact(fd, end - start + 1, start)
+                return pread_exact(fd, end - start + 1, start)
             finally:
                 os.close(fd)
 
@@ -664,7 +646,7 @@ class FilesystemBlobStore:
             tmp = path + b"/" + _MANIFEST.encode() + b".tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             try:
-                _write_all(fd, manifest)
+                write_all(fd, manifest)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -717,7 +699,7 @@ class FilesystemBlobStore:
             try:
                 size = os.fstat(jfd).st_size
                 if size > state.pos:
-                    tail = _pread_exact(jfd, size - state.pos, state.pos)
+                    tail = pread_exact(jfd, size - state.pos, state.pos)
                     complete_len = tail.rfind(b"\n") + 1  # a torn last line (crashed writer) is ignored
                     for line in tail[:complete_len].splitlines():
                         if line.strip():
@@ -738,7 +720,7 @@ class FilesystemBlobStore:
             # a torn line left by a crashed writer must not swallow this one
             if os.fstat(jfd).st_size != up.state.pos:
                 os.ftruncate(jfd, up.state.pos)
-            _write_all(jfd, line)
+            write_all(jfd, line)
         finally:
             os.close(jfd)
         up.state.pos += len(line)
@@ -762,7 +744,7 @@ class FilesystemBlobStore:
                 offset = state.data_end
                 dfd = os.open(_DATA, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
                 try:
-                    _write_all(dfd, mv, offset)
+                    write_all(dfd, mv, offset)
                 except BaseException:
                     os.ftruncate(dfd, offset)
                     raise
@@ -775,7 +757,7 @@ class FilesystemBlobStore:
                 name = f"part-{part_number}-{secrets.token_hex(4)}"
                 pfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
                 try:
-                    _write_all(pfd, mv)
+                    write_all(pfd, mv)
                 except BaseException:
                     os.close(pfd)
                     _unlink_quiet(name.encode(), dir_fd=up.fd)

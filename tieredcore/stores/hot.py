@@ -58,6 +58,7 @@ from tieredcore.errors import (
 )
 from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata
+from tieredcore.stores._io import pread_exact, preadv_exact, write_all
 
 __all__ = [
     "FRAME_HEADER_LEN",
@@ -157,12 +158,6 @@ def decode_metadata(ledger_id: int, data: bytes) -> LedgerMetadata:
     return meta
 
 
-def _write_all(fd: int, data: Buffer) -> None:
-    mv = memoryview(data)
-    total = len(mv)
-    done = os.write(fd, mv)
-    while done < total:
-        done += os.write(fd, mv[done:])
 
 
 def _write_frame(fd: int, header: bytes, payload: Buffer) -> None:
@@ -170,22 +165,9 @@ def _write_frame(fd: int, header: bytes, payload: Buffer) -> None:
     done = os.writev(fd, (header, payload))
     if done < total:  # short write (rare): finish the rest
         rest = (bytes(header) + bytes(payload))[done:]
-        _write_all(fd, rest)
+        write_all(fd, rest)
 
 
-def _pread_exact(fd: int, size: int, offset: int) -> bytes:
-    buf = os.pread(fd, size, offset)
-    if len(buf) == size or not buf:
-        return buf
-    parts = [buf]
-    got = len(buf)
-    while got < size:
-        more = os.pread(fd, size - got, offset + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
 def _decode_index(buf: Buffer) -> tuple[array.array, array.array, array.array]:
@@ -207,15 +189,6 @@ def _decode_index(buf: Buffer) -> tuple[array.array, array.array, array.array]:
     return offsets, crcs, lens
 
 
-def _preadv_exact(fd: int, out: memoryview, offset: int) -> int:
-    """Fill `out` from fd at offset; returns the bytes read (less only at end of file)."""
-    done = 0
-    while done < len(out):
-        n = os.preadv(fd, [out[done:]], offset + done)
-        if n == 0:
-            break
-        done += n
-    return done
 
 
 def _fsync_dir(path: str) -> None:
@@ -319,7 +292,7 @@ class WritableLedger:
             record = IDX_RECORD.pack(self._log_end, _crc(payload, _crc(header)), size)
             try:
                 _write_frame(self._log_fd, header, payload)
-                _write_all(self._idx_fd, record)
+                write_all(self._idx_fd, record)
                 if self._fsync:
                     os.fdatasync(self._log_fd)
                     os.fdatasync(self._idx_fd)
@@ -415,7 +388,7 @@ class WritableLedger:
         total = log_end - self._log_end
         try:
             self._writev_all(iov, offsets, log_end)
-            _write_all(self._idx_fd, words)
+            write_all(self._idx_fd, words)
         except BaseException as exc:
             self._broken = f"append of entries {first}..{first + n - 1} failed: {exc!r}"
             raise
@@ -434,7 +407,7 @@ class WritableLedger:
             want = (offsets[k + per_call] if k + per_call < n else log_end) - offsets[k]
             done = os.writev(fd, group)
             if done < want:  # short write (rare): finish this group byte-wise
-                _write_all(fd, b"".join(map(bytes, group))[done:])
+                write_all(fd, b"".join(map(bytes, group))[done:])
 
     # -- seal
 
@@ -655,7 +628,7 @@ class LocalLedgerHandle:
         fd = self._acquire()
         try:
             self._check_not_deleted()
-            buf = _pread_exact(fd, span, base) if into is None else into[: _preadv_exact(fd, into, base)]
+            buf = pread_exact(fd, span, base) if into is None else into[: preadv_exact(fd, into, base)]
         finally:
             self._release()
         if len(buf) != span:
@@ -728,7 +701,7 @@ class LocalLedgerStore:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -847,7 +820,7 @@ class LocalLedgerStore:
                 size = os.fstat(idx_fd).st_size
                 if meta.state == STATE_CLOSED:
                     size = min(size, (meta.last_entry_id + 1) * IDX_RECORD_LEN)
-                idx = _pread_exact(idx_fd, size - size % IDX_RECORD_LEN, 0)
+                idx = pread_exact(idx_fd, size - size % IDX_RECORD_LEN, 0)
             finally:
                 os.close(idx_fd)
             offsets, crcs, lens = _decode_index(idx)
@@ -1045,7 +1018,7 @@ def _cut_torn_tail(log_fd: int, idx_fd: int) -> tuple[int, int, int]:
         changed = True
 
     def record(k: int) -> tuple[int, int, int]:
-        return IDX_RECORD.unpack(_pread_exact(idx_fd, IDX_RECORD_LEN, k * IDX_RECORD_LEN))
+        return IDX_RECORD.unpack(pread_exact(idx_fd, IDX_RECORD_LEN, k * IDX_RECORD_LEN))
 
     def valid(k: int, off: int, crc: int, size: int) -> bool:
         if off < 0 or size < 0 or off + FRAME_HEADER_LEN + size > log_size:
@@ -1057,7 +1030,7 @@ def _cut_torn_tail(log_fd: int, idx_fd: int) -> tuple[int, int, int]:
             prev_off, _, prev_size = record(k - 1)
             if prev_off + FRAME_HEADER_LEN + prev_size != off:
                 return False
-        frame = _pread_exact(log_fd, FRAME_HEADER_LEN + size, off)
+        frame = pread_exact(log_fd, FRAME_HEADER_LEN + size, off)
         if len(frame) != FRAME_HEADER_LEN + size or FRAME_HEADER.unpack_from(frame) != (size, k):
             return False
         return _crc(frame) == crc
@@ -1082,6 +1055,6 @@ def _cut_torn_tail(log_fd: int, idx_fd: int) -> tuple[int, int, int]:
         os.fsync(idx_fd)
     length = 0
     if entries:
-        idx = _pread_exact(idx_fd, entries * IDX_RECORD_LEN, 0)
+        idx = pread_exact(idx_fd, entries * IDX_RECORD_LEN, 0)
         length = sum(_decode_index(idx)[2])
     return entries, end, length
