@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tieredcore.config import Config
-from tieredcore.errors import TieredError, ValidationError
+from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, TopicWork, run_work
 
 # Parquet detail schema (one row per ledger); Spark DDL
@@ -67,7 +67,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 def run_id_for(args: argparse.Namespace, as_of_ms: int) -> str:
     rid = args.run_id or dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", rid)
+    rid = re.sub(r"[^A-Za-z0-9_.=+-]", "_", rid)
+    # a single path component under <reports>/<job>/: never '', '.' or '..'
+    return rid.replace(".", "_") if rid.strip(".") == "" else rid
 
 
 def session(app_name: str, config: Config):
@@ -115,9 +117,9 @@ def run_job(
         config = Config.load(args.config)
         as_of = parse_as_of(args.as_of)
         work = plan(config, as_of)
-    except (ValidationError, TieredError) as e:
+    except TieredError as e:
         print(f"{job}: {e}", file=sys.stderr, flush=True)
-        return 2 if isinstance(e, ValidationError) else 1
+        return 2 if isinstance(e, ValidationError | NotFoundError) else 1
     run_id = run_id_for(args, as_of)
     print(f"{job}: run {run_id} as of {as_of} ms: {len(work)} topic(s), "
           f"{sum(len(w.ledgers) for w in work)} ledger(s) planned{' (dry run)' if args.dry_run else ''}",

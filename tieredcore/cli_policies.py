@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.policies import DRIVERS, PolicyStore
+from tieredcore.lifecycle.policies import DRIVERS
+from tieredcore.lifecycle.sweep import policy_store
 from tieredcore.topic.reader import READ_PRIORITIES
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workspace import Workspace
@@ -87,7 +88,7 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
-    ps = PolicyStore(ws.ml, default_store_is_s3=ws.config.store_url.startswith("s3://"))
+    ps = policy_store(ws)  # the workspace configuration is the cluster default
     cmd = a.policies_cmd
     if cmd == "list":
         rows = []

@@ -1,0 +1,86 @@
+"""Workspaces for the Spark jobs and a spark-submit runner (real subprocesses, local[2])."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tieredcore import cli
+from tieredcore.config import CONFIG_FILE_NAME, Config
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+END_ISO = "2026-01-01T00:00:00Z"
+END_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+INTERVAL_S = 600
+SPARK_TIMEOUT_S = 300
+
+
+def build_workspace(root: Path, namespaces, *, topics=1, ledgers=3, entries=10, entry_size="100",
+                    config_overrides=None) -> Path:
+    """`tiered init` + `tiered generate`; returns the configuration file."""
+    if config_overrides:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / CONFIG_FILE_NAME).write_text(Config.for_workspace(root, **config_overrides).to_toml())
+    assert cli.main(["init", str(root)]) == 0
+    args = ["--workspace", str(root), "generate", "--topics", str(topics), "--ledgers", str(ledgers),
+            "--entries", str(entries), "--entry-size", entry_size, "--end-time", END_ISO,
+            "--ledger-interval", str(INTERVAL_S)]
+    for ns in namespaces:
+        args += ["--namespace", ns]
+    assert cli.main(args) == 0
+    return root / CONFIG_FILE_NAME
+
+
+def spark_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        TIERED_NO_PROGRESS="1",
+    )
+    for var in [k for k in env if k.startswith("TIERED_") and k != "TIERED_NO_PROGRESS"]:
+        del env[var]  # the configuration file alone decides
+    env.update(extra or {})
+    return env
+
+
+def spark_cmd(job: str, *args: str) -> list[str]:
+    return [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            str(REPO / "spark_jobs" / f"{job}.py"), *args]
+
+
+def spark_popen(job: str, *args: str, log: Path) -> subprocess.Popen:
+    f = open(log, "wb")  # noqa: SIM115 - closed by the caller through finish()
+    p = subprocess.Popen(spark_cmd(job, *args), cwd=REPO, env=spark_env(), stdout=f, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    p._log_file = f  # type: ignore[attr-defined]
+    return p
+
+
+def finish(p: subprocess.Popen, log: Path) -> tuple[int, str]:
+    try:
+        rc = p.wait(timeout=SPARK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        pytest.fail(f"spark-submit did not finish within {SPARK_TIMEOUT_S}s; log {log}")
+    finally:
+        p._log_file.close()  # type: ignore[attr-defined]
+    return rc, log.read_text(errors="replace")
+
+
+def spark_submit(job: str, *args: str, log: Path) -> tuple[int, str]:
+    return finish(spark_popen(job, *args, log=log), log)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_generate(monkeypatch):
+    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")

@@ -1,0 +1,334 @@
+"""The Spark jobs: argument handling in-process; real spark-submit runs (slow) end to end.
+
+spark-submit invocations in this module: 5 (sweep with a failing namespace + its rerun, lag cleanup,
+two concurrent sweeps against moto's S3 server)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid as uuidlib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
+from spark_jobs._jobkit import DETAIL_SCHEMA, SUMMARY_PREFIX, parse_as_of, run_id_for
+from tieredcore import cli
+from tieredcore.config import Config
+from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.sweep import KIND_OFFLOAD, TopicWork, policy_store, run_work
+from tieredcore.offload.keys import data_key, index_key
+from tieredcore.offload.managed import abandoned_uuids, context_uuid
+from tieredcore.stores.blob import iter_objects
+from tieredcore.workspace import Workspace
+
+from .conftest import END_ISO, END_MS, build_workspace, finish, spark_popen, spark_submit
+
+HOUR = 3600 * 1000
+DETAIL_COLUMNS = [c.strip().split()[0] for c in DETAIL_SCHEMA.split(",")]
+
+
+# -- in-process: no Spark ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2026-01-01T00:00:00Z", END_MS),
+        ("2026-01-01T00:00:00+00:00", END_MS),
+        ("2026-01-01T01:00:00+01:00", END_MS),
+        ("2025-12-31T19:00:00-05:00", END_MS),
+        ("2026-01-01T00:00:00", END_MS),  # naive: UTC
+        ("2026-01-01T00:00:00.250Z", END_MS + 250),
+        (str(END_MS), END_MS),  # epoch milliseconds
+    ],
+)
+def test_parse_as_of(text, expected):
+    assert parse_as_of(text) == expected
+
+
+@pytest.mark.parametrize("text", ["garbage", "", "yesterday", "2026-13-01T00:00:00Z", "12345", "-1", None])
+def test_parse_as_of_rejects_garbage(text):
+    with pytest.raises(ValidationError, match="--as-of"):
+        parse_as_of(text)
+
+
+@pytest.mark.parametrize(
+    "run_id,expected",
+    [
+        (None, "20260101T000000Z"),
+        ("scheduled__2026-01-01T00:00:00+00:00", "scheduled__2026-01-01T00_00_00+00_00"),
+        ("manual run/1", "manual_run_1"),
+        ("../../etc/passwd", ".._.._etc_passwd"),
+        ("..", "__"),
+        (".", "_"),
+    ],
+)
+def test_run_id_for_is_a_safe_single_path_component(run_id, expected):
+    rid = run_id_for(argparse.Namespace(run_id=run_id), END_MS)
+    assert rid == expected
+    assert "/" not in rid and rid not in (".", "..", "")
+
+
+@pytest.fixture
+def no_spark(monkeypatch):
+    """main() must refuse bad input before any Spark session exists."""
+
+    def boom(*a, **k):
+        raise AssertionError("a Spark session was requested for bad input")
+
+    monkeypatch.setattr(_jobkit, "session", boom)
+    monkeypatch.setattr(_jobkit, "exit_with_parent", lambda: None)  # not for the pytest process
+
+
+@pytest.fixture
+def small_config(tmp_path) -> str:
+    return str(build_workspace(tmp_path / "ws", ["t/a"], ledgers=2))
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--as-of", "garbage"], "--as-of 'garbage'"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000"], "--topic goes with exactly one"),
+        (["--as-of", END_ISO, "--keep-bytes", "10"], "--topic goes with exactly one"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "1", "--up-to", "1:0"],
+         "exactly one of an up-to position or keep-bytes"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--up-to", "x:y"], "LEDGER:ENTRY"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "-5"], "keep-bytes"),
+        (["--as-of", END_ISO, "--max-topics", "0"], "--max-topics must be positive"),
+        (["--as-of", END_ISO, "--namespace", "no-slash"], "no-slash"),
+    ],
+)
+def test_offload_sweep_bad_input_exits_2_without_spark(no_spark, small_config, capsys, args, message):
+    assert offload_sweep.main(["--config", small_config, *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_input_of_both_jobs_exits_2_without_spark(no_spark, small_config, tmp_path, capsys):
+    assert deletion_lag_cleanup.main(["--config", small_config, "--as-of", "soon"]) == 2
+    assert "--as-of 'soon'" in capsys.readouterr().err
+    missing = str(tmp_path / "nope.toml")
+    assert offload_sweep.main(["--config", missing, "--as-of", END_ISO]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # argparse: --as-of is required
+        deletion_lag_cleanup.main(["--config", small_config])
+    assert e.value.code == 2
+
+
+def test_missing_topic_for_manual_offload_is_bad_input(no_spark, small_config, capsys):
+    """A topic that does not exist is the caller's mistake (as in the CLI): 2, so no retry is wasted."""
+    assert offload_sweep.main(["--config", small_config, "--as-of", END_ISO, "--topic", "t/a/nope",
+                               "--keep-bytes", "0"]) == 2
+    assert "t/a/nope" in capsys.readouterr().err
+
+
+# -- helpers for the spark-submit runs ---------------------------------------------------------
+
+
+def load_report(report_dir: Path, job: str, run_id: str) -> tuple[dict, list[dict]]:
+    out = report_dir / job / run_id
+    summary = json.loads((out / "summary.json").read_text())
+    table = pq.read_table(out / "detail.parquet")
+    assert table.column_names == DETAIL_COLUMNS
+    return summary, table.to_pylist()
+
+
+def summary_line(log: str) -> dict:
+    lines = [ln for ln in log.splitlines() if ln.startswith(SUMMARY_PREFIX)]
+    assert len(lines) == 1, log[-3000:]
+    return json.loads(lines[0][len(SUMMARY_PREFIX):])
+
+
+def ledgers(ws: Workspace, topic: str) -> list:
+    info, _ = ws.ml.get_topic(topic)
+    return list(info.ledgerInfo)
+
+
+def verify_all(config_path: Path) -> None:
+    assert cli.main(["--config", str(config_path), "verify"]) == 0
+
+
+# -- (a)+(b): sweep over namespaces with different policies, one failing; then the retry -----------
+
+
+@pytest.mark.slow
+def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
+    cfg_path = build_workspace(tmp_path / "ws", ["t/on", "t/off", "t/bad"], topics=2, ledgers=3)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where t/bad's store root should be")
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        ps = policy_store(ws)
+        ps.set_namespace("t/on", {"offload_threshold_bytes": 0})
+        ps.set_namespace("t/off", {"offload_threshold_bytes": -1})
+        ps.set_namespace("t/bad", {"offload_threshold_seconds": 0,
+                                   "store": {"driver": "filesystem", "root": str(blocker / "cold")}})
+        off_before = {t.full: ws.ml.get_topic(t) for t in ws.ml.list_topics("t/off")}
+    report_dir = tmp_path / "ws" / "reports"
+
+    # run 1: t/bad cannot write; the others still run; exit 1 at the end
+    rc, log = spark_submit("offload_sweep", "--config", str(cfg_path), "--as-of", END_ISO, "--run-id", "r1",
+                           log=tmp_path / "run1.log")
+    assert rc == 1, log[-3000:]
+    for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
+        assert f"FAILED {t} ledger" in log
+    summary, rows = load_report(report_dir, "offload_sweep", "r1")
+    assert summary_line(log) == summary
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        on_topics = [t.full for t in ws.ml.list_topics("t/on")]
+        on_uuids = {}
+        for t in on_topics:
+            lis = ledgers(ws, t)
+            assert all(li.offloadContext.complete for li in lis[:-1]) and not lis[-1].HasField("offloadContext")
+            on_uuids[t] = [context_uuid(li) for li in lis[:-1]]
+        for t in ws.ml.list_topics("t/bad"):
+            assert not any(li.offloadContext.complete for li in ledgers(ws, t))
+        assert {t.full: ws.ml.get_topic(t) for t in ws.ml.list_topics("t/off")} == off_before  # untouched
+        data_sizes = {o.key: o.size for o in iter_objects(ws.store) if not o.key.endswith("-index")}
+        assert len(list(iter_objects(ws.store))) == 12 and ws.store.list_multipart_uploads() == []
+
+    assert len(rows) == 12 and {r["namespace"] for r in rows} == {"t/on", "t/bad"}
+    by_ns = {ns: [r for r in rows if r["namespace"] == ns] for ns in ("t/on", "t/bad")}
+    assert all(r["outcome"] == "offloaded" and r["kind"] == "offload" and not r["error"] for r in by_ns["t/on"])
+    assert {(r["topic"], r["uuid"]) for r in by_ns["t/on"]} == {(t, u) for t, us in on_uuids.items() for u in us}
+    assert all(r["outcome"] == "failed" and "cannot create store directories" in r["error"] for r in by_ns["t/bad"])
+    assert all(r["entries"] == 10 and r["blocks"] == 1 and r["seconds"] > 0 for r in by_ns["t/on"])
+    assert sum(r["bytes"] for r in by_ns["t/on"]) == sum(data_sizes.values())
+    assert summary["topics"] == 4 and summary["ledgers"] == 12 and summary["failures"] == 6
+    assert summary["outcomes"] == {"offloaded": 6, "failed": 6}
+    assert summary["bytes"] == sum(data_sizes.values())
+    assert summary["namespaces"] == {
+        "t/on": {"ledgers": 6, "bytes": sum(data_sizes.values()), "failures": 0},
+        "t/bad": {"ledgers": 6, "bytes": 0, "failures": 6},
+    }
+    assert summary["as_of_ms"] == END_MS and summary["job"] == "offload_sweep" and summary["run_id"] == "r1"
+    assert summary["dry_run"] is False
+
+    # run 2 (the retry, same logical date) after fixing the cause: only what is left
+    blocker.unlink()
+    rc, log = spark_submit("offload_sweep", "--config", str(cfg_path), "--as-of", END_ISO, "--run-id", "r1",
+                           log=tmp_path / "run2.log")
+    assert rc == 0, log[-3000:]
+    summary, rows = load_report(report_dir, "offload_sweep", "r1")  # overwritten by the retry
+    assert summary["outcomes"] == {"offloaded": 6} and summary["failures"] == 0
+    assert {r["namespace"] for r in rows} == {"t/bad"} and len(rows) == 6
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        for t in on_topics:
+            assert [context_uuid(li) for li in ledgers(ws, t)[:-1]] == on_uuids[t]
+        for t in ws.ml.list_topics("t/bad"):
+            lis = ledgers(ws, t)
+            assert all(li.offloadContext.complete for li in lis[:-1])
+            assert {kv.key: kv.value for kv in lis[0].offloadContext.driverMetadata.properties}["root"] == str(
+                blocker / "cold")
+        assert {t.full: ws.ml.get_topic(t) for t in ws.ml.list_topics("t/off")} == off_before
+        assert len(list(iter_objects(ws.store))) == 12  # nothing more in the workspace store
+    capsys.readouterr()
+    verify_all(cfg_path)
+
+
+# -- (c): deletion-lag cleanup ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_deletion_lag_cleanup_job(tmp_path):
+    cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=3, ledgers=4)
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": HOUR})
+        topics = [t.full for t in ws.ml.list_topics("t/a")]
+        ids = {t: [li.ledgerId for li in ledgers(ws, t)[:-1]] for t in topics}
+        # ledgers 0-1 of each topic offloaded at END, ledgers 2-3 half an hour later
+        for as_of, part in ((END_MS, slice(0, 2)), (END_MS + HOUR // 2, slice(2, 4))):
+            units = [TopicWork(t, KIND_OFFLOAD, ids[t][part], as_of).as_dict() for t in topics]
+            assert {r["outcome"] for r in run_work(ws.config, units)} == {"offloaded"}
+        # topic 3's first offloaded copy is broken: its hot copy must survive
+        broken = ledgers(ws, topics[2])[0]
+        ws.store.delete([index_key("", context_uuid(broken), broken.ledgerId)])
+
+    as_of = END_MS + HOUR + 1  # past the lag for the first two ledgers only; epoch-ms form
+    rc, log = spark_submit("deletion_lag_cleanup", "--config", str(cfg_path), "--as-of", str(as_of),
+                           log=tmp_path / "cleanup.log")
+    assert rc == 1, log[-3000:]
+    assert f"FAILED {topics[2]} ledger {broken.ledgerId}: verify-failed" in log
+    summary, rows = load_report(tmp_path / "ws" / "reports", "deletion_lag_cleanup", "20260101T010000Z")
+    assert summary["outcomes"] == {"deleted": 5, "verify-failed": 1} and summary["failures"] == 1
+    assert summary["as_of_ms"] == as_of and summary["bytes"] == 5 * 1000
+    assert sorted((r["topic"], r["ledger"], r["outcome"]) for r in rows) == sorted(
+        [(t, lid, "deleted") for t in topics for lid in ids[t][:2] if lid != broken.ledgerId]
+        + [(topics[2], broken.ledgerId, "verify-failed")]
+    )
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        for t in topics:
+            lis = ledgers(ws, t)
+            for li in lis[:-1]:
+                due = li.ledgerId in ids[t][:2] and li.ledgerId != broken.ledgerId
+                assert ws.hot.exists(li.ledgerId) is not due, (t, li.ledgerId)
+                assert li.offloadContext.bookkeeperDeleted is due
+                assert li.offloadContext.complete
+        # everything still reads back identical (the broken ledger from its hot copy)
+        reader = ws.reader("bookkeeper-first")
+        try:
+            assert sum(1 for t in topics for _ in reader.read(t)) == 3 * 4 * 10
+        finally:
+            reader.close()
+    for t in topics[:2]:
+        assert cli.main(["--config", str(cfg_path), "verify", t]) == 0
+
+
+# -- (d)+(e): two concurrent sweeps on one namespace, against moto's S3 server ----------------------
+
+
+@pytest.mark.slow
+def test_concurrent_sweeps_on_s3_offload_every_ledger_exactly_once(tmp_path, moto_endpoint):
+    import boto3
+
+    bucket = f"sweep-{uuidlib.uuid4().hex[:16]}"
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
+    store_url = f"s3://{bucket}/pfx?endpoint={moto_endpoint}&region=us-east-1"
+    cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=4, ledgers=5, entries=100, entry_size="100-8000",
+                               config_overrides={"store_url": store_url, "max_block_size": 5 * 1024 * 1024})
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+        topics = [t.full for t in ws.ml.list_topics("t/a")]
+        sealed = {(t, li.ledgerId) for t in topics for li in ledgers(ws, t)[:-1]}
+
+    procs = [
+        (spark_popen("offload_sweep", "--config", str(cfg_path), "--as-of", END_ISO, "--namespace", "t/a",
+                     "--run-id", f"c{i}", log=tmp_path / f"c{i}.log"), tmp_path / f"c{i}.log")
+        for i in (1, 2)
+    ]
+    results = [finish(p, log) for p, log in procs]
+    reports = [load_report(tmp_path / "ws" / "reports", "offload_sweep", f"c{i}") for i in (1, 2)]
+
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        recorded = {}
+        for t in topics:
+            for li in ledgers(ws, t)[:-1]:
+                assert li.offloadContext.complete and abandoned_uuids(li) == []
+                assert dict((kv.key, kv.value) for kv in li.offloadContext.driverMetadata.properties)["bucket"] == bucket
+                recorded[(t, li.ledgerId)] = context_uuid(li)
+    assert set(recorded) == sealed
+
+    # every ledger was offloaded by exactly one of the two runs, with the uuid that is recorded
+    offloaded = [(r["topic"], r["ledger"], r["uuid"]) for _, rows in reports for r in rows
+                 if r["outcome"] == "offloaded"]
+    assert sorted(offloaded) == sorted((t, lid, u) for (t, lid), u in recorded.items())
+    for (rc, log), (summary, rows) in zip(results, reports, strict=True):
+        assert rc in (0, 1), log[-3000:]
+        # the loser of a race may report skipped / conflict, or failed if its upload was taken over
+        assert {r["outcome"] for r in rows} <= {"offloaded", "skipped", "conflict", "failed"}
+        assert (rc == 1) == any(r["outcome"] == "failed" for r in rows)
+        assert sum(summary["outcomes"].values()) == len(rows) == summary["ledgers"]
+        print(f"concurrent run: exit {rc}, outcomes {summary['outcomes']}")  # which interleaving happened
+        assert {(r["topic"], r["ledger"]) for r in rows} == sealed  # both planned everything
+
+    # the bucket holds exactly the recorded objects: no orphans, no unfinished multipart uploads
+    keys = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    expected = {k for (_, lid), u in recorded.items() for k in (data_key("pfx/", u, lid), index_key("pfx/", u, lid))}
+    assert sorted(keys) == sorted(expected)
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    verify_all(cfg_path)
