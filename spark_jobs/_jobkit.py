@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from tieredcore.clock import parse_time_ms
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, TopicWork, run_work
@@ -43,15 +44,7 @@ def parse_as_of(text: str | None) -> int:
     """The run's logical time in ms: ISO 8601 (as Airflow renders dates) or epoch milliseconds."""
     if text is None:
         raise ValidationError("--as-of is required: the run's logical time (ISO 8601 or epoch ms)")
-    if re.fullmatch(r"\d{10,}", text):
-        return int(text)
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise ValidationError(f"--as-of {text!r}: expected ISO 8601 (e.g. 2026-01-01T00:00:00+00:00)") from e
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
+    return parse_time_ms(text, "--as-of")
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:

@@ -20,11 +20,7 @@ JOB = "offload_sweep"
 
 
 def parse_position(text: str) -> Position:
-    lid, sep, eid = text.partition(":")
-    try:
-        return Position(int(lid), int(eid) if sep else 0)
-    except ValueError as e:
-        raise ValidationError(f"--up-to {text!r}: expected LEDGER:ENTRY") from e
+    return Position.parse(text, "--up-to")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

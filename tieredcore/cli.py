@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -14,10 +13,11 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore import cli_policies
+from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.model import Position
-from tieredcore.offload.managed import context_uuid, now_ms
+from tieredcore.offload.managed import context_uuid
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workload import (
@@ -44,26 +44,6 @@ def _err(msg: str) -> None:
 
 def _mib(n: float) -> str:
     return f"{n / (1024 * 1024):,.1f} MiB"
-
-
-def _parse_position(text: str) -> Position:
-    try:
-        lid, _, eid = text.partition(":")
-        return Position(int(lid), int(eid or 0))
-    except ValueError as e:
-        raise ValidationError(f"position {text!r}: expected LEDGER:ENTRY, e.g. 12:0") from e
-
-
-def _parse_time_ms(text: str | None) -> int:
-    if text is None:
-        return now_ms()
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise ValidationError(f"time {text!r}: expected ISO 8601, e.g. 2026-01-01T00:00:00+00:00") from e
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
 
 
 def _props(info) -> dict[str, str]:
@@ -137,7 +117,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
     lo, hi = parse_size_range(args.entry_size)
     if args.topics <= 0 or args.ledgers <= 0 or args.entries <= 0:
         raise ValidationError("--topics, --ledgers and --entries must be positive")
-    end_ms = _parse_time_ms(args.end_time)
+    end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
     interval = int(args.ledger_interval * 1000)
     namespaces = [NamespaceName.parse(n).name for n in args.namespace]
     topics = [TopicName.parse(f"{ns}/{args.prefix}-{i:04d}") for ns in namespaces for i in range(args.topics)]
@@ -195,7 +175,7 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
     started = time.monotonic()
     for t in topics:
         if args.up_to is not None:
-            res = tof.offload_prefix(t, _parse_position(args.up_to))
+            res = tof.offload_prefix(t, Position.parse(args.up_to, '--up-to'))
         else:
             res = tof.offload_keep_bytes(t, args.keep_bytes)
         for r in res:
@@ -272,8 +252,8 @@ def _store_totals(ws: Workspace) -> dict[str, Any]:
 
 def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     t = TopicName.parse(args.topic)
-    start = _parse_position(args.start) if args.start else None
-    end = _parse_position(args.end) if args.end else None
+    start = Position.parse(args.start, '--from') if args.start else None
+    end = Position.parse(args.end, '--to') if args.end else None
     reader = ws.reader(args.read_priority)
     out = []
     try:

@@ -18,6 +18,20 @@ class Position(NamedTuple):
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
 
+    @classmethod
+    def parse(cls, text: str, what: str = "position") -> Position:
+        """'LEDGER:ENTRY' or 'LEDGER' (entry 0)."""
+        from tieredcore.errors import ValidationError
+
+        lid, sep, eid = text.partition(":")
+        try:
+            pos = cls(int(lid), int(eid) if sep else 0)
+        except ValueError:
+            raise ValidationError(f"{what} {text!r}: expected LEDGER:ENTRY, e.g. 12:0") from None
+        if pos.ledger_id < 0 or pos.entry_id < 0:
+            raise ValidationError(f"{what} {text!r}: ledger and entry ids are not negative")
+        return pos
+
 
 # BookKeeper LedgerMetadataFormat.State values (spec/02)
 STATE_OPEN = 1

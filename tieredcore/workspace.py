@@ -6,9 +6,10 @@ from collections.abc import Callable
 from functools import cached_property
 from urllib.parse import quote
 
+from tieredcore.clock import now_ms
 from tieredcore.config import Config, open_blob_store
 from tieredcore.errors import ValidationError
-from tieredcore.offload.managed import TopicOffloader, now_ms
+from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.hot import LocalLedgerStore

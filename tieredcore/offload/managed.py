@@ -16,6 +16,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
+from tieredcore.clock import now_ms
 from tieredcore.errors import (
     LedgerNotFoundError,
     MetadataStoreError,
@@ -42,10 +43,6 @@ OUTCOME_SKIPPED = "skipped"  # already complete
 OUTCOME_CONFLICT = "conflict"  # trimmed meanwhile or another attempt took over
 OUTCOME_FAILED = "failed"
 OUTCOME_UNKNOWN = "unknown"  # metadata store error at completion: may have landed
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

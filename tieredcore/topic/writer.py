@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from tieredcore.clock import now_ms
 from tieredcore.errors import LedgerNotFoundError, TopicNotFoundError, ValidationError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.model import Position
-from tieredcore.offload.managed import now_ms
 from tieredcore.stores.hot import LocalLedgerStore, WritableLedger
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.topics import TopicName

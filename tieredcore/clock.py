@@ -1,0 +1,28 @@
+"""Time: the logical clock that runs are given, and its parsing (one place for every entry point)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+
+from tieredcore.errors import ValidationError
+
+
+def now_ms() -> int:
+    """Wall clock in ms: only for interactive commands; workflow runs get their logical time."""
+    return int(time.time() * 1000)
+
+
+def parse_time_ms(text: str, what: str = "time") -> int:
+    """ISO 8601 (as Airflow renders dates; naive means UTC) or epoch milliseconds -> epoch ms."""
+    if re.fullmatch(r"\d{10,}", text):
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise ValidationError(f"{what} {text!r}: expected ISO 8601 (e.g. 2026-01-01T00:00:00+00:00) "
+                              "or epoch milliseconds") from e
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
