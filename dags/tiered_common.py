@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from airflow.sdk import Param, TriggerRule, get_current_context, task
-from tiered_plugin import TieredSparkSubmitOperator, tiered_run_id
+from tiered_airflow import TieredSparkSubmitOperator, tiered_run_id
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jobs")

@@ -1,0 +1,185 @@
+"""The tiered-storage project's Airflow pieces shared by the DAGs and the plugin.
+
+- Macros (registered by ``tiered_plugin.py`` as ``{{ macros.tiered.tiered_run_id(run_id) }}``,
+  ``tiered_report_path``, ``tiered_report_url``, ``tiered_reports_dir``): the names the Spark jobs give
+  their run reports, so templates, tasks and links agree.
+- ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_common.py``).
+  It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
+  Amazon provider's AWS connection) when it submits, so secrets are never in the DAG, in rendered
+  template fields or in the logged spark-submit command line.
+- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to its
+  ``<reports_dir>/<job>/<run_id>/summary.json`` (a ``file://`` URL, or ``$TIERED_REPORTS_URL/...``).
+
+Listed in ``plugins/.airflowignore``: the plugins manager executes every plugin file under its own
+module object; this module must be imported normally (once), so the DAGs and the plugin share one
+operator class. No I/O at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperatorLink
+
+PLUGIN_NAME = "tiered"
+ENV_REPORTS_URL = "TIERED_REPORTS_URL"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")  # the same set spark_jobs/_jobkit.run_id_for keeps
+
+
+# -- macros ---------------------------------------------------------------------------------------
+
+
+def tiered_run_id(run_id: str, namespace: str | None = None) -> str:
+    """A report name from an Airflow run_id (``manual__2026-01-01T00:00:00+00:00`` ->
+    ``manual__2026-01-01T00_00_00+00_00``); per-namespace jobs of one run get ``.<tenant>+<ns>``
+    ('+' never occurs in namespace names, so two namespaces never share a report)."""
+    rid = _UNSAFE.sub("_", str(run_id))
+    if namespace:
+        rid += "." + _UNSAFE.sub("_", namespace.replace("/", "+"))
+    return rid
+
+
+def tiered_reports_dir(config: str | None = None) -> str:
+    """The configuration's reports location (``config``: a tiered.toml path; default $TIERED_CONFIG)."""
+    from tieredcore.config import Config
+
+    return Config.load(config or None).reports_dir
+
+
+def tiered_report_path(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
+    """``<reports_dir>/<job>/<run_id>/summary.json``; ``run_id`` is an already sanitized report name or
+    an Airflow run_id (sanitized here; idempotent)."""
+    base = reports_dir or tiered_reports_dir(config)
+    return str(Path(base) / job / tiered_run_id(run_id) / "summary.json")
+
+
+def tiered_report_url(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
+    """``$TIERED_REPORTS_URL/<job>/<run_id>/summary.json`` when that is set (reports served over HTTP),
+    else the ``file://`` URL of the report."""
+    rid = tiered_run_id(run_id)
+    base_url = os.environ.get(ENV_REPORTS_URL, "").rstrip("/")
+    if base_url:
+        return f"{base_url}/{quote(job)}/{quote(rid)}/summary.json"
+    return Path(tiered_report_path(job, rid, reports_dir, config)).resolve().as_uri()
+
+
+# -- the operator and its link ----------------------------------------------------------------------
+
+
+def _arg_value(args: list[Any] | None, flag: str) -> str | None:
+    args = [str(a) for a in (args or [])]
+    if flag in args and args.index(flag) + 1 < len(args):
+        return args[args.index(flag) + 1]
+    return None
+
+
+class TieredReportLink(BaseOperatorLink):
+    """"Run report": where the Spark task's job wrote ``summary.json`` (+ ``detail.parquet``)."""
+
+    name = "Run report"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        job = getattr(operator, "job", None)
+        if not job:
+            return ""
+        args = getattr(operator, "application_args", None)
+        # the job's own --run-id (per namespace on mapped sweeps), as rendered for this task instance
+        rid = _arg_value(args, "--run-id") or tiered_run_id(ti_key.run_id)
+        reports_dir = _arg_value(args, "--report-dir")
+        config = (getattr(operator, "env_vars", None) or {}).get("TIERED_CONFIG") or None
+        if reports_dir is None and not os.environ.get(ENV_REPORTS_URL):
+            reports_dir = tiered_reports_dir(config)
+        return tiered_report_url(job, rid, reports_dir=reports_dir or None, config=config)
+
+
+def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
+    """Environment for boto3 in a Spark job from the Amazon provider's AWS connection: credentials
+    (masked in task logs by the provider), region, and the connection's ``endpoint_url`` extra as
+    ``AWS_ENDPOINT_URL_S3`` (MinIO, Ceph, moto). No connection -> {} (boto3's default chain: instance
+    roles, the worker's environment)."""
+    if not aws_conn_id:
+        return {}
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(aws_conn_id)
+    except AirflowNotFoundException:
+        return {}
+    from airflow.sdk.log import mask_secret
+
+    hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+    env: dict[str, str] = {}
+    creds = hook.get_session().get_credentials()
+    if creds is not None:
+        frozen = creds.get_frozen_credentials()
+        for secret in (frozen.secret_key, frozen.token):
+            if secret:
+                mask_secret(secret)  # any log line that would show it shows *** instead
+        env["AWS_ACCESS_KEY_ID"] = frozen.access_key
+        env["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
+        if frozen.token:
+            env["AWS_SESSION_TOKEN"] = frozen.token
+    region = hook.conn_config.region_name
+    if region:
+        env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = region
+    endpoint = hook.conn_config.get_service_endpoint_url("s3")
+    if endpoint:
+        env["AWS_ENDPOINT_URL_S3"] = endpoint
+    return env
+
+
+class TieredSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
+
+    At submit time (never at parse time) it adds to the subprocess environment: the worker's venv
+    ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for ``local`` masters,
+    and the AWS connection's credentials/endpoint. Those go in the environment, not in the command
+    line the hook logs, and not in ``env_vars`` (so not in rendered template fields either)."""
+
+    operator_extra_links = (TieredReportLink(),)
+
+    def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.aws_conn_id = aws_conn_id
+
+    def _spark_master(self) -> str:
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            return ""
+        return conn.host or ""
+
+    def runtime_env(self) -> dict[str, str]:
+        """Environment added to ``env_vars`` when the job is submitted (contains secrets: never log it)."""
+        env: dict[str, str] = {}
+        venv_bin = str(Path(sys.executable).parent)
+        path = os.environ.get("PATH", "")
+        env["PATH"] = path if venv_bin in path.split(os.pathsep) else os.pathsep.join(p for p in (venv_bin, path) if p)
+        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
+        if self._spark_master().startswith("local"):
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        env.update(aws_environment(self.aws_conn_id))
+        return env
+
+    def _get_hook(self):
+        declared = self.env_vars
+        runtime = self.runtime_env()
+        self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
+        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
+        self.env_vars = {**runtime, **(declared or {})}
+        try:
+            return super()._get_hook()
+        finally:
+            self.env_vars = declared

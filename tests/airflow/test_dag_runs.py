@@ -1,0 +1,245 @@
+"""dag.test() runs of the DAGs: real spark-submit (local[2]) through the project's operator, against the
+filesystem store and moto's S3 server; parameter validation and preflight failures without Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
+
+HOUR_MS = 3600 * 1000
+
+
+def _store_keys(config_path: Path) -> set[str]:
+    from tieredcore.config import Config
+
+    store, prefix = Config.load(config_path, env={}).open_store()
+    keys, token = set(), None
+    while True:
+        page = store.list(prefix, token)
+        keys |= {o.key for o in page.objects}
+        token = page.next_token
+        if token is None:
+            return keys
+
+
+def _assert_offloaded(config_path: Path, offloaded_ns: set[str]) -> int:
+    """Every sealed ledger of the namespaces in `offloaded_ns` is complete with both objects in the store,
+    the newest (open) ledger is not; other namespaces are untouched. Returns the offloaded count."""
+    from tieredcore.config import Config
+    from tieredcore.offload.keys import data_key, index_key
+    from tieredcore.offload.managed import context_uuid
+
+    prefix = Config.load(config_path, env={}).open_store()[1]
+    keys = _store_keys(config_path)
+    n = 0
+    for topic, ledgers in topic_ledgers(config_path).items():
+        ns = "/".join(topic.removeprefix("persistent://").split("/")[:2])
+        *sealed, newest = ledgers
+        assert not newest.offloadContext.complete, topic
+        for li in sealed:
+            if ns in offloaded_ns:
+                assert li.offloadContext.complete, (topic, li.ledgerId)
+                uuid = context_uuid(li)
+                assert data_key(prefix, uuid, li.ledgerId) in keys
+                assert index_key(prefix, uuid, li.ledgerId) in keys
+                n += 1
+            else:
+                assert not li.offloadContext.complete, (topic, li.ledgerId)
+    return n
+
+
+@pytest.mark.slow
+def test_sweep_then_deletion_lag_cleanup_on_filesystem_store(tmp_path: Path, spark_env) -> None:
+    from airflow.sdk import DagRunState, TaskInstanceState
+    from tiered_airflow import tiered_run_id
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "acme/archive"])
+    set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=HOUR_MS)
+    set_policy(cfg, "acme/orders", offload_threshold_bytes=0, deletion_lag_ms=-1)  # keep hot copies
+    # acme/archive: no policy -> offload disabled -> not swept
+
+    started = time.monotonic()
+    dr, states = run_dag("tiered_offload_sweep", SWEEP_AT, {"config": str(cfg)})
+    sweep_s = time.monotonic() - started
+    assert dr.state == DagRunState.SUCCESS, states
+    assert states["offload[0]"] == states["offload[1]"] == TaskInstanceState.SUCCESS
+    assert "offload[2]" not in states
+    assert states["summary"] == states["verdict"] == TaskInstanceState.SUCCESS
+
+    planned = xcom(dr, "plan")
+    assert [a[1] for a in planned] == ["acme/orders", "public/default"]
+    assert all(a[a.index("--as-of") + 1] == SWEEP_AT.isoformat() for a in planned)
+    n = _assert_offloaded(cfg, {"public/default", "acme/orders"})
+    assert n == 2 * 2 * 4
+
+    totals = xcom(dr, "summary")
+    assert totals["ledgers"] == n and totals["failures"] == 0 and not totals["failed_jobs"]
+    assert totals["topics"] == 4 and totals["bytes"] > 0
+    assert totals["outcomes"] == {"offloaded": n}
+    assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
+    reports = tmp_path / "ws" / "reports" / "offload_sweep"
+    for i, ns in enumerate(["acme/orders", "public/default"]):
+        rid = tiered_run_id(dr.run_id, ns)
+        summary = json.loads((reports / rid / "summary.json").read_text())
+        assert summary["failures"] == 0 and summary["ledgers"] == 8
+        assert (reports / rid / "detail.parquet").is_dir()
+        link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
+        assert link == (reports / rid / "summary.json").as_uri()
+    rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
+    assert rendered == {0: "acme/orders", 1: "public/default"}
+    verify(cfg)
+
+    # deletion-lag cleanup 2 h later: public/default (lag 1 h) loses its hot copies, acme/orders keeps them
+    from tieredcore.config import Config
+    from tieredcore.workspace import Workspace
+
+    started = time.monotonic()
+    dr2, states2 = run_dag("tiered_deletion_lag_cleanup", SWEEP_AT + dt.timedelta(hours=2), {"config": str(cfg)})
+    lag_s = time.monotonic() - started
+    assert dr2.state == DagRunState.SUCCESS, states2
+    with Workspace(Config.load(cfg, env={})) as ws:
+        hot = set(ws.hot.list_ledgers())
+    deleted = 0
+    for topic, ledgers in topic_ledgers(cfg).items():
+        for li in ledgers[:-1]:
+            gone = topic.startswith("persistent://public/default/")
+            assert li.offloadContext.bookkeeperDeleted == gone, (topic, li.ledgerId)
+            assert (li.ledgerId in hot) != gone, (topic, li.ledgerId)
+            deleted += gone
+        assert ledgers[-1].ledgerId in hot
+    assert deleted == 8
+    totals2 = xcom(dr2, "summary")
+    assert totals2["outcomes"] == {"deleted": 8} and totals2["failures"] == 0
+    report2 = tmp_path / "ws" / "reports" / "deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "summary.json"
+    assert json.loads(report2.read_text())["outcomes"] == {"deleted": 8}
+    assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == report2.as_uri()
+    res = verify(cfg)
+    assert res["verified"] == 6 and res["failed"] == 0
+    print(f"timings: sweep DAG {sweep_s:.1f}s (2 Spark jobs), lag cleanup DAG {lag_s:.1f}s")
+
+
+@pytest.mark.slow
+def test_sweep_against_moto_s3(tmp_path: Path, spark_env, moto_endpoint: str, monkeypatch, capfd) -> None:
+    """Endpoint in the store URL and in the aws_default connection; credentials from the connection reach
+    spark-submit's environment and never the logs (moto accepts any credentials)."""
+    import boto3
+    from airflow.sdk import DagRunState
+
+    bucket = "tiered-airflow-e2e"
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    secret = "moto-e2e-secret-9f3c1d"
+    conn = {"conn_type": "aws", "login": "AKIAMOTOE2E", "password": secret,
+            "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    store_url = f"s3://{bucket}/offloaded/?endpoint={moto_endpoint}&region=us-east-1"
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], store_url=store_url, ledgers=3)
+    set_policy(cfg, "public/default", offload_threshold_bytes=0)
+
+    dr, states = run_dag("tiered_offload_sweep", SWEEP_AT + dt.timedelta(days=1), {"config": str(cfg)})
+    assert dr.state == DagRunState.SUCCESS, states
+    n = _assert_offloaded(cfg, {"public/default"})
+    assert n == 2 * 3
+    listed = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").list_objects_v2(
+        Bucket=bucket, Prefix="offloaded/")
+    assert listed["KeyCount"] == 2 * n
+    assert xcom(dr, "summary")["ledgers"] == n
+    verify(cfg)
+    out, err = capfd.readouterr()
+    assert "--master local[2]" in out + err  # the task log (spark-submit command line) was captured
+    assert secret not in out + err
+    logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
+    for f in logs.rglob("*") if logs.exists() else []:
+        if f.is_file():
+            assert secret not in f.read_text(errors="replace"), f
+
+
+def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=20)
+    bad = [
+        {"topic": "public/default/topic-0000", "up_to": "1:0", "keep_bytes": 0},  # both
+        {"topic": "public/default/topic-0000", "up_to": "", "keep_bytes": None},  # neither
+        {"topic": "public/default/topic-0000", "up_to": "abc", "keep_bytes": None},  # bad position
+        {"topic": "public/default/../etc", "up_to": "", "keep_bytes": 0},  # path-like
+        {"topic": "public/default/nope", "up_to": "", "keep_bytes": 0},  # unknown
+    ]
+    for i, params in enumerate(bad):
+        dr, states = run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=i),
+                             {"config": str(cfg), **params})
+        assert dr.state == DagRunState.FAILED, (params, states)
+        assert states["validate"] == TaskInstanceState.FAILED, (params, states)
+        assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED, (params, states)
+    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
+
+
+@pytest.mark.slow
+def test_offload_topic_keep_bytes_zero_offloads_only_that_topic(tmp_path: Path, spark_env) -> None:
+    from airflow.sdk import DagRunState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=2, ledgers=3, entries=50)
+    topic = "persistent://public/default/topic-0001"
+    dr, states = run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(days=2),
+                         {"config": str(cfg), "topic": "public/default/topic-0001", "keep_bytes": 0, "up_to": ""})
+    assert dr.state == DagRunState.SUCCESS, states
+    args = xcom(dr, "validate")
+    assert args[args.index("--as-of") + 1] == (SWEEP_AT + dt.timedelta(days=2)).isoformat()
+    # Pulsar's `offload -s 0`: walking newest to oldest, the ledger where the kept size first exceeds 0
+    # (the newest sealed one; the open ledger is empty) stays hot, everything older is offloaded
+    for t, ledgers in topic_ledgers(cfg).items():
+        *older, newest_sealed, _open = ledgers
+        for li in older:
+            assert li.offloadContext.complete == (t == topic), (t, li.ledgerId)
+        assert not newest_sealed.offloadContext.complete
+    assert xcom(dr, "summary")["ledgers"] == 2
+    verify(cfg)
+
+
+def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> None:
+    from airflow.sdk import DagRunState, TaskInstanceState
+    from airflow.sdk.exceptions import AirflowFailException
+    from tiered_common import check_object_store
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+        {"conn_type": "aws", "login": "k", "password": "s", "extra": {"endpoint_url": endpoint}}))
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], store_url=f"s3://bucket-x/p?endpoint={endpoint}",
+                         topics=1, ledgers=1, entries=5)
+    set_policy(cfg, "public/default", offload_threshold_bytes=0)
+
+    started = time.monotonic()
+    with pytest.raises(AirflowFailException, match=r"bucket 'bucket-x' at http://127\.0\.0\.1:\d+ .*unreachable"):
+        check_object_store(f"s3://bucket-x/p?endpoint={endpoint}")
+    assert time.monotonic() - started < 20
+    # the store URL without an endpoint: the connection's endpoint_url is used
+    with pytest.raises(AirflowFailException, match=rf"at {endpoint} \(connection aws_default\) is unreachable"):
+        check_object_store("s3://bucket-x/p")
+
+    dr, states = run_dag("tiered_offload_sweep", SWEEP_AT + dt.timedelta(days=3), {"config": str(cfg)})
+    assert dr.state == DagRunState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED
+    assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
+    assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
+    assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
+    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+
+
+def test_preflight_filesystem_store(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+    from tiered_common import check_object_store
+
+    assert "writable" in check_object_store(tmp_path.as_uri())
+    with pytest.raises(AirflowFailException, match="does not exist"):
+        check_object_store((tmp_path / "missing").as_uri())

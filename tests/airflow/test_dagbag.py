@@ -1,0 +1,169 @@
+"""DAG files import cleanly, follow the project's conventions, and touch nothing at parse time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import DAGS, REPO
+
+DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup"}
+
+
+def _bag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_dags_import_without_errors_and_follow_conventions() -> None:
+    from tiered_airflow import TieredSparkSubmitOperator
+
+    bag = _bag()
+    assert not bag.import_errors, bag.import_errors
+    assert set(bag.dag_ids) == DAG_IDS
+    for dag_id in DAG_IDS:
+        dag = bag.get_dag(dag_id)
+        assert dag.tags and "tiered-storage" in dag.tags, dag_id
+        assert dag.doc_md and len(dag.doc_md) > 200, dag_id
+        assert dag.catchup is False
+        for t in dag.tasks:
+            assert t.owner == "tiered", (dag_id, t.task_id)
+            assert t.execution_timeout is not None, (dag_id, t.task_id)
+        spark = [t for t in dag.tasks if getattr(t, "operator_class", type(t)) is TieredSparkSubmitOperator
+                 or isinstance(t, TieredSparkSubmitOperator)]
+        assert len(spark) == 1, dag_id
+        st = spark[0]
+        kw = getattr(st, "partial_kwargs", None) or st.__dict__
+        retries = kw.get("retries", getattr(st, "retries", None))
+        assert retries >= 1, dag_id
+        assert kw.get("retry_exponential_backoff", getattr(st, "retry_exponential_backoff", False)), dag_id
+    sweep = bag.get_dag("tiered_offload_sweep")
+    lag = bag.get_dag("tiered_deletion_lag_cleanup")
+    assert sweep.max_active_runs == 1 and lag.max_active_runs == 1
+    assert bag.get_dag("tiered_offload_topic").schedule is None
+    assert sweep.schedule == "*/15 * * * *" and lag.schedule == "@hourly"
+    assert set(sweep.params.keys()) == {"config", "dry_run", "max_topics", "namespaces"}
+    assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"config", "topic", "up_to", "keep_bytes",
+                                                                      "dry_run"}
+
+
+def test_spark_task_is_built_in_one_place() -> None:
+    dag = _bag().get_dag("tiered_deletion_lag_cleanup")
+    op = dag.get_task("cleanup")
+    assert op.application == str(REPO / "spark_jobs" / "deletion_lag_cleanup.py")
+    assert Path(op.application).is_file()
+    assert op.name.startswith("tiered-deletion_lag_cleanup-")
+    assert op._conn_id == "spark_default"
+    assert op.conf["spark.ui.enabled"] == "false"
+    assert op.conf["spark.pyspark.python"]
+    assert op.env_vars["TIERED_CONFIG"] == "{{ params.config }}"
+    assert not any(k.startswith("AWS_") for k in op.env_vars)  # secrets only at submit time
+    sweep = _bag().get_dag("tiered_offload_sweep").get_task("offload")
+    assert sweep.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
+    assert sweep.partial_kwargs["application"].endswith("spark_jobs/offload_sweep.py")
+
+
+def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    monkeypatch.setenv("TIERED_SWEEP_SCHEDULE", "*/5 * * * *")
+    monkeypatch.setenv("TIERED_LAG_CLEANUP_SCHEDULE", "none")
+    monkeypatch.setenv("TIERED_SPARK_JOBS_DIR", str(jobs))
+    monkeypatch.setenv("TIERED_PY_FILES", str(tmp_path / "tiered.zip"))
+    monkeypatch.setenv("TIERED_CONFIG", "/etc/tiered/tiered.toml")
+    import sys
+
+    saved = sys.modules.pop("tiered_common")  # re-read the environment as a fresh parse would
+    try:
+        bag = _bag()
+        assert not bag.import_errors, bag.import_errors
+        assert bag.get_dag("tiered_offload_sweep").schedule == "*/5 * * * *"
+        assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None
+        op = bag.get_dag("tiered_deletion_lag_cleanup").get_task("cleanup")
+        assert op.application == str(jobs / "deletion_lag_cleanup.py")
+        assert op.py_files == str(tmp_path / "tiered.zip")
+        assert bag.get_dag("tiered_offload_sweep").params["config"] == "/etc/tiered/tiered.toml"
+    finally:
+        sys.modules["tiered_common"] = saved
+
+
+def test_no_connection_or_metadata_access_at_parse_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Parsing with a configuration that does not exist, and every connection / Variable / config /
+    metadata-store lookup booby-trapped, still yields the DAGs without errors."""
+    import sys
+
+    from airflow.sdk import BaseHook, Connection, Variable
+
+    from tieredcore.config import Config
+    from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+
+    def boom(*a, **k):
+        raise AssertionError("accessed at parse time")
+
+    monkeypatch.setenv("TIERED_CONFIG", str(tmp_path / "does-not-exist.toml"))
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(boom))
+    monkeypatch.setattr(Connection, "get", classmethod(boom))
+    monkeypatch.setattr(Variable, "get", staticmethod(boom))
+    monkeypatch.setattr(Config, "load", classmethod(boom))
+    monkeypatch.setattr(SqliteMetadataStore, "__init__", boom)
+    saved = sys.modules.pop("tiered_common")
+    try:
+        bag = _bag()
+        assert not bag.import_errors, bag.import_errors
+        assert set(bag.dag_ids) == DAG_IDS
+    finally:
+        sys.modules["tiered_common"] = saved
+
+
+def test_plugin_registers_macros_and_report_link(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from airflow import plugins_manager
+    from tiered_airflow import TieredReportLink, tiered_report_path, tiered_report_url, tiered_run_id
+
+    names = {p.name for p in plugins_manager._get_plugins()[0]}
+    assert "tiered" in names
+    links = plugins_manager.get_operator_extra_links()
+    # tiered_airflow.py is in plugins/.airflowignore: the plugins manager imports it normally instead of
+    # executing it as a plugin file, so DAGs and plugin share one link and operator class
+    assert any(isinstance(link, TieredReportLink) for link in links)
+    macros = next(p for p in plugins_manager._get_plugins()[0] if p.name == "tiered").macros
+    assert {m.__name__ for m in macros} >= {"tiered_run_id", "tiered_report_path"}
+
+    assert tiered_run_id("manual__2026-01-01T00:00:00+00:00") == "manual__2026-01-01T00_00_00+00_00"
+    assert tiered_run_id("scheduled__x", "acme/orders") == "scheduled__x.acme+orders"
+    assert tiered_run_id(tiered_run_id("a:b")) == "a_b"
+    assert tiered_report_path("offload_sweep", "r:1", reports_dir=str(tmp_path)) == str(
+        tmp_path / "offload_sweep" / "r_1" / "summary.json")
+    assert tiered_report_url("offload_sweep", "r1", reports_dir=str(tmp_path)) == (
+        tmp_path / "offload_sweep" / "r1" / "summary.json").as_uri()
+    monkeypatch.setenv("TIERED_REPORTS_URL", "https://reports.example/tiered/")
+    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/summary.json"
+
+
+def test_runtime_env_carries_aws_connection_but_command_line_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials and endpoint of the AWS connection reach spark-submit's environment at submit time;
+    the logged command line and the declared (rendered) env_vars never contain them."""
+    conn = {"conn_type": "aws", "login": "AKIATIEREDTEST", "password": "tiered-secret-value-123",
+            "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    from airflow.sdk import DAG
+    from tiered_common import spark_task
+
+    with DAG("t", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
+        op = spark_task("cleanup", "deletion_lag_cleanup", ["--as-of", "2026-01-01T00:00:00+00:00"])
+    op.env_vars = {"TIERED_CONFIG": "/x/tiered.toml", "PYSPARK_PYTHON": "/venv/bin/python"}
+    env = op.runtime_env()
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIATIEREDTEST"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "tiered-secret-value-123"
+    assert env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9"
+    assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"  # spark_default is local[2]
+    hook = op._get_hook()
+    assert hook._env_vars["AWS_SECRET_ACCESS_KEY"] == "tiered-secret-value-123"
+    assert hook._env_vars["TIERED_CONFIG"] == "/x/tiered.toml"
+    assert "AWS_SECRET_ACCESS_KEY" not in op.env_vars  # the operator's declared fields stay clean
+    cmd = " ".join(hook._build_spark_submit_command(op.application))
+    assert "tiered-secret-value-123" not in cmd and "AKIATIEREDTEST" not in cmd
+    assert "--master local[2]" in cmd and "--name tiered-deletion_lag_cleanup-" in cmd
