@@ -1,18 +1,55 @@
 #!/usr/bin/env bash
-# The main job on embedded defaults (SQLite metadata, local hot tier, filesystem object store):
-# create a workspace, generate topics, offload, show the tier table, verify every entry.
+# The main job on embedded defaults: SQLite metadata, a local hot tier, a filesystem object store,
+# Spark local[2], Airflow on SQLite. Generates a workload in four namespaces with different policies,
+# runs the offload-sweep DAG and then the deletion-lag-cleanup DAG with `airflow dags test`, prints the
+# tiers before and after, and reads every entry back through the cross-tier reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WS=${1:-workspace}
-T=.venv/bin/tiered
+WS=$(realpath -m "${1:-workspace}")
+. scripts/airflow-env.sh "$WS"
+started=$SECONDS
+step() { printf '\n== %s\n' "$*"; }
+
+# logical dates: the newest sealed ledger closed 15 minutes before the sweep; lag cleanup 5 hours later
+SWEEP_AT=$(date -u -d "@$(( $(date -u +%s) / 900 * 900 ))" +%Y-%m-%dT%H:%M:%S+00:00)
+GEN_END=$(date -u -d "$SWEEP_AT - 15 minutes" +%Y-%m-%dT%H:%M:%S+00:00)
+CLEANUP_AT=$(date -u -d "$SWEEP_AT + 5 hours" +%Y-%m-%dT%H:%M:%S+00:00)
+
+step "workspace $WS"
 rm -rf "$WS"
-$T init "$WS"
-$T --workspace "$WS" generate --namespace public/default --namespace acme/payments \
-    --topics 3 --ledgers 8 --entries 2000 --entry-size 64-4096
-echo "== before offload"
-$T --workspace "$WS" status
-$T --workspace "$WS" offload --namespace public/default --keep-bytes 0
-$T --workspace "$WS" offload --namespace acme/payments --keep-bytes 20000000
-echo "== after offload"
-$T --workspace "$WS" status
-$T --workspace "$WS" verify
+tiered init "$WS" >/dev/null
+gen() { tiered generate --end-time "$GEN_END" --ledger-interval 300 --ledgers 20 --topics 3 "$@" >/dev/null; }
+gen --namespace public/default --entries 400 --entry-size 64-4096
+gen --namespace acme/payments --entries 300 --entry-size 512-8192
+gen --namespace acme/audit --entries 2000 --entry-size 16-256
+gen --namespace sandbox/dev --entries 200 --entry-size 1K-16K
+
+step "namespace policies"
+tiered policies set public/default --offload-threshold-bytes 0 --deletion-lag 1h >/dev/null
+tiered policies set acme/payments --offload-threshold-bytes 8M --deletion-lag 8h >/dev/null
+tiered policies set acme/audit --offload-threshold-seconds 3600 --deletion-lag 2h --retention-time-minutes 10080 >/dev/null
+tiered policies list
+
+step "before"
+tiered status --by-namespace
+
+step "airflow: tiered_offload_sweep at $SWEEP_AT"
+airflow db migrate >/dev/null 2>&1
+airflow dags test tiered_offload_sweep "$SWEEP_AT" > "$WS/sweep.log" 2>&1 || { tail -40 "$WS/sweep.log"; exit 1; }
+grep -h "TIERED_RUN_SUMMARY" "$WS/sweep.log" | sed 's/.*TIERED_RUN_SUMMARY /  /' | cut -c1-220
+
+step "after the sweep"
+tiered status --by-namespace
+
+step "airflow: tiered_deletion_lag_cleanup at $CLEANUP_AT"
+airflow dags test tiered_deletion_lag_cleanup "$CLEANUP_AT" > "$WS/cleanup.log" 2>&1 || { tail -40 "$WS/cleanup.log"; exit 1; }
+grep -h "TIERED_RUN_SUMMARY" "$WS/cleanup.log" | sed 's/.*TIERED_RUN_SUMMARY /  /' | cut -c1-220
+
+step "after the deletion-lag cleanup"
+tiered status --by-namespace
+
+step "verify: every entry, from wherever it lives, against the generator's digest"
+tiered verify
+printf '\ndone in %ss; DAG logs: %s/sweep.log, %s/cleanup.log; reports under %s/reports\n' \
+    "$((SECONDS - started))" "$WS" "$WS" "$WS"
+echo "see the DAGs in the UI: . scripts/airflow-env.sh $WS && airflow standalone"

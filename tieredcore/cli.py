@@ -333,6 +333,13 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
 def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("_printed"):
         return
+    if cmd == "policies" and "namespaces" in res:
+        for r in res["namespaces"]:
+            flags = "on " if r["offload_enabled"] else "off"
+            fields = ", ".join(f"{k}={v}" for k, v in sorted(r["overrides"].items())) or "(defaults)"
+            more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
+            print(f"{r['namespace']:<28} offload {flags}  {fields}{more}")
+        return
     if cmd == "policies":
         print(json.dumps(res, indent=2))
         return
