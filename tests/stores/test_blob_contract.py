@@ -210,3 +210,32 @@ def test_complete_rejects_bad_part_lists(blob_store):
     # the upload is still usable after rejected attempts
     blob_store.complete_multipart("bad", uid, [p1, p2])
     assert blob_store.get("bad") == _bytes(PART) * 2
+
+
+def test_multipart_parts_given_as_pieces_with_file_slices(blob_store, tmp_path):
+    """A part may be pieces written back to back: buffers and FileSlices of local files (the
+    filesystem store copies those in the kernel, S3 reads them)."""
+    from tieredcore.stores.blob import FileSlice
+
+    src = tmp_path / "src.bin"
+    body = bytes(range(256)) * 40  # 10240 bytes
+    src.write_bytes(body)
+    up = blob_store.initiate_multipart("pieces/obj", {"role": "data"})
+    p1 = blob_store.upload_part("pieces/obj", up, 1, [b"HEAD", FileSlice(str(src), 100, 2000), bytearray(b"T" * 3)])
+    p2 = blob_store.upload_part("pieces/obj", up, 2, [memoryview(body)[:1500], FileSlice(str(src), 0, 10)])
+    assert (p1.size, p2.size) == (2007, 1510)
+    blob_store.complete_multipart("pieces/obj", up, [p1, p2])
+    assert blob_store.get("pieces/obj") == b"HEAD" + body[100:2100] + b"TTT" + body[:1500] + body[:10]
+
+
+def test_multipart_piece_from_missing_file_fails_and_abort_cleans(blob_store, tmp_path):
+    from tieredcore.errors import TieredError
+    from tieredcore.stores.blob import FileSlice
+
+    up = blob_store.initiate_multipart("pieces/missing", {})
+    with pytest.raises((TieredError, OSError)):
+        blob_store.upload_part("pieces/missing", up, 1, [b"x" * 2048, FileSlice(str(tmp_path / "nope"), 0, 10)])
+    blob_store.abort_multipart("pieces/missing", up)
+    assert [u for u in blob_store.list_multipart_uploads("pieces/") if u.upload_id == up] == []
+    with pytest.raises(NoSuchObjectError):
+        blob_store.get("pieces/missing")

@@ -656,3 +656,20 @@ def test_round_trip_property(sizes: list[int], seed: int, split: int, data: st.D
     finally:
         h.close()
         _HYP_STORE.delete_ledger(w.ledger_id)
+
+
+def test_frames_slice_points_at_the_frames_of_sealed_ledgers_only(tmp_path):
+    from tieredcore.errors import LedgerStateError as _LSE
+    from tieredcore.stores.hot import LocalLedgerStore as _Store
+
+    store = _Store(tmp_path / "hot")
+    led = store.create_ledger({"a": b"b"})
+    led.append_many([b"x" * 10, b"yy" * 20, b"z"])
+    with pytest.raises(_LSE):
+        store.open_ledger(led.ledger_id).frames_slice(0, 1)  # still open: bytes may change
+    led.close()
+    h = store.open_ledger(led.ledger_id)
+    sl = h.frames_slice(1, 2)
+    with open(sl.path, "rb") as f:
+        f.seek(sl.offset)
+        assert f.read(sl.length) == h.read_frames(1, 2)

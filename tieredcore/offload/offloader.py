@@ -8,6 +8,7 @@ the error propagates: a failed offload leaves no object behind.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,7 @@ class LedgerOffloader:
         self.read_buffer = read_buffer
         self.cluster = cluster
         self.offset_cache = offset_cache if offset_cache is not None else SHARED_OFFSET_CACHE
+        self._pool = BufferPool(keep=2)
         # exact frame offsets every `checkpoint_interval` frame bytes, in the index trailer (which
         # Pulsar ignores): a random read walks at most that far instead of from its block's start
         self.checkpoint_interval = checkpoint_interval
@@ -127,17 +129,28 @@ class LedgerOffloader:
             done = 0
             # One block of read-ahead: the next block is read (and CRC-checked) from the hot tier while
             # the current one uploads. Memory stays at about two blocks whatever the ledger size.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
-                pending = pool.submit(_block_bytes, ledger, plans[0])
-                for i, plan in enumerate(plans):
-                    block = pending.result()
-                    if i + 1 < len(plans):
-                        pending = pool.submit(_block_bytes, ledger, plans[i + 1])
-                    parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
-                    done += plan.block_size
-                    del block
-                    if progress is not None:
-                        progress(done, total)
+            # One block of read-ahead: the next block is read (and CRC-checked) from the hot tier while
+            # the current one uploads, into two buffers taken from a small pool and reused block after
+            # block: memory stays at about two blocks whatever the ledger size, and no block pays for
+            # freshly faulted-in memory.
+            bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(min(2, len(plans)))]
+            try:
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
+                    zero_copy = bool(getattr(self.store, "copies_file_slices", False))
+                    pending = pool.submit(_block_bytes, ledger, plans[0], bufs[0], zero_copy)
+                    for i, plan in enumerate(plans):
+                        block = pending.result()
+                        if i + 1 < len(plans):
+                            pending = pool.submit(_block_bytes, ledger, plans[i + 1], bufs[(i + 1) % 2], zero_copy)
+                        parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
+                        done += plan.block_size
+                        if isinstance(block, memoryview):
+                            block.release()
+                        if progress is not None:
+                            progress(done, total)
+            finally:
+                for b in bufs:
+                    self._pool.give(b)
             self.store.complete_multipart(dkey, upload_id, parts)
         except BaseException:
             # any failure, KeyboardInterrupt included: abort so no part is billed or left behind
@@ -190,6 +203,28 @@ class LedgerOffloader:
         self.store.delete([dkey])
 
 
+class BufferPool:
+    """Block buffers reused across blocks and ledgers; at most `keep` idle buffers are retained."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._idle: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bytearray:
+        with self._lock:
+            for i, b in enumerate(self._idle):
+                if len(b) >= size:
+                    return self._idle.pop(i)
+        return bytearray(size)
+
+    def give(self, buf: bytearray) -> None:
+        with self._lock:
+            self._idle.append(buf)
+            self._idle.sort(key=len, reverse=True)
+            del self._idle[self.keep :]
+
+
 def _check_version(metadata: Mapping[str, str], key: str) -> None:
     v = metadata.get(C.METADATA_FORMAT_VERSION_KEY)
     if v != C.CURRENT_FORMAT_VERSION:
@@ -209,20 +244,29 @@ def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
     return out
 
 
-def _block_bytes(ledger: ReadHandle, plan: BlockPlan) -> bytes | bytearray:
+def _block_bytes(
+    ledger: ReadHandle, plan: BlockPlan, buf: bytearray, zero_copy: bool
+) -> bytes | memoryview | list:
     read_into = getattr(ledger, "read_frames_into", None)
     if read_into is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
         return build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
     # hot tier: the frames are already in block format on disk; read them straight into the block
     # buffer (one copy from the page cache, no join) and write header and padding around them
-    block = bytearray(plan.block_size)
-    mv = memoryview(block)
+    mv = memoryview(buf)[: plan.block_size]
     hl = C.BLOCK_HEADER_LENGTH
-    mv[:hl] = block_header(plan.first_entry, plan.block_size)
-    read_into(plan.first_entry, plan.last_entry, mv[hl : hl + plan.frames_length])
-    mv[hl + plan.frames_length :] = padding(plan.block_size - hl - plan.frames_length)
-    mv.release()
-    return block
+    frames = mv[hl : hl + plan.frames_length]
+    read_into(plan.first_entry, plan.last_entry, frames)  # CRC-verified
+    header = block_header(plan.first_entry, plan.block_size)
+    pad = padding(plan.block_size - hl - plan.frames_length)
+    frames_slice = getattr(ledger, "frames_slice", None)
+    if zero_copy and frames_slice is not None:
+        # a local store copies the (just verified, immutable) frames from the hot-tier file in the
+        # kernel: on the machines measured, user-space writes into new files ran at a fifth of
+        # copy_file_range's speed
+        return [header, frames_slice(plan.first_entry, plan.last_entry), pad]
+    mv[:hl] = header
+    mv[hl + plan.frames_length :] = pad
+    return mv
 
 
 def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:

@@ -6,13 +6,18 @@ import os
 
 Buffer = bytes | bytearray | memoryview
 
+# Large buffers go down in slices of this size: on the machines measured, one 64 MiB write() into a new
+# file ran at a third to a half of the speed of the same bytes in 4 MiB writes (bench notes in README).
+WRITE_SLICE = 4 * 1024 * 1024
+
 
 def write_all(fd: int, data: Buffer, offset: int | None = None) -> int:
     """Write every byte of `data` (at `offset` with pwrite, else at the file position)."""
     mv = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
-    done = 0
-    while done < len(mv):
-        done += os.write(fd, mv[done:]) if offset is None else os.pwrite(fd, mv[done:], offset + done)
+    done, total = 0, len(mv)
+    while done < total:
+        piece = mv[done : done + WRITE_SLICE]
+        done += os.write(fd, piece) if offset is None else os.pwrite(fd, piece, offset + done)
     return done
 
 

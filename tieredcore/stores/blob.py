@@ -6,13 +6,48 @@ implementation, as S3 does, so callers see the same metadata whatever the backen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from tieredcore.errors import ValidationError
+from tieredcore.errors import BlobStoreError, ValidationError
 
 Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """`length` bytes at `offset` of a local file. A part given as pieces may contain these: a store
+    with `copies_file_slices = True` copies them in the kernel (copy_file_range) without the bytes
+    passing through Python; any other store reads them."""
+
+    path: str
+    offset: int
+    length: int
+
+
+Pieces = Sequence[Buffer | FileSlice]
+
+
+def piece_length(p: Buffer | FileSlice) -> int:
+    return p.length if isinstance(p, FileSlice) else memoryview(p).nbytes
+
+
+def read_piece(p: Buffer | FileSlice) -> Buffer:
+    """The bytes of a piece (for stores that cannot copy file ranges themselves)."""
+    if not isinstance(p, FileSlice):
+        return p
+    from tieredcore.stores._io import pread_exact
+
+    fd = os.open(p.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = pread_exact(fd, p.length, p.offset)
+    finally:
+        os.close(fd)
+    if len(data) != p.length:
+        raise BlobStoreError(f"{p.path}: {len(data)} bytes at {p.offset}, expected {p.length}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -78,7 +113,9 @@ class BlobStore(Protocol):
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str: ...
 
-    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> CompletedPart: ...
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
+        """One part: a buffer, or pieces (buffers / FileSlices) written back to back."""
+        ...
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None: ...
 

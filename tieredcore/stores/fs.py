@@ -58,10 +58,13 @@ from tieredcore.stores.blob import (
     MIN_PART_NUMBER,
     Buffer,
     CompletedPart,
+    FileSlice,
     ListPage,
     MultipartUploadInfo,
     ObjectInfo,
+    Pieces,
     normalize_metadata,
+    piece_length,
 )
 
 INTERNAL_DIR = ".tiered"
@@ -726,7 +729,21 @@ class FilesystemBlobStore:
         up.state.pos += len(line)
         up.state.apply(rec)
 
-    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> CompletedPart:
+    copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
+
+    def _write_pieces(self, fd: int, pieces: list, offset: int) -> None:
+        for p in pieces:
+            if isinstance(p, FileSlice):
+                src = os.open(p.path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    _copy_range(src, p.offset, fd, offset, p.length)
+                finally:
+                    os.close(src)
+                offset += p.length
+            else:
+                offset += write_all(fd, p, offset)
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
             isinstance(part_number, bool)
             or not isinstance(part_number, int)
@@ -735,7 +752,10 @@ class FilesystemBlobStore:
             raise ValidationError(
                 f"part number {part_number!r} for {_short(key)}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
             )
-        mv = _byte_view(data)
+        pieces = [_byte_view(data)] if isinstance(data, bytes | bytearray | memoryview) else [
+            p if isinstance(p, FileSlice) else _byte_view(p) for p in data
+        ]
+        size = sum(map(piece_length, pieces))
         etag = secrets.token_hex(16)
         with self._oserrors("upload_part", key), self._open_upload(key, upload_id) as up:
             state = up.state
@@ -744,30 +764,30 @@ class FilesystemBlobStore:
                 offset = state.data_end
                 dfd = os.open(_DATA, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
                 try:
-                    write_all(dfd, mv, offset)
+                    self._write_pieces(dfd, pieces, offset)
                 except BaseException:
                     os.ftruncate(dfd, offset)
                     raise
                 finally:
                     os.close(dfd)
                 self._journal(
-                    up, {"n": part_number, "f": _DATA, "off": offset, "size": len(mv), "etag": etag}
+                    up, {"n": part_number, "f": _DATA, "off": offset, "size": size, "etag": etag}
                 )
             else:
                 name = f"part-{part_number}-{secrets.token_hex(4)}"
                 pfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
                 try:
-                    write_all(pfd, mv)
+                    self._write_pieces(pfd, pieces, 0)
                 except BaseException:
                     os.close(pfd)
                     _unlink_quiet(name.encode(), dir_fd=up.fd)
                     raise
                 os.close(pfd)
                 old = state.parts.get(part_number)
-                self._journal(up, {"n": part_number, "f": name, "off": 0, "size": len(mv), "etag": etag})
+                self._journal(up, {"n": part_number, "f": name, "off": 0, "size": size, "etag": etag})
                 if old is not None and old.file != _DATA:
                     _unlink_quiet(old.file.encode(), dir_fd=up.fd)
-        return CompletedPart(part_number=part_number, etag=etag, size=len(mv))
+        return CompletedPart(part_number=part_number, etag=etag, size=size)
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
         kb = validate_key(key)

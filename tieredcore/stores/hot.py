@@ -59,6 +59,7 @@ from tieredcore.errors import (
 from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata
 from tieredcore.stores._io import pread_exact, preadv_exact, write_all
+from tieredcore.stores.blob import FileSlice
 
 __all__ = [
     "FRAME_HEADER_LEN",
@@ -549,6 +550,18 @@ class LocalLedgerHandle:
         first, last = self._check_range(first, last)
         buf, rel = self._read_verified(first, last, out)
         return rel[-1]
+
+    def frames_slice(self, first: int, last: int) -> FileSlice:
+        """Where entries first..last's frames lie in the .log file, for stores that copy file ranges in
+        the kernel. Sealed ledgers only (immutable bytes); does NOT verify CRCs: callers verify with
+        read_frames_into first (the offloader does, into a reused buffer)."""
+        first, last = self._check_range(first, last)
+        if not self._meta.is_closed:
+            raise LedgerStateError(f"ledger {self._id} is open: its bytes may still change")
+        self._check_not_deleted()
+        start = self._offsets[first]
+        end = self._offsets[last] + FRAME_HEADER_LEN + self._lens[last]
+        return FileSlice(self._store._path(self._id, "log"), start, end - start)
 
     def entry_sizes(self) -> Sequence[int]:
         """Payload sizes of entries 0..LAC (a copy, array('i'))."""

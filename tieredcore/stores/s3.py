@@ -37,7 +37,9 @@ from tieredcore.stores.blob import (
     ListPage,
     MultipartUploadInfo,
     ObjectInfo,
+    Pieces,
     normalize_metadata,
+    read_piece,
 )
 
 DELETE_BATCH = 1000  # DeleteObjects limit
@@ -265,7 +267,9 @@ class S3BlobStore:
         )
         return resp["UploadId"]
 
-    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer) -> CompletedPart:
+    copies_file_slices = False  # pieces are joined into one request body
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
             isinstance(part_number, bool)
             or not isinstance(part_number, int)
@@ -274,6 +278,8 @@ class S3BlobStore:
             raise ValidationError(
                 f"part number {part_number!r} for {self._where(key)}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
             )
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = b"".join(memoryview(read_piece(p)) for p in data)
         body = _body(data)
         try:
             resp = self.client.upload_part(
