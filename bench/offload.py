@@ -1,12 +1,16 @@
 """Offload and read-back throughput against a plain file copy of the same bytes (not a test).
 
-For each entry size: write ledgers totalling --total bytes into a hot tier, then in the same run
-  1. baseline: copy the ledgers' files as plain files (shutil.copyfile, + fsync when the store fsyncs),
+For each entry size: write ledgers totalling --total bytes into a hot tier, then --rounds times, each
+phase after a `sync` so none inherits another's dirty pages:
+  1. baselines: copy the ledgers' files as plain files (shutil.copyfile, i.e. `cp`: an in-kernel
+     copy_file_range), and again through a 1 MiB user-space buffer; + fsync when the store fsyncs,
   2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
   3. read every entry back sequentially through the offloaded read handle (1,000 entries per call),
-and print MB/s of payload bytes for each and the ratios to the baseline. A last phase offloads one
---big-ledger sized ledger in a child process and reports that process's peak RSS: offloading holds
-about two blocks, whatever the ledger size.
+and print MB/s of payload bytes (best and median over the rounds) and the ratios to the baseline. The
+machines are shared virtual machines whose disk throughput swings several-fold between seconds, so the
+rounds alternate the phases and both the best-of and the median ratios are printed. A last phase
+offloads one --big-ledger sized ledger in a child process and reports that process's peak RSS
+(VmHWM): offloading holds about two blocks, whatever the ledger size.
 
     .venv/bin/python bench/offload.py                       # 1 GiB per entry size, 1 KiB and 64 KiB
     .venv/bin/python bench/offload.py --total 256M --big-ledger 0
@@ -18,8 +22,8 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -72,6 +76,17 @@ def copy_baseline(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> Non
             os.close(fd)
 
 
+def copy_userspace(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> None:
+    """The same copy through a 1 MiB user-space buffer (what a program moving the bytes itself does)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for lid in ids:
+        with open(hot_root / f"{lid}.log", "rb") as src, open(dst / f"{lid}.copy", "wb") as out:
+            shutil.copyfileobj(src, out, 1024 * 1024)
+            out.flush()
+            if fsync:
+                os.fsync(out.fileno())
+
+
 def read_back(off: LedgerOffloader, done: list[tuple[int, str]]) -> tuple[int, int]:
     entries = nbytes = 0
     for lid, u in done:
@@ -85,14 +100,23 @@ def read_back(off: LedgerOffloader, done: list[tuple[int, str]]) -> tuple[int, i
     return entries, nbytes
 
 
+def _vm_kib(field: str) -> int:
+    """VmHWM / VmRSS of this process from /proc (ru_maxrss would include the parent's peak: it
+    survives exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
 def _big_child(hot_root: str, store_root: str, lid: int, fsync: bool, q) -> None:
     hot = LocalLedgerStore(hot_root)
     off = LedgerOffloader(FilesystemBlobStore(store_root, fsync=fsync))
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _vm_kib("VmHWM")
     t0 = time.perf_counter()
     obj = off.offload(hot.open_ledger(lid), uuid.uuid4())
     q.put({"seconds": time.perf_counter() - t0, "bytes": obj.payload_bytes,
-           "rss_before_kib": base, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+           "rss_before_kib": base, "peak_rss_kib": _vm_kib("VmHWM")})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-ledger", default="2G", help="size of the peak-RSS ledger (0 to skip)")
     ap.add_argument("--no-fsync", action="store_true", help="neither the store nor the baseline fsyncs")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of copy / offload / read")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     total = human_size(a.total)
@@ -121,39 +146,64 @@ def main(argv: list[str] | None = None) -> int:
             gen_s = time.perf_counter() - t0
             payload = sum(hot.ledger_metadata(i).length for i in ids)
 
-            t0 = time.perf_counter()
-            copy_baseline(root / "hot", ids, root / "copy", fsync)
-            copy_s = time.perf_counter() - t0
+            copy_s, user_s, off_s, read_s = [], [], [], []
+            for rnd in range(a.rounds):
+                for d in (root / "copy", root / "ucopy", root / "cold"):
+                    shutil.rmtree(d, ignore_errors=True)
+                os.sync()
+                t0 = time.perf_counter()
+                copy_baseline(root / "hot", ids, root / "copy", fsync)
+                copy_s.append(time.perf_counter() - t0)
+                os.sync()
+                t0 = time.perf_counter()
+                copy_userspace(root / "hot", ids, root / "ucopy", fsync)
+                user_s.append(time.perf_counter() - t0)
 
-            off = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block)
-            t0 = time.perf_counter()
-            done = []
-            for lid in ids:
-                u = str(uuid.uuid4())
-                h = hot.open_ledger(lid)
-                off.offload(h, u)
-                h.close()
-                done.append((lid, u))
-            off_s = time.perf_counter() - t0
+                off = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block)
+                os.sync()
+                t0 = time.perf_counter()
+                done = []
+                for lid in ids:
+                    u = str(uuid.uuid4())
+                    h = hot.open_ledger(lid)
+                    off.offload(h, u)
+                    h.close()
+                    done.append((lid, u))
+                off_s.append(time.perf_counter() - t0)
 
-            t0 = time.perf_counter()
-            n, nb = read_back(off, done)
-            read_s = time.perf_counter() - t0
-            assert nb == payload, (nb, payload)
+                os.sync()
+                t0 = time.perf_counter()
+                n, nb = read_back(off, done)
+                read_s.append(time.perf_counter() - t0)
+                assert nb == payload, (nb, payload)
+                print(f"  round {rnd + 1}: copy {payload / copy_s[-1] / MB:,.0f} MB/s, user-space copy "
+                      f"{payload / user_s[-1] / MB:,.0f} MB/s, offload "
+                      f"{payload / off_s[-1] / MB:,.0f} MB/s, read {payload / read_s[-1] / MB:,.0f} MB/s", flush=True)
+            series = (("copy", copy_s), ("user", user_s), ("offload", off_s), ("read", read_s))
+            best = {k: min(v) for k, v in series}
+            med = {k: statistics.median(v) for k, v in series}
             r = {
-                "entry_size": es, "ledgers": len(ids), "entries": n, "payload_bytes": payload,
+                "entry_size": es, "ledgers": len(ids), "entries": n, "payload_bytes": payload, "rounds": a.rounds,
                 "generate_MBps": payload / gen_s / MB,
-                "plain_copy_MBps": payload / copy_s / MB,
-                "offload_MBps": payload / off_s / MB,
-                "read_MBps": payload / read_s / MB,
-                "offload_ratio": copy_s / off_s,
-                "read_ratio": copy_s / read_s,
+                "plain_copy_MBps": payload / best["copy"] / MB,
+                "userspace_copy_MBps": payload / best["user"] / MB,
+                "offload_ratio_userspace": best["user"] / best["offload"],
+                "read_ratio_userspace": best["user"] / best["read"],
+                "offload_MBps": payload / best["offload"] / MB,
+                "read_MBps": payload / best["read"] / MB,
+                "offload_ratio": best["copy"] / best["offload"],
+                "read_ratio": best["copy"] / best["read"],
+                "offload_ratio_median": med["copy"] / med["offload"],
+                "read_ratio_median": med["copy"] / med["read"],
             }
             results.append(r)
-            print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB | plain copy "
+            print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | plain copy "
                   f"{r['plain_copy_MBps']:,.0f} MB/s | offload {r['offload_MBps']:,.0f} MB/s "
-                  f"(x{r['offload_ratio']:.2f}) | sequential read {r['read_MBps']:,.0f} MB/s "
-                  f"(x{r['read_ratio']:.2f})", flush=True)
+                  f"(x{r['offload_ratio']:.2f}; median x{r['offload_ratio_median']:.2f}) | sequential read "
+                  f"{r['read_MBps']:,.0f} MB/s (x{r['read_ratio']:.2f}; median x{r['read_ratio_median']:.2f})",
+                  flush=True)
+            print(f"{'':>17} against a user-space copy ({r['userspace_copy_MBps']:,.0f} MB/s): offload "
+                  f"x{r['offload_ratio_userspace']:.2f}, sequential read x{r['read_ratio_userspace']:.2f}", flush=True)
             shutil.rmtree(root)
 
         big = human_size(a.big_ledger)

@@ -8,6 +8,7 @@ the error propagates: a failed offload leaves no object behind.
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -204,24 +205,29 @@ class LedgerOffloader:
 
 
 class BufferPool:
-    """Block buffers reused across blocks and ledgers; at most `keep` idle buffers are retained."""
+    """Block buffers reused across blocks and ledgers; at most `keep` idle buffers are retained.
+
+    Buffers are anonymous mmaps: the kernel supplies zero pages lazily as the read-ahead thread fills
+    them, where bytearray(n) would memset all n bytes up front on the caller's thread."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._idle: list[bytearray] = []
+        self._idle: list[mmap.mmap] = []
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> bytearray:
+    def take(self, size: int) -> mmap.mmap:
         with self._lock:
             for i, b in enumerate(self._idle):
                 if len(b) >= size:
                     return self._idle.pop(i)
-        return bytearray(size)
+        return mmap.mmap(-1, max(size, 1))
 
-    def give(self, buf: bytearray) -> None:
+    def give(self, buf: mmap.mmap) -> None:
         with self._lock:
             self._idle.append(buf)
             self._idle.sort(key=len, reverse=True)
+            for extra in self._idle[self.keep :]:
+                extra.close()
             del self._idle[self.keep :]
 
 
@@ -245,7 +251,7 @@ def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
 
 
 def _block_bytes(
-    ledger: ReadHandle, plan: BlockPlan, buf: bytearray, zero_copy: bool
+    ledger: ReadHandle, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool
 ) -> bytes | memoryview | list:
     read_into = getattr(ledger, "read_frames_into", None)
     if read_into is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
