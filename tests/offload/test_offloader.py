@@ -379,3 +379,13 @@ def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
         h = off.read_offloaded(led.ledger_id, u)
         assert [e.data for e in h.read(0, 199)] == [bytes([i % 251]) * 300 for i in range(200)]
         off.delete_offloaded(led.ledger_id, u)
+
+
+@pytest.mark.parametrize("suffix", ["\n", "x", "-index\n", "-indexes"])
+def test_parse_ledger_key_rejects_near_misses(suffix):
+    from tieredcore.offload.keys import parse_ledger_key
+
+    u = "12345678-1234-1234-1234-123456789abc"
+    assert parse_ledger_key(f"{u}-ledger-5") is not None
+    assert parse_ledger_key(f"{u}-ledger-5{suffix}") is None
+    assert parse_ledger_key(f"{u}-ledger-\u0663") is None  # a non-ASCII digit

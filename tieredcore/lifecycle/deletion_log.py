@@ -89,8 +89,13 @@ class DeletionRecord:
                 problems.append(f"uuid {self.uuid!r}")
             if not isinstance(self.driver, dict) or not self.driver.get("name"):
                 problems.append("driver metadata missing")
-        if not self.reason:
+        if not self.reason or not isinstance(self.reason, str):
             problems.append("reason missing")
+        # due() sorts and filters on these: one non-integer would break every drain, not just this record
+        for name in ("created_ms", "attempts", "next_attempt_ms"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                problems.append(f"{name} {v!r}")
         if problems:
             raise ValidationError(f"deletion record {self.id}: " + "; ".join(problems))
 

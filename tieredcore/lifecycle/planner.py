@@ -83,3 +83,34 @@ def ledgers_as_of(ledgers: Sequence, as_of_ms: int) -> list:
         if li.timestamp <= 0 or li.timestamp > as_of_ms:
             break
     return out
+
+
+def select_retention(
+    ledgers: Sequence, retention_time_ms: int | None, retention_size_bytes: int | None, now_ms: int
+) -> list[int]:
+    """Retention trim (Pulsar's ManagedLedgerImpl.internalTrimLedgers, spec/02): ledgers to remove from
+    the topic, oldest first.
+
+    Candidates are the sealed ledgers before the newest one (this project has no cursors, so the slowest
+    reader is at the newest ledger, as in Pulsar for a topic without subscriptions). Walking oldest first
+    with ``to_delete += size``, a ledger goes if ``time >= 0 and now - timestamp > time`` or
+    ``size >= 0 and total - to_delete >= size``, where ``total`` is the size of every ledger given
+    (offloaded ones included); the walk stops at the first ledger that is neither. None or -1 disables
+    a limit. A ledger that is not sealed (timestamp 0) also stops the walk."""
+    rt = -1 if retention_time_ms is None else retention_time_ms
+    rs = -1 if retention_size_bytes is None else retention_size_bytes
+    if rt < 0 and rs < 0:
+        return []
+    total = sum(li.size for li in ledgers)
+    to_delete = 0
+    out: list[int] = []
+    for i, li in enumerate(ledgers):
+        if not _is_sealed(li, i == len(ledgers) - 1):
+            break
+        to_delete += li.size
+        expired = rt >= 0 and now_ms - li.timestamp > rt
+        over_quota = rs >= 0 and total - to_delete >= rs
+        if not (expired or over_quota):
+            break
+        out.append(li.ledgerId)
+    return out

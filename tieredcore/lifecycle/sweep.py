@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
+KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
 
 
 @dataclass
@@ -162,6 +163,10 @@ def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
                 pol = ps.for_topic(t)
                 if w.kind == KIND_OFFLOAD:
                     rows = _offload_topic(ws, pol, t, w)
+                elif w.kind == KIND_RETENTION:
+                    from tieredcore.lifecycle.retention import trim_work  # imports this module
+
+                    rows = trim_work(ws, pol, t, w)
                 else:
                     rows = _lag_cleanup_topic(ws, pol, t, w)
             except TieredError as e:  # the topic as a whole could not be processed

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tieredcore.errors import ValidationError
 
 _LEDGER_KEY = re.compile(
-    r"^(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-(?P<id>\d+)(?P<index>-index)?$"
+    r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-(?P<id>[0-9]+)(?P<index>-index)?"
 )
 
 
@@ -42,7 +42,7 @@ def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:
     """The uuid / ledger id of an offloaded-ledger key, or None for keys this format did not write."""
     if not key.startswith(prefix):
         return None
-    m = _LEDGER_KEY.match(key[len(prefix) :])
+    m = _LEDGER_KEY.fullmatch(key[len(prefix) :])
     if m is None:
         return None
     return ParsedKey(m["uuid"], int(m["id"]), m["index"] is not None)

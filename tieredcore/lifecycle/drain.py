@@ -1,0 +1,552 @@
+"""Phase 2 of two-phase deletion (spec/05): drain the deletion log.
+
+For each due record, in this order:
+
+1. **Malformed** (unreadable, missing essentials, unparsable topic) → dead-letter with the reason, never
+   retried.
+2. **Still in use**, checked against the *current* topic record (read once per topic per drain call; a
+   ledger that left a topic never comes back, a replaced offload uuid never becomes current again and
+   ``bookkeeperDeleted`` is never cleared, so "not in use" cannot turn into "in use" meanwhile):
+
+   - ``ledger``: the topic exists, lists the ledger, and its hot copy is still the one the topic relies
+     on, i.e. not (offload complete and ``bookkeeperDeleted``);
+   - ``offloaded``: the topic exists, lists the ledger and the record's uuid is the ledger's current
+     OffloadContext uuid (complete or in flight);
+   - ``segment``: the topic exists and some ledger's offload segments name the uuid.
+
+   In use → acknowledged, nothing deleted (counter ``still_in_use``). Cursor and schema ledgers are not
+   tracked by this project's metadata, so their use cannot be checked while the topic exists: such
+   records are dead-lettered for an operator instead of being deleted blindly.
+3. **Ownership**: ``ledger`` records are checked against the hot ledger's custom metadata
+   (``application`` / ``component`` / ``pulsar/managed-ledger``, plus ``pulsar/cursor`` or
+   ``pulsar/schemaId``). Object records are checked against the ``managedledgername`` user metadata
+   the offloader writes on its objects, when the object exists and carries it (a stricter reading of
+   the spec: a forged ``offloaded`` record naming another topic's ledger id and uuid would otherwise pass
+   the in-use check of the wrong topic). A mismatch → nothing deleted, acknowledged (``refused_mismatch``).
+4. **Delete**, idempotently. Hot: ``delete_ledger``; a hot ledger that is already gone is a success
+   (outcome ``already_deleted``: acknowledged, ``deleted_hot`` not incremented — nothing was deleted by
+   this run). Objects: per object store (one store object per driver metadata), one listing of
+   unfinished multipart uploads per key prefix, aborts of those belonging to the records' data keys,
+   then **one** ``store.delete(keys)`` call holding every key of the batch (S3 splits it into
+   DeleteObjects requests of 1000). A BlobStoreError that names keys fails only the records owning
+   them; one that names none (or is truncated) fails the whole batch.
+5. Success → acknowledge (``deleted_hot`` / ``deleted_offloaded``). Failure → :meth:`DeletionLog.retry`
+   (exponential backoff from ``delay_ms``; dead-letter once ``max_attempts`` is reached), counting
+   ``delete_failures_hot`` / ``delete_failures_offloaded``.
+
+Every log change is a CAS on the entry's version, so several drains may run over the same records: each
+may delete (idempotent), only one acknowledgement lands; the others report ``lost_race``. Counters are
+added by the change that landed only, so they count every record once.
+
+Known window, inherent to the protocol: a record appended by phase 1 and drained before phase 1's
+metadata update lands is acknowledged as "still in use"; the storage it named then leaks until orphan
+reconciliation turns it into a fresh record.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tieredcore.errors import (
+    BlobStoreError,
+    LedgerNotFoundError,
+    NoSuchObjectError,
+    TopicNotFoundError,
+    ValidationError,
+)
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.formats.uuids import msb_lsb_to_uuid
+from tieredcore.lifecycle.deletion_log import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETRY_DELAY_MS,
+    STATE_DEAD,
+    STATE_RETRYING,
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    TYPE_SEGMENT,
+    DeletionLog,
+    DeletionRecord,
+    Entry,
+)
+from tieredcore.offload.keys import data_key, index_key
+from tieredcore.offload.managed import context_uuid
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.topics import TopicName
+from tieredcore.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_RETRY_DELAY_MS",
+    "OUTCOMES",
+    "DrainReport",
+    "DrainRow",
+    "drain",
+    "driver_dict",
+    "driver_metadata_from_dict",
+    "failed_keys",
+]
+
+OUTCOME_DELETED = "deleted"
+OUTCOME_ALREADY_DELETED = "already_deleted"
+OUTCOME_STILL_IN_USE = "still_in_use"
+OUTCOME_REFUSED = "refused_mismatch"
+OUTCOME_MALFORMED = "malformed"
+OUTCOME_RETRYING = "retrying"
+OUTCOME_DEAD = "dead_lettered"
+OUTCOME_LOST_RACE = "lost_race"  # another consumer changed or removed the record first
+OUTCOME_WOULD_DELETE = "would_delete"  # dry run
+OUTCOMES = (
+    OUTCOME_DELETED, OUTCOME_ALREADY_DELETED, OUTCOME_STILL_IN_USE, OUTCOME_REFUSED, OUTCOME_MALFORMED,
+    OUTCOME_RETRYING, OUTCOME_DEAD, OUTCOME_LOST_RACE, OUTCOME_WOULD_DELETE,
+)
+
+OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
+
+
+# -- driver metadata (records carry it as a dict) --------------------------------------------------
+
+
+def driver_metadata_from_dict(driver: Mapping[str, Any]) -> pb.OffloadDriverMetadata:
+    """``{"name": ..., "properties": {k: v} | [{"key": k, "value": v}, ...]}`` → OffloadDriverMetadata."""
+    if not isinstance(driver, Mapping):
+        raise ValidationError(f"driver metadata must be a mapping, got {type(driver).__name__}")
+    dm = pb.OffloadDriverMetadata(name=str(driver.get("name") or ""))
+    props = driver.get("properties") or {}
+    if isinstance(props, Mapping):
+        items = [(str(k), str(v)) for k, v in props.items()]
+    elif isinstance(props, list) and all(isinstance(p, Mapping) and "key" in p for p in props):
+        items = [(str(p["key"]), str(p.get("value", ""))) for p in props]
+    else:
+        raise ValidationError(f"driver properties {props!r}: expected a mapping or a list of key/value")
+    for k, v in sorted(items):
+        dm.properties.add(key=k, value=v)
+    return dm
+
+
+def driver_dict(driver_metadata: pb.OffloadDriverMetadata) -> dict[str, Any]:
+    """OffloadDriverMetadata → the dict a DeletionRecord carries (inverse of driver_metadata_from_dict)."""
+    return {"name": driver_metadata.name,
+            "properties": {kv.key: kv.value for kv in driver_metadata.properties}}
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class DrainRow:
+    id: str
+    topic: str
+    ledger: int
+    type: str
+    reason: str
+    outcome: str
+    error: str = ""
+
+
+@dataclass
+class DrainReport:
+    as_of_ms: int
+    dry_run: bool = False
+    entries: int = 0  # records looked at
+    # per outcome
+    deleted: int = 0
+    already_deleted: int = 0
+    still_in_use: int = 0
+    refused_mismatch: int = 0
+    malformed: int = 0
+    retrying: int = 0
+    dead_lettered: int = 0
+    lost_race: int = 0
+    would_delete: int = 0
+    # PIP-186 counters this run added to the log (only changes that landed)
+    deleted_hot: int = 0
+    deleted_offloaded: int = 0
+    delete_failures_hot: int = 0
+    delete_failures_offloaded: int = 0
+    acknowledged: int = 0
+    rows: list[DrainRow] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in OUTCOMES}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def merge(self, other: DrainReport) -> DrainReport:
+        """Sum of two reports (e.g. of several Spark tasks); rows concatenated."""
+        out = DrainReport(self.as_of_ms, self.dry_run and other.dry_run)
+        for f in DrainReport.__dataclass_fields__:
+            if f in ("as_of_ms", "dry_run"):
+                continue
+            setattr(out, f, getattr(self, f) + getattr(other, f))
+        return out
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def failed_keys(error: BaseException, keys: Sequence[str]) -> set[str]:
+    """The keys a batch-delete error names as failed; every key when it names none or is truncated.
+
+    Both stores name failed keys as ``'<key>' (<reason>)``, at most 20 of them, then `` ...``."""
+    explicit = getattr(error, "failed_keys", None)
+    if explicit is not None:
+        return set(explicit) & set(keys) or set(keys)
+    msg = str(error)
+    if msg.rstrip().endswith("..."):
+        return set(keys)
+    named = {k for k in keys if f"{k!r} (" in msg}
+    return named or set(keys)
+
+
+class _Refused(Exception):
+    """Ownership check failed: delete nothing, acknowledge."""
+
+
+class _Unsupported(Exception):
+    """Cannot decide safely: dead-letter for an operator."""
+
+
+def _text(v: bytes | str | None) -> str | None:
+    if v is None:
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else str(v)
+
+
+def _hot_mismatch(rec: DeletionRecord, ml_name: str, custom: Mapping[str, bytes]) -> str | None:
+    """Why the hot ledger's custom metadata does not match the record (None: it matches)."""
+    if rec.component == "schema":
+        expected = {"application": "pulsar", "component": "schema", "pulsar/schemaId": rec.schema_id}
+        absent: tuple[str, ...] = ()
+    else:
+        expected = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml_name}
+        if rec.component == "cursor":
+            expected["pulsar/cursor"] = rec.cursor
+            absent = ()
+        else:
+            absent = ("pulsar/cursor",)  # a cursor ledger is not the topic's data ledger
+    problems = []
+    for k, want in expected.items():
+        got = _text(custom.get(k))
+        if got != want:
+            problems.append(f"{k}={got!r} (record: {want!r})")
+    for k in absent:
+        if k in custom:
+            problems.append(f"{k}={_text(custom[k])!r} present")
+    return "custom metadata mismatch: " + ", ".join(problems) if problems else None
+
+
+def _segment_uuids(li) -> set[str]:
+    if not li.HasField("offloadContext"):
+        return set()
+    return {str(msb_lsb_to_uuid(s.uidMsb, s.uidLsb)) for s in li.offloadContext.offloadSegment
+            if s.HasField("uidMsb") or s.HasField("uidLsb")}
+
+
+def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
+    """Why the storage the record names is still in use by the topic record `info` (None: it is not;
+    `info` None: the topic does not exist)."""
+    if info is None:
+        return None
+    if rec.component != "managed-ledger":
+        raise _Unsupported(f"topic exists and {rec.component} ledgers are not tracked here: "
+                           "cannot check whether the ledger is still in use")
+    if rec.type == TYPE_SEGMENT:
+        if any(uuid in _segment_uuids(li) for li in info.ledgerInfo):
+            return f"segment {uuid} is still referenced by the topic"
+        return None
+    li = find_ledger(info, rec.ledger_id)
+    if li is None:
+        return None
+    if rec.type == TYPE_LEDGER:
+        ctx = li.offloadContext if li.HasField("offloadContext") else None
+        if ctx is not None and ctx.complete and ctx.bookkeeperDeleted:
+            return None
+        return "ledger is listed and the topic still relies on its hot copy"
+    if context_uuid(li) == uuid:
+        state = "complete" if li.offloadContext.complete else "in flight"
+        return f"uuid {uuid} is the ledger's current offload ({state})"
+    return None
+
+
+@dataclass
+class _ObjectJob:
+    entry: Entry
+    row: DrainRow
+    keys: list[str]
+    data_key: str
+    existed: bool
+
+
+@dataclass
+class _Batch:
+    store: BlobStore
+    prefixes: set[str] = field(default_factory=set)
+    jobs: list[_ObjectJob] = field(default_factory=list)
+
+
+class _Drain:
+    def __init__(self, ws: Workspace, as_of_ms: int, delay_ms: int, max_attempts: int, dry_run: bool,
+                 check_object_owner: bool) -> None:
+        self.ws = ws
+        self.log = DeletionLog(ws.metadata)
+        self.as_of_ms = as_of_ms
+        self.delay_ms = delay_ms
+        self.max_attempts = max_attempts
+        self.dry_run = dry_run
+        self.check_object_owner = check_object_owner
+        self.report = DrainReport(as_of_ms, dry_run)
+        self._topics: dict[str, Any] = {}
+        self._batches: dict[int, _Batch] = {}
+
+    # -- outcomes
+
+    def _set(self, row: DrainRow, outcome: str, error: str = "") -> None:
+        row.outcome = outcome
+        if error:
+            row.error = error[:2000]
+        setattr(self.report, outcome, getattr(self.report, outcome) + 1)
+        self.report.rows.append(row)
+
+    def _ack(self, entry: Entry, row: DrainRow, outcome: str, note: str = "", **counters: int) -> None:
+        if self.dry_run:
+            self._set(row, OUTCOME_WOULD_DELETE if outcome == OUTCOME_DELETED else outcome, note)
+            return
+        if outcome == OUTCOME_STILL_IN_USE:
+            counters["still_in_use"] = 1
+        elif outcome == OUTCOME_REFUSED:
+            counters["refused_mismatch"] = 1
+        if not self.log.ack(entry, **counters):
+            self._set(row, OUTCOME_LOST_RACE, note)
+            return
+        self.report.acknowledged += 1
+        for k in ("deleted_hot", "deleted_offloaded"):
+            setattr(self.report, k, getattr(self.report, k) + counters.get(k, 0))
+        self._set(row, outcome, note)
+
+    def _dead(self, entry: Entry, row: DrainRow, outcome: str, reason: str) -> None:
+        if self.dry_run:
+            self._set(row, outcome, reason)
+            return
+        counters = {"malformed": 1} if outcome == OUTCOME_MALFORMED else {}
+        moved = self.log.dead_letter(entry, reason, **counters)
+        self._set(row, outcome if moved else OUTCOME_LOST_RACE, reason)
+
+    def _fail(self, entry: Entry, row: DrainRow, error: str) -> None:
+        if self.dry_run:
+            self._set(row, OUTCOME_RETRYING, error)
+            return
+        counter = "delete_failures_hot" if row.type == TYPE_LEDGER else "delete_failures_offloaded"
+        state = self.log.retry(entry, error, self.as_of_ms, delay_ms=self.delay_ms,
+                               max_attempts=self.max_attempts, **{counter: 1})
+        if state:
+            setattr(self.report, counter, getattr(self.report, counter) + 1)
+        outcome = {STATE_RETRYING: OUTCOME_RETRYING, STATE_DEAD: OUTCOME_DEAD}.get(state, OUTCOME_LOST_RACE)
+        log.warning("deletion %s (%s ledger %s of %s): %s → %s", entry.id, row.type, row.ledger, row.topic,
+                    error, outcome)
+        self._set(row, outcome, error)
+
+    # -- per entry
+
+    def _topic_info(self, t: TopicName):
+        name = t.managed_ledger_name
+        if name not in self._topics:
+            try:
+                self._topics[name] = self.ws.ml.get_topic(t)[0]
+            except TopicNotFoundError:
+                self._topics[name] = None
+        return self._topics[name]
+
+    def process(self, entry: Entry) -> None:
+        self.report.entries += 1
+        rec = entry.record
+        if rec is None:
+            self._dead(entry, DrainRow(entry.id, "", -1, "", "", ""), OUTCOME_MALFORMED,
+                       entry.error or "malformed record")
+            return
+        row = DrainRow(entry.id, rec.topic, rec.ledger_id, rec.type, rec.reason, "")
+        try:
+            t = TopicName.parse(rec.topic)
+            uuid = str(uuidlib.UUID(rec.uuid)) if rec.type != TYPE_LEDGER else ""
+        except (ValidationError, ValueError) as e:
+            self._dead(entry, row, OUTCOME_MALFORMED, f"malformed record: {e}")
+            return
+        try:
+            info = self._topic_info(t)
+            why = _in_use(rec, uuid, info)
+        except _Unsupported as e:
+            self._dead(entry, row, OUTCOME_DEAD, str(e))
+            return
+        except Exception as e:  # unreadable topic record, metadata store down: cannot decide now
+            self._fail(entry, row, f"reading topic {t.managed_ledger_name}: {type(e).__name__}: {e}")
+            return
+        if why is not None:
+            self._ack(entry, row, OUTCOME_STILL_IN_USE, why)
+            return
+        if rec.type == TYPE_LEDGER:
+            self._hot(entry, row, rec, t)
+        else:
+            self._plan_objects(entry, row, rec, t, uuid)
+
+    def _hot(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName) -> None:
+        try:
+            meta = self.ws.hot.ledger_metadata(rec.ledger_id)
+        except LedgerNotFoundError:
+            self._ack(entry, row, OUTCOME_ALREADY_DELETED, "hot ledger does not exist")
+            return
+        except Exception as e:
+            self._fail(entry, row, f"reading hot ledger metadata: {type(e).__name__}: {e}")
+            return
+        mismatch = _hot_mismatch(rec, t.managed_ledger_name, meta.custom_metadata)
+        if mismatch is not None:
+            log.warning("deletion %s refused: ledger %s: %s", entry.id, rec.ledger_id, mismatch)
+            self._ack(entry, row, OUTCOME_REFUSED, mismatch)
+            return
+        if self.dry_run:
+            self._set(row, OUTCOME_WOULD_DELETE)
+            return
+        try:
+            self.ws.hot.delete_ledger(rec.ledger_id)
+        except Exception as e:
+            self._fail(entry, row, f"deleting hot ledger: {type(e).__name__}: {e}")
+            return
+        self._ack(entry, row, OUTCOME_DELETED, deleted_hot=1)
+
+    def _plan_objects(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName, uuid: str) -> None:
+        try:
+            off: LedgerOffloader = self.ws.offloader_for_driver(driver_metadata_from_dict(rec.driver))
+        except ValidationError as e:  # a driver this build cannot open: retrying will not help
+            self._dead(entry, row, OUTCOME_DEAD, f"cannot open the record's object store: {e}")
+            return
+        except Exception as e:
+            self._fail(entry, row, f"opening the record's object store: {type(e).__name__}: {e}")
+            return
+        if rec.type == TYPE_OFFLOADED:
+            dkey, ikey = data_key(off.prefix, uuid, rec.ledger_id), index_key(off.prefix, uuid, rec.ledger_id)
+        else:  # streaming segment objects: {uuid} and {uuid}-index
+            dkey, ikey = f"{off.prefix}{uuid}", f"{off.prefix}{uuid}-index"
+        existed = True
+        if self.check_object_owner:
+            try:
+                existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
+            except _Refused as e:
+                log.warning("deletion %s refused: %s", entry.id, e)
+                self._ack(entry, row, OUTCOME_REFUSED, str(e))
+                return
+            except Exception as e:
+                self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
+                return
+        if self.dry_run:
+            self._set(row, OUTCOME_WOULD_DELETE if existed else OUTCOME_ALREADY_DELETED)
+            return
+        batch = self._batches.setdefault(id(off.store), _Batch(off.store))
+        batch.prefixes.add(off.prefix)
+        batch.jobs.append(_ObjectJob(entry, row, [ikey, dkey], dkey, existed))
+
+    @staticmethod
+    def _check_owner(store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
+        """False when no object exists; raises _Refused when the first existing object (data, else
+        index: both are written by the same attempt with the same metadata) names another topic."""
+        for k in keys:
+            try:
+                info = store.head(k)
+            except NoSuchObjectError:
+                continue
+            owner = info.metadata.get(OWNER_METADATA_KEY)
+            if owner is not None and owner != ml_name:
+                raise _Refused(f"object {k} belongs to {owner!r}, record names {ml_name!r}")
+            return True
+        return False
+
+    # -- per object store
+
+    def run_batches(self) -> None:
+        for batch in self._batches.values():
+            self._run_batch(batch)
+        self._batches.clear()
+
+    def _run_batch(self, batch: _Batch) -> None:
+        store = batch.store
+        by_data_key: dict[str, list[_ObjectJob]] = {}
+        for j in batch.jobs:
+            by_data_key.setdefault(j.data_key, []).append(j)
+        failed: dict[int, str] = {}  # id(job) -> error
+        try:
+            uploads = [u for p in sorted(batch.prefixes) for u in store.list_multipart_uploads(p)
+                       if u.key in by_data_key]
+        except Exception as e:
+            for j in batch.jobs:
+                self._fail(j.entry, j.row, f"listing multipart uploads: {type(e).__name__}: {e}")
+            return
+        aborted: set[str] = set()
+        for up in uploads:
+            try:
+                store.abort_multipart(up.key, up.upload_id)
+                aborted.add(up.key)
+            except Exception as e:
+                for j in by_data_key[up.key]:
+                    failed[id(j)] = f"aborting upload {up.upload_id} of {up.key}: {type(e).__name__}: {e}"
+        todo = [j for j in batch.jobs if id(j) not in failed]
+        keys = list(dict.fromkeys(k for j in todo for k in j.keys))
+        if keys:
+            try:
+                store.delete(keys)
+            except BlobStoreError as e:
+                bad = failed_keys(e, keys)
+                for j in todo:
+                    if bad.intersection(j.keys):
+                        failed[id(j)] = f"deleting objects: {e}"
+            except Exception as e:
+                for j in todo:
+                    failed[id(j)] = f"deleting objects: {type(e).__name__}: {e}"
+        for j in batch.jobs:
+            if id(j) in failed:
+                self._fail(j.entry, j.row, failed[id(j)])
+            elif j.existed or j.data_key in aborted:
+                self._ack(j.entry, j.row, OUTCOME_DELETED, deleted_offloaded=1)
+            else:
+                self._ack(j.entry, j.row, OUTCOME_ALREADY_DELETED, "no object existed")
+
+
+def drain(
+    ws: Workspace,
+    as_of_ms: int,
+    *,
+    entries: Iterable[Entry] | None = None,
+    delay_ms: int = DEFAULT_RETRY_DELAY_MS,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    limit: int | None = None,
+    dry_run: bool = False,
+    check_object_owner: bool = True,
+) -> DrainReport:
+    """Process `entries` (a Spark partition's share), or every record due at `as_of_ms`, per spec/05
+    phase 2. `dry_run` classifies (in use / mismatch / would delete) without deleting or changing the
+    log. Returns the run's report (per-outcome counts, the counters it added, one row per record)."""
+    if delay_ms < 0:
+        raise ValidationError(f"delay_ms must be >= 0, got {delay_ms}")
+    if max_attempts < 1:
+        raise ValidationError(f"max_attempts must be >= 1, got {max_attempts}")
+    if limit is not None and limit < 0:
+        raise ValidationError(f"limit must be >= 0, got {limit}")
+    d = _Drain(ws, as_of_ms, delay_ms, max_attempts, dry_run, check_object_owner)
+    if entries is None:
+        todo = d.log.due(as_of_ms, limit)
+    else:
+        todo = list(entries)
+        if limit is not None:
+            todo = todo[:limit]
+    for e in todo:
+        d.process(e)
+    d.run_batches()
+    r = d.report
+    log.info("deletion drain as of %s%s: %s", as_of_ms, " (dry run)" if dry_run else "",
+             {k: v for k, v in r.counts().items() if v})
+    return r

@@ -1,0 +1,817 @@
+"""Orphan reconciliation (spec/05 "Orphan reconciliation"): find what leaked in both tiers and hand it
+to two-phase deletion. Nothing here deletes an object or a ledger; orphans become pending-deletion
+records (reason ``orphan``) that the phase-2 drain deletes with all its checks. The only direct action
+is aborting incomplete multipart uploads older than the grace period.
+
+The pieces are separate so that a Spark job can run them per key prefix:
+
+- :func:`listing_prefixes` / :func:`list_objects` / :func:`list_rest`: the offload prefix split into 16
+  disjoint listings (first hex digit of the uuid) plus one "rest" listing of every other key under the
+  prefix (foreign keys), paginated; together they list every key exactly once.
+- :func:`referenced_uuids`: every uuid the metadata store or the deletion log names.
+- :func:`find_object_orphans`: the anti-join (pure; the Spark job does the same as a DataFrame join).
+- :func:`find_hot_orphans`, :func:`abort_stale_uploads`, and :func:`reconcile` wiring it all together.
+
+Ordering makes a run safe against concurrent writers without any lock: objects are listed first, then
+the topic records are read, then the deletion log. An offload records its uuid before writing any
+object, so an object seen by the listing has its uuid in the later metadata read unless the attempt
+was really abandoned; a phase-1 producer appends its record before changing the topic record, so a
+reference that disappeared from the metadata read is in the (later) deletion-log read. Objects younger
+than the grace period are never flagged whatever the metadata says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.lifecycle.deletion_log import (
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    DeletionLog,
+    DeletionRecord,
+)
+from tieredcore.offload.keys import normalize_prefix
+from tieredcore.offload.managed import abandoned_uuids
+from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
+from tieredcore.topics import TopicName
+from tieredcore.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+REASON_ORPHAN = "orphan"
+DEFAULT_GRACE_MS = 3600 * 1000
+HEX_DIGITS = "0123456789abcdef"
+# Topic of an orphaned object whose user metadata does not name its managed ledger (a lone data object
+# written without metadata, a lone index...). It has the four components DeletionRecord.validate wants,
+# and no real topic is expected under the tenant "__orphan__"; even if one existed, the drain's
+# "still in use" check matches the record's uuid, which nothing references, so it would still delete.
+UNKNOWN_TOPIC = "__orphan__/unknown/persistent/unknown"
+UNKNOWN_NAMESPACE = "(unknown)"
+KIND_OFFLOADED = "offloaded"  # object-store copy of one offload attempt (uuid, ledger id)
+KIND_LEDGER = "ledger"  # hot-tier ledger
+KIND_UPLOAD = "upload"  # incomplete multipart upload
+HOT_TOPIC_MISSING = "topic-missing"
+HOT_NOT_LISTED = "not-listed"
+HOT_BOOKKEEPER_DELETED = "bookkeeper-deleted"  # listed, but the hot copy was marked deleted
+MAX_SAMPLE_KEYS = 10
+APPEND_BATCH = 500  # records per deletion-log transaction
+_MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the offloader writes
+# `{uuid}-ledger-{id}[-index]` (spec/01) and `{uuid}[-index]` (streaming segments, spec/03)
+_KEY = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:-ledger-([0-9]+))?(-index)?")
+_UUID_IN_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Highest code point: UTF-8 never has a byte above 0xF4, so p + c + this sorts after nearly every key
+# starting with p + c (the rest listing still filters, so a key sorting after it is not listed twice)
+_MAX_CHAR = "\U0010ffff"
+
+
+# -- listing ------------------------------------------------------------------------------------
+
+
+class ObjectRow(NamedTuple):
+    """One listed object. `uuid`/`ledger_id`/`is_index` are None for keys this project did not write
+    (foreign); a streaming-segment key (`{uuid}[-index]`, spec/03) has a uuid but no ledger id."""
+
+    key: str
+    size: int
+    last_modified_ms: int
+    uuid: str | None
+    ledger_id: int | None
+    is_index: bool | None
+
+
+def parse_row(info: ObjectInfo, prefix: str) -> ObjectRow:
+    """Key parsing of one listed object relative to the offload prefix. Same grammar as
+    keys.parse_ledger_key for ledger keys, but matched in full (a trailing newline or a non-ASCII digit
+    makes a key foreign) and without building an intermediate object: this runs once per object."""
+    key = info.key
+    m = _KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
+    lm = int(info.last_modified * 1000)
+    if m is None:
+        return ObjectRow(key, info.size, lm, None, None, None)
+    lid = m[2]
+    return ObjectRow(key, info.size, lm, m[1], int(lid) if lid is not None else None, m[3] is not None)
+
+
+def listing_prefixes(prefix: str) -> list[str]:
+    """The offload prefix extended by each possible first character of a uuid ('0'..'f'): 16 disjoint
+    listings. Every other key under the prefix is listed by :func:`list_rest`."""
+    p = normalize_prefix(prefix)
+    return [p + c for c in HEX_DIGITS]
+
+
+def _excluded(key: str, exclude_prefixes: Sequence[str]) -> bool:
+    return any(key.startswith(x) for x in exclude_prefixes)
+
+
+def list_objects(
+    store: BlobStore,
+    prefix: str,
+    listing_prefix: str | None = None,
+    *,
+    exclude_prefixes: Sequence[str] = (),
+    page_size: int = 1000,
+) -> Iterator[ObjectRow]:
+    """Rows of every object under `listing_prefix` (default: the offload prefix itself; else one of
+    :func:`listing_prefixes`), keys parsed relative to the offload `prefix`, following pagination.
+    Keys under `exclude_prefixes` (other offload locations nested in this one) are skipped."""
+    p = normalize_prefix(prefix)
+    lp = p if listing_prefix is None else listing_prefix
+    if not lp.startswith(p):
+        raise ValidationError(f"listing prefix {lp!r} is not under the offload prefix {p!r}")
+    for info in iter_objects(store, lp, page_size):
+        if exclude_prefixes and _excluded(info.key, exclude_prefixes):
+            continue
+        yield parse_row(info, p)
+
+
+def _is_rest(key: str, plen: int) -> bool:
+    return len(key) == plen or key[plen] not in HEX_DIGITS
+
+
+def _pages_after(store: BlobStore, prefix: str, after: str | None, page_size: int) -> Iterator[ObjectInfo] | None:
+    """Objects under prefix with keys after `after` (exclusive), in key order; None when the store
+    cannot start a listing at a key (then the caller lists everything and filters)."""
+    from tieredcore.stores.fs import FilesystemBlobStore
+
+    if after is None:
+        return iter_objects(store, prefix, page_size)
+    if isinstance(store, FilesystemBlobStore):
+        # the filesystem store's continuation token is the last key returned: it lists keys > token
+        def fs_pages() -> Iterator[ObjectInfo]:
+            token: str | None = after
+            while True:
+                page = store.list(prefix, token, page_size)
+                yield from page.objects
+                if page.next_token is None:
+                    return
+                token = page.next_token
+
+        return fs_pages()
+    client, bucket = getattr(store, "client", None), getattr(store, "bucket", None)
+    if client is not None and isinstance(bucket, str) and getattr(store, "driver", "") == "aws-s3":
+        def s3_pages() -> Iterator[ObjectInfo]:
+            from tieredcore.errors import BlobStoreError
+
+            try:  # S3's StartAfter for the first page, then the store's own paginated listing
+                resp = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=after, MaxKeys=page_size)
+            except Exception as e:  # botocore errors: report as a store error
+                raise BlobStoreError(f"s3://{bucket}: listing {prefix!r} after {after!r}: {e}") from e
+            for o in resp.get("Contents", []) or []:
+                yield ObjectInfo(key=o["Key"], size=int(o["Size"]), last_modified=o["LastModified"].timestamp())
+            token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+            while token:
+                page = store.list(prefix, token, page_size)
+                yield from page.objects
+                token = page.next_token
+
+        return s3_pages()
+    return None
+
+
+def list_rest(
+    store: BlobStore, prefix: str, *, exclude_prefixes: Sequence[str] = (), page_size: int = 1000
+) -> Iterator[ObjectRow]:
+    """Rows of the keys under the offload prefix whose next character is not a lowercase hex digit
+    (or that equal the prefix): the complement of :func:`listing_prefixes`. On the filesystem and S3
+    stores only the three key ranges around the hex digits are read (< '0', ':'..'`', > 'f'); on any
+    other store the whole prefix is listed and filtered."""
+    p = normalize_prefix(prefix)
+    plen = len(p)
+
+    def emit(infos: Iterable[ObjectInfo]) -> Iterator[ObjectRow]:
+        for info in infos:
+            if _is_rest(info.key, plen) and not (exclude_prefixes and _excluded(info.key, exclude_prefixes)):
+                yield parse_row(info, p)
+
+    # (start after, stop at the first key whose next character is >= this)
+    ranges: list[tuple[str | None, str | None]] = [(None, "0"), (p + "9" + _MAX_CHAR, "a"), (p + "f" + _MAX_CHAR, None)]
+    if _pages_after(store, p, ranges[1][0], 1) is None:  # cannot start at a key: one filtered pass
+        yield from emit(iter_objects(store, p, page_size))
+        return
+    for after, stop in ranges:
+        it = _pages_after(store, p, after, page_size)
+        assert it is not None
+
+        def until(infos: Iterator[ObjectInfo], stop: str | None = stop) -> Iterator[ObjectInfo]:
+            for info in infos:
+                if stop is not None and len(info.key) > plen and info.key[plen] >= stop:
+                    return
+                yield info
+
+        yield from emit(until(it))
+
+
+# -- references ---------------------------------------------------------------------------------
+
+
+_M64 = (1 << 64) - 1
+
+
+def uuid_from_halves(msb: int, lsb: int) -> str:
+    """str(msb_lsb_to_uuid(msb, lsb)) without a UUID object (runs once per ledger of every topic)."""
+    h = "%032x" % (((msb & _M64) << 64) | (lsb & _M64))
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _add_ledger_uuids(li, out: set[str]) -> None:
+    """context_uuid(li), its offloadSegment uuids and abandoned_uuids(li), into `out`."""
+    if li.HasField("offloadContext"):
+        ctx = li.offloadContext
+        if ctx.HasField("uidMsb") or ctx.HasField("uidLsb"):
+            out.add(uuid_from_halves(ctx.uidMsb, ctx.uidLsb))
+        for seg in ctx.offloadSegment:
+            if seg.HasField("uidMsb") or seg.HasField("uidLsb"):
+                out.add(uuid_from_halves(seg.uidMsb, seg.uidLsb))
+    if li.properties:
+        out.update(abandoned_uuids(li))
+
+
+def _iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
+    """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
+    for ns in ws.ml.list_namespaces():
+        for t in ws.ml.list_topics(ns):
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue
+            yield t, info
+
+
+def metadata_uuids(ws: Workspace) -> set[str]:
+    """Every uuid recorded in any ledger's OffloadContext (complete or not), its offloadSegment
+    entries, and the abandoned attempts remembered in the ledger's properties."""
+    out: set[str] = set()
+    for _t, info in _iter_topics(ws):
+        for li in info.ledgerInfo:
+            _add_ledger_uuids(li, out)
+    return out
+
+
+@dataclass
+class LogReferences:
+    uuids: set[str] = field(default_factory=set)  # offloaded/segment records (and anything uuid-like in malformed ones)
+    hot_ledgers: set[int] = field(default_factory=set)  # ledger records
+
+
+def deletion_log_references(ws: Workspace) -> LogReferences:
+    """What the deletion log already covers: pending, retrying AND dead-letter records (scheduled, or
+    waiting for an operator), never to be recorded again. Malformed records are scanned for anything
+    that looks like a uuid, to err on the side of not recording twice."""
+    dl = DeletionLog(ws.metadata)
+    refs = LogReferences()
+    for e in [*dl.pending(), *dl.dead_letters()]:
+        r = e.record
+        if r is None:
+            refs.uuids.update(m.decode() for m in _UUID_IN_TEXT.findall(e.raw))
+            try:
+                raw = json.loads(e.raw)
+                inner = json.loads(raw["raw"]) if isinstance(raw, dict) and "raw" in raw else raw
+                if isinstance(inner, dict) and inner.get("type") == TYPE_LEDGER and isinstance(inner.get("ledger_id"), int):
+                    refs.hot_ledgers.add(inner["ledger_id"])
+            except (ValueError, TypeError, KeyError):
+                pass
+            continue
+        if r.type == TYPE_LEDGER:
+            refs.hot_ledgers.add(r.ledger_id)
+        elif r.uuid:
+            refs.uuids.add(r.uuid)
+    return refs
+
+
+def referenced_uuids(ws: Workspace) -> set[str]:
+    """Metadata references (:func:`metadata_uuids`), then the deletion log's uuids — in that order
+    (see the module docstring)."""
+    out = metadata_uuids(ws)
+    out |= deletion_log_references(ws).uuids
+    return out
+
+
+# -- the anti-join ------------------------------------------------------------------------------
+
+
+@dataclass
+class OrphanGroup:
+    """The objects of one offload attempt of one ledger: what one `offloaded` record deletes."""
+
+    uuid: str
+    ledger_id: int
+    keys: list[str] = field(default_factory=list)
+    bytes: int = 0
+    oldest_modified_ms: int = 0
+    newest_modified_ms: int = 0
+    has_data: bool = False
+    has_index: bool = False
+
+    def age_ms(self, as_of_ms: int) -> int:
+        return as_of_ms - self.oldest_modified_ms
+
+
+@dataclass
+class ObjectOrphans:
+    groups: list[OrphanGroup] = field(default_factory=list)  # sorted by (uuid, ledger id)
+    rows: int = 0
+    bytes_listed: int = 0
+    referenced_objects: int = 0
+    foreign_keys: int = 0  # keys this project did not write: counted, never touched
+    foreign_bytes: int = 0
+    segment_keys: int = 0  # `{uuid}[-index]` keys: this project writes none; counted, never touched
+    young_unreferenced: int = 0  # unreferenced objects within the grace period
+    young_bytes: int = 0
+
+    @property
+    def objects(self) -> int:
+        return sum(len(g.keys) for g in self.groups)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.bytes for g in self.groups)
+
+    def oldest_age_ms(self, as_of_ms: int) -> int | None:
+        return max((g.age_ms(as_of_ms) for g in self.groups), default=None)
+
+
+def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozenset[str], as_of_ms: int,
+                        grace_ms: int = DEFAULT_GRACE_MS) -> ObjectOrphans:
+    """Anti-join of listed objects against referenced uuids. A group (uuid, ledger id) is an orphan
+    only when its uuid is referenced nowhere and **every** object of it was last modified before
+    `as_of_ms - grace_ms` (a group with one young object may be an offload in flight: all its objects
+    are counted as young). Pure: no I/O."""
+    if grace_ms < 0:
+        raise ValidationError(f"grace period must be >= 0 ms, got {grace_ms}")
+    out = ObjectOrphans()
+    groups: dict[tuple[str, int], OrphanGroup] = {}
+    for r in rows:
+        out.rows += 1
+        out.bytes_listed += r.size
+        u = r.uuid
+        if u is None:
+            out.foreign_keys += 1
+            out.foreign_bytes += r.size
+            continue
+        if r.ledger_id is None:
+            out.segment_keys += 1
+            continue
+        if u in referenced:
+            out.referenced_objects += 1
+            continue
+        k = (u, r.ledger_id)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = OrphanGroup(u, r.ledger_id, oldest_modified_ms=r.last_modified_ms,
+                                        newest_modified_ms=r.last_modified_ms)
+        g.keys.append(r.key)
+        g.bytes += r.size
+        g.oldest_modified_ms = min(g.oldest_modified_ms, r.last_modified_ms)
+        g.newest_modified_ms = max(g.newest_modified_ms, r.last_modified_ms)
+        if r.is_index:
+            g.has_index = True
+        else:
+            g.has_data = True
+    cutoff = as_of_ms - grace_ms
+    for k in sorted(groups):
+        g = groups[k]
+        if g.newest_modified_ms < cutoff:
+            g.keys.sort()
+            out.groups.append(g)
+        else:
+            out.young_unreferenced += len(g.keys)
+            out.young_bytes += g.bytes
+    return out
+
+
+# -- hot tier -----------------------------------------------------------------------------------
+
+
+@dataclass
+class HotOrphan:
+    ledger_id: int
+    topic: str  # managed-ledger name from the ledger's custom metadata
+    ctime_ms: int
+    bytes: int
+    reason: str  # topic-missing | not-listed | bookkeeper-deleted
+
+
+@dataclass
+class HotOrphans:
+    orphans: list[HotOrphan] = field(default_factory=list)
+    ledgers: int = 0
+    listed: int = 0  # still listed by their topic
+    foreign: int = 0  # no (valid) managed-ledger custom metadata: counted, never touched
+    young: int = 0  # unlisted but created within the grace period (or creation time unknown)
+    scheduled: int = 0  # unlisted, but the deletion log already has a record for them
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.bytes for o in self.orphans)
+
+
+def managed_ledger_of(custom_metadata: dict[str, bytes]) -> str | None:
+    """The managed-ledger name a hot ledger's custom metadata names (application=pulsar,
+    component=managed-ledger), normalised, or None (foreign, unparseable, schema ledger, or a cursor
+    ledger: Pulsar tags those component=managed-ledger too, plus pulsar/cursor, and a topic record never
+    lists them)."""
+    if custom_metadata.get("application") != b"pulsar" or custom_metadata.get("component") != b"managed-ledger":
+        return None
+    if "pulsar/cursor" in custom_metadata:
+        return None
+    raw = custom_metadata.get("pulsar/managed-ledger")
+    if not raw:
+        return None
+    try:
+        return TopicName.parse(raw.decode("utf-8")).managed_ledger_name
+    except (UnicodeDecodeError, ValidationError):
+        return None
+
+
+def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
+                     scheduled_ledgers: set[int] | None = None) -> HotOrphans:
+    """Hot ledgers whose custom metadata names a managed ledger that does not list them (or does not
+    exist, or lists them with bookkeeperDeleted set), created (ctime) before `as_of_ms - grace_ms`, and
+    not already in the deletion log. Order: hot tier, then topic records, then the deletion log.
+    (list_ledgers also sweeps .log/.idx files left without .meta: the hot store's own crash repair.)"""
+    out = HotOrphans()
+    cutoff = as_of_ms - grace_ms
+    candidates: list[tuple[int, str, int, int]] = []
+    for lid in ws.hot.list_ledgers():
+        try:
+            md = ws.hot.ledger_metadata(lid)
+        except TieredError:
+            continue  # deleted since listed
+        out.ledgers += 1
+        name = managed_ledger_of(md.custom_metadata)
+        if name is None:
+            out.foreign += 1
+            continue
+        candidates.append((lid, name, md.ctime, md.length))
+    topics: dict[str, dict[int, bool] | None] = {}  # name -> {ledger id: bookkeeperDeleted} or None (missing)
+    unlisted: list[HotOrphan] = []
+    for lid, name, ctime, length in candidates:
+        if name not in topics:
+            try:
+                info, _ = ws.ml.get_topic(name)
+                # the drain's rule: a listed hot copy is dropped only once complete and bookkeeperDeleted
+                topics[name] = {li.ledgerId: bool(li.HasField("offloadContext") and li.offloadContext.complete
+                                                  and li.offloadContext.bookkeeperDeleted)
+                                for li in info.ledgerInfo}
+            except NotFoundError:
+                topics[name] = None
+        listed = topics[name]
+        if listed is None:
+            reason = HOT_TOPIC_MISSING
+        elif lid not in listed:
+            reason = HOT_NOT_LISTED
+        elif listed[lid]:
+            reason = HOT_BOOKKEEPER_DELETED
+        else:
+            out.listed += 1
+            continue
+        if ctime <= 0 or ctime >= cutoff:
+            out.young += 1
+            continue
+        unlisted.append(HotOrphan(lid, name, ctime, length, reason))
+    scheduled = deletion_log_references(ws).hot_ledgers if scheduled_ledgers is None else scheduled_ledgers
+    for o in unlisted:
+        if o.ledger_id in scheduled:
+            out.scheduled += 1
+        else:
+            out.orphans.append(o)
+    return out
+
+
+# -- multipart uploads --------------------------------------------------------------------------
+
+
+@dataclass
+class UploadsResult:
+    stale: list[MultipartUploadInfo] = field(default_factory=list)  # aborted (or, in a dry run, to abort)
+    aborted: int = 0
+    young: int = 0
+    foreign: int = 0  # uploads of keys this project did not write: never aborted
+    errors: list[str] = field(default_factory=list)
+
+
+def abort_stale_uploads(store: BlobStore, prefix: str, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS,
+                        dry_run: bool = False, *, exclude_prefixes: Sequence[str] = ()) -> UploadsResult:
+    """Abort this project's incomplete multipart uploads under `prefix` initiated before
+    `as_of_ms - grace_ms`. An offload still running on an aborted upload fails cleanly (its next
+    upload or complete fails, it is retried later); nothing readable is lost."""
+    p = normalize_prefix(prefix)
+    out = UploadsResult()
+    cutoff = as_of_ms - grace_ms
+    for up in store.list_multipart_uploads(p):
+        if exclude_prefixes and _excluded(up.key, exclude_prefixes):
+            continue
+        m = _KEY.fullmatch(up.key, len(p)) if up.key.startswith(p) else None
+        if m is None or m[2] is None:  # not an offloaded-ledger data/index key
+            out.foreign += 1
+            continue
+        if int(up.initiated * 1000) >= cutoff:
+            out.young += 1
+            continue
+        out.stale.append(up)
+        if dry_run:
+            continue
+        try:
+            store.abort_multipart(up.key, up.upload_id)
+            out.aborted += 1
+        except TieredError as e:
+            out.errors.append(f"abort {up.key} {up.upload_id}: {e}")
+    return out
+
+
+# -- locations ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Location:
+    """One (object store, key prefix) this project offloads to."""
+
+    store: BlobStore
+    prefix: str
+    driver: dict[str, Any]  # DeletionRecord.driver: {"name": ..., "properties": {... "prefix": ...}}
+    exclude_prefixes: list[str] = field(default_factory=list)  # nested locations on the same store
+
+    @property
+    def label(self) -> str:
+        props = self.driver["properties"]
+        where = props.get("root") or props.get("bucket") or "?"
+        return f"{self.driver['name']}:{where}/{self.prefix}"
+
+
+def _driver(store: BlobStore, prefix: str) -> dict[str, Any]:
+    props = {k: str(v) for k, v in store.driver_properties().items()}
+    if prefix:
+        props["prefix"] = prefix
+    return {"name": store.driver, "properties": props}
+
+
+def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Location]:
+    """The workspace's store, every store a namespace or topic policy names, and every store named in
+    a ledger's OffloadContext driver metadata (objects stay where they were written when a policy
+    changes). Deduplicated; a location nested in another on the same store is excluded from it."""
+    from tieredcore.lifecycle.sweep import policy_store
+
+    found: dict[tuple, Location] = {}
+
+    def add(offloader) -> None:
+        store, prefix = offloader.store, offloader.prefix
+        drv = _driver(store, prefix)
+        base = {k: v for k, v in drv["properties"].items() if k != "prefix"}
+        key = (drv["name"], tuple(sorted(base.items())), prefix)
+        if key not in found:
+            found[key] = Location(store, prefix, drv)
+
+    add(ws.offloader)
+    ps = policy_store(ws)
+    namespaces = sorted(set(ws.ml.list_namespaces()) | set(ws.ml.list_policy_namespaces()))
+    for ns in namespaces:
+        pols = [ps.for_namespace(ns)] + [ps.for_topic(t) for t in ws.ml.list_topic_policy_topics(ns)]
+        for pol in pols:
+            try:
+                add(ws.offloader_for_policy(pol))
+            except TieredError as e:
+                if errors is not None:
+                    errors.append(f"namespace {ns}: cannot open policy store: {e}")
+    seen_drivers: set[bytes] = set()
+    for t, info in _iter_topics(ws):
+        for li in info.ledgerInfo:
+            if not li.HasField("offloadContext") or not li.offloadContext.HasField("driverMetadata"):
+                continue
+            dm = li.offloadContext.driverMetadata
+            sig = dm.SerializeToString(deterministic=True)
+            if sig in seen_drivers:
+                continue
+            seen_drivers.add(sig)
+            try:
+                add(ws.offloader_for_driver(dm))
+            except TieredError as e:
+                if errors is not None:
+                    errors.append(f"{t.full} ledger {li.ledgerId}: cannot open its offload driver: {e}")
+    locs = list(found.values())
+    for a in locs:
+        a_base = {k: v for k, v in a.driver["properties"].items() if k != "prefix"}
+        for b in locs:
+            b_base = {k: v for k, v in b.driver["properties"].items() if k != "prefix"}
+            if a is not b and a.driver["name"] == b.driver["name"] and a_base == b_base \
+                    and b.prefix != a.prefix and b.prefix.startswith(a.prefix):
+                a.exclude_prefixes.append(b.prefix)
+    return locs
+
+
+# -- planning and the whole run -----------------------------------------------------------------
+
+
+def topic_of_object(store: BlobStore, group: OrphanGroup) -> str:
+    """The managed-ledger name in the group's user metadata (index first, then data), else
+    UNKNOWN_TOPIC."""
+    for key in sorted(group.keys, key=lambda k: not k.endswith("-index")):
+        try:
+            md = store.head(key).metadata
+        except TieredError:
+            continue
+        name = md.get(_MANAGED_LEDGER_METADATA_KEY)
+        if name:
+            try:
+                return TopicName.parse(name).managed_ledger_name
+            except ValidationError:
+                continue
+    return UNKNOWN_TOPIC
+
+
+def namespace_of(topic: str) -> str:
+    if topic == UNKNOWN_TOPIC:
+        return UNKNOWN_NAMESPACE
+    try:
+        return TopicName.parse(topic).namespace_name
+    except ValidationError:
+        return UNKNOWN_NAMESPACE
+
+
+@dataclass
+class ReconcileReport:
+    as_of_ms: int
+    grace_ms: int
+    dry_run: bool
+    locations: list[str] = field(default_factory=list)
+    objects_listed: int = 0
+    bytes_listed: int = 0
+    referenced_uuids: int = 0
+    referenced_objects: int = 0
+    orphan_groups: int = 0  # = offloaded records (appended, or to append in a dry run)
+    orphan_objects: int = 0
+    orphan_bytes: int = 0
+    hot_ledgers: int = 0
+    hot_orphans: int = 0
+    hot_orphan_bytes: int = 0
+    stale_uploads: int = 0
+    uploads_aborted: int = 0
+    young_uploads: int = 0
+    foreign_uploads: int = 0
+    foreign_keys: int = 0
+    foreign_bytes: int = 0
+    segment_keys: int = 0
+    foreign_hot_ledgers: int = 0
+    young_unreferenced: int = 0  # objects
+    young_hot_ledgers: int = 0
+    scheduled_hot_ledgers: int = 0
+    oldest_orphan_age_ms: int | None = None
+    sample_keys: list[str] = field(default_factory=list)
+    # namespace -> kind (offloaded | ledger | upload) -> {"count": records/uploads, "objects": n, "bytes": n}
+    by_namespace: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    records_appended: int = 0
+    records: list[dict] = field(default_factory=list)  # the records (appended, or planned in a dry run)
+    errors: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+
+    def add(self, namespace: str, kind: str, count: int, objects: int, nbytes: int) -> None:
+        d = self.by_namespace.setdefault(namespace, {}).setdefault(kind, {"count": 0, "objects": 0, "bytes": 0})
+        d["count"] += count
+        d["objects"] += objects
+        d["bytes"] += nbytes
+
+    def sample(self, key: str) -> None:
+        if len(self.sample_keys) < MAX_SAMPLE_KEYS:
+            self.sample_keys.append(key)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_object_records(loc: Location, orphans: ObjectOrphans, as_of_ms: int) -> list[DeletionRecord]:
+    """One `offloaded` record per orphan group (head()s each group for its topic)."""
+    out = []
+    for g in orphans.groups:
+        out.append(DeletionRecord(
+            topic=topic_of_object(loc.store, g), ledger_id=g.ledger_id, type=TYPE_OFFLOADED, reason=REASON_ORPHAN,
+            created_ms=as_of_ms, uuid=g.uuid, driver={"name": loc.driver["name"],
+                                                      "properties": dict(loc.driver["properties"])},
+        ))
+    return out
+
+
+def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
+              *, page_size: int = 1000) -> ReconcileReport:
+    """The whole reconciliation in one process (the Spark job distributes the listing and anti-join).
+
+    Holds the listing in memory. Records are appended in batches of APPEND_BATCH (each batch all or
+    nothing); a dry run appends and aborts nothing and reports what it would do."""
+    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    clock = time.perf_counter
+    t0 = clock()
+    locs = store_locations(ws, rep.errors)
+    rep.locations = [loc.label for loc in locs]
+    rep.timings["locations"] = round(clock() - t0, 6)
+
+    # 1. list every location first (before any reference is read: see the module docstring)
+    t0 = clock()
+    listings: list[tuple[Location, list[ObjectRow]]] = []
+    for loc in locs:
+        try:
+            rows = list(list_objects(loc.store, loc.prefix, exclude_prefixes=loc.exclude_prefixes,
+                                     page_size=page_size))
+        except TieredError as e:
+            rep.errors.append(f"{loc.label}: listing failed, location skipped: {e}")
+            continue
+        listings.append((loc, rows))
+    rep.timings["listing"] = round(clock() - t0, 6)
+
+    # 2. hot tier, topic records and the deletion log, in that order
+    t0 = clock()
+    hot = find_hot_orphans(ws, as_of_ms, grace_ms)
+    rep.timings["hot"] = round(clock() - t0, 6)
+    t0 = clock()
+    referenced = referenced_uuids(ws)
+    rep.referenced_uuids = len(referenced)
+    rep.timings["references"] = round(clock() - t0, 6)
+
+    # 3. anti-join per location
+    t0 = clock()
+    found = [(loc, find_object_orphans(rows, referenced, as_of_ms, grace_ms)) for loc, rows in listings]
+    rep.timings["anti_join"] = round(clock() - t0, 6)
+
+    # 4. planning
+    t0 = clock()
+    records: list[DeletionRecord] = []
+    oldest: list[int] = []
+    for loc, orph in found:
+        rep.objects_listed += orph.rows
+        rep.bytes_listed += orph.bytes_listed
+        rep.referenced_objects += orph.referenced_objects
+        rep.foreign_keys += orph.foreign_keys
+        rep.foreign_bytes += orph.foreign_bytes
+        rep.segment_keys += orph.segment_keys
+        rep.young_unreferenced += orph.young_unreferenced
+        recs = plan_object_records(loc, orph, as_of_ms)
+        for g, r in zip(orph.groups, recs, strict=True):
+            rep.orphan_groups += 1
+            rep.orphan_objects += len(g.keys)
+            rep.orphan_bytes += g.bytes
+            rep.add(namespace_of(r.topic), KIND_OFFLOADED, 1, len(g.keys), g.bytes)
+            oldest.append(g.age_ms(as_of_ms))
+            for k in g.keys:
+                rep.sample(k)
+        records.extend(recs)
+    rep.hot_ledgers = hot.ledgers
+    rep.foreign_hot_ledgers = hot.foreign
+    rep.young_hot_ledgers = hot.young
+    rep.scheduled_hot_ledgers = hot.scheduled
+    for o in hot.orphans:
+        rep.hot_orphans += 1
+        rep.hot_orphan_bytes += o.bytes
+        rep.add(namespace_of(o.topic), KIND_LEDGER, 1, 1, o.bytes)
+        oldest.append(as_of_ms - o.ctime_ms)
+        rep.sample(f"hot:{o.ledger_id}")
+        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
+                                      created_ms=as_of_ms))
+    rep.oldest_orphan_age_ms = max(oldest, default=None)
+    for r in records:
+        r.validate()
+    rep.records = [asdict(r) for r in records]
+    rep.timings["planning"] = round(clock() - t0, 6)
+
+    # 5. phase 1: append the records
+    t0 = clock()
+    if not dry_run and records:
+        dl = DeletionLog(ws.metadata)
+        for i in range(0, len(records), APPEND_BATCH):
+            batch = records[i : i + APPEND_BATCH]
+            try:
+                dl.append(batch)
+            except TieredError as e:
+                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
+                continue
+            rep.records_appended += len(batch)
+    rep.timings["append"] = round(clock() - t0, 6)
+
+    # 6. stale multipart uploads
+    t0 = clock()
+    for loc in locs:
+        try:
+            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
+                                     exclude_prefixes=loc.exclude_prefixes)
+        except TieredError as e:
+            rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
+            continue
+        rep.stale_uploads += len(up.stale)
+        rep.uploads_aborted += up.aborted
+        rep.young_uploads += up.young
+        rep.foreign_uploads += up.foreign
+        rep.errors.extend(up.errors)
+        for u in up.stale:
+            rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
+            oldest.append(as_of_ms - int(u.initiated * 1000))
+            rep.sample(f"upload:{u.key}")
+    rep.oldest_orphan_age_ms = max(oldest, default=None)
+    rep.timings["uploads"] = round(clock() - t0, 6)
+    log.info("reconcile as of %s (grace %s ms, dry run %s): %s offloaded orphan groups (%s objects, %s bytes), "
+             "%s hot orphans, %s stale uploads, %s foreign keys, %s young unreferenced",
+             as_of_ms, grace_ms, dry_run, rep.orphan_groups, rep.orphan_objects, rep.orphan_bytes,
+             rep.hot_orphans, rep.stale_uploads, rep.foreign_keys, rep.young_unreferenced)
+    return rep
