@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from tieredcore import cli_policies, cli_topics
+from tieredcore import cli_deletions, cli_policies, cli_topics
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
@@ -432,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_policies.add_parser(sub, [common])
     cli_topics.add_parser(sub, [common])
+    cli_deletions.add_parser(sub, [common])
     return p
 
 
@@ -443,6 +444,7 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "verify": cmd_verify,
     "policies": lambda args, ws, progress: cli_policies.run(args, ws),
     "topics": lambda args, ws, progress: cli_topics.run(args, ws),
+    **dict.fromkeys(cli_deletions.COMMANDS, lambda args, ws, progress: cli_deletions.run(args, ws)),
 }
 
 
