@@ -133,3 +133,31 @@ def run_job(
     print(f"{job}: report {out}", flush=True)
     print(SUMMARY_PREFIX + json.dumps(asdict(summary), sort_keys=True), flush=True)
     return 1 if summary.failures else 0
+
+
+# -- jobs that are not TopicWork-shaped (deletion drain, orphan reconciliation) ---------------------
+
+
+def bad_input(job: str, e: TieredError) -> int:
+    """Report an error found before Spark starts: 2 for bad input, 1 otherwise."""
+    print(f"{job}: {e}", file=sys.stderr, flush=True)
+    return 2 if isinstance(e, ValidationError | NotFoundError) else 1
+
+
+def report_dir_for(args: argparse.Namespace, config: Config) -> str:
+    report_dir = args.report_dir or config.reports_dir
+    if not report_dir:
+        raise ValidationError("no reports location: set reports_dir in the configuration or --report-dir")
+    return report_dir
+
+
+def write_job_report(spark, report_dir: str, job: str, run_id: str, summary: dict, rows: Sequence[tuple],
+                     schema: str, detail: str = "detail.parquet") -> Path:
+    """Like write_report, with the job's own summary dict and detail schema (Spark DDL)."""
+    out = Path(report_dir) / job / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / detail))
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    tmp.replace(out / "summary.json")
+    return out
