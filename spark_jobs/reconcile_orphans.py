@@ -30,7 +30,6 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
 
 from spark_jobs._jobkit import (
     SUMMARY_PREFIX,
@@ -46,27 +45,18 @@ from spark_jobs._jobkit import (
 from tieredcore.cli_policies import duration_ms
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.deletion_log import TYPE_LEDGER, DeletionLog, DeletionRecord
 from tieredcore.lifecycle.drain import driver_metadata_from_dict
 from tieredcore.lifecycle.reconcile import (
-    APPEND_BATCH,
     DEFAULT_GRACE_MS,
-    KIND_LEDGER,
-    KIND_OFFLOADED,
-    KIND_UPLOAD,
-    REASON_ORPHAN,
-    UNKNOWN_NAMESPACE,
     ObjectOrphans,
     ObjectRow,
     ReconcileReport,
-    abort_stale_uploads,
     find_hot_orphans,
     find_object_orphans,
     list_objects,
     list_rest,
     listing_prefixes,
-    namespace_of,
-    plan_object_records,
+    plan_and_apply,
     referenced_uuids,
     store_locations,
 )
@@ -185,91 +175,10 @@ def run(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tu
     df.unpersist()
     rep.timings["anti_join"] = round(clock() - t0, 6)
 
-    # 4. planning (as reconcile())
-    t0 = clock()
-    records: list[DeletionRecord] = []
+    # 4-6. planning, phase-1 append, stale uploads: the same code as reconcile()
     detail: list[tuple] = []
-    oldest: list[int] = []
-    for i, orph in found:
-        loc = locs[i]
-        rep.objects_listed += orph.rows
-        rep.bytes_listed += orph.bytes_listed
-        rep.referenced_objects += orph.referenced_objects
-        rep.foreign_keys += orph.foreign_keys
-        rep.foreign_bytes += orph.foreign_bytes
-        rep.segment_keys += orph.segment_keys
-        rep.young_unreferenced += orph.young_unreferenced
-        recs = plan_object_records(loc, orph, as_of_ms)
-        by_key = {r.key: r for r in candidates.get(i, [])}
-        for g, r in zip(orph.groups, recs, strict=True):
-            ns = namespace_of(r.topic)
-            rep.orphan_groups += 1
-            rep.orphan_objects += len(g.keys)
-            rep.orphan_bytes += g.bytes
-            rep.add(ns, KIND_OFFLOADED, 1, len(g.keys), g.bytes)
-            oldest.append(g.age_ms(as_of_ms))
-            for k in g.keys:
-                rep.sample(k)
-                o = by_key[k]
-                detail.append((loc.label, KIND_OFFLOADED, k, o.size, o.last_modified_ms, g.uuid, g.ledger_id,
-                               r.topic, ns))
-        records.extend(recs)
-    rep.hot_ledgers = hot.ledgers
-    rep.foreign_hot_ledgers = hot.foreign
-    rep.young_hot_ledgers = hot.young
-    rep.scheduled_hot_ledgers = hot.scheduled
-    for o in hot.orphans:
-        ns = namespace_of(o.topic)
-        rep.hot_orphans += 1
-        rep.hot_orphan_bytes += o.bytes
-        rep.add(ns, KIND_LEDGER, 1, 1, o.bytes)
-        oldest.append(as_of_ms - o.ctime_ms)
-        rep.sample(f"hot:{o.ledger_id}")
-        detail.append(("hot", KIND_LEDGER, f"hot:{o.ledger_id}", o.bytes, o.ctime_ms, None, o.ledger_id, o.topic, ns))
-        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
-                                      created_ms=as_of_ms))
-    rep.oldest_orphan_age_ms = max(oldest, default=None)
-    for r in records:
-        r.validate()
-    rep.records = [asdict(r) for r in records]
-    rep.timings["planning"] = round(clock() - t0, 6)
-
-    # 5. phase 1: append the records
-    t0 = clock()
-    if not dry_run and records:
-        dl = DeletionLog(ws.metadata)
-        for j in range(0, len(records), APPEND_BATCH):
-            batch = records[j : j + APPEND_BATCH]
-            try:
-                dl.append(batch)
-            except TieredError as e:
-                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
-                continue
-            rep.records_appended += len(batch)
-    rep.timings["append"] = round(clock() - t0, 6)
-
-    # 6. stale multipart uploads
-    t0 = clock()
-    for loc in locs:
-        try:
-            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
-                                     exclude_prefixes=loc.exclude_prefixes)
-        except TieredError as e:
-            rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
-            continue
-        rep.stale_uploads += len(up.stale)
-        rep.uploads_aborted += up.aborted
-        rep.young_uploads += up.young
-        rep.foreign_uploads += up.foreign
-        rep.errors.extend(up.errors)
-        for u in up.stale:
-            initiated = int(u.initiated * 1000)
-            rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
-            oldest.append(as_of_ms - initiated)
-            rep.sample(f"upload:{u.key}")
-            detail.append((loc.label, KIND_UPLOAD, u.key, 0, initiated, None, None, None, UNKNOWN_NAMESPACE))
-    rep.oldest_orphan_age_ms = max(oldest, default=None)
-    rep.timings["uploads"] = round(clock() - t0, 6)
+    plan_and_apply(ws, rep, locs, [(locs[i], orph) for i, orph in found], hot, as_of_ms, grace_ms, dry_run,
+                   detail=detail.append)
     return rep, detail
 
 

@@ -26,7 +26,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -308,6 +308,8 @@ class OrphanGroup:
     newest_modified_ms: int = 0
     has_data: bool = False
     has_index: bool = False
+    sizes: dict[str, int] = field(default_factory=dict)  # per key, for report detail rows
+    modified: dict[str, int] = field(default_factory=dict)
 
     def age_ms(self, as_of_ms: int) -> int:
         return as_of_ms - self.oldest_modified_ms
@@ -367,6 +369,8 @@ def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozen
             g = groups[k] = OrphanGroup(u, r.ledger_id, oldest_modified_ms=r.last_modified_ms,
                                         newest_modified_ms=r.last_modified_ms)
         g.keys.append(r.key)
+        g.sizes[r.key] = r.size
+        g.modified[r.key] = r.last_modified_ms
         g.bytes += r.size
         g.oldest_modified_ms = min(g.oldest_modified_ms, r.last_modified_ms)
         g.newest_modified_ms = max(g.newest_modified_ms, r.last_modified_ms)
@@ -696,6 +700,105 @@ def plan_object_records(loc: Location, orphans: ObjectOrphans, as_of_ms: int) ->
     return out
 
 
+def plan_and_apply(
+    ws: Workspace,
+    rep: ReconcileReport,
+    locs: list[Location],
+    found: list[tuple[Location, ObjectOrphans]],
+    hot: HotOrphans,
+    as_of_ms: int,
+    grace_ms: int,
+    dry_run: bool,
+    detail: Callable[[tuple], None] | None = None,
+) -> list[DeletionRecord]:
+    """Steps 4-6 of a reconciliation, shared by reconcile() and the Spark job: plan records for the
+    orphans found, append them (phase 1; not in a dry run), abort stale multipart uploads; fills `rep`.
+    `detail` receives one row per orphan object / hot ledger / stale upload:
+    (location, kind, key, bytes, modified_ms, uuid, ledger, topic, namespace)."""
+    clock = time.perf_counter
+    emit = detail or (lambda row: None)
+    t0 = clock()
+    records: list[DeletionRecord] = []
+    oldest: list[int] = []
+    for loc, orph in found:
+        rep.objects_listed += orph.rows
+        rep.bytes_listed += orph.bytes_listed
+        rep.referenced_objects += orph.referenced_objects
+        rep.foreign_keys += orph.foreign_keys
+        rep.foreign_bytes += orph.foreign_bytes
+        rep.segment_keys += orph.segment_keys
+        rep.young_unreferenced += orph.young_unreferenced
+        recs = plan_object_records(loc, orph, as_of_ms)
+        for g, r in zip(orph.groups, recs, strict=True):
+            ns = namespace_of(r.topic)
+            rep.orphan_groups += 1
+            rep.orphan_objects += len(g.keys)
+            rep.orphan_bytes += g.bytes
+            rep.add(ns, KIND_OFFLOADED, 1, len(g.keys), g.bytes)
+            oldest.append(g.age_ms(as_of_ms))
+            for k in g.keys:
+                rep.sample(k)
+                emit((loc.label, KIND_OFFLOADED, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
+                      r.topic, ns))
+        records.extend(recs)
+    rep.hot_ledgers = hot.ledgers
+    rep.foreign_hot_ledgers = hot.foreign
+    rep.young_hot_ledgers = hot.young
+    rep.scheduled_hot_ledgers = hot.scheduled
+    for o in hot.orphans:
+        ns = namespace_of(o.topic)
+        rep.hot_orphans += 1
+        rep.hot_orphan_bytes += o.bytes
+        rep.add(ns, KIND_LEDGER, 1, 1, o.bytes)
+        oldest.append(as_of_ms - o.ctime_ms)
+        rep.sample(f"hot:{o.ledger_id}")
+        emit(("hot", KIND_LEDGER, f"hot:{o.ledger_id}", o.bytes, o.ctime_ms, None, o.ledger_id, o.topic, ns))
+        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
+                                      created_ms=as_of_ms))
+    for r in records:
+        r.validate()
+    rep.records = [asdict(r) for r in records]
+    rep.timings["planning"] = round(clock() - t0, 6)
+
+    # phase 1: append the records
+    t0 = clock()
+    if not dry_run and records:
+        dl = DeletionLog(ws.metadata)
+        for i in range(0, len(records), APPEND_BATCH):
+            batch = records[i : i + APPEND_BATCH]
+            try:
+                dl.append(batch)
+            except TieredError as e:
+                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
+                continue
+            rep.records_appended += len(batch)
+    rep.timings["append"] = round(clock() - t0, 6)
+
+    # stale multipart uploads
+    t0 = clock()
+    for loc in locs:
+        try:
+            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
+                                     exclude_prefixes=loc.exclude_prefixes)
+        except TieredError as e:
+            rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
+            continue
+        rep.stale_uploads += len(up.stale)
+        rep.uploads_aborted += up.aborted
+        rep.young_uploads += up.young
+        rep.foreign_uploads += up.foreign
+        rep.errors.extend(up.errors)
+        for u in up.stale:
+            initiated = int(u.initiated * 1000)
+            rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
+            oldest.append(as_of_ms - initiated)
+            rep.sample(f"upload:{u.key}")
+            emit((loc.label, KIND_UPLOAD, u.key, 0, initiated, None, None, None, UNKNOWN_NAMESPACE))
+    rep.oldest_orphan_age_ms = max(oldest, default=None)
+    rep.timings["uploads"] = round(clock() - t0, 6)
+    return records
+
+
 def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
               *, page_size: int = 1000) -> ReconcileReport:
     """The whole reconciliation in one process (the Spark job distributes the listing and anti-join).
@@ -736,80 +839,7 @@ def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dr
     found = [(loc, find_object_orphans(rows, referenced, as_of_ms, grace_ms)) for loc, rows in listings]
     rep.timings["anti_join"] = round(clock() - t0, 6)
 
-    # 4. planning
-    t0 = clock()
-    records: list[DeletionRecord] = []
-    oldest: list[int] = []
-    for loc, orph in found:
-        rep.objects_listed += orph.rows
-        rep.bytes_listed += orph.bytes_listed
-        rep.referenced_objects += orph.referenced_objects
-        rep.foreign_keys += orph.foreign_keys
-        rep.foreign_bytes += orph.foreign_bytes
-        rep.segment_keys += orph.segment_keys
-        rep.young_unreferenced += orph.young_unreferenced
-        recs = plan_object_records(loc, orph, as_of_ms)
-        for g, r in zip(orph.groups, recs, strict=True):
-            rep.orphan_groups += 1
-            rep.orphan_objects += len(g.keys)
-            rep.orphan_bytes += g.bytes
-            rep.add(namespace_of(r.topic), KIND_OFFLOADED, 1, len(g.keys), g.bytes)
-            oldest.append(g.age_ms(as_of_ms))
-            for k in g.keys:
-                rep.sample(k)
-        records.extend(recs)
-    rep.hot_ledgers = hot.ledgers
-    rep.foreign_hot_ledgers = hot.foreign
-    rep.young_hot_ledgers = hot.young
-    rep.scheduled_hot_ledgers = hot.scheduled
-    for o in hot.orphans:
-        rep.hot_orphans += 1
-        rep.hot_orphan_bytes += o.bytes
-        rep.add(namespace_of(o.topic), KIND_LEDGER, 1, 1, o.bytes)
-        oldest.append(as_of_ms - o.ctime_ms)
-        rep.sample(f"hot:{o.ledger_id}")
-        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
-                                      created_ms=as_of_ms))
-    rep.oldest_orphan_age_ms = max(oldest, default=None)
-    for r in records:
-        r.validate()
-    rep.records = [asdict(r) for r in records]
-    rep.timings["planning"] = round(clock() - t0, 6)
-
-    # 5. phase 1: append the records
-    t0 = clock()
-    if not dry_run and records:
-        dl = DeletionLog(ws.metadata)
-        for i in range(0, len(records), APPEND_BATCH):
-            batch = records[i : i + APPEND_BATCH]
-            try:
-                dl.append(batch)
-            except TieredError as e:
-                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
-                continue
-            rep.records_appended += len(batch)
-    rep.timings["append"] = round(clock() - t0, 6)
-
-    # 6. stale multipart uploads
-    t0 = clock()
-    for loc in locs:
-        try:
-            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
-                                     exclude_prefixes=loc.exclude_prefixes)
-        except TieredError as e:
-            rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
-            continue
-        rep.stale_uploads += len(up.stale)
-        rep.uploads_aborted += up.aborted
-        rep.young_uploads += up.young
-        rep.foreign_uploads += up.foreign
-        rep.errors.extend(up.errors)
-        for u in up.stale:
-            rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
-            oldest.append(as_of_ms - int(u.initiated * 1000))
-            rep.sample(f"upload:{u.key}")
-    rep.oldest_orphan_age_ms = max(oldest, default=None)
-    rep.timings["uploads"] = round(clock() - t0, 6)
+    plan_and_apply(ws, rep, locs, found, hot, as_of_ms, grace_ms, dry_run)
     log.info("reconcile as of %s (grace %s ms, dry run %s): %s offloaded orphan groups (%s objects, %s bytes), "
              "%s hot orphans, %s stale uploads, %s foreign keys, %s young unreferenced",
              as_of_ms, grace_ms, dry_run, rep.orphan_groups, rep.orphan_objects, rep.orphan_bytes,
