@@ -215,6 +215,45 @@ def _run_ids(planned: Any) -> list[str]:
     return out
 
 
+# outcome counters of the deletion drain's report (tieredcore.lifecycle.drain.OUTCOMES)
+DRAIN_OUTCOMES = ("deleted", "already_deleted", "still_in_use", "refused_mismatch", "malformed", "retrying",
+                  "dead_lettered", "lost_race", "would_delete")
+DRAIN_COUNTERS = ("deleted_hot", "deleted_offloaded", "delete_failures_hot", "delete_failures_offloaded",
+                  "acknowledged")
+RECONCILE_OUTCOMES = ("orphan_groups", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
+                      "uploads_aborted", "foreign_keys", "young_unreferenced", "young_hot_ledgers")
+
+
+def report_totals(job: str, s: dict[str, Any]) -> dict[str, Any]:
+    """One job report's summary.json in the shape the summary task adds up: topics, ledgers, bytes,
+    failures, outcomes, namespaces (+ `counters` for the drain's PIP-186 counters).
+
+    Ledger jobs (offload_sweep, deletion_lag_cleanup, retention_sweep: RunSummary) as they are; the
+    deletion drain (DrainReport: ledgers = records looked at, failures = what made the job exit 1:
+    dead-lettered or malformed records outside a dry run, failed tasks); orphan reconciliation
+    (ReconcileReport: ledgers = orphan records, bytes = orphan bytes, failures = its errors)."""
+    if "entries" in s and "dead_lettered" in s:  # deletion_drain
+        dead = 0 if s.get("dry_run") else int(s.get("dead_lettered", 0)) + int(s.get("malformed", 0))
+        return {"topics": 0, "ledgers": int(s.get("entries", 0)), "bytes": 0,
+                "failures": dead + len(s.get("task_errors") or []),
+                "outcomes": {k: int(s[k]) for k in DRAIN_OUTCOMES if s.get(k)},
+                "counters": {k: int(s.get(k, 0)) for k in DRAIN_COUNTERS}, "namespaces": {}}
+    if "orphan_groups" in s and "by_namespace" in s:  # reconcile_orphans
+        namespaces: dict[str, dict[str, int]] = {}
+        for ns, kinds in (s.get("by_namespace") or {}).items():
+            acc = namespaces.setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0})
+            for kind, d in kinds.items():
+                if kind != "upload":
+                    acc["ledgers"] += int(d.get("count", 0))
+                acc["bytes"] += int(d.get("bytes", 0))
+        return {"topics": 0, "ledgers": int(s.get("orphan_groups", 0)) + int(s.get("hot_orphans", 0)),
+                "bytes": int(s.get("orphan_bytes", 0)) + int(s.get("hot_orphan_bytes", 0)),
+                "failures": len(s.get("errors") or []),
+                "outcomes": {k: int(s[k]) for k in RECONCILE_OUTCOMES if s.get(k)}, "namespaces": namespaces}
+    return {k: s.get(k, d) for k, d in (("topics", 0), ("ledgers", 0), ("bytes", 0), ("failures", 0),
+                                         ("outcomes", {}), ("namespaces", {}))}
+
+
 def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
     """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs; a job without a
     report (it failed before writing one) counts in `failed_jobs`."""
@@ -224,7 +263,7 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
     for rid in run_ids:
         path = Path(reports_dir) / job / rid / "summary.json"
         try:
-            s = json.loads(path.read_text())
+            s = report_totals(job, json.loads(path.read_text()))
         except (OSError, ValueError):
             totals["failed_jobs"].append(rid)
             continue
@@ -233,11 +272,30 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
             totals[k] += int(s.get(k, 0))
         for k, v in s.get("outcomes", {}).items():
             totals["outcomes"][k] = totals["outcomes"].get(k, 0) + v
+        for k, v in s.get("counters", {}).items():
+            counters = totals.setdefault("counters", {})
+            counters[k] = counters.get(k, 0) + v
         for ns, d in s.get("namespaces", {}).items():
             acc = totals["namespaces"].setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0})
             for k in acc:
                 acc[k] += int(d.get(k, 0))
     return totals
+
+
+def combine_totals(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Totals of several jobs of one run (e.g. retention_sweep then deletion_drain): summed, with each
+    job's own totals under `by_job`."""
+    out: dict[str, Any] = {"job": "+".join(p["job"] for p in parts), "jobs": 0, "topics": 0, "ledgers": 0,
+                           "bytes": 0, "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
+                           "reports": [], "by_job": {p["job"]: p for p in parts}}
+    for p in parts:
+        for k in ("jobs", "topics", "ledgers", "bytes", "failures"):
+            out[k] += p[k]
+        out["failed_jobs"] += [f"{p['job']}/{rid}" for rid in p["failed_jobs"]]
+        out["reports"] += p["reports"]
+        for k, v in p["outcomes"].items():
+            out["outcomes"][f"{p['job']}.{k}"] = v
+    return out
 
 
 # -- tasks shared by the DAGs -------------------------------------------------------------------------
@@ -257,23 +315,38 @@ def preflight_task():
     return preflight()
 
 
-def summary_task(job: str, plan_task_id: str = "plan"):
+def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
+    """The run's totals. `job`: one job whose argument list(s) the plan task returns; or several jobs
+    run one after the other, whose argument lists the plan task returns under their names
+    (multiple_outputs: one XCom per job)."""
+    jobs = [job] if isinstance(job, str) else list(job)
+
     @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
     def summary() -> dict[str, Any]:
         """Totals of the run's reports (topics, ledgers, bytes, failures): the run's XCom and log."""
         ctx = get_current_context()
-        planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
-        if planned is None:
-            totals = summarize_reports("", job, [])
-            totals["failed_jobs"] = ["(not planned: an upstream task failed)"]
-        else:
-            config = load_config(ctx["params"])
-            totals = summarize_reports(config.reports_dir, job, _run_ids(planned))
-        print(f"{job} summary: {totals['jobs']} job(s), {totals['topics']} topic(s), {totals['ledgers']} "
-              f"ledger(s), {totals['bytes']:,} bytes, {totals['failures']} failure(s), "
-              f"failed jobs: {totals['failed_jobs'] or 'none'}; outcomes {totals['outcomes']}")
-        for ns, d in sorted(totals["namespaces"].items()):
-            print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)")
+        parts = []
+        config = None
+        for j in jobs:
+            if isinstance(job, str):
+                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
+            else:
+                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=j)
+            if planned is None:
+                totals = summarize_reports("", j, [])
+                totals["failed_jobs"] = ["(not planned: an upstream task failed)"]
+            else:
+                config = config or load_config(ctx["params"])
+                totals = summarize_reports(config.reports_dir, j, _run_ids(planned))
+            parts.append(totals)
+        totals = parts[0] if len(parts) == 1 else combine_totals(parts)
+        for p in parts:
+            print(f"{p['job']} summary: {p['jobs']} job(s), {p['topics']} topic(s), {p['ledgers']} "
+                  f"ledger(s)/record(s), {p['bytes']:,} bytes, {p['failures']} failure(s), "
+                  f"failed jobs: {p['failed_jobs'] or 'none'}; outcomes {p['outcomes']}"
+                  + (f"; counters {p['counters']}" if p.get("counters") else ""))
+            for ns, d in sorted(p["namespaces"].items()):
+                print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)")
         return totals
 
     return summary()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tieredcore.clock import parse_time_ms
 from tieredcore.config import Config
@@ -102,8 +103,13 @@ def run_job(
     job: str,
     args: argparse.Namespace,
     plan: Callable[[Config, int], list[TopicWork]],
+    after: Callable[[Config, int, list[dict]], tuple[dict[str, Any], int]] | None = None,
 ) -> int:
-    """Plan on the driver, distribute, report; 0 when every unit succeeded, 1 otherwise, 2 bad input."""
+    """Plan on the driver, distribute, report; 0 when every unit succeeded, 1 otherwise, 2 bad input.
+
+    ``after(config, as_of, rows)``, when given, runs on the driver once the distributed phase is done
+    (e.g. the lag cleanup's drain of the records it appended); it returns ``(report, failures)``: the
+    report goes into the run summary under ``drain``, the failures add to the run's."""
     exit_with_parent()
     started = time.monotonic()
     try:
@@ -120,7 +126,11 @@ def run_job(
     spark = session(f"tiered-{job}", config)
     try:
         rows = distribute(spark, config, work)
+        extra: tuple[dict[str, Any], int] | None = after(config, as_of, rows) if after is not None else None
         summary = RunSummary.of(job, run_id, as_of, args.dry_run, rows, time.monotonic() - started)
+        if extra is not None:
+            summary.drain, more_failures = extra
+            summary.failures += more_failures
         report_dir = args.report_dir or config.reports_dir
         if not report_dir:
             raise ValidationError("no reports location: set reports_dir in the configuration or --report-dir")

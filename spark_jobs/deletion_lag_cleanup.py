@@ -1,30 +1,57 @@
-"""Deletion-lag cleanup as a Spark job: delete hot copies whose offload completed more than the
-namespace's deletion lag before --as-of, after verifying the offloaded copy opens and matches.
+"""Deletion-lag cleanup as a Spark job: hot copies whose offload completed more than the namespace's
+deletion lag before --as-of, after verifying the offloaded copy opens and matches, are marked for
+deletion (two-phase deletion, spec/05: a `ledger` record in the deletion log, then bookkeeperDeleted).
+With --drain (the default) the driver then drains the deletion log as of --as-of, so the run ends with
+the hot copies deleted; the Spark drain job (deletion_drain.py) is for large logs.
 
     spark-submit spark_jobs/deletion_lag_cleanup.py --config tiered.toml --as-of 2026-11-22T04:00:00Z
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from spark_jobs._jobkit import base_parser, run_job
 from tieredcore.config import Config
+from tieredcore.errors import TieredError
+from tieredcore.lifecycle.drain import OUTCOME_DEAD, OUTCOME_RETRYING, drain
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.workspace import Workspace
 
 JOB = "deletion_lag_cleanup"
 
 
+def drain_after(config: Config, as_of: int, rows: list[dict]) -> tuple[dict[str, Any], int]:
+    """Phase 2 on the driver, over every record due at `as_of` (ours included). A delete that fails is
+    retried by the log (the drain DAG picks it up), so it is reported, not counted as a run failure;
+    a drain that cannot run at all is one failure."""
+    try:
+        with Workspace(config) as ws:
+            rep = drain(ws, as_of)
+    except TieredError as e:
+        print(f"{JOB}: drain failed: {type(e).__name__}: {e}", flush=True)
+        return {"error": f"{type(e).__name__}: {e}"}, 1
+    for r in rep.rows:
+        if r.outcome in (OUTCOME_RETRYING, OUTCOME_DEAD):
+            print(f"{JOB}: drain: {r.type} ledger {r.ledger} of {r.topic}: {r.outcome}: {r.error}", flush=True)
+    out = {k: v for k, v in rep.as_dict().items() if k not in ("rows", "as_of_ms", "dry_run")}
+    return out, 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--drain", action=argparse.BooleanOptionalAction, default=True,
+                   help="drain the deletion log on the driver after marking (default: on)")
+    args = p.parse_args(argv)
 
     def plan(config: Config, as_of: int):
         with Workspace(config) as ws:
             return plan_lag_cleanup(ws, args.namespace, as_of, args.dry_run)
 
-    return run_job(JOB, args, plan)
+    return run_job(JOB, args, plan, after=drain_after if args.drain and not args.dry_run else None)
 
 
 if __name__ == "__main__":

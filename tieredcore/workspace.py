@@ -9,6 +9,7 @@ from urllib.parse import quote
 from tieredcore.clock import now_ms
 from tieredcore.config import Config, open_blob_store
 from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.deletion_log import DeletionLog
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
@@ -30,6 +31,11 @@ class Workspace:
     @cached_property
     def ml(self) -> ManagedLedgerStore:
         return ManagedLedgerStore(self.metadata)
+
+    @cached_property
+    def deletion_log(self) -> DeletionLog:
+        """Pending-deletion records of two-phase deletion (spec/05), in the metadata store."""
+        return DeletionLog(self.metadata)
 
     @cached_property
     def hot(self) -> LocalLedgerStore:
@@ -61,7 +67,8 @@ class Workspace:
         progress: Callable[[str, int, int, int], None] | None = None,
         offloader: LedgerOffloader | None = None,
     ) -> TopicOffloader:
-        return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress)
+        return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress,
+                              deletion_log=self.deletion_log)
 
     def _offloader_for_url(self, url: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
         k = (url, max_block_size, read_buffer)

@@ -116,10 +116,16 @@ def test_sweep_then_deletion_lag_cleanup_on_filesystem_store(tmp_path: Path, spa
             deleted += gone
         assert ledgers[-1].ledgerId in hot
     assert deleted == 8
+    # phase 1 marked them (a `ledger` record each, then bookkeeperDeleted); the job's --drain pass
+    # (default on) deleted them and left nothing in the deletion log
     totals2 = xcom(dr2, "summary")
-    assert totals2["outcomes"] == {"deleted": 8} and totals2["failures"] == 0
+    assert totals2["outcomes"] == {"marked": 8} and totals2["failures"] == 0
     report2 = tmp_path / "ws" / "reports" / "deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "summary.json"
-    assert json.loads(report2.read_text())["outcomes"] == {"deleted": 8}
+    summary2 = json.loads(report2.read_text())
+    assert summary2["outcomes"] == {"marked": 8}
+    assert summary2["drain"]["deleted_hot"] == summary2["drain"]["acknowledged"] == 8
+    with Workspace(Config.load(cfg, env={})) as ws:
+        assert ws.deletion_log.pending() == [] and ws.deletion_log.counters()["appended_hot"] == 8
     assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == report2.as_uri()
     res = verify(cfg)
     assert res["verified"] == 6 and res["failed"] == 0

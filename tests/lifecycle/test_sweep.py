@@ -10,6 +10,8 @@ import pytest
 from tieredcore import cli
 from tieredcore.errors import TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
+from tieredcore.lifecycle.deletion_log import DeletionLog, DeletionRecord
+from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.sweep import (
     KIND_LAG_CLEANUP,
     KIND_OFFLOAD,
@@ -34,6 +36,7 @@ from .conftest import END_MS, INTERVAL_MS
 
 HOUR = 3600 * 1000
 T = "persistent://t/a/topic-0000"
+ML = "t/a/persistent/topic-0000"
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -77,6 +80,24 @@ def offload_all_at(ws, as_of, ns=None):
     res = run(ws, plan_offload(ws, ns, as_of))
     assert res and all(r.outcome == "offloaded" for r in res), res
     return res
+
+
+def lag_records(ws) -> list[tuple[str, int]]:
+    """(topic, ledger) of the pending records, each checked to be a deletion-lag hot-copy record."""
+    out = []
+    for e in DeletionLog(ws.metadata).pending():
+        r = e.record
+        assert (r.type, r.reason, r.component, r.uuid, r.driver) == ("ledger", "deletion-lag", "managed-ledger", "", {})
+        out.append((r.topic, r.ledger_id))
+    return sorted(out)
+
+
+def drain_ok(ws, as_of) -> dict:
+    """Phase 2: every due record processed, none left, nothing failed or refused."""
+    rep = drain(ws, as_of)
+    assert rep.retrying == rep.dead_lettered == rep.refused_mismatch == rep.malformed == 0, rep.rows
+    assert DeletionLog(ws.metadata).pending() == []
+    return rep.counts()
 
 
 def verify_cli(ws) -> int:
@@ -369,7 +390,7 @@ def test_incomplete_offload_is_never_cleaned_up(make_ws):
     assert [r.outcome for r in res] == ["skipped"] and ws.hot.exists(lid)
 
 
-def test_cleanup_deletes_hot_copies_past_the_lag_and_reads_stay_identical(offloaded_ws):
+def test_cleanup_marks_hot_copies_past_the_lag_and_the_drain_deletes_them(offloaded_ws):
     ws = offloaded_ws
     ids = sealed_ids(ws)
     before = read_all(ws, priority=HOT_FIRST)
@@ -379,34 +400,87 @@ def test_cleanup_deletes_hot_copies_past_the_lag_and_reads_stay_identical(offloa
     dry = run(ws, [TopicWork(w.topic, w.kind, w.ledgers, as_of, dry_run=True) for w in plan])
     assert [r.outcome for r in dry] == ["planned"] * 2 and all(ws.hot.exists(i) for i in ids)
 
+    assert lag_records(ws) == []
+
+    # phase 1: one durable `ledger` record per hot copy, then bookkeeperDeleted; nothing deleted yet
     res = run(ws, plan)
-    assert [(r.ledger, r.outcome) for r in res] == [(ids[0], "deleted"), (ids[1], "deleted")]
+    assert [(r.ledger, r.outcome) for r in res] == [(ids[0], "marked"), (ids[1], "marked")]
     assert all(r.bytes == 1000 and r.entries == 10 and r.uuid for r in res)
+    assert lag_records(ws) == [(ML, ids[0]), (ML, ids[1])]
+    assert all(e.record.created_ms == as_of for e in DeletionLog(ws.metadata).pending())
     lis = ledger_infos(ws)
-    assert [ws.hot.exists(i) for i in ids] == [False, False, True, True]
+    assert [ws.hot.exists(i) for i in ids] == [True] * 4
     assert [li.offloadContext.bookkeeperDeleted for li in lis[:-1]] == [True, True, False, False]
     assert [context_uuid(li) for li in lis[:2]] == [r.uuid for r in res]
+    summary = RunSummary.of("deletion_lag_cleanup", "r", as_of, False, [asdict(r) for r in res], 0.1)
+    assert summary.outcomes == {"marked": 2} and summary.bytes == 2000 and summary.failures == 0
+    # between the CAS and the drain readers already use the offloaded copies
+    for priority in (TIERED_FIRST, HOT_FIRST):
+        assert read_all(ws, priority=priority) == before
+
+    # phase 2: the drain deletes the hot copies
+    counts = drain_ok(ws, as_of)
+    assert counts["deleted"] == 2 and counts["still_in_use"] == 0
+    assert [ws.hot.exists(i) for i in ids] == [False, False, True, True]
     for priority in (TIERED_FIRST, HOT_FIRST):
         assert read_all(ws, priority=priority) == before
     assert verify_cli(ws) == 0
     # rerun of the same logical date: nothing planned, and executing the old plan skips
     assert plan_lag_cleanup(ws, None, as_of) == []
     assert [r.outcome for r in run(ws, plan)] == ["skipped", "skipped"]
+    assert lag_records(ws) == []
 
 
-def test_cleanup_completes_after_a_crash_between_hot_delete_and_cas(offloaded_ws):
+def test_cleanup_completes_after_a_crash_between_append_and_cas(offloaded_ws):
+    """A crash after the record was appended, before bookkeeperDeleted: the drain finds the hot copy
+    still in use and keeps it; the next run appends afresh, marks, and the drain deletes."""
     ws = offloaded_ws
     ids = sealed_ids(ws)
     before = read_all(ws)
-    ws.hot.delete_ledger(ids[0])  # the crashed attempt got this far
-    # readers already cope: the record still says the hot copy exists
+    as_of = END_MS + HOUR + 1
+    DeletionLog(ws.metadata).append([DeletionRecord(topic=ML, ledger_id=ids[0], type="ledger",
+                                                    reason="deletion-lag", created_ms=as_of)])
+    counts = drain_ok(ws, as_of)
+    assert counts["still_in_use"] == 1 and counts["deleted"] == 0 and ws.hot.exists(ids[0])
     assert read_all(ws, priority=HOT_FIRST) == before
-    plan = plan_lag_cleanup(ws, None, END_MS + HOUR + 1)
+    # a crash of an earlier version (hot copy deleted first, then the CAS): readers cope as well
+    ws.hot.delete_ledger(ids[1])
+    assert read_all(ws, priority=HOT_FIRST) == before
+
+    plan = plan_lag_cleanup(ws, None, as_of)
     assert planned(plan) == {T: ids[:2]}
     res = run(ws, plan)
-    assert [r.outcome for r in res] == ["deleted", "deleted"]
+    assert [r.outcome for r in res] == ["marked", "marked"]
     assert all(li.offloadContext.bookkeeperDeleted for li in ledger_infos(ws)[:2])
+    assert lag_records(ws) == [(ML, ids[0]), (ML, ids[1])]
+    counts = drain_ok(ws, as_of)
+    assert (counts["deleted"], counts["already_deleted"]) == (1, 1)
+    assert not ws.hot.exists(ids[0]) and not ws.hot.exists(ids[1])
     assert read_all(ws, priority=HOT_FIRST) == before
+
+
+def test_cleanup_record_whose_cas_finds_the_ledger_changed_is_left_to_the_drain(offloaded_ws, monkeypatch):
+    """The topic changes between the append and the CAS (here: marked by someone else): the row is
+    skipped; the appended record is harmless (the drain treats it like any other)."""
+    ws = offloaded_ws
+    ids = sealed_ids(ws)
+    as_of = END_MS + HOUR + 1
+    real_append = DeletionLog.append
+
+    def append_then_race(self, records):
+        real_append(self, records)
+
+        def mark(info):
+            find_ledger(info, records[0].ledger_id).offloadContext.bookkeeperDeleted = True
+
+        ws.ml.update_topic(T, mark)
+
+    monkeypatch.setattr(DeletionLog, "append", append_then_race)
+    res = run(ws, [TopicWork(T, KIND_LAG_CLEANUP, [ids[0]], as_of)])
+    monkeypatch.undo()
+    assert [r.outcome for r in res] == ["skipped"] and "drain" in res[0].error
+    assert lag_records(ws) == [(ML, ids[0])]
+    assert drain_ok(ws, as_of)["deleted"] == 1 and not ws.hot.exists(ids[0])
 
 
 def _corrupt_index(ws, li, how):
@@ -455,8 +529,11 @@ def test_cleanup_never_deletes_a_hot_copy_whose_offloaded_copy_fails_verificatio
     assert bad.outcome == "verify-failed" and bad.failed and bad.error, bad
     assert ws.hot.exists(ids[0])
     assert not ledger_infos(ws)[0].offloadContext.bookkeeperDeleted
-    # the other ledger of the same topic is still cleaned up
-    assert by_ledger[ids[1]].outcome == "deleted" and not ws.hot.exists(ids[1])
+    # the other ledger of the same topic is still cleaned up; no record for the victim
+    assert by_ledger[ids[1]].outcome == "marked"
+    assert lag_records(ws) == [(ML, ids[1])]
+    assert drain_ok(ws, END_MS + HOUR + 1)["deleted"] == 1
+    assert ws.hot.exists(ids[0]) and not ws.hot.exists(ids[1])
     # and the data is still all there through the hot copy
     assert len(read_all(ws, priority=HOT_FIRST)) == 40
 
@@ -489,7 +566,9 @@ def test_per_namespace_store_from_policy(make_ws, tmp_path):
 
     # the lag cleanup verifies against that store, then reads follow the driver metadata
     clean = run(ws, plan_lag_cleanup(ws, None, END_MS + 1))
-    assert [r.outcome for r in clean] == ["deleted"] * 8
+    assert [r.outcome for r in clean] == ["marked"] * 8
+    assert drain_ok(ws, END_MS + 1)["deleted"] == 8
+    assert not any(ws.hot.exists(li.ledgerId) for t in (T, tb) for li in ledger_infos(ws, t)[:-1])
     # even after the policy moves the namespace elsewhere
     set_ns(ws, "t/a", store={"driver": "filesystem", "root": str(tmp_path / "moved")})
     for t in (T, tb):

@@ -6,6 +6,9 @@
 - :class:`FaultyBlobStore` / :class:`FaultyMetadataStore`: delegating wrappers that run a hook (raise,
   or perform a concurrent change) at the Nth call of a chosen operation.
 - helpers listing everything left in the object store and reading a ledger's topic record.
+- :func:`records` / :func:`drain`: the deletion log the protocol appends to (replaced and conflicted
+  attempts are ``offloaded`` records, never direct deletes) and a phase-2 drain over the same stores
+  (through the faulty object store, so a test can make the drain's deletes fail).
 
 Test files load this module by path (pytest runs with --import-mode=importlib and tests/ is not a
 package).
@@ -21,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tieredcore.errors import BlobStoreError, MetadataStoreError
+from tieredcore.errors import BlobStoreError, MetadataStoreError, ValidationError
+from tieredcore.lifecycle.deletion_log import DeletionLog
+from tieredcore.lifecycle.drain import DrainReport
+from tieredcore.lifecycle.drain import drain as drain_log
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, TopicOffloader, abandoned_uuids, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
@@ -258,6 +264,46 @@ def build_env(
     )
 
 
+# --- the deletion log ----------------------------------------------------------------------------
+
+
+def deletion_log(env: Env) -> DeletionLog:
+    return DeletionLog(env.meta.inner)
+
+
+def records(env: Env) -> list[tuple[str, int, str]]:
+    """(reason, ledger id, uuid) of every pending ``offloaded`` record, sorted; each is checked to name
+    the topic and the filesystem store the protocol writes to."""
+    out = []
+    for e in deletion_log(env).pending():
+        r = e.record
+        assert r is not None and r.type == "offloaded", e
+        assert r.topic == TOPIC.replace("default/", "default/persistent/")
+        assert r.driver["name"] == "filesystem" and r.driver["properties"]["root"] == str(env.raw_store.root)
+        out.append((r.reason, r.ledger_id, r.uuid))
+    return sorted(out)
+
+
+class _DrainWorkspace:
+    """What drain() uses of a Workspace, over the env's stores (objects through the faulty store)."""
+
+    def __init__(self, env: Env) -> None:
+        self.metadata = env.meta.inner
+        self.ml = env.raw_ml
+        self.hot = env.hot
+        self._offloader = LedgerOffloader(env.store, max_block_size=env.max_block_size)
+
+    def offloader_for_driver(self, dm) -> LedgerOffloader:
+        if dm.name != "filesystem":
+            raise ValidationError(f"unexpected driver {dm.name!r}")
+        return self._offloader
+
+
+def drain(env: Env, as_of_ms: int | None = None, **kw) -> DrainReport:
+    """Phase 2 over the env's stores, as of the env's clock unless told."""
+    return drain_log(_DrainWorkspace(env), env.clock() if as_of_ms is None else as_of_ms, **kw)
+
+
 # --- what is left ----------------------------------------------------------------------------
 
 
@@ -316,6 +362,8 @@ __all__ = [
     "abandoned",
     "build_env",
     "context_uuid",
+    "deletion_log",
+    "drain",
     "leftovers",
     "object_keys",
     "offloaded_keys",
@@ -323,6 +371,7 @@ __all__ = [
     "properties",
     "raiser",
     "read_all",
+    "records",
     "upload_keys",
     "uuid_seq",
     "uuids_in_store",

@@ -1,8 +1,10 @@
 """The crash-safe offload protocol of spec/02 under injected failures and races.
 
-Every failure case checks three things: the result's outcome, what is left in the object store
-(objects *and* unfinished multipart uploads), and the topic record (ledger still listed, OffloadContext
-not complete, abandoned attempts remembered until their objects are confirmed gone).
+Every failure case checks four things: the result's outcome, what is left in the object store
+(objects *and* unfinished multipart uploads), the topic record (ledger still listed, OffloadContext
+not complete) and the deletion log: a replaced attempt (``offload-cleanup``) and a conflicted one
+(``offload-conflict``) become ``offloaded`` pending-deletion records, appended before the metadata
+change, never direct deletes; after a drain (phase 2, spec/05) their objects are gone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from tieredcore.offload.managed import (
     OUTCOME_OFFLOADED,
     OUTCOME_SKIPPED,
     OUTCOME_UNKNOWN,
+    REASON_OFFLOAD_CLEANUP,
+    REASON_OFFLOAD_CONFLICT,
     context_uuid,
 )
 from tieredcore.offload.offloader import LedgerOffloader
@@ -83,6 +87,22 @@ def assert_complete(env, ledger_id: int, uuid: str) -> None:
     assert li.offloadContext.driverMetadata.name == "filesystem"
 
 
+def cleanup(ledger_id: int, *uuids: str) -> list[tuple[str, int, str]]:
+    return [(REASON_OFFLOAD_CLEANUP, ledger_id, u) for u in uuids]
+
+
+def conflict(ledger_id: int, uuid: str) -> tuple[str, int, str]:
+    return (REASON_OFFLOAD_CONFLICT, ledger_id, uuid)
+
+
+def drain_all(env, as_of_ms: int | None = None) -> dict:
+    """Drain every due record; the log must then be empty (nothing retrying, nothing dead-lettered)."""
+    rep = H.drain(env, as_of_ms)
+    assert rep.retrying == rep.dead_lettered == rep.malformed == rep.lost_race == 0, rep.rows
+    assert H.records(env) == [] and H.deletion_log(env).dead_letters() == []
+    return rep.counts()
+
+
 def assert_readable(env, ledger_id: int, uuid: str) -> None:
     assert H.read_all(env.offloader, ledger_id, uuid) == env.payloads[ledger_id]
 
@@ -120,8 +140,9 @@ def remove_ledger(ledger_id: int):
 
 
 def watch_abandoned(env, ledger_id: int, seen: dict):
-    """A progress callback that records, at the first uploaded part, the ledger's abandoned attempts,
-    its context uuid and what is left in the store at that moment."""
+    """A progress callback that records, at the first uploaded part, the ledger's abandoned attempts
+    (legacy properties), the pending-deletion records, its context uuid and what is left in the store
+    at that moment."""
 
     def progress(topic, lid, done, total):
         assert topic == H.TOPIC.replace("default/", "default/persistent/")
@@ -129,6 +150,7 @@ def watch_abandoned(env, ledger_id: int, seen: dict):
         if "abandoned" not in seen:
             li = env.ledger(ledger_id)
             seen["abandoned"] = H.abandoned(li)
+            seen["records"] = H.records(env)
             seen["context"] = context_uuid(li)
             seen["uuids_in_store"] = H.uuids_in_store(env.raw_store)
 
@@ -167,26 +189,33 @@ def test_write_failure_leaves_nothing_and_a_retry_succeeds(env, op, nth):
         assert env.store.faults.calls["upload_part"] == nth  # stopped at the failing part
         assert env.store.faults.calls["abort_multipart"] == 1
 
-    # the retry records the failed attempt as abandoned, cleans it up and completes
+    assert H.records(env) == []
+
+    # the retry appends a record for the failed attempt (before replacing it) and completes
     seen: dict = {}
     retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
 
     assert retry.outcome == OUTCOME_OFFLOADED, retry.error
     assert retry.uuid != res.uuid
-    assert seen["abandoned"] == [res.uuid]
+    assert seen["records"] == cleanup(lid, res.uuid)  # durable before anything was written
+    assert seen["abandoned"] == []  # no property any more: the record replaces it
     assert seen["context"] == retry.uuid
     assert_complete(env, lid, retry.uuid)
     li = env.ledger(lid)
-    assert H.abandoned(li) == []  # removed once cleaned
     assert not any(k.startswith(ABANDONED_PREFIX) for k in H.properties(li))
     assert_only(env, (lid, retry.uuid))
     assert_readable(env, lid, retry.uuid)
     assert (retry.blocks, retry.entries) == (5, 20)
 
+    # the failed attempt left nothing: the drain finds nothing to delete and acknowledges
+    assert drain_all(env)["already_deleted"] == 1
+    assert_only(env, (lid, retry.uuid))
+    assert_readable(env, lid, retry.uuid)
 
-def test_failed_cleanup_of_a_failed_write_is_finished_by_the_retry(env):
+
+def test_failed_cleanup_of_a_failed_write_is_finished_by_the_drain(env):
     """The offloader's own abort fails too: an unfinished upload of the failed attempt is left. The
-    next attempt finds it through the recorded uuid and aborts it."""
+    next attempt finds it through the recorded uuid and appends a record; the drain aborts it."""
     lid = env.ledgers[1]
     env.store.faults.on("upload_part", 3, H.raiser(BlobStoreError("injected part failure")))
     env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
@@ -202,9 +231,12 @@ def test_failed_cleanup_of_a_failed_write_is_finished_by_the_retry(env):
     retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
 
     assert retry.outcome == OUTCOME_OFFLOADED
-    assert seen["abandoned"] == [res.uuid]
-    assert seen["uuids_in_store"] == {retry.uuid}  # the old upload was aborted before writing
+    assert seen["records"] == cleanup(lid, res.uuid)
+    assert seen["uuids_in_store"] == {res.uuid, retry.uuid}  # no direct delete any more
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.leftovers(env.raw_store) == (H.offloaded_keys(retry.uuid, lid), [data_key("", res.uuid, lid)])
+
+    assert drain_all(env)["deleted"] == 1  # the upload is aborted
     assert_only(env, (lid, retry.uuid))
     assert_readable(env, lid, retry.uuid)
 
@@ -225,12 +257,15 @@ def test_index_failure_with_failed_data_delete_is_finished_by_the_retry(env):
 
     assert retry.outcome == OUTCOME_OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == cleanup(lid, res.uuid)
+    assert H.uuids_in_store(env.raw_store) == {res.uuid, retry.uuid}
+    assert drain_all(env)["deleted"] == 1
     assert_only(env, (lid, retry.uuid))
 
 
 def test_abandoned_attempt_stays_recorded_while_its_objects_cannot_be_removed(env):
-    """If the cleanup of an abandoned attempt fails, the offload still completes but the abandoned
-    uuid stays in the properties: it is the only record of where the leftovers are."""
+    """If the drain cannot remove an abandoned attempt's objects, the record stays (retrying, with a
+    delay) - it is the only record of where the leftovers are - and a later drain finishes it."""
     lid = env.ledgers[0]
     env.store.faults.on("complete_multipart", 1, H.raiser(BlobStoreError("injected complete failure")))
     env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
@@ -243,16 +278,25 @@ def test_abandoned_attempt_stays_recorded_while_its_objects_cannot_be_removed(en
 
     assert retry.outcome == OUTCOME_OFFLOADED
     assert_complete(env, lid, retry.uuid)
-    li = env.ledger(lid)
-    assert H.abandoned(li) == [first.uuid]
-    assert H.properties(li)[ABANDONED_PREFIX + first.uuid] == str(env.clock())
+    assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == cleanup(lid, first.uuid)
+
+    rep = H.drain(env)  # abort #2 fails: the record is retried later
+    assert rep.retrying == 1 and rep.deleted == 0
+    (entry,) = H.deletion_log(env).pending()
+    assert entry.record.attempts == 1 and "store still unavailable" in entry.record.last_error
     assert H.uuids_in_store(env.raw_store) == {first.uuid, retry.uuid}
+    assert_readable(env, lid, retry.uuid)
+    assert H.drain(env).counts()["retrying"] == 0 and H.records(env) == cleanup(lid, first.uuid)  # not due
+
+    assert drain_all(env, entry.record.next_attempt_ms)["deleted"] == 1
+    assert_only(env, (lid, retry.uuid))
     assert_readable(env, lid, retry.uuid)
 
 
 def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_success(env):
-    """Three attempts: the first leaves an upload behind, the second cannot clean it and fails too;
-    the third must clean both and leave no abandoned record behind."""
+    """Three attempts: the first leaves an upload behind, the second fails too; each replaced attempt
+    gets its own record, and one drain removes both."""
     lid = env.ledgers[0]
     env.store.faults.on("upload_part", 2, H.raiser(BlobStoreError("injected part failure")))
     env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
@@ -260,13 +304,13 @@ def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_succ
     assert a1.outcome == OUTCOME_FAILED
     assert H.upload_keys(env.raw_store) == [data_key("", a1.uuid, lid)]
 
-    # second attempt: cleaning a1 fails (abort #2) and its own write fails at initiate
-    env.store.faults.on("abort_multipart", 2, H.raiser(BlobStoreError("still failing")))
+    # second attempt: a1 gets a record (nothing deleted yet) and its own write fails at initiate
     env.store.faults.on("initiate_multipart", 2, H.raiser(BlobStoreError("injected initiate failure")))
     a2 = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
     assert a2.outcome == OUTCOME_FAILED
     assert_incomplete_attempt(env, lid, a2.uuid)
-    assert H.abandoned(env.ledger(lid)) == [a1.uuid]
+    assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == cleanup(lid, a1.uuid)
     assert H.upload_keys(env.raw_store) == [data_key("", a1.uuid, lid)]
 
     a3 = env.topic_offloader(tag=3).offload_ledger(TOPIC, lid)
@@ -274,7 +318,35 @@ def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_succ
     assert a3.outcome == OUTCOME_OFFLOADED
     assert_complete(env, lid, a3.uuid)
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == sorted(cleanup(lid, a1.uuid, a2.uuid))
+    counts = drain_all(env)
+    assert (counts["deleted"], counts["already_deleted"]) == (1, 1)  # a2 wrote nothing
     assert_only(env, (lid, a3.uuid))
+
+
+def test_legacy_abandoned_properties_become_records_and_are_dropped(env):
+    """Abandoned attempts remembered in the ledger's properties (earlier versions) are covered by
+    records in the same step as the replaced uuid, and the properties are dropped by its CAS."""
+    lid = env.ledgers[0]
+    env.store.faults.on("initiate_multipart", 1, H.raiser(BlobStoreError("injected initiate failure")))
+    a1 = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+    assert a1.outcome == OUTCOME_FAILED
+    legacy = "0000beef-0000-4000-8000-000000000001"
+    env.raw_store.put(index_key("", legacy, lid), b"legacy index", {"managedledgername": "x"})
+    env.raw_store.put(data_key("", legacy, lid), b"legacy data")
+
+    def remember(info):
+        find_ledger(info, lid).properties.add(key=ABANDONED_PREFIX + legacy, value="1")
+
+    env.mutate(remember)
+
+    a2 = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+
+    assert a2.outcome == OUTCOME_OFFLOADED
+    assert H.properties(env.ledger(lid)) == {}
+    assert H.records(env) == sorted(cleanup(lid, a1.uuid, legacy))
+    assert drain_all(env)["deleted"] == 1
+    assert_only(env, (lid, a2.uuid))
 
 
 def test_failure_while_recording_the_attempt_writes_nothing(env):
@@ -287,6 +359,31 @@ def test_failure_while_recording_the_attempt_writes_nothing(env):
     assert env.store.faults.log == []  # not a single object-store call
     assert_nothing_left(env)
     assert not env.ledger(lid).HasField("offloadContext")
+    assert H.records(env) == []
+
+
+def test_records_are_durable_before_the_cas_that_replaces_the_attempt(env):
+    """The step-1 CAS of the retry sees the replaced attempt's record already in the log; when that
+    CAS fails, the record stays and is harmless: the drain finds the uuid still current."""
+    lid = env.ledgers[0]
+    env.store.faults.on("initiate_multipart", 1, H.raiser(BlobStoreError("injected initiate failure")))
+    first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
+    assert first.outcome == OUTCOME_FAILED
+    seen = {}
+
+    def at_cas(*_):
+        seen["records"] = H.records(env)
+        raise MetadataStoreError("injected: step-1 CAS fails")
+
+    env.meta.faults.on("put", 2, at_cas)  # put #1 was the first attempt's step 1
+    retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
+
+    assert retry.outcome == OUTCOME_FAILED and "step-1 CAS" in retry.error
+    assert seen["records"] == cleanup(lid, first.uuid)
+    assert_incomplete_attempt(env, lid, first.uuid)  # not replaced
+    counts = drain_all(env)
+    assert counts["still_in_use"] == 1 and counts["deleted"] == counts["already_deleted"] == 0
+    assert_incomplete_attempt(env, lid, first.uuid)
 
 
 def test_recording_error_that_landed_is_an_abandoned_attempt_for_the_next_one(env):
@@ -304,13 +401,15 @@ def test_recording_error_that_landed_is_an_abandoned_attempt_for_the_next_one(en
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
     assert retry.outcome == OUTCOME_OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == cleanup(lid, recorded)
+    drain_all(env)
     assert_only(env, (lid, retry.uuid))
 
 
 # --- 2. another attempt took the ledger over before completion ---------------------------------
 
 
-def test_conflict_at_completion_deletes_only_our_objects(env):
+def test_conflict_at_completion_records_only_our_objects(env):
     lid = env.ledgers[0]
     other = "0000abcd-0000-4000-8000-000000000099"
     # the other attempt's objects (it is still writing them): must not be touched
@@ -326,6 +425,12 @@ def test_conflict_at_completion_deletes_only_our_objects(env):
     assert res.outcome == OUTCOME_CONFLICT
     assert other in res.error
     assert_incomplete_attempt(env, lid, other)  # the other attempt's record untouched
+    assert env.store.faults.calls["delete"] == 0  # no direct delete: a record instead
+    assert H.records(env) == [conflict(lid, res.uuid)]
+    assert H.uuids_in_store(env.raw_store) == {other, res.uuid}
+
+    assert drain_all(env)["deleted"] == 1
+    assert_incomplete_attempt(env, lid, other)
     assert sorted(H.object_keys(env.raw_store)) == sorted(
         [index_key("", other, lid), data_key("", other, lid)]
     )
@@ -334,8 +439,8 @@ def test_conflict_at_completion_deletes_only_our_objects(env):
 
 
 def test_conflict_whose_cleanup_fails_keeps_our_uuid_recorded(env):
-    """Deleting our own objects after a conflict fails: they must stay discoverable, so our uuid is
-    recorded under ABANDONED_PREFIX while the other attempt's record is left as it is."""
+    """Deleting our own objects after a conflict fails (in the drain): they stay discoverable through
+    the retrying record, while the other attempt's record is left as it is."""
     lid = env.ledgers[0]
     other = "0000abcd-0000-4000-8000-000000000077"
     env.meta.faults.on("put", 2, lambda *_: env.mutate(set_context(other, lid)))
@@ -346,13 +451,19 @@ def test_conflict_whose_cleanup_fails_keeps_our_uuid_recorded(env):
     assert res.outcome == OUTCOME_CONFLICT
     li = env.ledger(lid)
     assert context_uuid(li) == other and not li.offloadContext.complete
-    assert H.abandoned(li) == [res.uuid]
+    assert H.abandoned(li) == []
+    assert H.records(env) == [conflict(lid, res.uuid)]
+    rep = H.drain(env)
+    assert rep.retrying == 1 and rep.delete_failures_offloaded == 1
+    assert H.records(env) == [conflict(lid, res.uuid)]
     assert_only(env, (lid, res.uuid))  # what could not be deleted, findable through the record
 
-    # the next attempt replaces `other`, cleans both and drops both records
+    # the next attempt replaces `other` (a record for it too); a later drain removes both
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
     assert retry.outcome == OUTCOME_OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == sorted([conflict(lid, res.uuid), *cleanup(lid, other)])
+    drain_all(env, env.clock() + 3_600_000)
     assert_only(env, (lid, retry.uuid))
 
 
@@ -366,6 +477,9 @@ def test_conflict_at_completion_when_the_other_attempt_already_completed(env):
     assert res.outcome == OUTCOME_CONFLICT
     li = env.ledger(lid)
     assert context_uuid(li) == other and li.offloadContext.complete
+    assert H.records(env) == [conflict(lid, res.uuid)]
+    assert_only(env, (lid, res.uuid))
+    drain_all(env)
     assert_nothing_left(env)
 
 
@@ -403,11 +517,14 @@ def test_metadata_error_at_completion_is_unknown_and_keeps_the_objects(env):
     assert_readable(env, lid, res.uuid)
     assert_incomplete_attempt(env, lid, res.uuid)  # (it did not land this time)
     assert env.store.faults.calls["delete"] == 0
+    assert H.records(env) == []  # nor a record
 
-    # it did not land: the next attempt treats ours as abandoned and removes its objects
+    # it did not land: the next attempt records ours as replaced; the drain removes its objects
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
     assert retry.outcome == OUTCOME_OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
+    assert H.records(env) == cleanup(lid, res.uuid)
+    drain_all(env)
     assert_only(env, (lid, retry.uuid))
 
 
@@ -421,6 +538,7 @@ def test_metadata_error_after_the_completion_landed_keeps_a_complete_offload(env
     assert_complete(env, lid, res.uuid)
     assert_only(env, (lid, res.uuid))
     assert_readable(env, lid, res.uuid)
+    assert H.records(env) == []
     again = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
     assert again.outcome == OUTCOME_SKIPPED and again.uuid == res.uuid
     assert_only(env, (lid, res.uuid))
@@ -438,6 +556,9 @@ def test_ledger_trimmed_during_offload_is_a_conflict_and_leaves_nothing(env):
     assert ("complete_multipart", 1) in env.store.faults.fired
     assert res.outcome == OUTCOME_CONFLICT
     assert "left topic" in res.error
+    assert H.records(env) == [conflict(lid, res.uuid)]
+    assert_only(env, (lid, res.uuid))
+    drain_all(env)  # the ledger is no longer listed: nothing uses the uuid
     assert_nothing_left(env)
     info = env.info()
     assert find_ledger(info, lid) is None
@@ -454,6 +575,7 @@ def test_ledger_trimmed_before_the_attempt_is_recorded(env):
     assert res.outcome == OUTCOME_CONFLICT and res.uuid is None
     assert env.store.faults.log == []
     assert_nothing_left(env)
+    assert H.records(env) == []
 
 
 # --- 5. preconditions ------------------------------------------------------------------------
@@ -578,7 +700,7 @@ def assert_single_winner(env, lid, results):
 
 def test_race_both_upload_concurrently(env):
     """Both attempts are recorded before either writes (a barrier at initiate), then both upload at
-    once: the later-recorded one wins; the other conflicts and deletes its objects."""
+    once: the later-recorded one wins; the other conflicts and records its objects for deletion."""
     lid = env.ledgers[0]
     barrier = threading.Barrier(2, timeout=60)  # a deadlock guard, not a timing assumption
     env.store.faults.on("initiate_multipart", 1, lambda *_: barrier.wait())
@@ -596,13 +718,17 @@ def test_race_both_upload_concurrently(env):
 
     assert sorted(r.outcome for r in results) == [OUTCOME_CONFLICT, OUTCOME_OFFLOADED]
     winner = assert_single_winner(env, lid, results)
+    loser = next(r.uuid for r in results if r.outcome == OUTCOME_CONFLICT)
+    # the winner replaced the loser's uuid (a record) and the loser conflicted (a second one)
+    assert H.records(env) == sorted([*cleanup(lid, loser), conflict(lid, loser)])
+    drain_all(env)
     assert_only(env, (lid, winner))
     assert_readable(env, lid, winner)
 
 
 def test_race_other_attempt_runs_after_our_objects_are_written(env):
-    """B runs entirely between A's data upload and A's index write: B removes A's data as abandoned,
-    A's completion then conflicts and A deletes what it wrote."""
+    """B runs entirely between A's data upload and A's index write: B records A's uuid as replaced,
+    A's completion then conflicts and A records what it wrote; the drain removes A's objects."""
     lid = env.ledgers[0]
     a = env.topic_offloader(tag=1)
     b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
@@ -616,13 +742,16 @@ def test_race_other_attempt_runs_after_our_objects_are_written(env):
     assert ra.outcome == OUTCOME_CONFLICT
     assert_single_winner(env, lid, [ra, rb])
     assert_complete(env, lid, rb.uuid)
+    assert H.records(env) == sorted([*cleanup(lid, ra.uuid), conflict(lid, ra.uuid)])
+    assert H.uuids_in_store(env.raw_store) == {ra.uuid, rb.uuid}
+    drain_all(env)
     assert_only(env, (lid, rb.uuid))
     assert_readable(env, lid, rb.uuid)
 
 
-def test_race_loser_that_cannot_delete_its_objects_is_recorded_as_abandoned(env):
-    """As above, but A cannot delete what it wrote: B had already recorded (and, after its cleanup,
-    dropped) A's uuid, so A records it again; B's complete offload is untouched."""
+def test_race_loser_whose_objects_cannot_be_deleted_stays_in_the_log(env):
+    """As above, but the drain cannot delete A's objects at first: the records stay (retrying) and a
+    later drain removes them; B's complete offload is untouched throughout."""
     lid = env.ledgers[0]
     a = env.topic_offloader(tag=1)
     b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
@@ -635,18 +764,25 @@ def test_race_loser_that_cannot_delete_its_objects_is_recorded_as_abandoned(env)
     rb = got["b"]
     assert (ra.outcome, rb.outcome) == (OUTCOME_CONFLICT, OUTCOME_OFFLOADED)
     assert_complete(env, lid, rb.uuid)
-    assert H.abandoned(env.ledger(lid)) == [ra.uuid]
-    # B removed A's data as abandoned; A's index (written after) is what is left of A
-    assert H.leftovers(env.raw_store) == (
-        sorted(H.offloaded_keys(rb.uuid, lid) + [index_key("", ra.uuid, lid)]),
-        [],
-    )
+    assert H.abandoned(env.ledger(lid)) == []
+    assert env.store.faults.calls["delete"] == 0  # nothing deleted directly
+    assert H.records(env) == sorted([*cleanup(lid, ra.uuid), conflict(lid, ra.uuid)])
+    assert H.leftovers(env.raw_store) == (sorted(H.offloaded_keys(rb.uuid, lid) + H.offloaded_keys(ra.uuid, lid)),
+                                          [])
+
+    rep = H.drain(env)  # one batch delete for both records: it fails, both retry
+    assert rep.retrying == 2
+    assert H.uuids_in_store(env.raw_store) == {ra.uuid, rb.uuid}
+    assert_readable(env, lid, rb.uuid)
+    drain_all(env, env.clock() + 3_600_000)
+    assert_only(env, (lid, rb.uuid))
     assert_readable(env, lid, rb.uuid)
 
 
 def test_race_other_attempt_runs_while_our_upload_is_in_progress(env):
-    """B runs entirely while A is between parts: B aborts A's upload as abandoned; A fails at its
-    next part and leaves nothing; B's offload is the recorded one."""
+    """B runs entirely while A is between parts: B records A's uuid as replaced; A finishes writing,
+    conflicts at completion and records its own uuid; B's offload is the recorded one, and the drain
+    leaves only its objects."""
     lid = env.ledgers[1]
     a = env.topic_offloader(tag=1)
     b = env.topic_offloader(tag=2, offloader=_separate_offloader(env))
@@ -657,8 +793,10 @@ def test_race_other_attempt_runs_while_our_upload_is_in_progress(env):
 
     rb = got["b"]
     assert rb.outcome == OUTCOME_OFFLOADED
-    assert ra.outcome in (OUTCOME_FAILED, OUTCOME_CONFLICT) and not ra.ok
+    assert ra.outcome == OUTCOME_CONFLICT and not ra.ok
     assert_single_winner(env, lid, [ra, rb])
+    assert H.records(env) == sorted([*cleanup(lid, ra.uuid), conflict(lid, ra.uuid)])
+    drain_all(env)
     assert_only(env, (lid, rb.uuid))
     assert_readable(env, lid, rb.uuid)
 
@@ -697,4 +835,9 @@ def test_free_race_of_two_offloaders_over_every_ledger(env, round_):
             assert loser.uuid == winner
         recorded.append((lid, winner))
         assert_readable(env, lid, winner)
+    # a record may name a winner (appended by an attempt whose CAS then found it complete): the drain
+    # finds it still in use and deletes nothing of it
+    drain_all(env)
     assert_only(env, *recorded)
+    for lid, winner in recorded:
+        assert_readable(env, lid, winner)

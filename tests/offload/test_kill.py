@@ -1,5 +1,6 @@
 """A real process killed (SIGKILL) in the middle of an offload, then the offload rerun (spec/02 step 1:
-the uuid is recorded before any object is written, so the killed attempt's leftovers are findable)."""
+the uuid is recorded before any object is written, so the killed attempt's leftovers are findable; the
+rerun turns them into a pending-deletion record and the drain removes them, spec/05)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from tieredcore.clock import now_ms
 from tieredcore.config import Config
+from tieredcore.lifecycle.drain import drain
 from tieredcore.offload.keys import data_key, parse_ledger_key
-from tieredcore.offload.managed import ABANDONED_PREFIX, OUTCOME_OFFLOADED, abandoned_uuids, context_uuid
+from tieredcore.offload.managed import (
+    ABANDONED_PREFIX,
+    OUTCOME_OFFLOADED,
+    REASON_OFFLOAD_CLEANUP,
+    abandoned_uuids,
+    context_uuid,
+)
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.writer import TopicWriter
@@ -115,30 +124,38 @@ def test_offload_killed_mid_upload_is_recovered_by_the_next_attempt(tmp_path):
         left = uploads(ws.store)
         assert [k for k, _ in left] == [data_key("", killed, lid)]
 
-        # rerun in-process: the killed attempt is recorded as abandoned, its upload aborted before
-        # any new object is written, the record dropped once the offload completes
+        # rerun in-process: the killed attempt gets a pending-deletion record before it is replaced
+        # (durable before any new object is written); nothing is deleted directly
         seen: dict = {}
 
         def progress(_topic, _lid, done, total):
             if not seen:
                 cur = find_ledger(ws.ml.get_topic(TOPIC)[0], lid)
                 seen["abandoned"] = abandoned_uuids(cur)
-                seen["value"] = {kv.key: kv.value for kv in cur.properties}.get(ABANDONED_PREFIX + killed)
+                seen["records"] = [(e.record.reason, e.record.ledger_id, e.record.uuid)
+                                   for e in ws.deletion_log.pending()]
                 seen["uploads"] = uploads(ws.store)
 
         res = ws.topic_offloader(progress=progress).offload_ledger(TOPIC, lid)
 
         assert res.outcome == OUTCOME_OFFLOADED, res.error
         assert res.uuid != killed
-        assert seen["abandoned"] == [killed]
-        assert seen["value"] is not None and int(seen["value"]) > 0
-        assert [k for k, _ in seen["uploads"]] == [data_key("", res.uuid, lid)]  # only ours
+        assert seen["abandoned"] == []
+        assert seen["records"] == [(REASON_OFFLOAD_CLEANUP, lid, killed)]
+        assert sorted(k for k, _ in seen["uploads"]) == sorted([data_key("", killed, lid),
+                                                                data_key("", res.uuid, lid)])
 
         info, _ = ws.ml.get_topic(TOPIC)
         li = find_ledger(info, lid)
         assert context_uuid(li) == res.uuid and li.offloadContext.complete
         assert abandoned_uuids(li) == []
         assert not any(kv.key.startswith(ABANDONED_PREFIX) for kv in li.properties)
+        assert [k for k, _ in uploads(ws.store)] == [data_key("", killed, lid)]  # until the drain
+
+        # phase 2: the killed attempt's upload is aborted, the record acknowledged
+        rep = drain(ws, now_ms())
+        assert (rep.deleted, rep.acknowledged, rep.retrying, rep.dead_lettered) == (1, 1, 0, 0), rep.rows
+        assert ws.deletion_log.pending() == []
         assert uploads(ws.store) == []
         keys = object_keys(ws.store)
         assert {parse_ledger_key(k).uuid for k in keys} == {res.uuid}

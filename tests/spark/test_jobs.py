@@ -18,6 +18,7 @@ from spark_jobs._jobkit import DETAIL_SCHEMA, SUMMARY_PREFIX, parse_as_of, run_i
 from tieredcore import cli
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.sweep import KIND_OFFLOAD, TopicWork, policy_store, run_work
 from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
@@ -116,6 +117,37 @@ def test_bad_input_of_both_jobs_exits_2_without_spark(no_spark, small_config, tm
     with pytest.raises(SystemExit) as e:  # argparse: --as-of is required
         deletion_lag_cleanup.main(["--config", small_config])
     assert e.value.code == 2
+
+
+def test_lag_cleanup_drain_flag_selects_the_driver_drain(no_spark, small_config, monkeypatch):
+    seen = []
+    monkeypatch.setattr(deletion_lag_cleanup, "run_job", lambda job, args, plan, after=None: seen.append(after) or 0)
+    for flags in ([], ["--drain"], ["--no-drain"], ["--dry-run"]):
+        assert deletion_lag_cleanup.main(["--config", small_config, "--as-of", END_ISO, *flags]) == 0
+    assert seen == [deletion_lag_cleanup.drain_after] * 2 + [None, None]
+
+
+def test_lag_cleanup_driver_drain_deletes_the_marked_hot_copies(small_config):
+    """What --drain runs after the distributed phase (in-process: no Spark)."""
+    cfg = Config.load(small_config, env={})
+    with Workspace(cfg) as ws:
+        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": 0})
+        t = ws.ml.list_topics("t/a")[0].full
+        ids = [li.ledgerId for li in ledgers(ws, t)[:-1]]
+        assert {r["outcome"] for r in run_work(cfg, [TopicWork(t, KIND_OFFLOAD, ids, END_MS).as_dict()])} == {
+            "offloaded"}
+        rows = list(run_work(cfg, [TopicWork(t, "lag-cleanup", ids, END_MS + 1).as_dict()]))
+        assert {r["outcome"] for r in rows} == {"marked"} and all(ws.hot.exists(i) for i in ids)
+    report, failures = deletion_lag_cleanup.drain_after(cfg, END_MS + 1, rows)
+    assert failures == 0 and "rows" not in report
+    assert (report["entries"], report["deleted"], report["deleted_hot"], report["acknowledged"]) == (2, 2, 2, 2)
+    with Workspace(cfg) as ws:
+        assert not any(ws.hot.exists(i) for i in ids) and ws.deletion_log.pending() == []
+        reader = ws.reader("bookkeeper-first")
+        try:
+            assert sum(1 for _ in reader.read(t)) == len(ids) * 10
+        finally:
+            reader.close()
 
 
 def test_missing_topic_for_manual_offload_is_bad_input(no_spark, small_config, capsys):
@@ -252,13 +284,20 @@ def test_deletion_lag_cleanup_job(tmp_path):
     assert rc == 1, log[-3000:]
     assert f"FAILED {topics[2]} ledger {broken.ledgerId}: verify-failed" in log
     summary, rows = load_report(tmp_path / "ws" / "reports", "deletion_lag_cleanup", "20260101T010000Z")
-    assert summary["outcomes"] == {"deleted": 5, "verify-failed": 1} and summary["failures"] == 1
+    # phase 1 marks (a `ledger` record, then bookkeeperDeleted); the --drain pass (default on) deletes
+    assert summary["outcomes"] == {"marked": 5, "verify-failed": 1} and summary["failures"] == 1
     assert summary["as_of_ms"] == as_of and summary["bytes"] == 5 * 1000
+    assert summary["drain"]["deleted_hot"] == summary["drain"]["acknowledged"] == 5
+    assert summary["drain"]["entries"] == 5
+    assert summary["drain"]["retrying"] == summary["drain"]["dead_lettered"] == summary["drain"]["still_in_use"] == 0
+    assert summary_line(log)["drain"] == summary["drain"]
     assert sorted((r["topic"], r["ledger"], r["outcome"]) for r in rows) == sorted(
-        [(t, lid, "deleted") for t in topics for lid in ids[t][:2] if lid != broken.ledgerId]
+        [(t, lid, "marked") for t in topics for lid in ids[t][:2] if lid != broken.ledgerId]
         + [(topics[2], broken.ledgerId, "verify-failed")]
     )
     with Workspace(Config.load(cfg_path, env={})) as ws:
+        assert ws.deletion_log.pending() == []
+        assert ws.deletion_log.counters()["appended_hot"] == 5
         for t in topics:
             lis = ledgers(ws, t)
             for li in lis[:-1]:
@@ -323,6 +362,12 @@ def test_concurrent_sweeps_on_s3_offload_every_ledger_exactly_once(tmp_path, mot
         assert sum(summary["outcomes"].values()) == len(rows) == summary["ledgers"]
         print(f"concurrent run: exit {rc}, outcomes {summary['outcomes']}")  # which interleaving happened
         assert {(r["topic"], r["ledger"]) for r in rows} == sealed  # both planned everything
+
+    # the losers' objects are in the deletion log (never deleted directly): one drain removes them
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        rep = drain(ws, END_MS)
+        assert rep.retrying == rep.dead_lettered == rep.refused_mismatch == 0, rep.rows
+        assert ws.deletion_log.pending() == []
 
     # the bucket holds exactly the recorded objects: no orphans, no unfinished multipart uploads
     keys = []

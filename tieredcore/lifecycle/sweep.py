@@ -1,6 +1,11 @@
 """Offload sweeps and deletion-lag cleanup: planning (driver side) and per-topic execution (executor
 side). Everything runs on the run's logical clock `as_of_ms`, never the wall clock, so a retry or a
 backfill of the same logical date plans the same work and an older date never does more.
+
+Deletion-lag cleanup is phase 1 of two-phase deletion (spec/05): after verifying the offloaded copy it
+appends a ``ledger`` record (reason ``deletion-lag``) to the deletion log, then sets
+``bookkeeperDeleted`` with a CAS (outcome ``marked``). The hot copy is deleted by the drain
+(:func:`tieredcore.lifecycle.drain.drain`); until then readers already read the offloaded copy.
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.lifecycle.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.lifecycle.planner import (
     deletion_lag_due,
     ledgers_as_of,
@@ -31,6 +38,11 @@ log = logging.getLogger(__name__)
 KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
 KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
+
+REASON_DELETION_LAG = "deletion-lag"
+OUTCOME_MARKED = "marked"  # lag cleanup: bookkeeperDeleted set, the hot copy's deletion pending in the log
+# outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain)
+BYTES_OUTCOMES = ("offloaded", OUTCOME_MARKED)
 
 
 @dataclass
@@ -227,17 +239,38 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     if w.dry_run:
         row.outcome = "planned"
         return
-    ws.hot.delete_ledger(lid)  # idempotent: a crash after it and before the CAS just redoes both
+    # phase 1 of two-phase deletion (spec/05): the hot copy's deletion is durable in the log before
+    # bookkeeperDeleted is set; the drain deletes it. A crash between the two leaves a record whose
+    # ledger is still in use (the drain acknowledges it); a rerun appends a fresh one.
+    ws.deletion_log.append([DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_LEDGER,
+                                           reason=REASON_DELETION_LAG, created_ms=w.as_of_ms)])
 
     def mark(info) -> bool:
         cur = find_ledger(info, lid)
-        if cur is None or context_uuid(cur) != uuid or not cur.offloadContext.complete:
+        if cur is None or context_uuid(cur) != uuid or not cur.offloadContext.complete \
+                or cur.offloadContext.bookkeeperDeleted:
             return False
         cur.offloadContext.bookkeeperDeleted = True
         return True
 
-    ws.ml.update_topic(t, mark)
-    row.outcome = "deleted"
+    _, changed = _update(ws, t, mark)
+    if changed:
+        row.outcome = OUTCOME_MARKED
+    else:  # trimmed, re-offloaded or marked by someone else meanwhile: the record is left to the drain
+        row.outcome = "skipped"
+        row.error = "changed during the cleanup (its record is left to the drain)"
+
+
+def _update(ws: Workspace, t: TopicName, mutate) -> tuple[object, bool]:
+    """update_topic, and whether `mutate` changed the record on the attempt that landed."""
+    seen: dict[str, bool] = {}
+
+    def wrapped(info) -> bool:
+        seen["changed"] = bool(mutate(info))
+        return seen["changed"]
+
+    info = ws.ml.update_topic(t, wrapped)
+    return info, seen.get("changed", False)
 
 
 # -- reports ------------------------------------------------------------------------------------
@@ -256,6 +289,7 @@ class RunSummary:
     outcomes: dict[str, int] = field(default_factory=dict)
     namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    drain: dict[str, Any] | None = None  # deletion_lag_cleanup --drain: the drain pass's counters
 
     @classmethod
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
@@ -267,7 +301,7 @@ class RunSummary:
             ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0})
             ns["ledgers"] += 1
             failed = LedgerResult(**r).failed
-            if r["outcome"] in ("offloaded", "deleted"):
+            if r["outcome"] in BYTES_OUTCOMES:
                 s.bytes += r["bytes"]
                 ns["bytes"] += r["bytes"]
             s.failures += failed

@@ -1,11 +1,17 @@
 """The managed-ledger offload protocol (spec/02): crash-safe, one topic record CAS at each step.
 
-1. CAS a fresh uuid into the ledger's OffloadContext (complete=false) before any object is written;
-   an older uuid there is an abandoned attempt: it is remembered in the ledger's properties and its
-   objects are cleaned up.
+1. CAS a fresh uuid into the ledger's OffloadContext (complete=false) before any object is written.
+   An older uuid there is an abandoned attempt: an ``offloaded`` pending-deletion record (reason
+   ``offload-cleanup``) is durably appended to the deletion log **before** the CAS that replaces it
+   (two-phase deletion, spec/05); the drain deletes its objects later. Abandoned attempts remembered
+   in the ledger's properties (``ABANDONED_PREFIX``, written by earlier versions) get records too and
+   their properties are dropped by the same CAS. If the CAS loses a race the record is harmless: the
+   drain sees the uuid still current and acknowledges it without deleting anything.
 2. Write data then index objects.
-3. CAS complete=true only if our uuid is still there; otherwise it is a conflict and our own objects
-   are deleted. A metadata-store error (outcome unknown) deletes nothing: the update may have landed.
+3. CAS complete=true only if our uuid is still there; otherwise it is a conflict and an ``offloaded``
+   record for our own uuid (reason ``offload-conflict``) is appended instead of deleting directly. A
+   metadata-store error (outcome unknown) deletes nothing and appends nothing: the update may have
+   landed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tieredcore.clock import now_ms
 from tieredcore.errors import (
@@ -26,6 +33,7 @@ from tieredcore.errors import (
 )
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import msb_lsb_to_uuid, uuid_to_msb_lsb
+from tieredcore.lifecycle.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.lifecycle.planner import select_keep_bytes, select_prefix
 from tieredcore.model import Position
 from tieredcore.offload.offloader import LedgerOffloader
@@ -35,8 +43,14 @@ from tieredcore.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-# LedgerInfo.properties key prefix remembering attempts whose objects were not yet confirmed removed
+# LedgerInfo.properties key prefix remembering attempts whose objects were not yet confirmed removed.
+# Legacy: no longer written (the deletion log's durable records replace it); still read (retention,
+# reconciliation) and cleaned (the next offload attempt appends records and drops the properties).
 ABANDONED_PREFIX = "tiered.abandonedOffload."
+
+REASON_OFFLOAD_CLEANUP = "offload-cleanup"  # an earlier attempt's uuid, replaced by a new attempt
+REASON_OFFLOAD_CONFLICT = "offload-conflict"  # our own attempt lost (replaced, or the ledger left)
+MAX_ROUNDS = 10  # append / CAS rounds of step 1 before giving up on a ledger that keeps changing
 
 OUTCOME_OFFLOADED = "offloaded"
 OUTCOME_SKIPPED = "skipped"  # already complete
@@ -79,6 +93,11 @@ def abandoned_uuids(li) -> list[str]:
     return [kv.key[len(ABANDONED_PREFIX) :] for kv in li.properties if kv.key.startswith(ABANDONED_PREFIX)]
 
 
+def _driver_dict(dm: pb.OffloadDriverMetadata) -> dict[str, Any]:
+    """The dict a DeletionRecord carries (same shape as tieredcore.lifecycle.drain.driver_dict)."""
+    return {"name": dm.name, "properties": {kv.key: kv.value for kv in dm.properties}}
+
+
 class TopicOffloader:
     """Runs the protocol for the ledgers of one or more topics over one hot tier and one object store."""
 
@@ -91,10 +110,14 @@ class TopicOffloader:
         clock_ms: Callable[[], int] = now_ms,
         uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
         progress: Callable[[str, int, int, int], None] | None = None,
+        deletion_log: DeletionLog | None = None,
     ) -> None:
         self.ml = ml
         self.hot = hot
         self.offloader = offloader
+        # pending-deletion records of replaced / conflicted attempts (phase 1 of spec/05); the log
+        # lives in the same metadata store as the topic records
+        self.deletion_log = deletion_log if deletion_log is not None else DeletionLog(ml.store)
         self.clock_ms = clock_ms
         self.uuid_factory = uuid_factory
         self.progress = progress  # (topic, ledger id, bytes done, bytes total)
@@ -119,7 +142,11 @@ class TopicOffloader:
         msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
         state: dict = {}
 
-        # step 1: record our uuid before writing anything
+        # step 1: record our uuid before writing anything. Every attempt it replaces (the uuid there, plus
+        # legacy abandoned properties) must be covered by a durable record first: when the CAS finds one
+        # not covered yet, it changes nothing, the record is appended and the CAS is tried again.
+        covered: set[str] = set()
+
         def begin(info) -> bool:
             state.clear()
             li = find_ledger(info, ledger_id)
@@ -133,14 +160,20 @@ class TopicOffloader:
             if ctx.complete:
                 state["skipped"] = context_uuid(li)
                 return False
-            # every attempt whose objects are not confirmed gone: the one we replace, plus any earlier
-            # one whose cleanup failed (still recorded); all are cleaned up below
-            pending = abandoned_uuids(li)
-            old = context_uuid(li)
-            if old is not None and old not in pending:
-                li.properties.add(key=ABANDONED_PREFIX + old, value=str(self.clock_ms()))
-                pending.append(old)
-            state["abandoned"] = pending
+            replaced = list(dict.fromkeys(
+                [u for u in (context_uuid(li),) if u is not None] + abandoned_uuids(li)))
+            missing = [u for u in replaced if u not in covered]
+            if missing:
+                dm = None
+                if li.HasField("offloadContext") and ctx.HasField("driverMetadata"):
+                    dm = pb.OffloadDriverMetadata()
+                    dm.CopyFrom(ctx.driverMetadata)
+                state["uncovered"] = (missing, dm)
+                return False
+            if abandoned_uuids(li):  # legacy: the records now stand for them
+                keep = [kv for kv in li.properties if not kv.key.startswith(ABANDONED_PREFIX)]
+                del li.properties[:]
+                li.properties.extend(keep)
             ctx.uidMsb, ctx.uidLsb = msb, lsb
             ctx.complete = False
             ctx.ClearField("timestamp")
@@ -148,7 +181,16 @@ class TopicOffloader:
             return True
 
         try:
-            self.ml.update_topic(t, begin)
+            for _round in range(MAX_ROUNDS):
+                self.ml.update_topic(t, begin)
+                if "uncovered" not in state:
+                    break
+                missing, dm = state["uncovered"]
+                self._append(name, ledger_id, missing, REASON_OFFLOAD_CLEANUP, dm)
+                covered.update(missing)
+            else:
+                raise OffloadConflictError(f"ledger {ledger_id} of {name}: offload attempts kept replacing "
+                                           f"each other over {MAX_ROUNDS} rounds")
         except TieredError as e:
             res.error = f"recording offload attempt: {e}"
             return self._finish(res, started)
@@ -159,7 +201,6 @@ class TopicOffloader:
             res.outcome, res.uuid = OUTCOME_SKIPPED, state["skipped"]
             return self._finish(res, started)
         res.uuid = new_uuid
-        cleaned = self._cleanup_abandoned(ledger_id, state["abandoned"])
 
         # step 2: write the objects (the offloader leaves nothing behind when it fails)
         try:
@@ -191,11 +232,6 @@ class TopicOffloader:
                 return False
             li.offloadContext.complete = True
             li.offloadContext.timestamp = self.clock_ms()
-            cleaned_keys = {ABANDONED_PREFIX + u for u in cleaned}
-            keep = [kv for kv in li.properties if kv.key not in cleaned_keys]
-            if len(keep) != len(li.properties):
-                del li.properties[:]
-                li.properties.extend(keep)
             return True
 
         try:
@@ -205,49 +241,38 @@ class TopicOffloader:
             res.outcome, res.error = OUTCOME_UNKNOWN, f"completing offload, outcome unknown: {e}"
             return self._finish(res, started)
         except TieredError as e:
+            # the completion did not land (topic gone, CAS gave up): our objects go through the log; if
+            # our uuid is somehow still current the drain sees it in use and deletes nothing
             res.error = f"completing offload: {e}"
-            self._delete_own(t, ledger_id, new_uuid)
+            self._discard_own(name, ledger_id, new_uuid)
             return self._finish(res, started)
         if "conflict" in state:
             res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
-            self._delete_own(t, ledger_id, new_uuid)
+            self._discard_own(name, ledger_id, new_uuid)
             return self._finish(res, started)
         res.outcome = OUTCOME_OFFLOADED
         return self._finish(res, started)
 
-    def _cleanup_abandoned(self, ledger_id: int, uuids: Iterable[str]) -> set[str]:
-        done = set()
-        for u in uuids:
-            try:
-                self.offloader.delete_offloaded(ledger_id, u)
-                done.add(u)
-            except TieredError as e:
-                log.warning("ledger %s: could not remove abandoned attempt %s yet: %s", ledger_id, u, e)
-        return done
+    def _append(self, name: str, ledger_id: int, uuids: Iterable[str], reason: str,
+                driver_metadata: pb.OffloadDriverMetadata | None = None) -> None:
+        """Durably append one ``offloaded`` record per uuid (all or none). The driver is the attempt's
+        own driver metadata when known, else this offloader's (attempts of one ledger go to the
+        namespace's store)."""
+        dm = driver_metadata if driver_metadata is not None and driver_metadata.name else self._driver_metadata()
+        now = self.clock_ms()
+        self.deletion_log.append([
+            DeletionRecord(topic=name, ledger_id=ledger_id, type=TYPE_OFFLOADED, reason=reason, created_ms=now,
+                           uuid=u, driver=_driver_dict(dm))
+            for u in uuids
+        ])
 
-    def _delete_own(self, topic: TopicName, ledger_id: int, uuid: str) -> None:
+    def _discard_own(self, name: str, ledger_id: int, uuid: str) -> None:
+        """Our attempt lost: its objects become a pending deletion (never a direct delete)."""
         try:
-            self.offloader.delete_offloaded(ledger_id, uuid)
+            self._append(name, ledger_id, [uuid], REASON_OFFLOAD_CONFLICT)
         except TieredError as e:
-            log.warning("ledger %s: could not delete conflicted attempt %s: %s", ledger_id, uuid, e)
-            # the attempt that replaced ours may already have recorded (and dropped) our uuid: record
-            # it again so that the leftovers stay discoverable
-            self._remember_abandoned(topic, ledger_id, uuid)
-
-    def _remember_abandoned(self, topic: TopicName, ledger_id: int, uuid: str) -> None:
-        key = ABANDONED_PREFIX + uuid
-
-        def mutate(info) -> bool:
-            li = find_ledger(info, ledger_id)
-            if li is None or any(kv.key == key for kv in li.properties):
-                return False
-            li.properties.add(key=key, value=str(self.clock_ms()))
-            return True
-
-        try:
-            self.ml.update_topic(topic, mutate)
-        except TieredError as e:
-            log.warning("ledger %s: could not record abandoned attempt %s: %s", ledger_id, uuid, e)
+            # nothing references the uuid any more: orphan reconciliation finds the objects later
+            log.warning("ledger %s: could not record conflicted attempt %s for deletion: %s", ledger_id, uuid, e)
 
     @staticmethod
     def _finish(res: LedgerOffloadResult, started: float) -> LedgerOffloadResult:

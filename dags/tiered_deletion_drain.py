@@ -1,0 +1,89 @@
+"""
+### Deletion drain (PIP-186 two-phase deletion, phase 2)
+
+Every 10 minutes (env `TIERED_DRAIN_SCHEDULE`: a cron expression or preset, `none` to disable), process
+the pending-deletion records due at the run's logical time: the records appended by retention, the
+deletion-lag cleanup, offload retries, topic deletion and orphan reconciliation.
+
+1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
+2. **plan** — the job's arguments: `--as-of` = data-interval end, `--run-id` from the run id,
+   `--max-attempts`, `--retry-delay-ms`.
+3. **drain** — `spark-submit spark_jobs/deletion_drain.py`: for each record, the still-in-use check
+   against current metadata and the ownership check (hot ledger custom metadata / object owner), then
+   idempotent deletes batched per object store over Spark tasks; a failed delete is retried later with
+   doubling delay up to `max_attempts`, then dead-lettered; malformed records are dead-lettered at once.
+4. **summary** (runs even when the job failed) — the run report's counts per outcome and PIP-186
+   counters as XCom and log; **verdict** fails the run when anything was dead-lettered (an operator is
+   needed: `tiered deletions dlq list`) or a Spark task failed. A record that will be retried is not a
+   failure.
+
+Safe to run next to the `tiered_retention` DAG's drain (several consumers are safe). Params: `config`,
+`dry_run` (report what would be deleted, change nothing), `max_attempts`, `retry_delay_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from tiered_common import (
+    DEFAULT_ARGS,
+    QUICK_TASK,
+    START_DATE,
+    TAGS,
+    config_param,
+    dry_run_param,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task,
+    summary_task,
+    verdict_task,
+)
+
+JOB = "deletion_drain"
+# the job's defaults (tieredcore.lifecycle.deletion_log); not imported: parse time stays light
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_RETRY_DELAY_MS = 600_000
+
+with DAG(
+    dag_id="tiered_deletion_drain",
+    description="Drain the deletion log: delete pending ledgers and objects in both tiers (Spark)",
+    schedule=schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "deletion"],
+    doc_md=__doc__,
+    params={
+        "config": config_param(),
+        "dry_run": dry_run_param(),
+        "max_attempts": Param(DEFAULT_MAX_ATTEMPTS, type="integer", minimum=1, title="Max attempts",
+                              description="Dead-letter a record after this many failed delete attempts."),
+        "retry_delay_ms": Param(DEFAULT_RETRY_DELAY_MS, type="integer", minimum=0, title="Retry delay (ms)",
+                                description="Delay before the first retry of a failed delete, doubled per attempt."),
+    },
+) as dag:
+
+    @task(task_id="plan", **QUICK_TASK)
+    def plan() -> list[str]:
+        """The drain job's arguments (params checked here, before Spark starts)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        ctx: Any = get_current_context()
+        params = ctx["params"]
+        load_config(params)
+        attempts, delay = params.get("max_attempts"), params.get("retry_delay_ms")
+        for name, value, low in (("max_attempts", attempts, 1), ("retry_delay_ms", delay, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise AirflowFailException(f"{name} must be an integer >= {low}, got {value!r}")
+        return job_args(ctx, extra=["--max-attempts", str(attempts), "--retry-delay-ms", str(delay)])
+
+    planned = plan()
+    preflight_task() >> planned
+    drain = spark_task("drain", JOB, planned)
+    summary = summary_task(JOB)
+    drain >> summary
+    [drain, summary] >> verdict_task()

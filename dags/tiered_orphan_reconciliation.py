@@ -1,0 +1,91 @@
+"""
+### Orphan reconciliation (both tiers)
+
+Daily (env `TIERED_RECONCILE_SCHEDULE`: a cron expression or preset, `none` to disable), find what leaked
+anyway: objects in the object store that no metadata and no pending deletion references, hot-tier
+ledgers whose topic does not list them, and stale incomplete multipart uploads, all older than the
+grace period before the run's logical time.
+
+1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
+2. **plan** — the job's arguments (the grace period validated before Spark starts): `--as-of` = the
+   data-interval end, `--run-id` from the run id, `--grace`.
+3. **reconcile** — `spark-submit spark_jobs/reconcile_orphans.py`: Spark lists the store (split by key
+   prefix), anti-joins it with the referenced uuids, and appends one `offloaded` record (reason
+   `orphan`) per orphan group and one `ledger` record per hot orphan; stale uploads are aborted. Keys
+   this project did not write are counted, never touched. It deletes nothing itself: the records are
+   deleted by the `tiered_deletion_drain` DAG (after the drain's own still-in-use checks).
+4. **summary** (runs even when the job failed) — orphan records, bytes, per-namespace counts as XCom and
+   log (the report also has the oldest orphan age and sample keys); **verdict** fails the run when the
+   job reported errors (a listing, an append or an abort failed).
+
+Params: `config`, `dry_run` (write the report only: no record appended, no upload aborted),
+`grace` (e.g. `1h`, `90m`, `3600s` or milliseconds; default 1h).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+from tiered_common import (
+    DEFAULT_ARGS,
+    QUICK_TASK,
+    START_DATE,
+    TAGS,
+    config_param,
+    dry_run_param,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task,
+    summary_task,
+    verdict_task,
+)
+
+JOB = "reconcile_orphans"
+
+with DAG(
+    dag_id="tiered_orphan_reconciliation",
+    description="Find orphan objects, hot ledgers and uploads in both tiers; append deletion records (Spark)",
+    schedule=schedule_from_env("TIERED_RECONCILE_SCHEDULE", "@daily"),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "deletion", "reconciliation"],
+    doc_md=__doc__,
+    params={
+        "config": config_param(),
+        "dry_run": dry_run_param(),
+        "grace": Param("1h", type="string", title="Grace period",
+                       description="Only orphans older than this before the logical time are reported "
+                                   "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads."),
+    },
+) as dag:
+
+    @task(task_id="plan", **QUICK_TASK)
+    def plan() -> list[str]:
+        """The reconciliation job's arguments (the grace period checked here, before Spark starts)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tieredcore.cli_policies import duration_ms
+        from tieredcore.errors import ValidationError
+
+        ctx: Any = get_current_context()
+        params = ctx["params"]
+        load_config(params)
+        grace = str(params.get("grace") or "").strip()
+        try:
+            if duration_ms(grace) < 0:
+                raise ValidationError(f"grace {grace!r} must not be negative")
+        except ValidationError as e:
+            raise AirflowFailException(f"grace param: {e}") from None
+        return job_args(ctx, extra=["--grace", grace])
+
+    planned = plan()
+    preflight_task() >> planned
+    reconcile = spark_task("reconcile", JOB, planned)
+    summary = summary_task(JOB)
+    reconcile >> summary
+    [reconcile, summary] >> verdict_task()

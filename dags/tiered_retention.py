@@ -1,0 +1,96 @@
+"""
+### Retention (PIP-186 two-phase deletion: trim + deletion-lag cleanup, then drain)
+
+Hourly (env `TIERED_RETENTION_SCHEDULE`: a cron expression or preset, `none` to disable), apply the
+namespaces' retention and deletion-lag policies at the run's logical time, then drain the deletion log.
+
+1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
+2. **plan** — the jobs' arguments (namespace names validated before Spark starts): `--as-of` is the
+   run's data-interval end, `--run-id` the run id.
+3. **retention** — `spark-submit spark_jobs/retention_sweep.py`: phase 1 only. Ledgers past retention
+   (time or size over both tiers, Pulsar's semantics) get their pending-deletion records (hot copy and
+   every offload uuid) and are then removed from their topic; hot copies past the deletion lag (offloaded
+   copy verified first) get a `ledger` record and then `bookkeeperDeleted`. Nothing is deleted here.
+4. **drain** — `spark-submit spark_jobs/deletion_drain.py`: phase 2, deletes what the log names (after
+   the still-in-use and ownership checks), retries with backoff, dead-letters what cannot be deleted.
+   It runs when the retention job failed too (records already appended are still drained).
+5. **summary** (runs even when jobs failed) — totals of both run reports as XCom and log (per job under
+   `by_job`, the drain's PIP-186 counters included); **verdict** fails the run on any failure.
+
+Idempotent: a rerun for the same logical date trims and drains only what is left; an older logical date
+never deletes more (the jobs' only clock is `--as-of`). The `tiered_deletion_drain` DAG drains the same
+log more often (records retried later, records of other producers). Params: `config` (tiered.toml),
+`dry_run` (both jobs report what they would do and change nothing), `namespaces` (override list;
+empty: every namespace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from tiered_common import (
+    DEFAULT_ARGS,
+    QUICK_TASK,
+    START_DATE,
+    TAGS,
+    config_param,
+    dry_run_param,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task,
+    summary_task,
+    verdict_task,
+)
+
+JOB = "retention_sweep"
+DRAIN_JOB = "deletion_drain"
+
+with DAG(
+    dag_id="tiered_retention",
+    description="Retention trim and deletion-lag cleanup (phase 1), then the deletion drain (phase 2) (Spark)",
+    schedule=schedule_from_env("TIERED_RETENTION_SCHEDULE", "@hourly"),
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "deletion", "retention"],
+    doc_md=__doc__,
+    params={
+        "config": config_param(),
+        "dry_run": dry_run_param(),
+        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
+                            description="tenant/namespace list for retention and lag cleanup; empty: every "
+                                        "namespace (the drain always covers the whole log)."),
+    },
+) as dag:
+
+    @task(task_id="plan", multiple_outputs=True, **QUICK_TASK)
+    def plan() -> dict[str, list[str]]:
+        """The two jobs' arguments (namespace names validated here, before Spark starts)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tieredcore.errors import ValidationError
+        from tieredcore.topics import NamespaceName
+
+        ctx: Any = get_current_context()
+        load_config(ctx["params"])
+        extra: list[str] = []
+        try:
+            for ns in ctx["params"].get("namespaces") or []:
+                extra += ["--namespace", NamespaceName.parse(ns).name]
+        except ValidationError as e:
+            raise AirflowFailException(f"namespaces param: {e}") from None
+        return {JOB: job_args(ctx, extra=extra), DRAIN_JOB: job_args(ctx)}
+
+    planned = plan()
+    preflight_task() >> planned
+    retention = spark_task("retention", JOB, planned[JOB])
+    # phase 2 also after a failed phase 1 (what it appended is drained), never without a plan
+    drain = spark_task("drain", DRAIN_JOB, planned[DRAIN_JOB], trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS)
+    retention >> drain
+    summary = summary_task([JOB, DRAIN_JOB])
+    drain >> summary
+    [retention, drain, summary] >> verdict_task()

@@ -1,0 +1,308 @@
+"""The two-phase-deletion DAGs (tiered_retention, tiered_deletion_drain, tiered_orphan_reconciliation):
+structure and conventions, parameter validation before Spark, the summary of the jobs' reports, and one
+dag.test() run of tiered_retention (real spark-submit, filesystem store) that trims, marks and drains."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import END, REPO, make_workspace, run_dag, set_policy, topic_ledgers, xcom
+
+NEW_DAGS = ("tiered_retention", "tiered_deletion_drain", "tiered_orphan_reconciliation")
+MINUTE_MS = 60 * 1000
+
+
+def _bag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag
+
+
+def _edges(dag) -> set[tuple[str, str]]:
+    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+
+
+# -- structure ------------------------------------------------------------------------------------
+
+
+def test_deletion_dags_structure_and_conventions() -> None:
+    from airflow.sdk import TriggerRule
+    from tiered_airflow import TieredSparkSubmitOperator
+
+    bag = _bag()
+    expected = {
+        "tiered_retention": ("@hourly", {"config", "dry_run", "namespaces"},
+                             ["preflight", "plan", "retention", "drain", "summary", "verdict"],
+                             {"retention": "retention_sweep", "drain": "deletion_drain"}),
+        "tiered_deletion_drain": ("*/10 * * * *", {"config", "dry_run", "max_attempts", "retry_delay_ms"},
+                                  ["preflight", "plan", "drain", "summary", "verdict"],
+                                  {"drain": "deletion_drain"}),
+        "tiered_orphan_reconciliation": ("@daily", {"config", "dry_run", "grace"},
+                                         ["preflight", "plan", "reconcile", "summary", "verdict"],
+                                         {"reconcile": "reconcile_orphans"}),
+    }
+    for dag_id, (schedule, params, order, spark) in expected.items():
+        dag = bag.get_dag(dag_id)
+        assert dag.schedule == schedule, dag_id
+        assert dag.max_active_runs == 1 and dag.catchup is False, dag_id
+        assert {"tiered-storage", "spark", "deletion"} <= set(dag.tags), dag_id
+        assert dag.doc_md and len(dag.doc_md) > 400 and dag.description, dag_id
+        assert set(dag.params.keys()) == params, dag_id
+        assert dag.params["dry_run"] is False, dag_id
+        assert sorted(t.task_id for t in dag.tasks) == sorted(order), dag_id
+        # a chain in that order (the verdict also waits on the Spark tasks)
+        edges = _edges(dag)
+        for a, b in zip(order, order[1:], strict=False):
+            assert (a, b) in edges, (dag_id, a, b, edges)
+        for task_id in spark:
+            assert (task_id, "verdict") in edges, (dag_id, task_id)
+        for t in dag.tasks:
+            assert t.owner == "tiered", (dag_id, t.task_id)
+            assert t.execution_timeout is not None, (dag_id, t.task_id)
+            if isinstance(t, TieredSparkSubmitOperator):
+                assert t.task_id in spark, (dag_id, t.task_id)
+                assert t.retries >= 1 and t.retry_exponential_backoff, (dag_id, t.task_id)
+                assert t.job == spark[t.task_id]
+                assert t.application == str(REPO / "spark_jobs" / f"{t.job}.py")
+                assert Path(t.application).is_file(), t.application
+                assert t.name.startswith(f"tiered-{t.job}-")
+                assert t.env_vars["TIERED_CONFIG"] == "{{ params.config }}"
+            elif t.task_id in ("preflight", "plan", "summary", "verdict"):
+                assert t.retries == 0, (dag_id, t.task_id)  # quick Python tasks fail fast
+        assert {t.task_id for t in dag.tasks if isinstance(t, TieredSparkSubmitOperator)} == set(spark), dag_id
+        assert dag.get_task("summary").trigger_rule == TriggerRule.ALL_DONE
+        assert dag.get_task("verdict").trigger_rule == TriggerRule.NONE_FAILED
+
+    # phase 2 also runs after a failed phase 1 (never without a plan)
+    retention = bag.get_dag("tiered_retention")
+    assert retention.get_task("drain").trigger_rule == TriggerRule.ALL_DONE_MIN_ONE_SUCCESS
+    assert "plan" in retention.get_task("drain").upstream_task_ids
+    assert retention.params["namespaces"] == []
+    recon = bag.get_dag("tiered_orphan_reconciliation")
+    assert recon.params["grace"] == "1h"
+    # the drain DAG's param defaults are the job's defaults
+    from tieredcore.lifecycle.deletion_log import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_DELAY_MS
+
+    drain = bag.get_dag("tiered_deletion_drain")
+    assert drain.params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
+    assert drain.params["retry_delay_ms"] == DEFAULT_RETRY_DELAY_MS
+
+
+def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERED_RETENTION_SCHEDULE", "30 * * * *")
+    monkeypatch.setenv("TIERED_DRAIN_SCHEDULE", "*/2 * * * *")
+    monkeypatch.setenv("TIERED_RECONCILE_SCHEDULE", "none")
+    saved = sys.modules.pop("tiered_common")  # re-read the environment as a fresh parse would
+    try:
+        bag = _bag()
+        assert bag.get_dag("tiered_retention").schedule == "30 * * * *"
+        assert bag.get_dag("tiered_deletion_drain").schedule == "*/2 * * * *"
+        assert bag.get_dag("tiered_orphan_reconciliation").schedule is None
+    finally:
+        sys.modules["tiered_common"] = saved
+
+
+# -- the summary of the jobs' reports ---------------------------------------------------------------
+
+
+def _write(reports: Path, job: str, rid: str, summary: dict) -> None:
+    (reports / job / rid).mkdir(parents=True)
+    (reports / job / rid / "summary.json").write_text(json.dumps(summary))
+
+
+def test_summary_reads_drain_and_reconcile_reports(tmp_path: Path) -> None:
+    from tiered_common import combine_totals, summarize_reports
+
+    drain = {"job": "deletion_drain", "dry_run": False, "entries": 7, "deleted": 4, "already_deleted": 1,
+             "still_in_use": 1, "retrying": 0, "dead_lettered": 1, "malformed": 0, "refused_mismatch": 0,
+             "lost_race": 0, "would_delete": 0, "deleted_hot": 2, "deleted_offloaded": 3,
+             "delete_failures_hot": 0, "delete_failures_offloaded": 1, "acknowledged": 6, "task_errors": []}
+    _write(tmp_path, "deletion_drain", "r1", drain)
+    t = summarize_reports(str(tmp_path), "deletion_drain", ["r1"])
+    assert t["ledgers"] == 7 and t["failures"] == 1 and not t["failed_jobs"]
+    assert t["outcomes"] == {"deleted": 4, "already_deleted": 1, "still_in_use": 1, "dead_lettered": 1}
+    assert t["counters"]["deleted_offloaded"] == 3 and t["counters"]["acknowledged"] == 6
+    # a dry run dead-letters nothing; a failed Spark task is a failure
+    _write(tmp_path, "deletion_drain", "r2", {**drain, "dry_run": True, "task_errors": ["hot: boom"]})
+    assert summarize_reports(str(tmp_path), "deletion_drain", ["r2"])["failures"] == 1
+
+    recon = {"job": "reconcile_orphans", "orphan_groups": 2, "orphan_objects": 4, "orphan_bytes": 1000,
+             "hot_orphans": 1, "hot_orphan_bytes": 50, "records_appended": 3, "foreign_keys": 5, "errors": [],
+             "by_namespace": {"a/b": {"offloaded": {"count": 2, "objects": 4, "bytes": 1000}},
+                              "c/d": {"ledger": {"count": 1, "objects": 1, "bytes": 50}},
+                              "(unknown)": {"upload": {"count": 1, "objects": 0, "bytes": 0}}}}
+    _write(tmp_path, "reconcile_orphans", "r1", recon)
+    t = summarize_reports(str(tmp_path), "reconcile_orphans", ["r1", "missing"])
+    assert t["ledgers"] == 3 and t["bytes"] == 1050 and t["failures"] == 0
+    assert t["failed_jobs"] == ["missing"]
+    assert t["outcomes"]["records_appended"] == 3 and t["outcomes"]["foreign_keys"] == 5
+    assert t["namespaces"]["a/b"] == {"ledgers": 2, "bytes": 1000, "failures": 0}
+    assert t["namespaces"]["(unknown)"]["ledgers"] == 0
+
+    sweep = {"job": "retention_sweep", "topics": 2, "ledgers": 3, "bytes": 10, "failures": 0,
+             "outcomes": {"trimmed": 3}, "namespaces": {"a/b": {"ledgers": 3, "bytes": 10, "failures": 0}}}
+    _write(tmp_path, "retention_sweep", "r1", sweep)
+    both = combine_totals([summarize_reports(str(tmp_path), "retention_sweep", ["r1"]),
+                           summarize_reports(str(tmp_path), "deletion_drain", ["r1", "nope"])])
+    assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
+    assert both["ledgers"] == 10 and both["failures"] == 1
+    assert both["failed_jobs"] == ["deletion_drain/nope"]
+    assert both["outcomes"]["retention_sweep.trimmed"] == 3 and both["outcomes"]["deletion_drain.deleted"] == 4
+    assert both["by_job"]["deletion_drain"]["counters"]["deleted_hot"] == 2
+
+
+# -- parameter validation (no Spark) --------------------------------------------------------------
+
+
+def test_bad_params_fail_before_spark(tmp_path: Path) -> None:
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
+    at = END + dt.timedelta(days=10)
+    dr, states = run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "grace": "soon"})
+    assert dr.state == DagRunState.FAILED
+    assert states["plan"] == TaskInstanceState.FAILED
+    assert states["reconcile"] == TaskInstanceState.UPSTREAM_FAILED
+
+    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
+    assert dr.state == DagRunState.FAILED
+    assert states["plan"] == TaskInstanceState.FAILED
+    assert states["retention"] == TaskInstanceState.UPSTREAM_FAILED
+    assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED  # never without a plan
+    assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
+
+    dr, states = run_dag("tiered_deletion_drain", at, {"config": str(tmp_path / "missing.toml")})
+    assert dr.state == DagRunState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED
+    assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
+    assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))  # no job ran
+
+
+# -- one end-to-end run ---------------------------------------------------------------------------
+
+
+def _store_keys(config_path: Path) -> set[str]:
+    from tieredcore.config import Config
+
+    store, prefix = Config.load(config_path, env={}).open_store()
+    keys, token = set(), None
+    while True:
+        page = store.list(prefix, token)
+        keys |= {o.key for o in page.objects}
+        token = page.next_token
+        if token is None:
+            return keys
+
+
+def _entries(ws, topic: str) -> dict[tuple[int, int], bytes]:
+    return {(p.ledger_id, p.entry_id): data for p, data in ws.reader().read(topic)}
+
+
+@pytest.mark.slow
+def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path, spark_env) -> None:
+    """public/default: retention 75 min, hot copies kept (lag -1): at END + 1 h the two oldest of four
+    sealed ledgers (closed 90 and 80 min before) go from the topic, the hot tier and the object store.
+    acme/orders: no retention, deletion lag 30 min after offloads completed at END + 15 min: every hot
+    copy goes, the offloaded copies stay and serve the reads. Afterwards the log is empty and every
+    retained entry reads back identical."""
+    from airflow.sdk import DagRunState, TaskInstanceState
+    from tiered_airflow import tiered_run_id
+
+    from tieredcore.config import Config
+    from tieredcore.lifecycle.deletion_log import DeletionLog
+    from tieredcore.lifecycle.sweep import policy_store
+    from tieredcore.offload.keys import data_key, index_key
+    from tieredcore.offload.managed import context_uuid
+    from tieredcore.workspace import Workspace
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders"], topics=2, ledgers=4, entries=40)
+    set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=-1, retention_time_minutes=75)
+    set_policy(cfg, "acme/orders", offload_threshold_bytes=0, deletion_lag_ms=30 * MINUTE_MS)
+    offloaded_at = int((END + dt.timedelta(minutes=15)).timestamp() * 1000)
+    config = Config.load(cfg, env={})
+    before: dict[str, dict] = {}
+    with Workspace(config) as ws:
+        ps = policy_store(ws)
+        for ns in ("public/default", "acme/orders"):
+            for t in ws.ml.list_topics(ns):
+                info, _ = ws.ml.get_topic(t)
+                sealed = [li.ledgerId for li in info.ledgerInfo[:-1]]
+                tof = ws.topic_offloader(clock_ms=lambda: offloaded_at,
+                                         offloader=ws.offloader_for_policy(ps.for_topic(t)))
+                assert all(r.outcome == "offloaded" for r in tof.offload_ledgers(t, sealed))
+                before[t.full] = _entries(ws, t.full)
+    prefix = config.open_store()[1]
+    layout = topic_ledgers(cfg)  # topic -> LedgerInfo list, all sealed ones offloaded
+    keys_before = _store_keys(cfg)
+    trimmed = {t: [li.ledgerId for li in ls[:2]] for t, ls in layout.items() if "/public/default/" in t}
+    lagged = {t: [li.ledgerId for li in ls[:-1]] for t, ls in layout.items() if "/acme/orders/" in t}
+    assert len(trimmed) == len(lagged) == 2
+
+    at = END + dt.timedelta(hours=1)
+    started = time.monotonic()
+    dr, states = run_dag("tiered_retention", at, {"config": str(cfg)})
+    run_s = time.monotonic() - started
+    assert dr.state == DagRunState.SUCCESS, states
+    assert all(s == TaskInstanceState.SUCCESS for s in states.values()), states
+    planned = {job: xcom(dr, "plan", key=job) for job in ("retention_sweep", "deletion_drain")}
+    as_of = planned["retention_sweep"][planned["retention_sweep"].index("--as-of") + 1]
+    assert as_of == at.isoformat() == planned["deletion_drain"][planned["deletion_drain"].index("--as-of") + 1]
+
+    after = topic_ledgers(cfg)
+    with Workspace(config) as ws:
+        hot = set(ws.hot.list_ledgers())
+        assert DeletionLog(ws.metadata).stats()["in_flight"] == 0
+        assert DeletionLog(ws.metadata).stats()["dead_letter"] == 0
+        keys = _store_keys(cfg)
+        for topic, ledgers in layout.items():
+            now = {li.ledgerId: li for li in after[topic]}
+            for li in ledgers:
+                lid, uuid = li.ledgerId, context_uuid(li)
+                objects = {data_key(prefix, uuid, lid), index_key(prefix, uuid, lid)} if uuid else set()
+                if lid in trimmed.get(topic, ()):  # gone from the topic and from both tiers
+                    assert lid not in now and lid not in hot, (topic, lid)
+                    assert objects and not objects & keys, (topic, lid)
+                elif lid in lagged.get(topic, ()):  # hot copy gone, offloaded copy kept
+                    assert now[lid].offloadContext.bookkeeperDeleted and lid not in hot, (topic, lid)
+                    assert objects <= keys, (topic, lid)
+                else:  # retained as it was
+                    assert lid in now and lid in hot, (topic, lid)
+                    assert not now[lid].offloadContext.bookkeeperDeleted
+                    assert objects <= keys, (topic, lid)
+            # every retained entry reads back identical (acme/orders from the object store only)
+            kept = {pos: data for pos, data in before[topic].items() if pos[0] not in trimmed.get(topic, ())}
+            assert _entries(ws, topic) == kept, topic
+            if topic in trimmed:
+                assert 0 < len(kept) < len(before[topic]), topic
+            else:
+                assert len(kept) == len(before[topic]), topic
+    n_trimmed = sum(len(v) for v in trimmed.values())
+    n_lagged = sum(len(v) for v in lagged.values())
+    assert len(keys_before - keys) == 2 * n_trimmed  # data + index of each trimmed ledger, nothing else
+
+    totals = xcom(dr, "summary")
+    assert totals["failures"] == 0 and not totals["failed_jobs"], totals
+    sweep = totals["by_job"]["retention_sweep"]
+    assert sweep["outcomes"] == {"trimmed": n_trimmed, "marked": n_lagged}, sweep
+    drain = totals["by_job"]["deletion_drain"]
+    # one record per hot copy and per offload uuid of each trimmed ledger, one per lag-expired hot copy
+    assert drain["outcomes"] == {"deleted": 2 * n_trimmed + n_lagged}, drain
+    assert drain["counters"]["deleted_hot"] == n_trimmed + n_lagged
+    assert drain["counters"]["deleted_offloaded"] == n_trimmed
+    reports = tmp_path / "ws" / "reports"
+    rid = tiered_run_id(dr.run_id)
+    for job, task_id in (("retention_sweep", "retention"), ("deletion_drain", "drain")):
+        path = reports / job / rid / "summary.json"
+        assert path.is_file() and (reports / job / rid / "detail.parquet").is_dir()
+        assert xcom(dr, task_id, key="_link_TieredReportLink") == path.as_uri()
+
+    print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
