@@ -48,6 +48,34 @@ def schedule_from_env(var: str, default: str) -> str | None:
     return None if value.lower() in ("", "none", "null") else value
 
 
+def tiered_dag(
+    dag_id: str,
+    *,
+    description: str,
+    schedule: str | None,
+    doc_md: str | None,
+    tags: Sequence[str] = (),
+    params: dict[str, Any] | None = None,
+    max_active_runs: int = 1,
+):
+    """The project's DAG conventions in one place: start date, no catchup, one run at a time (sweeps),
+    shared default args (owner, retries with backoff), base tags, and the `config` / `dry_run` params."""
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=max_active_runs,
+        default_args=DEFAULT_ARGS,
+        tags=[*TAGS, *tags],
+        doc_md=doc_md,
+        params={"config": config_param(), "dry_run": dry_run_param(), **(params or {})},
+    )
+
+
 def config_param() -> Param:
     return Param(
         os.environ.get("TIERED_CONFIG", ""),

@@ -25,20 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
@@ -47,19 +43,13 @@ JOB = "deletion_drain"
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_RETRY_DELAY_MS = 600_000
 
-with DAG(
-    dag_id="tiered_deletion_drain",
+with tiered_dag(
+    "tiered_deletion_drain",
     description="Drain the deletion log: delete pending ledgers and objects in both tiers (Spark)",
     schedule=schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "deletion"],
+    tags=["deletion"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
-        "dry_run": dry_run_param(),
         "max_attempts": Param(DEFAULT_MAX_ATTEMPTS, type="integer", minimum=1, title="Max attempts",
                               description="Dead-letter a record after this many failed delete attempts."),
         "retry_delay_ms": Param(DEFAULT_RETRY_DELAY_MS, type="integer", minimum=0, title="Retry delay (ms)",

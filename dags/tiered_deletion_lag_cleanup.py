@@ -21,38 +21,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
 JOB = "deletion_lag_cleanup"
 
-with DAG(
-    dag_id="tiered_deletion_lag_cleanup",
+with tiered_dag(
+    "tiered_deletion_lag_cleanup",
     description="Delete hot copies of offloaded ledgers past the deletion lag (Spark)",
     schedule=schedule_from_env("TIERED_LAG_CLEANUP_SCHEDULE", "@hourly"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "deletion"],
+    tags=["deletion"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
-        "dry_run": dry_run_param(),
         "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
                             description="tenant/namespace list; empty: every namespace."),
     },

@@ -21,38 +21,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task_mapped,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
 JOB = "offload_sweep"
 
-with DAG(
-    dag_id="tiered_offload_sweep",
+with tiered_dag(
+    "tiered_offload_sweep",
     description="Offload sealed ledgers to the object store by namespace policy (Spark)",
     schedule=schedule_from_env("TIERED_SWEEP_SCHEDULE", "*/15 * * * *"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "offload"],
+    tags=["offload"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
-        "dry_run": dry_run_param(),
         "max_topics": Param(None, type=["null", "integer"], minimum=1, title="Max topics",
                             description="At most this many topics per namespace this run (the rest next run)."),
         "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",

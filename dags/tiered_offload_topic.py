@@ -21,43 +21,34 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
     check_object_store,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     spark_task,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
 JOB = "offload_sweep"
 POSITION = re.compile(r"^\d+:\d+$")
 
-with DAG(
-    dag_id="tiered_offload_topic",
+with tiered_dag(
+    "tiered_offload_topic",
     description="Offload one topic up to a position, or keep at most N bytes hot (Spark)",
     schedule=None,
-    start_date=START_DATE,
-    catchup=False,
     max_active_runs=4,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "offload", "manual"],
+    tags=["offload", "manual"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
         "topic": Param("", type="string", title="Topic", description="tenant/namespace/topic"),
         "up_to": Param("", type=["null", "string"], title="Up to (LEDGER:ENTRY)",
                        description="Offload sealed ledgers before this position; empty when keep_bytes is set."),
         "keep_bytes": Param(None, type=["null", "integer"], minimum=0, title="Keep bytes",
                             description="Keep at most this many bytes in the hot tier; empty when up_to is set."),
-        "dry_run": dry_run_param(),
     },
 ) as dag:
 

@@ -26,38 +26,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
 JOB = "reconcile_orphans"
 
-with DAG(
-    dag_id="tiered_orphan_reconciliation",
+with tiered_dag(
+    "tiered_orphan_reconciliation",
     description="Find orphan objects, hot ledgers and uploads in both tiers; append deletion records (Spark)",
     schedule=schedule_from_env("TIERED_RECONCILE_SCHEDULE", "@daily"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "deletion", "reconciliation"],
+    tags=["deletion", "reconciliation"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
-        "dry_run": dry_run_param(),
         "grace": Param("1h", type="string", title="Grace period",
                        description="Only orphans older than this before the logical time are reported "
                                    "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads."),

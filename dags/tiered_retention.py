@@ -28,39 +28,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.sdk import Param, TriggerRule, get_current_context, task
 from tiered_common import (
-    DEFAULT_ARGS,
     QUICK_TASK,
-    START_DATE,
-    TAGS,
-    config_param,
-    dry_run_param,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task,
     summary_task,
+    tiered_dag,
     verdict_task,
 )
 
 JOB = "retention_sweep"
 DRAIN_JOB = "deletion_drain"
 
-with DAG(
-    dag_id="tiered_retention",
+with tiered_dag(
+    "tiered_retention",
     description="Retention trim and deletion-lag cleanup (phase 1), then the deletion drain (phase 2) (Spark)",
     schedule=schedule_from_env("TIERED_RETENTION_SCHEDULE", "@hourly"),
-    start_date=START_DATE,
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    tags=[*TAGS, "deletion", "retention"],
+    tags=["deletion", "retention"],
     doc_md=__doc__,
     params={
-        "config": config_param(),
-        "dry_run": dry_run_param(),
         "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
                             description="tenant/namespace list for retention and lag cleanup; empty: every "
                                         "namespace (the drain always covers the whole log)."),

@@ -74,7 +74,7 @@ def moto_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> It
     """URL of a moto S3 server (a subprocess) shared by the session."""
     exe = VENV_BIN / "moto_server"
     if not exe.exists():
-        pytest.skip(f"moto_server not found in {VENV_BIN}")
+        pytest.fail(f"moto_server not found in {VENV_BIN}: run scripts/setup.sh")
     log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
     env = dict(os.environ, S3_UPLOAD_PART_MIN_SIZE=str(MOTO_PART_MIN_SIZE))
     for _attempt in range(3):  # the free port may be taken between probing and binding

@@ -144,16 +144,7 @@ def _pages_after(store: BlobStore, prefix: str, after: str | None, page_size: in
         return iter_objects(store, prefix, page_size)
     if isinstance(store, FilesystemBlobStore):
         # the filesystem store's continuation token is the last key returned: it lists keys > token
-        def fs_pages() -> Iterator[ObjectInfo]:
-            token: str | None = after
-            while True:
-                page = store.list(prefix, token, page_size)
-                yield from page.objects
-                if page.next_token is None:
-                    return
-                token = page.next_token
-
-        return fs_pages()
+        return iter_objects(store, prefix, page_size, token=after)
     client, bucket = getattr(store, "client", None), getattr(store, "bucket", None)
     if client is not None and isinstance(bucket, str) and getattr(store, "driver", "") == "aws-s3":
         def s3_pages() -> Iterator[ObjectInfo]:

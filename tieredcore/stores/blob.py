@@ -126,9 +126,10 @@ class BlobStore(Protocol):
     def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]: ...
 
 
-def iter_objects(store: BlobStore, prefix: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
-    """Every object under prefix, following pagination."""
-    token: str | None = None
+def iter_objects(
+    store: BlobStore, prefix: str = "", page_size: int = 1000, token: str | None = None
+) -> Iterator[ObjectInfo]:
+    """Every object under prefix, following pagination (from `token` when given)."""
     while True:
         page = store.list(prefix, token, page_size)
         yield from page.objects
