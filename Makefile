@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKSPACE ?= workspace
 
-.PHONY: setup demo test lint proto bench clean
+.PHONY: setup demo test test-fast lint proto bench clean
 
 setup:
 	./scripts/setup.sh
@@ -16,6 +16,12 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
+
+# The edit loop: everything but the slow tests (real spark-submit, Airflow runs, kill tests).
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
 
 lint: setup
