@@ -45,7 +45,6 @@ from spark_jobs._jobkit import (
 from tieredcore.cli_policies import duration_ms
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.drain import driver_metadata_from_dict
 from tieredcore.lifecycle.reconcile import (
     DEFAULT_GRACE_MS,
     ObjectOrphans,
@@ -60,6 +59,7 @@ from tieredcore.lifecycle.reconcile import (
     referenced_uuids,
     store_locations,
 )
+from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.workspace import Workspace
 
 JOB = "reconcile_orphans"

@@ -17,7 +17,7 @@ from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.model import Position
-from tieredcore.offload.managed import context_uuid
+from tieredcore.offload.context import context_uuid
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workload import (

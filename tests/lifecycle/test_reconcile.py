@@ -441,7 +441,7 @@ def test_uuid_from_halves_matches_the_formats_module():
     import random
 
     from tieredcore.formats.uuids import msb_lsb_to_uuid, uuid_to_msb_lsb
-    from tieredcore.lifecycle.reconcile import uuid_from_halves
+    from tieredcore.offload.context import uuid_from_halves
 
     rnd = random.Random(7)
     for u in [uuidlib.UUID(int=0), uuidlib.UUID(int=(1 << 128) - 1)] + [uuidlib.UUID(int=rnd.getrandbits(128))

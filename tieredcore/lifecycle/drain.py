@@ -58,8 +58,6 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
-from tieredcore.formats.proto import MLDataFormats_pb2 as pb
-from tieredcore.formats.uuids import msb_lsb_to_uuid
 from tieredcore.lifecycle.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
@@ -72,8 +70,8 @@ from tieredcore.lifecycle.deletion_log import (
     DeletionRecord,
     Entry,
 )
+from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
 from tieredcore.offload.keys import data_key, index_key
-from tieredcore.offload.managed import context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
@@ -109,32 +107,6 @@ OUTCOMES = (
 )
 
 OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
-
-
-# -- driver metadata (records carry it as a dict) --------------------------------------------------
-
-
-def driver_metadata_from_dict(driver: Mapping[str, Any]) -> pb.OffloadDriverMetadata:
-    """``{"name": ..., "properties": {k: v} | [{"key": k, "value": v}, ...]}`` → OffloadDriverMetadata."""
-    if not isinstance(driver, Mapping):
-        raise ValidationError(f"driver metadata must be a mapping, got {type(driver).__name__}")
-    dm = pb.OffloadDriverMetadata(name=str(driver.get("name") or ""))
-    props = driver.get("properties") or {}
-    if isinstance(props, Mapping):
-        items = [(str(k), str(v)) for k, v in props.items()]
-    elif isinstance(props, list) and all(isinstance(p, Mapping) and "key" in p for p in props):
-        items = [(str(p["key"]), str(p.get("value", ""))) for p in props]
-    else:
-        raise ValidationError(f"driver properties {props!r}: expected a mapping or a list of key/value")
-    for k, v in sorted(items):
-        dm.properties.add(key=k, value=v)
-    return dm
-
-
-def driver_dict(driver_metadata: pb.OffloadDriverMetadata) -> dict[str, Any]:
-    """OffloadDriverMetadata → the dict a DeletionRecord carries (inverse of driver_metadata_from_dict)."""
-    return {"name": driver_metadata.name,
-            "properties": {kv.key: kv.value for kv in driver_metadata.properties}}
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -244,13 +216,6 @@ def _hot_mismatch(rec: DeletionRecord, ml_name: str, custom: Mapping[str, bytes]
     return "custom metadata mismatch: " + ", ".join(problems) if problems else None
 
 
-def _segment_uuids(li) -> set[str]:
-    if not li.HasField("offloadContext"):
-        return set()
-    return {str(msb_lsb_to_uuid(s.uidMsb, s.uidLsb)) for s in li.offloadContext.offloadSegment
-            if s.HasField("uidMsb") or s.HasField("uidLsb")}
-
-
 def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
     """Why the storage the record names is still in use by the topic record `info` (None: it is not;
     `info` None: the topic does not exist)."""
@@ -260,7 +225,7 @@ def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
         raise _Unsupported(f"topic exists and {rec.component} ledgers are not tracked here: "
                            "cannot check whether the ledger is still in use")
     if rec.type == TYPE_SEGMENT:
-        if any(uuid in _segment_uuids(li) for li in info.ledgerInfo):
+        if any(uuid in segment_uuids(li) for li in info.ledgerInfo):
             return f"segment {uuid} is still referenced by the topic"
         return None
     li = find_ledger(info, rec.ledger_id)

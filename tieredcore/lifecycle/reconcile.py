@@ -37,8 +37,8 @@ from tieredcore.lifecycle.deletion_log import (
     DeletionLog,
     DeletionRecord,
 )
+from tieredcore.offload.context import referenced_uuids as ledger_uuids
 from tieredcore.offload.keys import normalize_prefix
-from tieredcore.offload.managed import abandoned_uuids
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
 from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
@@ -202,28 +202,6 @@ def list_rest(
 # -- references ---------------------------------------------------------------------------------
 
 
-_M64 = (1 << 64) - 1
-
-
-def uuid_from_halves(msb: int, lsb: int) -> str:
-    """str(msb_lsb_to_uuid(msb, lsb)) without a UUID object (runs once per ledger of every topic)."""
-    h = "%032x" % (((msb & _M64) << 64) | (lsb & _M64))
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _add_ledger_uuids(li, out: set[str]) -> None:
-    """context_uuid(li), its offloadSegment uuids and abandoned_uuids(li), into `out`."""
-    if li.HasField("offloadContext"):
-        ctx = li.offloadContext
-        if ctx.HasField("uidMsb") or ctx.HasField("uidLsb"):
-            out.add(uuid_from_halves(ctx.uidMsb, ctx.uidLsb))
-        for seg in ctx.offloadSegment:
-            if seg.HasField("uidMsb") or seg.HasField("uidLsb"):
-                out.add(uuid_from_halves(seg.uidMsb, seg.uidLsb))
-    if li.properties:
-        out.update(abandoned_uuids(li))
-
-
 def _iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
     """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
     for ns in ws.ml.list_namespaces():
@@ -236,12 +214,12 @@ def _iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
 
 
 def metadata_uuids(ws: Workspace) -> set[str]:
-    """Every uuid recorded in any ledger's OffloadContext (complete or not), its offloadSegment
-    entries, and the abandoned attempts remembered in the ledger's properties."""
+    """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
+    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts."""
     out: set[str] = set()
     for _t, info in _iter_topics(ws):
         for li in info.ledgerInfo:
-            _add_ledger_uuids(li, out)
+            out |= ledger_uuids(li)
     return out
 
 

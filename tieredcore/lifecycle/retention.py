@@ -22,7 +22,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from tieredcore.errors import TopicNotFoundError, VersionConflictError
-from tieredcore.formats.uuids import msb_lsb_to_uuid
 from tieredcore.lifecycle.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
@@ -39,7 +38,13 @@ from tieredcore.lifecycle.sweep import (
     policy_store,
     resolve_namespaces,
 )
-from tieredcore.offload.managed import abandoned_uuids, context_uuid
+from tieredcore.offload.context import (
+    abandoned_uuids,
+    context_uuid,
+    driver_dict,
+    replacement_uuids,
+    uuid_from_halves,
+)
 from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
@@ -61,10 +66,6 @@ Key = tuple[str, str]
 # -- records --------------------------------------------------------------------------------------
 
 
-def _driver_dict(dm) -> dict:
-    return {"name": dm.name, "properties": {kv.key: kv.value for kv in dm.properties}}
-
-
 def _policy_driver(ws: Workspace, policy: OffloadPolicy) -> dict:
     """Driver metadata of the store the topic's policy offloads to: the fallback for a uuid recorded
     without any (Pulsar always records it; a damaged or foreign record may not)."""
@@ -75,35 +76,29 @@ def _policy_driver(ws: Workspace, policy: OffloadPolicy) -> dict:
     return {"name": off.store.driver, "properties": props}
 
 
-def _segment_uuid(seg) -> str | None:
-    if not (seg.HasField("uidMsb") or seg.HasField("uidLsb")):
-        return None
-    return str(msb_lsb_to_uuid(seg.uidMsb, seg.uidLsb))
-
-
 def object_groups(li) -> dict[Key, dict]:
     """Every storage object group a LedgerInfo references, with the driver metadata each lives in: the
     hot copy unless bookkeeperDeleted, the current offload uuid (complete or not), abandoned attempts
-    remembered in its properties, and streaming segments (PIP-76)."""
+    remembered in its properties, a replacement being written by a repair, and streaming segments
+    (PIP-76)."""
     has_ctx = li.HasField("offloadContext")
     ctx = li.offloadContext
-    ctx_driver = _driver_dict(ctx.driverMetadata) if has_ctx and ctx.HasField("driverMetadata") else {}
+    ctx_driver = driver_dict(ctx.driverMetadata) if has_ctx and ctx.HasField("driverMetadata") else {}
     out: dict[Key, dict] = {}
     if not (has_ctx and ctx.bookkeeperDeleted):
         out[(TYPE_LEDGER, "")] = {}
     cur = context_uuid(li)
     if cur is not None:
         out[(TYPE_OFFLOADED, cur)] = ctx_driver
-    for u in abandoned_uuids(li):
-        # the attempt's own driver metadata was overwritten by the next attempt: the current one is the
-        # best knowledge (attempts of one ledger go to the namespace's store)
+    for u in abandoned_uuids(li) + replacement_uuids(li):
+        # the attempt's own driver metadata is not recorded: the current one is the best knowledge
+        # (attempts of one ledger go to the namespace's store)
         out.setdefault((TYPE_OFFLOADED, u), ctx_driver)
     if has_ctx:
         for seg in ctx.offloadSegment:
-            u = _segment_uuid(seg)
-            if u is not None:
-                seg_driver = _driver_dict(seg.driverMetadata) if seg.HasField("driverMetadata") else ctx_driver
-                out.setdefault((TYPE_SEGMENT, u), seg_driver)
+            if seg.HasField("uidMsb") or seg.HasField("uidLsb"):
+                seg_driver = driver_dict(seg.driverMetadata) if seg.HasField("driverMetadata") else ctx_driver
+                out.setdefault((TYPE_SEGMENT, uuid_from_halves(seg.uidMsb, seg.uidLsb)), seg_driver)
     return out
 
 

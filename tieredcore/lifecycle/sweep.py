@@ -28,7 +28,8 @@ from tieredcore.lifecycle.planner import (
 )
 from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.model import Position
-from tieredcore.offload.managed import OUTCOME_FAILED, LedgerOffloadResult, context_uuid
+from tieredcore.offload.context import context_uuid
+from tieredcore.offload.managed import OUTCOME_FAILED, LedgerOffloadResult
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workspace import Workspace

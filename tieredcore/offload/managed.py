@@ -21,7 +21,6 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from tieredcore.clock import now_ms
 from tieredcore.errors import (
@@ -32,10 +31,17 @@ from tieredcore.errors import (
     TieredError,
 )
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
-from tieredcore.formats.uuids import msb_lsb_to_uuid, uuid_to_msb_lsb
+from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.lifecycle.planner import select_keep_bytes, select_prefix
 from tieredcore.model import Position
+from tieredcore.offload.context import (
+    ABANDONED_PREFIX,
+    abandoned_uuids,
+    context_driver,
+    context_uuid,
+    driver_dict,
+)
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
@@ -43,10 +49,11 @@ from tieredcore.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-# LedgerInfo.properties key prefix remembering attempts whose objects were not yet confirmed removed.
-# Legacy: no longer written (the deletion log's durable records replace it); still read (retention,
-# reconciliation) and cleaned (the next offload attempt appends records and drops the properties).
-ABANDONED_PREFIX = "tiered.abandonedOffload."
+# ABANDONED_PREFIX (tieredcore.offload.context): legacy LedgerInfo properties remembering attempts whose
+# objects were not yet confirmed removed. No longer written (the deletion log's durable records replace
+# them); still read (retention, reconciliation) and cleaned (the next offload attempt appends records and
+# drops the properties).
+__all__ = ["ABANDONED_PREFIX", "TopicOffloader", "abandoned_uuids", "context_uuid"]
 
 REASON_OFFLOAD_CLEANUP = "offload-cleanup"  # an earlier attempt's uuid, replaced by a new attempt
 REASON_OFFLOAD_CONFLICT = "offload-conflict"  # our own attempt lost (replaced, or the ledger left)
@@ -77,25 +84,6 @@ class LedgerOffloadResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def context_uuid(li) -> str | None:
-    """The uuid recorded in a LedgerInfo's OffloadContext, if any."""
-    if not li.HasField("offloadContext"):
-        return None
-    ctx = li.offloadContext
-    if not (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
-        return None
-    return str(msb_lsb_to_uuid(ctx.uidMsb, ctx.uidLsb))
-
-
-def abandoned_uuids(li) -> list[str]:
-    return [kv.key[len(ABANDONED_PREFIX) :] for kv in li.properties if kv.key.startswith(ABANDONED_PREFIX)]
-
-
-def _driver_dict(dm: pb.OffloadDriverMetadata) -> dict[str, Any]:
-    """The dict a DeletionRecord carries (same shape as tieredcore.lifecycle.drain.driver_dict)."""
-    return {"name": dm.name, "properties": {kv.key: kv.value for kv in dm.properties}}
 
 
 class TopicOffloader:
@@ -164,11 +152,7 @@ class TopicOffloader:
                 [u for u in (context_uuid(li),) if u is not None] + abandoned_uuids(li)))
             missing = [u for u in replaced if u not in covered]
             if missing:
-                dm = None
-                if li.HasField("offloadContext") and ctx.HasField("driverMetadata"):
-                    dm = pb.OffloadDriverMetadata()
-                    dm.CopyFrom(ctx.driverMetadata)
-                state["uncovered"] = (missing, dm)
+                state["uncovered"] = (missing, context_driver(li))
                 return False
             if abandoned_uuids(li):  # legacy: the records now stand for them
                 keep = [kv for kv in li.properties if not kv.key.startswith(ABANDONED_PREFIX)]
@@ -262,7 +246,7 @@ class TopicOffloader:
         now = self.clock_ms()
         self.deletion_log.append([
             DeletionRecord(topic=name, ledger_id=ledger_id, type=TYPE_OFFLOADED, reason=reason, created_ms=now,
-                           uuid=u, driver=_driver_dict(dm))
+                           uuid=u, driver=driver_dict(dm))
             for u in uuids
         ])
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tieredcore.errors import LedgerNotFoundError, StaleHandleError, ValidationError
 from tieredcore.model import Entry, Position, ReadHandle
-from tieredcore.offload.managed import context_uuid
+from tieredcore.offload.context import context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger

@@ -1,0 +1,139 @@
+"""What a ledger's ``LedgerInfo`` says about its offloaded copies: the one place that decodes it.
+
+A ``LedgerInfo`` (spec/02, ``MLDataFormats``) references object-store data through:
+
+- its ``OffloadContext`` uuid (``uidMsb``/``uidLsb``): the current attempt, complete or in flight;
+- ``OffloadContext.offloadSegment`` uuids (PIP-76 streaming segments);
+- ``properties`` this project writes (Pulsar ignores them):
+  ``tiered.abandonedOffload.<uuid>`` (legacy: attempts replaced before the deletion log existed) and
+  ``tiered.replacementOffload.<uuid>`` (a replacement copy being written by a repair: the complete
+  copy stays current until the replacement is verified and swapped in).
+
+Every reader of these (offload, reader, drain, retention, reconciliation, scrub) goes through here, so
+a reference added later (segments, compaction) is honoured everywhere at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tieredcore.errors import ValidationError
+from tieredcore.formats.mlinfo import LedgerInfo
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+
+__all__ = [
+    "ABANDONED_PREFIX",
+    "REPLACEMENT_PREFIX",
+    "LedgerInfo",
+    "abandoned_uuids",
+    "context_driver",
+    "context_uuid",
+    "driver_dict",
+    "driver_metadata_from_dict",
+    "is_complete",
+    "referenced_uuids",
+    "replacement_uuids",
+    "segment_uuids",
+    "uuid_from_halves",
+]
+
+ABANDONED_PREFIX = "tiered.abandonedOffload."
+REPLACEMENT_PREFIX = "tiered.replacementOffload."
+
+_M64 = (1 << 64) - 1
+
+
+def uuid_from_halves(msb: int, lsb: int) -> str:
+    """The canonical uuid string of Java's (mostSigBits, leastSigBits), signed or unsigned halves.
+    No UUID object: reconciliation calls this once per ledger of every topic."""
+    h = "%032x" % (((msb & _M64) << 64) | (lsb & _M64))
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def context_uuid(li: LedgerInfo) -> str | None:
+    """The uuid recorded in the ledger's OffloadContext (complete or in flight), if any."""
+    if not li.HasField("offloadContext"):
+        return None
+    ctx = li.offloadContext
+    if not (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
+        return None
+    return uuid_from_halves(ctx.uidMsb, ctx.uidLsb)
+
+
+def is_complete(li: LedgerInfo) -> bool:
+    return li.HasField("offloadContext") and li.offloadContext.complete
+
+
+def _prefixed(li: LedgerInfo, prefix: str) -> list[str]:
+    return [kv.key[len(prefix) :] for kv in li.properties if kv.key.startswith(prefix)]
+
+
+def abandoned_uuids(li: LedgerInfo) -> list[str]:
+    return _prefixed(li, ABANDONED_PREFIX)
+
+
+def replacement_uuids(li: LedgerInfo) -> list[str]:
+    return _prefixed(li, REPLACEMENT_PREFIX)
+
+
+def segment_uuids(li: LedgerInfo) -> list[str]:
+    if not li.HasField("offloadContext"):
+        return []
+    return [uuid_from_halves(s.uidMsb, s.uidLsb) for s in li.offloadContext.offloadSegment
+            if s.HasField("uidMsb") or s.HasField("uidLsb")]
+
+
+def referenced_uuids(li: LedgerInfo) -> set[str]:
+    """Every uuid whose objects this LedgerInfo keeps alive (reconciliation's reference set)."""
+    out = set(segment_uuids(li))
+    cur = context_uuid(li)
+    if cur is not None:
+        out.add(cur)
+    if li.properties:
+        out.update(abandoned_uuids(li))
+        out.update(replacement_uuids(li))
+    return out
+
+
+def drop_properties(li: LedgerInfo, prefix: str, uuids: set[str] | None = None) -> None:
+    """Remove ``prefix<uuid>`` properties (all of them, or those of ``uuids``) in place."""
+    keep = [kv for kv in li.properties
+            if not (kv.key.startswith(prefix) and (uuids is None or kv.key[len(prefix):] in uuids))]
+    if len(keep) != len(li.properties):
+        del li.properties[:]
+        li.properties.extend(keep)
+
+
+# -- driver metadata ------------------------------------------------------------------------------
+
+
+def context_driver(li: LedgerInfo) -> pb.OffloadDriverMetadata | None:
+    """A copy of the OffloadContext's driver metadata, or None when none is recorded."""
+    if not li.HasField("offloadContext") or not li.offloadContext.HasField("driverMetadata"):
+        return None
+    dm = pb.OffloadDriverMetadata()
+    dm.CopyFrom(li.offloadContext.driverMetadata)
+    return dm
+
+
+def driver_dict(dm: pb.OffloadDriverMetadata) -> dict[str, Any]:
+    """OffloadDriverMetadata → the dict a deletion record carries."""
+    return {"name": dm.name, "properties": {kv.key: kv.value for kv in dm.properties}}
+
+
+def driver_metadata_from_dict(driver: Mapping[str, Any]) -> pb.OffloadDriverMetadata:
+    """``{"name": ..., "properties": {k: v} | [{"key": k, "value": v}, ...]}`` → OffloadDriverMetadata."""
+    if not isinstance(driver, Mapping):
+        raise ValidationError(f"driver metadata must be a mapping, got {type(driver).__name__}")
+    dm = pb.OffloadDriverMetadata(name=str(driver.get("name") or ""))
+    props = driver.get("properties") or {}
+    if isinstance(props, Mapping):
+        items = [(str(k), str(v)) for k, v in props.items()]
+    elif isinstance(props, list) and all(isinstance(p, Mapping) and "key" in p for p in props):
+        items = [(str(p["key"]), str(p.get("value", ""))) for p in props]
+    else:
+        raise ValidationError(f"driver properties {props!r}: expected a mapping or a list of key/value")
+    for k, v in sorted(items):
+        dm.properties.add(key=k, value=v)
+    return dm
