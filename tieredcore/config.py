@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import (
     DEFAULT_CHECKPOINT_INTERVAL,
+    DEFAULT_CHECKSUM_CHUNK,
     DEFAULT_MAX_BLOCK_SIZE,
     DEFAULT_READ_BUFFER_SIZE,
 )
@@ -44,6 +45,8 @@ ENV_OVERRIDES = {
     "TIERED_MAX_BLOCK_SIZE": "max_block_size",
     "TIERED_READ_BUFFER": "read_buffer",
     "TIERED_CHECKPOINT_INTERVAL": "checkpoint_interval",
+    "TIERED_CHECKSUM_CHUNK": "checksum_chunk",
+    "TIERED_VERIFY_READS": "verify_reads",
 }
 
 
@@ -60,6 +63,11 @@ class Config:
     # exact entry offsets every N data bytes in the index trailer (docs/formats.md); 0 writes an index
     # with nothing after Pulsar's fields
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+    # a CRC32C per chunk of every data object and one over the index, in the index trailer
+    # (docs/formats.md); 0 writes none (objects then verify only by structure, like Pulsar's)
+    checksum_chunk: int = DEFAULT_CHECKSUM_CHUNK
+    # reads check every chunk they fetch against its checksum (off only to measure the cost)
+    verify_reads: bool = True
     # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
     store_fsync: bool = True
     hot_fsync: bool = False
@@ -76,6 +84,8 @@ class Config:
             raise ValidationError("configuration: read_buffer must be positive")
         if self.checkpoint_interval < 0:
             raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
+        if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:
+            raise ValidationError("configuration: checksum_chunk must be 0 (none) or at least 512 bytes")
 
     # -- loading ------------------------------------------------------------------------------
 

@@ -41,6 +41,11 @@ class UnsupportedVersionError(FormatError):
     """Object format-version user metadata missing or not one this reader understands."""
 
 
+class CorruptObjectError(FormatError):
+    """Offloaded bytes fail their checksum (or disagree with the topic's metadata); the message names
+    the object and the byte range. Never returned to callers as data."""
+
+
 # --- not found -------------------------------------------------------------------------------
 
 
@@ -94,6 +99,15 @@ class BlobStoreError(TieredError):
     """Object-store backend failure (network, permissions, server error)."""
 
 
+class ObjectExistsError(TieredError):
+    """A create-if-absent write found the key already there (nothing was written)."""
+
+
+class StoreOwnershipError(ValidationError):
+    """The object store (prefix) is claimed by another workspace with the same cluster name: sharing it
+    would let each delete the other's data."""
+
+
 class MetadataStoreError(TieredError):
     """Metadata-store failure whose outcome is unknown: the update may or may not have landed."""
 
@@ -108,3 +122,7 @@ class NodeExistsError(VersionConflictError):
 
 class OffloadConflictError(TieredError):
     """An offload attempt lost its ledger (trimmed) or its uuid (replaced by another attempt)."""
+
+
+class LeaseHeldError(TieredError):
+    """Another runner holds the topic's lease (a concurrent sweep): skip the topic this time."""

@@ -57,9 +57,14 @@ class Workspace:
             prefix,
             max_block_size=self.config.max_block_size,
             read_buffer=self.config.read_buffer,
-            cluster=self.config.cluster,
-            checkpoint_interval=self.config.checkpoint_interval,
+            **self._offloader_settings(),
         )
+
+    def _offloader_settings(self) -> dict:
+        """What every offloader of this workspace shares, whichever store it writes to."""
+        c = self.config
+        return {"cluster": c.cluster, "checkpoint_interval": c.checkpoint_interval,
+                "checksum_chunk": c.checksum_chunk, "verify_reads": c.verify_reads}
 
     def topic_offloader(
         self,
@@ -76,8 +81,7 @@ class Workspace:
         if off is None:
             store, prefix = open_blob_store(url, fsync=self.config.store_fsync)
             off = self._offloaders[k] = LedgerOffloader(
-                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=self.config.cluster,
-                checkpoint_interval=self.config.checkpoint_interval,
+                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, **self._offloader_settings(),
             )
         return off
 

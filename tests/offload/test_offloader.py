@@ -8,6 +8,7 @@ import tempfile
 import uuid as uuidlib
 from pathlib import Path
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,13 @@ from hypothesis import strategies as st
 from tieredcore.errors import LedgerStateError, NoSuchLedgerError, NoSuchObjectError, ValidationError
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import check_data_object, iter_data_object
-from tieredcore.formats.index import LedgerIndex, check_index_v1, parse_checkpoints, parse_index
+from tieredcore.formats.index import (
+    LedgerIndex,
+    check_index_v1,
+    index_trailer,
+    parse_checkpoints,
+    parse_index,
+)
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
@@ -68,7 +75,7 @@ def check_checkpoints(index: LedgerIndex, data: bytes, interval: int) -> None:
     than `interval` bytes after the nearest index point or checkpoint before it."""
     ids, offsets = parse_checkpoints(index)
     if interval == 0:
-        assert index.trailer == b"" and ids == []
+        assert ids == [] and not index.trailer.startswith(b"TSC1")
         return
     for eid, off in zip(ids, offsets, strict=True):
         length, fid = (
@@ -117,7 +124,15 @@ def check_conformance(store, dkey: str, ikey: str, ledger_id: int, payloads: lis
     sizes = index.block_sizes()
     assert all(s == max_block for s in sizes[:-1])
     assert sizes[-1] <= max_block
-    assert index.metadata.custom_metadata == CUSTOM
+    # the hot ledger's custom metadata, plus the ledger id (the V1 format keeps it only in the key)
+    assert index.metadata.custom_metadata == {**CUSTOM, "tiered/ledgerId": str(ledger_id).encode()}
+    # the trailer's chunk checksums cover the data object exactly, and its index checksum holds
+    trailer = index_trailer(index)
+    assert trailer.problem == "" and trailer.checksums is not None
+    ck = trailer.checksums
+    assert ck.chunk_size == C.DEFAULT_CHECKSUM_CHUNK and ck.object_length == len(data)
+    assert list(ck.crcs) == [crc32c.crc32c(data[i : i + ck.chunk_size]) for i in range(0, len(data), ck.chunk_size)]
+    assert store.head(ikey).metadata["tieredchecksums"] == f"crc32c/{C.DEFAULT_CHECKSUM_CHUNK}"
     return index, data
 
 
@@ -355,7 +370,8 @@ def test_delete_offloaded_aborts_unfinished_upload_of_that_attempt(blob_store, t
 
 
 def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
-    """With checkpoints off, the index object is exactly header + metadata + 20·n entry bytes."""
+    """With checkpoints and checksums off, the index object is exactly header + metadata + 20·n entry
+    bytes."""
     import struct as _struct
     import uuid as _uuid
 
@@ -370,7 +386,7 @@ def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
     store = _Fs(tmp_path / "cold")
     u = _uuid.uuid4()
     for interval, trailer in ((0, False), (1024, True)):
-        off = _Off(store, max_block_size=4096, checkpoint_interval=interval)
+        off = _Off(store, max_block_size=4096, checkpoint_interval=interval, checksum_chunk=interval)
         off.offload(hot.open_ledger(led.ledger_id), u)
         raw = store.get(f"{u}-ledger-{led.ledger_id}-index")
         _magic, length, _dlen, _hdr, n, m = _struct.unpack_from(">iiqqii", raw)

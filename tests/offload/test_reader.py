@@ -13,6 +13,7 @@ import pytest
 import tieredcore.offload.cache as cache_mod
 from tieredcore.errors import (
     BadRangeError,
+    CorruptObjectError,
     FormatError,
     InvalidMagicError,
     NoSuchLedgerError,
@@ -67,7 +68,10 @@ def offload(
     max_block_size: int = C.DEFAULT_MAX_BLOCK_SIZE,
     read_buffer: int = C.DEFAULT_READ_BUFFER_SIZE,
     cache: OffsetCache | None = None,
+    pulsar_index: bool = False,
 ):
+    """Offload `payloads` as one ledger. `pulsar_index`: no trailer (no checkpoints, no checksums), the
+    index exactly as Pulsar writes it."""
     hot = LocalLedgerStore(tmp_path / "hot")
     ledger = sealed_ledger(hot, payloads)
     off = LedgerOffloader(
@@ -75,6 +79,7 @@ def offload(
         max_block_size=max_block_size,
         read_buffer=read_buffer,
         offset_cache=cache if cache is not None else OffsetCache(),
+        **({"checkpoint_interval": 0, "checksum_chunk": 0} if pulsar_index else {}),
     )
     obj = off.offload(ledger, UUID)
     ledger.close()
@@ -159,14 +164,16 @@ def test_format_version_checked(blob_store, tmp_path: Path, which: str, version:
         off.read_offloaded(obj.ledger_id, UUID)
 
 
-def test_index_garbage(blob_store, tmp_path: Path) -> None:
-    off, obj = offload(blob_store, tmp_path, [b"a", b"b"], max_block_size=4096)
+@pytest.mark.parametrize("pulsar_index", [True, False])
+def test_index_garbage(blob_store, tmp_path: Path, pulsar_index: bool) -> None:
+    off, obj = offload(blob_store, tmp_path, [b"a", b"b"], max_block_size=4096, pulsar_index=pulsar_index)
     raw = blob_store.get(obj.index_key)
     rewrite(blob_store, obj.index_key, data=b"\x00" * len(raw))
     with pytest.raises(InvalidMagicError):
         off.read_offloaded(obj.ledger_id, UUID)
     rewrite(blob_store, obj.index_key, data=raw[:-1])
-    with pytest.raises(TruncatedError):
+    # Pulsar's index ends with its entries; this project's ends with the checksum section
+    with pytest.raises(TruncatedError if pulsar_index else CorruptObjectError):
         off.read_offloaded(obj.ledger_id, UUID)
     rewrite(blob_store, obj.index_key, data=raw)
     assert off.read_offloaded(obj.ledger_id, UUID).read(0, 1)[1].data == b"b"
@@ -182,8 +189,9 @@ def test_data_size_differs_from_index(blob_store, tmp_path: Path, delta: int) ->
 
 
 def test_corrupt_frame_is_a_format_error(fs_store, tmp_path: Path) -> None:
+    """Without checksums (Pulsar's objects) frame ids still catch a damaged frame header."""
     payloads = [payload(i, 50) for i in range(10)]
-    off, obj = offload(fs_store, tmp_path, payloads, max_block_size=4096)
+    off, obj = offload(fs_store, tmp_path, payloads, max_block_size=4096, pulsar_index=True)
     data = bytearray(fs_store.get(obj.data_key))
     # entry 3's frame: header 128 + 3 frames of 62 bytes; overwrite its entry id
     pos = 128 + 3 * 62
@@ -209,7 +217,8 @@ def test_cold_random_read_fetches_little_more_than_it_returns(
     h = off.read_offloaded(obj.ledger_id, UUID)
     got = h.read(entry, entry)
     assert got[0].data == KIB_ENTRIES[entry]
-    assert h.bytes_fetched - len(got[0].data) < 16 * 1024
+    # the walk from the nearest checkpoint (< one interval) widened to whole checksum chunks
+    assert h.bytes_fetched - len(got[0].data) < C.DEFAULT_CHECKPOINT_INTERVAL + 2 * C.DEFAULT_CHECKSUM_CHUNK
     assert h.requests <= 2
 
 
@@ -352,7 +361,8 @@ def test_index_without_checkpoints_reads_by_walking_the_block(fs_store, tmp_path
     hot = LocalLedgerStore(tmp_path / "hot")
     ledger = sealed_ledger(hot, KIB_ENTRIES[:500])
     off = LedgerOffloader(
-        fs_store, max_block_size=64 * 1024, read_buffer=MIB, offset_cache=OffsetCache(), checkpoint_interval=0
+        fs_store, max_block_size=64 * 1024, read_buffer=MIB, offset_cache=OffsetCache(), checkpoint_interval=0,
+        checksum_chunk=0,
     )
     obj = off.offload(ledger, UUID)
     h = off.read_offloaded(obj.ledger_id, UUID)
@@ -362,12 +372,26 @@ def test_index_without_checkpoints_reads_by_walking_the_block(fs_store, tmp_path
 
 
 def test_unknown_index_trailer_is_ignored(blob_store, tmp_path: Path) -> None:
+    """An index whose metadata declares no checksums (another writer's) may carry any extension."""
     payloads = KIB_ENTRIES[:300]
     off, obj = offload(blob_store, tmp_path, payloads, max_block_size=64 * 1024)
     h = off.read_offloaded(obj.ledger_id, UUID)
-    assert h.index.trailer != b""  # this project writes checkpoints
+    assert h.index.trailer != b""  # this project writes checkpoints and checksums
     raw = blob_store.get(obj.index_key)
     base = len(raw) - len(h.index.trailer)
-    rewrite(blob_store, obj.index_key, data=raw[:base] + b"another extension, not checkpoints")
+    rewrite(blob_store, obj.index_key, data=raw[:base] + b"another extension, not checkpoints",
+            drop=C.METADATA_CHECKSUMS_KEY)
     for e in (0, 1, 150, 299):
         assert off.read_offloaded(obj.ledger_id, UUID).read(e, e)[0].data == payloads[e]
+
+
+def test_declared_checksums_cannot_be_dropped(blob_store, tmp_path: Path) -> None:
+    """This project's index declares its checksums: a trailer replaced by anything else is corruption,
+    never a silent fall back to unverified reads."""
+    off, obj = offload(blob_store, tmp_path, KIB_ENTRIES[:300], max_block_size=64 * 1024)
+    raw = blob_store.get(obj.index_key)
+    base = len(raw) - len(off.read_offloaded(obj.ledger_id, UUID).index.trailer)
+    for trailer in (b"", b"another extension, not checkpoints", raw[base:-40]):
+        rewrite(blob_store, obj.index_key, data=raw[:base] + trailer)
+        with pytest.raises(CorruptObjectError, match=obj.index_key):
+            off.read_offloaded(obj.ledger_id, UUID)

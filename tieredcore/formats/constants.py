@@ -56,6 +56,12 @@ INDEX_ENTRY_LENGTH = 20
 INDEX_CHECKPOINTS_MAGIC = 0x54534331  # "TSC1"
 #: default distance in frame bytes between two checkpoints (16 bytes of index per interval)
 DEFAULT_CHECKPOINT_INTERVAL = 8192
+#: V1 index trailer section after the checkpoints: a CRC32C per fixed-size chunk of the data object and
+#: one over the index itself (docs/formats.md, tieredcore.formats.trailer)
+INDEX_CHECKSUMS_MAGIC = 0x54534B31  # "TSK1"
+#: default checksum chunk: a random read fetches whole chunks, so this bounds its overhead (= the
+#: checkpoint interval: a random read fetches at most two chunks more than it returns)
+DEFAULT_CHECKSUM_CHUNK = 8 * 1024
 
 # --- object user metadata (keys lower-cased, as S3 returns them) --------------------------------
 
@@ -74,8 +80,18 @@ ROLE_INDEX = "index"
 METADATA_MANAGED_LEDGER_NAME_KEY = "managedledgername"
 #: Pulsar: "pulsarClusterName"
 METADATA_CLUSTER_NAME_KEY = "pulsarclustername"
+#: this project: identity of the metadata store whose workspace wrote the object (ownership checks)
+METADATA_OWNER_KEY = "tieredowner"
+#: this project, on index objects: "crc32c/<chunk size>" when the index trailer carries checksums (a
+#: reader then refuses an index whose checksum section is missing or damaged)
+METADATA_CHECKSUMS_KEY = "tieredchecksums"
 
 # --- BookKeeper LedgerMetadataFormat values written into a V1 index (spec/02) -------------------
 
 #: ensemble member Pulsar's offloader writes into the offloaded ledger's metadata
 OFFLOADED_ENSEMBLE_MEMBER = "127.0.0.1:3181"
+#: custom metadata this project adds to the ledger metadata inside an index: the ledger's id (the V1
+#: format keeps it only in the key), so an index copied under another ledger's key is recognised
+CUSTOM_LEDGER_ID_KEY = "tiered/ledgerId"
+#: custom metadata naming the ledger's managed ledger (Pulsar's own key, spec/02)
+CUSTOM_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"

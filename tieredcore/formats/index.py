@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import starmap
 
+import crc32c
 from google.protobuf.message import DecodeError
 
 from tieredcore.errors import (
@@ -23,7 +24,6 @@ from tieredcore.errors import (
 )
 from tieredcore.formats.constants import (
     BLOCK_HEADER_LENGTH,
-    INDEX_CHECKPOINTS_MAGIC,
     INDEX_ENTRY_LENGTH,
     INDEX_MAGIC_V1,
     INDEX_MAGIC_V2,
@@ -33,6 +33,7 @@ from tieredcore.formats.constants import (
 )
 from tieredcore.formats.ledger_metadata import decode_ledger_metadata
 from tieredcore.formats.proto import MLDataFormats_pb2
+from tieredcore.formats.trailer import IndexTrailer, parse_trailer
 from tieredcore.model import STATE_CLOSED, LedgerMetadata
 
 Buffer = bytes | bytearray | memoryview
@@ -115,7 +116,8 @@ class LedgerIndex:
     data_header_length: int
     entries: tuple[IndexEntry, ...]
     index_length_field: int = 0  # as stored; readers ignore it (checked by check_index_v1)
-    trailer: bytes = b""  # bytes after the entries (ignored by readers; room for extensions)
+    trailer: bytes = b""  # bytes after the entries (ignored by Pulsar's reader; this project's extensions)
+    trailer_prefix_crc: int = 0  # CRC32C of the index bytes before the trailer (the trailer's checksum chains it)
     _ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -182,6 +184,7 @@ def _parse_v1(buf: memoryview, ledger_id: int) -> LedgerIndex:
     metadata_bytes = bytes(buf[INDEX_V1_HEADER_LENGTH:meta_end])
     entries = _parse_entries(buf, meta_end, n, what)
     metadata = decode_ledger_metadata(metadata_bytes, ledger_id)
+    entries_end = meta_end + INDEX_ENTRY_LENGTH * n
     return LedgerIndex(
         metadata=metadata,
         metadata_bytes=metadata_bytes,
@@ -189,7 +192,8 @@ def _parse_v1(buf: memoryview, ledger_id: int) -> LedgerIndex:
         data_header_length=header_length,
         entries=entries,
         index_length_field=index_length,
-        trailer=bytes(buf[meta_end + INDEX_ENTRY_LENGTH * n :]),
+        trailer=bytes(buf[entries_end:]),
+        trailer_prefix_crc=crc32c.crc32c(buf[:entries_end]) if len(buf) > entries_end else 0,
     )
 
 
@@ -200,20 +204,22 @@ def check_index_v1(
     max_block_size: int | None = None,
     expected_last_entry_id: int | None = None,
     expected_length: int | None = None,
+    check_length_field: bool = True,
 ) -> None:
     """Index side of spec/01's conformance checklist; FormatError on the first violation.
 
     Checks: length field = 32 + M + 20n; ids strictly increasing from 0; part ids 1..n; offsets a
     running sum from 0 of positive block sizes (optionally every non-last block == max_block_size);
     data object length = actual size; metadata state CLOSED; lastEntryId >= last block's first id
-    (and = the expected LAC / length when given); header length 128.
+    (and = the expected LAC / length when given); header length 128. Readers pass
+    ``check_length_field=False``: Pulsar's reader ignores that field (spec/01).
     """
     what = f"ledger {index.ledger_id} index"
     entries = index.entries
     n = len(entries)
     m = len(index.metadata_bytes)
     want_len = INDEX_V1_HEADER_LENGTH + m + INDEX_ENTRY_LENGTH * n
-    if index.index_length_field != want_len:
+    if check_length_field and index.index_length_field != want_len:
         raise FormatError(
             f"{what}: index length field {index.index_length_field} != 32 + M + 20n = {want_len}"
         )
@@ -449,38 +455,17 @@ def parse_index_v1(buf: Buffer, ledger_id: int = -1) -> LedgerIndex:
 
 
 # ================================================================================================
-# V1 trailer extension: entry checkpoints
+# V1 trailer (tieredcore.formats.trailer)
 # ================================================================================================
 
-_CP_HEADER = struct.Struct(">Ii")  # magic, count
 
-
-def encode_checkpoints(checkpoints: Sequence[tuple[int, int]]) -> bytes:
-    """Trailer of ``(entryId, frame offset in the data object)`` pairs, appended after a V1 index's
-    entries (Pulsar's reader ignores bytes there; so does the index length field)."""
-    if not checkpoints:
-        return b""
-    flat = [v for cp in checkpoints for v in cp]
-    return _CP_HEADER.pack(INDEX_CHECKPOINTS_MAGIC, len(checkpoints)) + struct.pack(f">{len(flat)}q", *flat)
+def index_trailer(index: LedgerIndex) -> IndexTrailer:
+    """The parsed sections of the index's trailer (checkpoints, checksums)."""
+    return parse_trailer(index.trailer, index.trailer_prefix_crc, index.last_entry_id, index.data_object_length)
 
 
 def parse_checkpoints(index: LedgerIndex) -> tuple[list[int], list[int]]:
     """``(entry ids, frame offsets)`` of the index's checkpoint trailer; empty lists when there is
     none or it is not one this reader understands (readers then walk blocks from their start)."""
-    t = index.trailer
-    if len(t) < _CP_HEADER.size:
-        return [], []
-    magic, count = _CP_HEADER.unpack_from(t, 0)
-    if magic != INDEX_CHECKPOINTS_MAGIC or count <= 0 or len(t) < _CP_HEADER.size + 16 * count:
-        return [], []
-    flat = struct.unpack_from(f">{2 * count}q", t, _CP_HEADER.size)
-    ids, offs = list(flat[0::2]), list(flat[1::2])
-    ok = (
-        all(a < b for a, b in zip(ids, ids[1:], strict=False))
-        and all(a < b for a, b in zip(offs, offs[1:], strict=False))
-        and ids[0] > 0
-        and ids[-1] <= index.last_entry_id
-        and offs[0] >= BLOCK_HEADER_LENGTH
-        and offs[-1] < index.data_object_length
-    )
-    return (ids, offs) if ok else ([], [])
+    t = index_trailer(index)
+    return t.checkpoint_ids, t.checkpoint_offsets

@@ -3,6 +3,12 @@
 Write order: data object (multipart, block i = part i+1), then index object (single PUT). The index is
 the commit point. On any failure the multipart upload is aborted, or the data object deleted, before
 the error propagates: a failed offload leaves no object behind.
+
+Integrity (docs/formats.md): the index trailer carries a CRC32C per fixed-size chunk of the data object
+and one over the index itself, computed from the CRC-verified hot-tier bytes as they are uploaded; the
+ledger metadata inside the index names the ledger id. Opening an offloaded ledger checks the index's
+structure, its checksum and (given the topic's LedgerInfo) that it describes this ledger of this topic;
+reads verify every chunk they fetch.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ import threading
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tieredcore import __version__
 from tieredcore.errors import (
+    CorruptObjectError,
     FormatError,
     LedgerStateError,
     NoSuchLedgerError,
@@ -35,12 +42,13 @@ from tieredcore.formats.block import (
     padding,
     plan_blocks,
 )
-from tieredcore.formats.index import LedgerIndex, encode_checkpoints, encode_index_v1, parse_index
+from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
+from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.model import STATE_CLOSED, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.keys import data_key, index_key, normalize_prefix
-from tieredcore.offload.reader import OffloadedLedgerHandle
+from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.stores.blob import BlobStore
 
 log = logging.getLogger(__name__)
@@ -73,6 +81,10 @@ class LedgerOffloader:
         cluster: str = "standalone",
         offset_cache: OffsetCache | None = None,
         checkpoint_interval: int = C.DEFAULT_CHECKPOINT_INTERVAL,
+        checksum_chunk: int = C.DEFAULT_CHECKSUM_CHUNK,
+        verify_reads: bool = True,
+        owner: str = "",
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         if max_block_size < C.BLOCK_HEADER_LENGTH + C.ENTRY_HEADER_SIZE:
             raise ValidationError(f"max_block_size {max_block_size} is below the 140-byte minimum")
@@ -80,6 +92,8 @@ class LedgerOffloader:
             raise ValidationError("read_buffer must be positive")
         if checkpoint_interval < 0:
             raise ValidationError("checkpoint_interval must be >= 0 (0: no checkpoints)")
+        if checksum_chunk < 0 or (0 < checksum_chunk < 512):
+            raise ValidationError(f"checksum_chunk must be 0 (no checksums) or at least 512 bytes, got {checksum_chunk}")
         self.store = store
         self.prefix = normalize_prefix(prefix)
         self.max_block_size = max_block_size
@@ -90,6 +104,11 @@ class LedgerOffloader:
         # exact frame offsets every `checkpoint_interval` frame bytes, in the index trailer (which
         # Pulsar ignores): a random read walks at most that far instead of from its block's start
         self.checkpoint_interval = checkpoint_interval
+        # a CRC32C per `checksum_chunk` bytes of the data object, in the index trailer; reads verify them
+        self.checksum_chunk = checksum_chunk
+        self.verify_reads = verify_reads
+        self.owner = owner  # identity of the metadata store this workspace writes for (ownership checks)
+        self.before_write = before_write  # e.g. the store-ownership check, before the first object is written
 
     # -- write --------------------------------------------------------------------------------
 
@@ -103,6 +122,8 @@ class LedgerOffloader:
                 C.METADATA_SOFTWARE_VERSION_KEY: __version__,
             }
         )
+        if self.owner:
+            md[C.METADATA_OWNER_KEY] = self.owner
         return md
 
     def offload(
@@ -123,6 +144,9 @@ class LedgerOffloader:
         plans = plan_blocks(sizes, self.max_block_size)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
         dkey, ikey = data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid)
+        if self.before_write is not None:
+            self.before_write()
+        crcs = ChunkCrcWriter(self.checksum_chunk) if self.checksum_chunk else None
 
         upload_id = self.store.initiate_multipart(dkey, self.user_metadata("data", extra_metadata))
         try:
@@ -138,11 +162,13 @@ class LedgerOffloader:
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
                     zero_copy = bool(getattr(self.store, "copies_file_slices", False))
-                    pending = pool.submit(_block_bytes, ledger, plans[0], bufs[0], zero_copy)
+                    # block bytes are fed to the chunk checksums inside the (single) worker, in block order
+                    pending = pool.submit(_block_bytes, ledger, plans[0], bufs[0], zero_copy, crcs)
                     for i, plan in enumerate(plans):
                         block = pending.result()
                         if i + 1 < len(plans):
-                            pending = pool.submit(_block_bytes, ledger, plans[i + 1], bufs[(i + 1) % 2], zero_copy)
+                            pending = pool.submit(_block_bytes, ledger, plans[i + 1], bufs[(i + 1) % 2], zero_copy,
+                                                  crcs)
                         parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
                         done += plan.block_size
                         if isinstance(block, memoryview):
@@ -160,10 +186,17 @@ class LedgerOffloader:
 
         entries = index_entries_for(plans)
         md = _ledger_metadata(ledger)
-        trailer = encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval))
+        index = encode_index_v1(encode_ledger_metadata(md), total, entries)
+        index += encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval))
+        index_md = self.user_metadata("index", extra_metadata)
+        if crcs is not None:
+            chunk_crcs = crcs.finish()
+            if crcs.length != total:  # the bytes hashed are the bytes uploaded, or nothing is committed
+                raise FormatError(f"ledger {lid}: checksummed {crcs.length} bytes, uploaded {total}")
+            index += encode_checksums(index, self.checksum_chunk, chunk_crcs)
+            index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{self.checksum_chunk}"
         try:
-            self.store.put(ikey, encode_index_v1(encode_ledger_metadata(md), total, entries) + trailer,
-                           self.user_metadata("index", extra_metadata))
+            self.store.put(ikey, index, index_md)
         except BaseException:
             _quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
             raise
@@ -171,7 +204,12 @@ class LedgerOffloader:
 
     # -- read ---------------------------------------------------------------------------------
 
-    def read_offloaded(self, ledger_id: int, uuid: uuidlib.UUID | str) -> OffloadedLedgerHandle:
+    def read_offloaded(
+        self, ledger_id: int, uuid: uuidlib.UUID | str, expect: ExpectedLedger | None = None
+    ) -> OffloadedLedgerHandle:
+        """Open an offloaded ledger. The index must be well formed, pass its checksum (this project's
+        objects) and, given ``expect`` (the topic's LedgerInfo), describe exactly that ledger: else
+        FormatError / CorruptObjectError, never a handle that reads the wrong data."""
         dkey, ikey = data_key(self.prefix, uuid, ledger_id), index_key(self.prefix, uuid, ledger_id)
         try:
             info = self.store.head(ikey)
@@ -187,11 +225,18 @@ class LedgerOffloader:
         if not isinstance(index, LedgerIndex):
             raise NoSuchLedgerError(f"{ikey} is a multi-ledger (V2) index, not a ledger index")
         if index.data_object_length != data_info.size:
-            raise FormatError(
+            raise CorruptObjectError(
                 f"{dkey}: size {data_info.size} differs from the index's data object length "
                 f"{index.data_object_length}"
             )
-        return OffloadedLedgerHandle(self.store, dkey, ledger_id, index, self.read_buffer, self.offset_cache)
+        trailer = index_trailer(index)
+        if trailer.problem:
+            raise CorruptObjectError(f"{ikey}: {trailer.problem}")
+        if trailer.checksums is None and info.metadata.get(C.METADATA_CHECKSUMS_KEY):
+            raise CorruptObjectError(f"{ikey}: its metadata declares checksums but the index has no checksum section")
+        check_offloaded_index(index, ikey, ledger_id, expect, data_info.metadata.get(C.METADATA_MANAGED_LEDGER_NAME_KEY))
+        return OffloadedLedgerHandle(self.store, dkey, ledger_id, index, self.read_buffer, self.offset_cache,
+                                     trailer=trailer, verify=self.verify_reads)
 
     def delete_offloaded(self, ledger_id: int, uuid: uuidlib.UUID | str) -> None:
         """Delete both objects and abort any unfinished upload of the attempt. Idempotent."""
@@ -231,6 +276,37 @@ class BufferPool:
             del self._idle[self.keep :]
 
 
+def check_offloaded_index(
+    index: LedgerIndex, ikey: str, ledger_id: int, expect: ExpectedLedger | None, data_owner: str | None = None
+) -> None:
+    """The index is well formed and describes ledger ``ledger_id`` (and, given ``expect``, its topic's
+    entries, size and name): FormatError naming the index otherwise."""
+    try:
+        check_index_v1(index, index.data_object_length, check_length_field=False)
+    except FormatError as e:
+        raise FormatError(f"{ikey}: {e}") from None
+    custom = index.metadata.custom_metadata
+    named = custom.get(C.CUSTOM_LEDGER_ID_KEY)
+    if named is not None and named != str(ledger_id).encode():
+        raise FormatError(f"{ikey}: the index belongs to ledger {named.decode('utf-8', 'replace')}, not {ledger_id}")
+    if expect is None:
+        return
+    problems = []
+    if expect.entries is not None and index.last_entry_id + 1 != expect.entries:
+        problems.append(f"{index.last_entry_id + 1} entries (the topic says {expect.entries})")
+    if expect.size is not None and index.length != expect.size:
+        problems.append(f"{index.length} bytes (the topic says {expect.size})")
+    if expect.topic is not None:
+        ml = custom.get(C.CUSTOM_MANAGED_LEDGER_KEY)
+        if ml is not None and ml.decode("utf-8", "replace") != expect.topic:
+            problems.append(f"managed ledger {ml.decode('utf-8', 'replace')!r} (the topic is {expect.topic!r})")
+        if data_owner is not None and data_owner != expect.topic:
+            problems.append(f"a data object of managed ledger {data_owner!r} (the topic is {expect.topic!r})")
+    if problems:
+        raise FormatError(f"{ikey}: offloaded copy of ledger {ledger_id} does not match the topic's metadata: it "
+                          f"holds {'; '.join(problems)}")
+
+
 def _check_version(metadata: Mapping[str, str], key: str) -> None:
     v = metadata.get(C.METADATA_FORMAT_VERSION_KEY)
     if v != C.CURRENT_FORMAT_VERSION:
@@ -251,11 +327,14 @@ def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
 
 
 def _block_bytes(
-    ledger: ReadHandle, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool
+    ledger: ReadHandle, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool, crcs: ChunkCrcWriter | None
 ) -> bytes | memoryview | list:
     read_into = getattr(ledger, "read_frames_into", None)
     if read_into is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
-        return build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
+        block = build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
+        if crcs is not None:
+            crcs.update(block)
+        return block
     # hot tier: the frames are already in block format on disk; read them straight into the block
     # buffer (one copy from the page cache, no join) and write header and padding around them
     mv = memoryview(buf)[: plan.block_size]
@@ -269,17 +348,24 @@ def _block_bytes(
         # a local store copies the (just verified, immutable) frames from the hot-tier file in the
         # kernel: on the machines measured, user-space writes into new files ran at a fifth of
         # copy_file_range's speed
+        if crcs is not None:
+            for piece in (header, frames, pad):
+                crcs.update(piece)
         return [header, frames_slice(plan.first_entry, plan.last_entry), pad]
     mv[:hl] = header
     mv[hl + plan.frames_length :] = pad
+    if crcs is not None:
+        crcs.update(mv)
     return mv
 
 
 def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:
+    """The ledger metadata written into the index: the hot tier's, plus the ledger id (custom metadata
+    Pulsar's reader ignores) so that an index copied under another ledger's key is recognised."""
     md = getattr(ledger, "metadata", None)
-    if isinstance(md, LedgerMetadata):
-        return md
-    return LedgerMetadata(ledger.ledger_id, STATE_CLOSED, ledger.last_add_confirmed, ledger.length)
+    if not isinstance(md, LedgerMetadata):
+        md = LedgerMetadata(ledger.ledger_id, STATE_CLOSED, ledger.last_add_confirmed, ledger.length)
+    return replace(md, custom_metadata={**md.custom_metadata, C.CUSTOM_LEDGER_ID_KEY: str(ledger.ledger_id).encode()})
 
 
 def _quietly(what: str, fn: Callable[..., object], *args: object) -> None:

@@ -11,6 +11,11 @@ the index's floor block, and walk frames, fetching ranged GETs:
 
 Fetched windows are kept in a small LRU shared by the handle's readers, so concurrent readers at
 different positions keep their own buffered bytes instead of evicting one shared buffer (Pulsar #18723).
+
+When the index carries chunk checksums (this project's objects, docs/formats.md) every fetch covers
+whole chunks and is verified before any byte of it is used: a flipped byte fails the read with
+CorruptObjectError naming the object and range, never returns other data. Pulsar's objects have no
+checksums and read as before (frame ids and lengths are still checked).
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from tieredcore.errors import BadRangeError, FormatError
 from tieredcore.formats import constants as C
-from tieredcore.formats.index import LedgerIndex, parse_checkpoints
+from tieredcore.formats.index import LedgerIndex, index_trailer
+from tieredcore.formats.mlinfo import LedgerInfo
+from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
 from tieredcore.model import Entry
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.stores.blob import BlobStore
@@ -30,6 +38,19 @@ from tieredcore.stores.blob import BlobStore
 _FRAME = struct.Struct(">iq")
 _MAX_WINDOWS = 8
 _MAX_STREAMS = 16
+
+
+@dataclass(frozen=True)
+class ExpectedLedger:
+    """What the topic's metadata says an offloaded ledger holds; opening checks the index against it."""
+
+    entries: int | None = None
+    size: int | None = None
+    topic: str | None = None  # managed-ledger name
+
+    @classmethod
+    def of(cls, li: LedgerInfo, topic: str | None = None) -> ExpectedLedger:
+        return cls(li.entries if li.HasField("entries") else None, li.size if li.HasField("size") else None, topic)
 
 
 class OffloadedLedgerHandle:
@@ -41,6 +62,8 @@ class OffloadedLedgerHandle:
         index: LedgerIndex,
         read_buffer: int,
         offset_cache: OffsetCache,
+        trailer: IndexTrailer | None = None,
+        verify: bool = True,
     ) -> None:
         self.store = store
         self.key = key
@@ -52,8 +75,12 @@ class OffloadedLedgerHandle:
         self._object_length = index.data_object_length
         entries = max(index.last_entry_id + 1, 1)
         self._avg_frame = index.length / entries + C.ENTRY_HEADER_SIZE
+        trailer = trailer if trailer is not None else index_trailer(index)
         # exact frame offsets inside blocks (index trailer extension; absent in Pulsar's objects)
-        self._cp_ids, self._cp_offsets = parse_checkpoints(index)
+        self._cp_ids, self._cp_offsets = trailer.checkpoint_ids, trailer.checkpoint_offsets
+        # chunk checksums (absent in Pulsar's objects): fetches are chunk-aligned and verified
+        self.checksums: ChunkChecksums | None = trailer.checksums
+        self._verify = verify and self.checksums is not None
         self._lock = threading.Lock()
         self._windows: OrderedDict[int, bytes] = OrderedDict()  # start offset -> bytes
         self._streams: OrderedDict[int, None] = OrderedDict()  # offsets where earlier reads stopped
@@ -156,18 +183,51 @@ class OffloadedLedgerHandle:
                 if start <= pos and pos + need <= start + len(data):
                     self._windows.move_to_end(start)
                     return start, data
-        size = self.read_buffer if sequential else min(self.read_buffer, int(expected) + 4096)
+        # a random read fetches what it expects to return; without checksums a little slack absorbs a
+        # wrong estimate, with checksums the widening to whole chunks does
+        slack = 0 if self._verify else 4096
+        size = self.read_buffer if sequential else min(self.read_buffer, int(expected) + slack)
         size = max(size, need)
-        end = min(pos + size, self._object_length) - 1
-        if pos > end:
+        if pos >= self._object_length:
             raise FormatError(f"{self.key}: read at offset {pos} beyond object end {self._object_length}")
-        data = self.store.get_range(self.key, pos, end)
-        if len(data) < min(need, self._object_length - pos):
-            raise FormatError(f"{self.key}: short read at offset {pos}: {len(data)} bytes")
+        start = pos
+        if self._verify:  # windows start on a chunk boundary, so a stream's windows stay read_buffer long
+            assert self.checksums is not None
+            start -= start % self.checksums.chunk_size
+            size = max(size, pos + need - start)
+        start, data = self._get(start, min(start + size, self._object_length))
+        if start + len(data) < pos + min(need, self._object_length - pos):
+            raise FormatError(f"{self.key}: short read at offset {pos}: {start + len(data) - pos} bytes")
+        with self._lock:
+            self._windows[start] = data
+            while len(self._windows) > _MAX_WINDOWS:
+                self._windows.popitem(last=False)
+        return start, data
+
+    def _get(self, start: int, end: int) -> tuple[int, bytes]:
+        """One ranged GET of ``[start, end)`` widened to whole chunks and verified when the object has
+        checksums; returns (its start, its bytes)."""
+        if self._verify:
+            assert self.checksums is not None
+            start, end = self.checksums.align(start, end)
+        data = self.store.get_range(self.key, start, end - 1)
         with self._lock:
             self.requests += 1
             self.bytes_fetched += len(data)
-            self._windows[pos] = data
-            while len(self._windows) > _MAX_WINDOWS:
-                self._windows.popitem(last=False)
-        return pos, data
+        if self._verify:
+            assert self.checksums is not None
+            if len(data) != end - start:
+                raise FormatError(f"{self.key}: short read of bytes {start}-{end - 1}: {len(data)} bytes")
+            self.checksums.verify(data, start, self.key)
+        return start, data
+
+    def read_range(self, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of the data object (verified like every fetch; not cached): for
+        streaming scans such as verification against the hot tier."""
+        if start < 0 or end > self._object_length or start >= end:
+            raise BadRangeError(f"{self.key}: range {start}..{end} outside 0..{self._object_length}")
+        got_start, data = self._get(start, end)
+        mv = memoryview(data)[start - got_start : end - got_start]
+        if len(mv) != end - start:
+            raise FormatError(f"{self.key}: short read of bytes {start}-{end - 1}: {len(mv)} bytes")
+        return mv

@@ -567,6 +567,11 @@ class LocalLedgerHandle:
         """Payload sizes of entries 0..LAC (a copy, array('i'))."""
         return array.array("i", self._lens)
 
+    def entry_crcs(self) -> Sequence[int]:
+        """CRC32C of every frame (12-byte header + payload) of entries 0..LAC, as recorded at append
+        (a copy, array('I')): what an offloaded copy's frames must hash to."""
+        return array.array("I", self._crcs)
+
     def frame_offset(self, entry_id: int) -> int:
         """Offset of entry_id's frame in the .log; entry_id = LAC + 1 gives the end of the frames."""
         entry_id = _check_entry_id("entry_id", entry_id)
