@@ -462,20 +462,21 @@ def test_verify_detects_a_corrupted_offloaded_entry(gen: Cli) -> None:
     # last byte of entry 0's payload (after the 16-byte workload header)
     _flip(obj, BLOCK_HEADER_LENGTH + ENTRY_HEADER_SIZE + length - 1)
 
+    # the offloaded copy fails its checksum; the hot copy still exists and is intact: every entry reads
+    # back correctly from it, and verify says which copy is damaged (exit 1), never a silent pass
     res = gen.json("verify", expect=1)
-    rows = {r["topic"]: r for r in res["topics"]}
-    bad = rows[f"persistent://{TA0}"]
-    assert bad["ok"] is False
-    # either the payload check or the reader itself names the entry; never a silent pass
-    assert f"{first['ledger']}:0" in bad["reason"] or f"ledger {first['ledger']}" in bad["reason"]
-    assert res["failed"] == 1 and res["verified"] == 3  # the other topics are still verified
-    assert all(r["ok"] for t, r in rows.items() if t != f"persistent://{TA0}")
+    assert res["verified"] == 4 and res["failed"] == 0 and res["fallbacks"] == 1
+    (note,) = res["damaged_copies"]
+    assert f"{TA0.replace('/', '/', 1)}".split("/")[-1] in note and f"ledger {first['ledger']}" in note
+    assert "CorruptObjectError" in note and "reading the hot copy" in note
 
     code, out, err = gen("verify", TA0)
-    assert code == 1
-    assert out.startswith(f"FAILED   persistent://{TA0}") and "Traceback" not in err
-    # the hot copy still exists and is intact: bookkeeper-first reads it
+    assert code == 1 and "DAMAGED" in out and "Traceback" not in err
     assert gen.json("verify", TA0, "--read-priority", "bookkeeper-first")["verified"] == 1
+    # without the hot copy, the damaged entry fails the read: never another entry, never a pass
+    (gen.root / "hot" / f"{first['ledger']}.meta").unlink()
+    res = gen.json("verify", TA0, expect=1)
+    assert res["failed"] == 1 and f"ledger {first['ledger']}" in res["topics"][0]["reason"]
 
 
 def test_corrupted_hot_ledger_fails_cleanly(gen: Cli) -> None:

@@ -270,7 +270,9 @@ def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dic
                 print(f"{pos}\t{len(data)}" + (f"\t{item['data']}" if "data" in item else ""))
     finally:
         reader.close()
-    return {"entries": out, "tier_reads": reader.tier_reads, "_printed": True}
+    for note in reader.fallback_notes:
+        _err(f"tiered read: {note}")
+    return {"entries": out, "tier_reads": reader.tier_reads, "fallbacks": reader.fallbacks, "_printed": True}
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -322,9 +324,11 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
     finally:
         reader.close()
     el = time.monotonic() - started
+    # every entry read correctly, but from the other copy: a copy is damaged (exit 1, say which)
     return {"topics": rows, "verified": sum(1 for r in rows if r["ok"]), "failed": failures,
             "bytes": total_bytes, "seconds": round(el, 3), "tier_reads": reader.tier_reads,
-            "_exit": EXIT_FAILED if failures else EXIT_OK}
+            "fallbacks": reader.fallbacks, "damaged_copies": reader.fallback_notes,
+            "_exit": EXIT_FAILED if failures or reader.fallbacks else EXIT_OK}
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -368,6 +372,10 @@ def _print_human(cmd: str, res: dict[str, Any]) -> None:
             print(f"{status:<8} {r['topic']} {r.get('entries', '')} {r.get('reason', '')}".rstrip())
         print(f"verified {res['verified']} topic(s), {res['failed']} failed, {_mib(res['bytes'])} "
               f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
+        for note in res["damaged_copies"]:
+            print(f"DAMAGED  {note}")
+        if res["fallbacks"]:
+            print(f"{res['fallbacks']} ledger(s) were read from their other copy: see `tiered scrub --repair`")
         return
     if cmd == "offload":
         print(f"offloaded {res['offloaded']} ledger(s) of {res['topics']} topic(s), {_mib(res['bytes'])} "

@@ -47,6 +47,8 @@ ENV_OVERRIDES = {
     "TIERED_CHECKPOINT_INTERVAL": "checkpoint_interval",
     "TIERED_CHECKSUM_CHUNK": "checksum_chunk",
     "TIERED_VERIFY_READS": "verify_reads",
+    "TIERED_STORE_FAILURE_LIMIT": "store_failure_limit",
+    "TIERED_LEASE_TTL_MS": "lease_ttl_ms",
 }
 
 
@@ -68,6 +70,10 @@ class Config:
     checksum_chunk: int = DEFAULT_CHECKSUM_CHUNK
     # reads check every chunk they fetch against its checksum (off only to measure the cost)
     verify_reads: bool = True
+    # a run stops after this many consecutive object-store failures (the rest: "aborted"); 0 never stops
+    store_failure_limit: int = 5
+    # how long a runner's per-topic lease lasts without renewal (a crashed holder's lease then expires)
+    lease_ttl_ms: int = 15 * 60 * 1000
     # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
     store_fsync: bool = True
     hot_fsync: bool = False
@@ -84,6 +90,10 @@ class Config:
             raise ValidationError("configuration: read_buffer must be positive")
         if self.checkpoint_interval < 0:
             raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
+        if self.store_failure_limit < 0:
+            raise ValidationError("configuration: store_failure_limit must be >= 0 (0: never stop)")
+        if self.lease_ttl_ms <= 0:
+            raise ValidationError("configuration: lease_ttl_ms must be positive")
         if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:
             raise ValidationError("configuration: checksum_chunk must be 0 (none) or at least 512 bytes")
 

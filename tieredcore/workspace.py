@@ -13,7 +13,9 @@ from tieredcore.lifecycle.deletion_log import DeletionLog
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.metadata import MetadataStore
 from tieredcore.topic.reader import TIERED_FIRST, TopicReader
@@ -36,6 +38,15 @@ class Workspace:
     def deletion_log(self) -> DeletionLog:
         """Pending-deletion records of two-phase deletion (spec/05), in the metadata store."""
         return DeletionLog(self.metadata)
+
+    @cached_property
+    def leases(self) -> TopicLeases:
+        """Per-topic leases (one runner offloads or repairs a topic at a time)."""
+        return TopicLeases(self.metadata, ttl_ms=self.config.lease_ttl_ms)
+
+    def failure_budget(self) -> StoreFailureBudget:
+        """A fresh budget of consecutive object-store failures for one run (or one Spark task)."""
+        return StoreFailureBudget(self.config.store_failure_limit)
 
     @cached_property
     def hot(self) -> LocalLedgerStore:
@@ -73,7 +84,7 @@ class Workspace:
         offloader: LedgerOffloader | None = None,
     ) -> TopicOffloader:
         return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress,
-                              deletion_log=self.deletion_log)
+                              deletion_log=self.deletion_log, leases=self.leases)
 
     def _offloader_for_url(self, url: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
         k = (url, max_block_size, read_buffer)

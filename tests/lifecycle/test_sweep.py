@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from tieredcore import cli
-from tieredcore.errors import TopicNotFoundError, ValidationError
+from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
 from tieredcore.lifecycle.deletion_log import DeletionLog, DeletionRecord
 from tieredcore.lifecycle.drain import drain
@@ -80,6 +80,15 @@ def offload_all_at(ws, as_of, ns=None):
     res = run(ws, plan_offload(ws, ns, as_of))
     assert res and all(r.outcome == "offloaded" for r in res), res
     return res
+
+
+def records_of(ws, typ: str) -> list[DeletionRecord]:
+    return sorted((e.record for e in DeletionLog(ws.metadata).pending() if e.record.type == typ),
+                  key=lambda r: (r.ledger_id, r.uuid))
+
+
+def lag_records_of(ws, typ: str) -> list[tuple[str, int]]:
+    return sorted((r.topic, r.ledger_id) for r in records_of(ws, typ))
 
 
 def lag_records(ws) -> list[tuple[str, int]]:
@@ -516,26 +525,80 @@ def _corrupt_index(ws, li, how):
         raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["index-deleted", "data-deleted", "index-garbage", "index-truncated", "index-empty",
-                                 "index-version", "entries-mismatch", "size-mismatch", "data-truncated"])
+def _flip_data(ws, li, how):
+    """Damage that leaves the index, the entry count and the size as they were."""
+    dkey = data_key("", context_uuid(li), li.ledgerId)
+    md, data = ws.store.head(dkey).metadata, bytearray(ws.store.get(dkey))
+    if how == "payload-byte":
+        data[128 + 12 + 50] ^= 0x01  # inside entry 0's payload
+    elif how == "frame-length":
+        data[128 + 3] ^= 0x01  # entry 0's length field: 100 -> 101
+    else:
+        raise AssertionError(how)
+    ws.store.put(dkey, bytes(data), md)
+
+
+REPAIRABLE = ["index-deleted", "data-deleted", "index-garbage", "index-truncated", "index-empty", "index-version",
+              "data-truncated", "payload-byte", "frame-length"]
+
+
+@pytest.mark.parametrize("how", [*REPAIRABLE, "entries-mismatch", "size-mismatch"])
 def test_cleanup_never_deletes_a_hot_copy_whose_offloaded_copy_fails_verification(offloaded_ws, how):
+    """The proof before a hot copy is marked is a checksum of every frame, not a count: a damaged
+    offloaded copy keeps its hot copy (verify-failed) and is replaced by a verified re-offload; the
+    damaged attempt goes to the deletion log."""
     ws = offloaded_ws
     ids = sealed_ids(ws)
     victim = ledger_infos(ws)[0]
-    _corrupt_index(ws, victim, how)
-    res = run(ws, plan_lag_cleanup(ws, None, END_MS + HOUR + 1))
+    damaged = context_uuid(victim)
+    if how in ("payload-byte", "frame-length"):
+        _flip_data(ws, victim, how)
+    else:
+        _corrupt_index(ws, victim, how)
+    as_of = END_MS + HOUR + 1
+    res = run(ws, plan_lag_cleanup(ws, None, as_of))
     by_ledger = {r.ledger: r for r in res}
     bad = by_ledger[ids[0]]
-    assert bad.outcome == "verify-failed" and bad.failed and bad.error, bad
+    assert bad.outcome == "verify-failed" and bad.failed and "hot copy kept" in bad.error, bad
     assert ws.hot.exists(ids[0])
-    assert not ledger_infos(ws)[0].offloadContext.bookkeeperDeleted
-    # the other ledger of the same topic is still cleaned up; no record for the victim
+    li = ledger_infos(ws)[0]
+    assert not li.offloadContext.bookkeeperDeleted
+    # the other ledger of the same topic is still cleaned up; no hot-copy record for the victim
     assert by_ledger[ids[1]].outcome == "marked"
-    assert lag_records(ws) == [(ML, ids[1])]
-    assert drain_ok(ws, END_MS + HOUR + 1)["deleted"] == 1
+    assert lag_records_of(ws, "ledger") == [(ML, ids[1])]
+    if how in REPAIRABLE:
+        # replaced by a new, complete, verified copy; the damaged one goes to the log
+        assert "re-offloaded and verified as" in bad.error
+        assert li.offloadContext.complete and context_uuid(li) != damaged
+        assert li.offloadContext.timestamp == as_of  # its own deletion lag starts now
+        assert [(r.ledger_id, r.uuid, r.reason) for r in records_of(ws, "offloaded")] == [
+            (ids[0], damaged, "verify-failed")]
+        assert not list(li.properties)  # no replacement left recorded
+    else:
+        # the topic's own record disagrees with both copies: the replacement does not verify either and
+        # goes to the log itself; the current copy stays as it was
+        assert "re-offload failed" in bad.error and context_uuid(li) == damaged
+        (rec,) = records_of(ws, "offloaded")
+        assert (rec.ledger_id, rec.reason) == (ids[0], "offload-conflict") and rec.uuid != damaged
+        assert not list(li.properties)
+    counts = drain_ok(ws, as_of)
+    assert counts["deleted"] == 2
     assert ws.hot.exists(ids[0]) and not ws.hot.exists(ids[1])
-    # and the data is still all there through the hot copy
+    # and the data is still all there, through the hot copy and (repaired) the new offloaded copy
+    if how == "entries-mismatch":  # the record lists an entry neither copy has: refused, never short
+        with pytest.raises(CorruptEntryError, match="holds 10 entries.*lists 11.*the offloaded copy"):
+            read_all(ws, priority=HOT_FIRST)
+        return
     assert len(read_all(ws, priority=HOT_FIRST)) == 40
+    if how in REPAIRABLE:
+        r = ws.reader(TIERED_FIRST)
+        try:
+            assert len(list(r.read(T))) == 40 and r.fallbacks == 0
+        finally:
+            r.close()
+        keys = {k for k in store_listing(ws.store)[0]}
+        assert not any(damaged in k for k in keys)  # the damaged objects are gone
+        assert {data_key("", context_uuid(li), ids[0]), index_key("", context_uuid(li), ids[0])} <= keys
 
 
 def test_per_namespace_store_from_policy(make_ws, tmp_path):

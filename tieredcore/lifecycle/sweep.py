@@ -2,22 +2,39 @@
 side). Everything runs on the run's logical clock `as_of_ms`, never the wall clock, so a retry or a
 backfill of the same logical date plans the same work and an older date never does more.
 
-Deletion-lag cleanup is phase 1 of two-phase deletion (spec/05): after verifying the offloaded copy it
-appends a ``ledger`` record (reason ``deletion-lag``) to the deletion log, then sets
-``bookkeeperDeleted`` with a CAS (outcome ``marked``). The hot copy is deleted by the drain
+Deletion-lag cleanup is phase 1 of two-phase deletion (spec/05): after proving the offloaded copy
+reads back correctly it appends a ``ledger`` record (reason ``deletion-lag``) to the deletion log, then
+sets ``bookkeeperDeleted`` with a CAS (outcome ``marked``). The hot copy is deleted by the drain
 (:func:`tieredcore.lifecycle.drain.drain`); until then readers already read the offloaded copy.
+
+The proof is a checksum, not a count: the whole offloaded copy is read back (ranged GETs, bounded
+memory) and every frame compared with the CRC32C the hot tier recorded for that entry
+(:func:`tieredcore.offload.verify.verify_offloaded`). A copy that fails keeps its hot copy (outcome
+``verify-failed``) and is replaced by a verified re-offload under a new uuid; the damaged attempt goes to
+the deletion log.
+
+Runners hold a per-topic lease (a second runner skips the topic: outcome ``busy``), and a run stops
+trying after ``store_failure_limit`` consecutive object-store failures (the rest: ``aborted``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.config import Config
-from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.errors import (
+    BlobStoreError,
+    FormatError,
+    LeaseHeldError,
+    LedgerNotFoundError,
+    NotFoundError,
+    TieredError,
+    ValidationError,
+)
 from tieredcore.lifecycle.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.lifecycle.planner import (
     deletion_lag_due,
@@ -29,7 +46,16 @@ from tieredcore.lifecycle.planner import (
 from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.model import Position
 from tieredcore.offload.context import context_uuid
-from tieredcore.offload.managed import OUTCOME_FAILED, LedgerOffloadResult
+from tieredcore.offload.managed import (
+    OUTCOME_ABORTED,
+    OUTCOME_BUSY,
+    OUTCOME_FAILED,
+    OUTCOME_REPLACED,
+    LedgerOffloadResult,
+)
+from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workspace import Workspace
@@ -39,9 +65,15 @@ log = logging.getLogger(__name__)
 KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
 KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
+KIND_SCRUB = "scrub"  # tieredcore.lifecycle.scrub
 
 REASON_DELETION_LAG = "deletion-lag"
+REASON_VERIFY_FAILED = "verify-failed"  # a damaged offloaded copy, replaced by a verified one
 OUTCOME_MARKED = "marked"  # lag cleanup: bookkeeperDeleted set, the hot copy's deletion pending in the log
+OUTCOME_VERIFY_FAILED = "verify-failed"  # the offloaded copy does not read back as the hot copy: hot kept
+# outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
+FAILED_OUTCOMES = frozenset({"failed", "unknown", OUTCOME_VERIFY_FAILED, OUTCOME_ABORTED,
+                             "damaged", "unrecoverable"})
 # outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain)
 BYTES_OUTCOMES = ("offloaded", OUTCOME_MARKED)
 
@@ -78,7 +110,7 @@ class LedgerResult:
 
     @property
     def failed(self) -> bool:
-        return self.outcome in ("failed", "unknown", "verify-failed")
+        return self.outcome in FAILED_OUTCOMES
 
 
 # -- planning -----------------------------------------------------------------------------------
@@ -169,19 +201,24 @@ def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
     failing ledger or topic: failures are rows, so the other topics still run."""
     with Workspace(config) as ws:
         ps = policy_store(ws)
+        budget = ws.failure_budget()  # per Spark task: a failing store stops this task's remaining work
         for u in units:
             w = TopicWork(**u)
             t = TopicName.parse(w.topic)
             try:
                 pol = ps.for_topic(t)
                 if w.kind == KIND_OFFLOAD:
-                    rows = _offload_topic(ws, pol, t, w)
+                    rows = _offload_topic(ws, pol, t, w, budget)
                 elif w.kind == KIND_RETENTION:
                     from tieredcore.lifecycle.retention import trim_work  # imports this module
 
                     rows = trim_work(ws, pol, t, w)
+                elif w.kind == KIND_SCRUB:
+                    from tieredcore.lifecycle.scrub import scrub_work  # imports this module
+
+                    rows = scrub_work(ws, pol, t, w, budget)
                 else:
-                    rows = _lag_cleanup_topic(ws, pol, t, w)
+                    rows = _lag_cleanup_topic(ws, pol, t, w, budget)
             except TieredError as e:  # the topic as a whole could not be processed
                 rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
                                      error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
@@ -194,52 +231,112 @@ def _row(t: TopicName, kind: str, r: LedgerOffloadResult) -> LedgerResult:
                         r.seconds, r.uuid or "", r.error or "")
 
 
-def _offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork) -> list[LedgerResult]:
+def _offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+                   budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
     if w.dry_run:
         return [LedgerResult(t.full, t.namespace_name, lid, w.kind, "planned") for lid in w.ledgers]
     tof = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=ws.offloader_for_policy(pol))
-    return [_row(t, w.kind, r) for r in tof.offload_ledgers(t, w.ledgers)]
+    return [_row(t, w.kind, r) for r in tof.offload_ledgers(t, w.ledgers, budget)]
 
 
-def _lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork) -> list[LedgerResult]:
-    out = []
-    for lid in sorted(w.ledgers):
-        started = time.monotonic()
-        row = LedgerResult(t.full, t.namespace_name, lid, w.kind, "failed")
-        try:
-            _cleanup_one(ws, pol, t, lid, w, row)
-        except TieredError as e:
-            row.outcome, row.error = "failed", f"{type(e).__name__}: {e}"
-        row.seconds = round(time.monotonic() - started, 6)
-        out.append(row)
+def held_topic_rows(
+    ws: Workspace, t: TopicName, w: TopicWork, purpose: str, budget: StoreFailureBudget | None,
+    one: Callable[[int, LedgerResult], str],
+) -> list[LedgerResult]:
+    """Run ``one(ledger id, row)`` for each of the unit's ledgers, oldest first, holding the topic's lease
+    (not in a dry run, which changes nothing): a topic leased by another runner is skipped (``busy``), a
+    spent failure budget marks the rest ``aborted``. ``one`` fills the row and returns the class name of
+    the error behind a failure ('' when none), which the budget counts."""
+    ids = sorted(w.ledgers)
+    out: list[LedgerResult] = []
+
+    def run_all(renew: Callable[[], None] | None) -> None:
+        for lid in ids:
+            started = time.monotonic()
+            row = LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED)
+            if budget is not None and budget.exhausted:
+                row.outcome, row.error = OUTCOME_ABORTED, budget.reason
+                out.append(row)
+                continue
+            try:
+                error_type = one(lid, row)
+            except TieredError as e:
+                row.outcome, row.error, error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
+            row.seconds = round(time.monotonic() - started, 6)
+            out.append(row)
+            if budget is not None:
+                budget.record(error_type, row.error)
+            if renew is not None and len(out) < len(ids):
+                renew()
+
+    if w.dry_run:
+        run_all(None)
+        return out
+    try:
+        with ws.leases.hold(t, purpose) as held:
+            run_all(held.renew)
+    except LeaseHeldError as e:
+        out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_BUSY, error=str(e))
+                for lid in ids[len(out):]]
     return out
 
 
-def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: TopicWork, row: LedgerResult) -> None:
+def _lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+                       budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
+    return held_topic_rows(ws, t, w, "lag-cleanup", budget, lambda lid, row: _cleanup_one(ws, pol, t, lid, w, row))
+
+
+def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: TopicWork, row: LedgerResult) -> str:
     info, _ = ws.ml.get_topic(t)
     li = find_ledger(info, lid)
     if li is None or not deletion_lag_due(li, pol.deletion_lag, w.as_of_ms):
         row.outcome = "skipped"  # trimmed, already done, or not due (re-checked on current metadata)
-        return
+        return ""
     uuid = context_uuid(li)
-    row.uuid, row.bytes, row.entries = uuid or "", li.size, li.entries
-    # never delete a hot copy whose offloaded copy does not open and match the metadata
+    assert uuid is not None  # complete
+    row.uuid, row.bytes, row.entries = uuid, li.size, li.entries
+    off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
     try:
-        h = ws.offloader_for_driver(li.offloadContext.driverMetadata).read_offloaded(lid, uuid)
+        hot = ws.hot.open_ledger(lid)
+    except LedgerNotFoundError:
+        hot = None  # already gone from the hot tier: the offloaded copy is still checked before marking
     except TieredError as e:
-        row.outcome, row.error = "verify-failed", f"offloaded copy does not open: {e}"
-        return
+        row.outcome = OUTCOME_FAILED
+        row.error = f"the hot copy cannot be read ({type(e).__name__}: {e}): both copies kept"
+        return type(e).__name__
+    # the proof: every frame of the offloaded copy hashes to the CRC32C the hot tier recorded for it
     try:
-        if h.last_add_confirmed + 1 != li.entries or h.length != li.size:
-            row.outcome = "verify-failed"
-            row.error = (f"offloaded copy has {h.last_add_confirmed + 1} entries / {h.length} bytes, "
-                         f"metadata says {li.entries} / {li.size}")
-            return
+        try:
+            h = off.read_offloaded(lid, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
+            try:
+                verify_offloaded(h, hot.entry_crcs() if hot is not None else None)
+            finally:
+                h.close()
+        except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run
+            row.outcome, row.error = OUTCOME_FAILED, f"reading the offloaded copy: {e}"
+            return type(e).__name__
+        except (FormatError, NotFoundError) as e:
+            row.outcome = OUTCOME_VERIFY_FAILED
+            row.error = f"offloaded copy {uuid} does not read back correctly ({type(e).__name__}: {e})"
+            if hot is None:
+                row.error += "; there is no hot copy either: data at risk (see `tiered scrub`)"
+                return ""
+            row.error += "; hot copy kept"
+            if w.dry_run:
+                return ""
+            hot.close()
+            hot = None
+            r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
+                t, lid, uuid, REASON_VERIFY_FAILED)
+            row.error += (f"; re-offloaded and verified as {r.uuid}" if r.outcome == OUTCOME_REPLACED
+                          else f"; re-offload {r.outcome}: {r.error}")
+            return r.error_type
     finally:
-        h.close()
+        if hot is not None:
+            hot.close()
     if w.dry_run:
         row.outcome = "planned"
-        return
+        return ""
     # phase 1 of two-phase deletion (spec/05): the hot copy's deletion is durable in the log before
     # bookkeeperDeleted is set; the drain deletes it. A crash between the two leaves a record whose
     # ledger is still in use (the drain acknowledges it); a rerun appends a fresh one.
@@ -260,6 +357,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     else:  # trimmed, re-offloaded or marked by someone else meanwhile: the record is left to the drain
         row.outcome = "skipped"
         row.error = "changed during the cleanup (its record is left to the drain)"
+    return ""
 
 
 def _update(ws: Workspace, t: TopicName, mutate) -> tuple[object, bool]:

@@ -12,6 +12,12 @@
    record for our own uuid (reason ``offload-conflict``) is appended instead of deleting directly. A
    metadata-store error (outcome unknown) deletes nothing and appends nothing: the update may have
    landed.
+
+Replacing a damaged complete copy (:meth:`TopicOffloader.replace_offload`, used by the deletion-lag
+cleanup and the scrub) never leaves a moment without a complete copy referenced: the replacement's uuid
+is recorded as a ``tiered.replacementOffload.<uuid>`` property first (reconciliation and retention honour
+it), its objects are written from the hot copy and verified against the hot tier's per-entry CRCs, then
+the damaged uuid's record is appended and one CAS makes the replacement current.
 """
 
 from __future__ import annotations
@@ -21,15 +27,18 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tieredcore.clock import now_ms
 from tieredcore.errors import (
+    LeaseHeldError,
     LedgerNotFoundError,
     MetadataStoreError,
     OffloadConflictError,
     StaleHandleError,
     TieredError,
 )
+from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
@@ -37,13 +46,21 @@ from tieredcore.lifecycle.planner import select_keep_bytes, select_prefix
 from tieredcore.model import Position
 from tieredcore.offload.context import (
     ABANDONED_PREFIX,
+    REPLACEMENT_PREFIX,
     abandoned_uuids,
     context_driver,
     context_uuid,
     driver_dict,
+    drop_properties,
+    is_complete,
+    replacement_uuids,
 )
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.topics import TopicName
 
@@ -57,6 +74,7 @@ __all__ = ["ABANDONED_PREFIX", "TopicOffloader", "abandoned_uuids", "context_uui
 
 REASON_OFFLOAD_CLEANUP = "offload-cleanup"  # an earlier attempt's uuid, replaced by a new attempt
 REASON_OFFLOAD_CONFLICT = "offload-conflict"  # our own attempt lost (replaced, or the ledger left)
+REASON_REPAIR = "repair"  # a damaged complete copy, replaced by a verified one
 MAX_ROUNDS = 10  # append / CAS rounds of step 1 before giving up on a ledger that keeps changing
 
 OUTCOME_OFFLOADED = "offloaded"
@@ -64,6 +82,10 @@ OUTCOME_SKIPPED = "skipped"  # already complete
 OUTCOME_CONFLICT = "conflict"  # trimmed meanwhile or another attempt took over
 OUTCOME_FAILED = "failed"
 OUTCOME_UNKNOWN = "unknown"  # metadata store error at completion: may have landed
+OUTCOME_REPLACED = "replaced"  # a damaged complete copy replaced by a verified one
+OUTCOME_NO_HOT_COPY = "no-hot-copy"  # nothing to replace a damaged copy from
+OUTCOME_BUSY = "busy"  # another runner holds the topic's lease: skipped this time (not a failure)
+OUTCOME_ABORTED = "aborted"  # not attempted: the object store kept failing (a failure)
 
 
 @dataclass
@@ -77,10 +99,11 @@ class LedgerOffloadResult:
     entries: int = 0
     seconds: float = 0.0
     error: str | None = None
+    error_type: str = ""  # class name of the exception behind `error` (e.g. BlobStoreError)
 
     @property
     def ok(self) -> bool:
-        return self.outcome in (OUTCOME_OFFLOADED, OUTCOME_SKIPPED)
+        return self.outcome in (OUTCOME_OFFLOADED, OUTCOME_SKIPPED, OUTCOME_REPLACED, OUTCOME_BUSY)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +122,7 @@ class TopicOffloader:
         uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
         progress: Callable[[str, int, int, int], None] | None = None,
         deletion_log: DeletionLog | None = None,
+        leases: TopicLeases | None = None,
     ) -> None:
         self.ml = ml
         self.hot = hot
@@ -109,6 +133,7 @@ class TopicOffloader:
         self.clock_ms = clock_ms
         self.uuid_factory = uuid_factory
         self.progress = progress  # (topic, ledger id, bytes done, bytes total)
+        self.leases = leases  # per-topic leases: one runner offloads a topic at a time
 
     def _driver_metadata(self) -> pb.OffloadDriverMetadata:
         dm = pb.OffloadDriverMetadata(name=self.offloader.store.driver)
@@ -192,13 +217,16 @@ class TopicOffloader:
         except (LedgerNotFoundError, StaleHandleError) as e:
             res.outcome, res.error = OUTCOME_CONFLICT, f"hot-tier ledger gone: {e}"
             return self._finish(res, started)
+        except TieredError as e:  # a corrupt .meta / .idx fails this ledger; the others go on
+            res.error, res.error_type = f"the hot copy cannot be read: {type(e).__name__}: {e}", type(e).__name__
+            return self._finish(res, started)
         try:
             cb = None
             if self.progress is not None:
                 cb = lambda done, total: self.progress(name, ledger_id, done, total)  # noqa: E731
             obj = self.offloader.offload(handle, new_uuid, {"managedledgername": name}, progress=cb)
         except Exception as e:
-            res.error = f"{type(e).__name__}: {e}"
+            res.error, res.error_type = f"{type(e).__name__}: {e}", type(e).__name__
             return self._finish(res, started)
         finally:
             handle.close()
@@ -237,6 +265,140 @@ class TopicOffloader:
         res.outcome = OUTCOME_OFFLOADED
         return self._finish(res, started)
 
+    # -- replacing a damaged copy -----------------------------------------------------------
+
+    def replace_offload(self, topic: str | TopicName, ledger_id: int, damaged_uuid: str,
+                        reason: str = REASON_REPAIR) -> LedgerOffloadResult:
+        """Replace the ledger's complete offloaded copy ``damaged_uuid`` by a new one written from the hot
+        copy and verified against the hot tier's CRCs (see the module docstring). Outcomes: replaced;
+        no-hot-copy (nothing written: the caller reports the damaged copy as unrecoverable); conflict
+        (the ledger or its offload changed meanwhile); failed / unknown as for an offload. Never deletes
+        the damaged copy unless the verified replacement is made current in the same step."""
+        t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+        name = t.managed_ledger_name
+        started = time.monotonic()
+        res = LedgerOffloadResult(name, ledger_id, OUTCOME_FAILED)
+        new_uuid = str(self.uuid_factory())
+        prop = REPLACEMENT_PREFIX + new_uuid
+        state: dict[str, Any] = {}
+
+        def current(info) -> LedgerInfo | None:
+            li = find_ledger(info, ledger_id)
+            if li is None:
+                state["conflict"] = f"ledger {ledger_id} is not in topic {name} (trimmed?)"
+            elif context_uuid(li) != damaged_uuid or not is_complete(li):
+                state["conflict"] = f"the offload of ledger {ledger_id} changed meanwhile (now {context_uuid(li)})"
+            else:
+                return li
+            return None
+
+        def begin(info) -> bool:
+            state.clear()
+            li = current(info)
+            if li is None:
+                return False
+            li.properties.add(key=prop, value=str(self.clock_ms()))
+            state["expect"] = ExpectedLedger.of(li, name)
+            state["driver"] = context_driver(li)
+            return True
+
+        try:
+            self.ml.update_topic(t, begin)
+        except TieredError as e:
+            res.error = f"recording the replacement: {e}"
+            return self._finish(res, started)
+        if "conflict" in state:
+            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            return self._finish(res, started)
+        res.uuid = new_uuid
+        try:
+            handle = self.hot.open_ledger(ledger_id)
+        except LedgerNotFoundError as e:
+            res.outcome, res.error = OUTCOME_NO_HOT_COPY, f"no hot copy to replace it from: {e}"
+            self._forget_replacement(t, ledger_id, prop)
+            return self._finish(res, started)
+        except TieredError as e:
+            res.outcome, res.error = OUTCOME_NO_HOT_COPY, f"the hot copy cannot be read: {type(e).__name__}: {e}"
+            self._forget_replacement(t, ledger_id, prop)
+            return self._finish(res, started)
+        try:
+            try:
+                obj = self.offloader.offload(handle, new_uuid, {"managedledgername": name})
+            except Exception as e:  # nothing left behind by the offloader
+                res.error, res.error_type = f"writing the replacement: {type(e).__name__}: {e}", type(e).__name__
+                self._forget_replacement(t, ledger_id, prop)
+                return self._finish(res, started)
+            res.bytes, res.blocks, res.entries = obj.data_length, obj.blocks, obj.entries
+            try:
+                new = self.offloader.read_offloaded(ledger_id, new_uuid, state["expect"])
+                try:
+                    verify_offloaded(new, handle.entry_crcs())
+                finally:
+                    new.close()
+            except TieredError as e:
+                res.error, res.error_type = f"the replacement does not verify: {type(e).__name__}: {e}", type(e).__name__
+                self._discard_own(name, ledger_id, new_uuid)
+                self._forget_replacement(t, ledger_id, prop)
+                return self._finish(res, started)
+        finally:
+            handle.close()
+
+        # the damaged copy's record first (harmless if the swap loses: the drain sees it still in use)
+        try:
+            self._append(name, ledger_id, [damaged_uuid], reason, state["driver"])
+        except TieredError as e:
+            res.error = f"recording the damaged copy for deletion: {e}"
+            self._discard_own(name, ledger_id, new_uuid)
+            self._forget_replacement(t, ledger_id, prop)
+            return self._finish(res, started)
+
+        def swap(info) -> bool:
+            state.pop("conflict", None)
+            li = current(info)
+            if li is None:
+                return False
+            if new_uuid not in replacement_uuids(li):
+                state["conflict"] = f"the replacement {new_uuid} of ledger {ledger_id} is no longer recorded"
+                return False
+            ctx = li.offloadContext
+            ctx.uidMsb, ctx.uidLsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
+            ctx.complete = True
+            ctx.timestamp = self.clock_ms()
+            ctx.driverMetadata.CopyFrom(self._driver_metadata())
+            drop_properties(li, REPLACEMENT_PREFIX, {new_uuid})
+            return True
+
+        try:
+            self.ml.update_topic(t, swap)
+        except MetadataStoreError as e:
+            res.outcome, res.error = OUTCOME_UNKNOWN, f"swapping in the replacement, outcome unknown: {e}"
+            return self._finish(res, started)
+        except TieredError as e:
+            res.error = f"swapping in the replacement: {e}"
+            self._discard_own(name, ledger_id, new_uuid)
+            return self._finish(res, started)
+        if "conflict" in state:
+            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            self._discard_own(name, ledger_id, new_uuid)
+            self._forget_replacement(t, ledger_id, prop)
+            return self._finish(res, started)
+        res.outcome = OUTCOME_REPLACED
+        return self._finish(res, started)
+
+    def _forget_replacement(self, t: TopicName, ledger_id: int, prop: str) -> None:
+        """Drop a replacement's property (its objects, if any, are already in the deletion log)."""
+        def drop(info) -> bool:
+            li = find_ledger(info, ledger_id)
+            if li is None or all(kv.key != prop for kv in li.properties):
+                return False
+            drop_properties(li, REPLACEMENT_PREFIX, {prop[len(REPLACEMENT_PREFIX):]})
+            return True
+
+        try:
+            self.ml.update_topic(t, drop)
+        except TieredError as e:  # a stale property only keeps reconciliation from flagging its objects
+            log.warning("ledger %s: could not drop %s: %s", ledger_id, prop, e)
+
     def _append(self, name: str, ledger_id: int, uuids: Iterable[str], reason: str,
                 driver_metadata: pb.OffloadDriverMetadata | None = None) -> None:
         """Durably append one ``offloaded`` record per uuid (all or none). The driver is the attempt's
@@ -268,9 +430,36 @@ class TopicOffloader:
 
     # -- several ledgers ----------------------------------------------------------------------
 
-    def offload_ledgers(self, topic: str | TopicName, ledger_ids: Iterable[int]) -> list[LedgerOffloadResult]:
-        """Oldest first, one at a time; one failure does not stop the others."""
-        return [self.offload_ledger(topic, lid) for lid in sorted(ledger_ids)]
+    def offload_ledgers(self, topic: str | TopicName, ledger_ids: Iterable[int],
+                        budget: StoreFailureBudget | None = None) -> list[LedgerOffloadResult]:
+        """Oldest first, one at a time; one failure does not stop the others, unless the object store
+        keeps failing (``budget`` spent: the rest are ``aborted``). With leases, the topic's lease is held
+        for the whole loop; a topic leased by another runner is skipped (every ledger ``busy``)."""
+        t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+        ids = sorted(ledger_ids)
+        if not ids:
+            return []
+        if self.leases is None:
+            return [self._offload_budgeted(t, lid, budget) for lid in ids]
+        out: list[LedgerOffloadResult] = []
+        try:
+            with self.leases.hold(t, "offload") as held:
+                for lid in ids:
+                    out.append(self._offload_budgeted(t, lid, budget))
+                    if len(out) < len(ids):
+                        held.renew()
+        except LeaseHeldError as e:  # held by another runner (or lost meanwhile): the rest waits for later
+            out += [LedgerOffloadResult(t.managed_ledger_name, lid, OUTCOME_BUSY, error=str(e))
+                    for lid in ids[len(out):]]
+        return out
+
+    def _offload_budgeted(self, t: TopicName, ledger_id: int, budget: StoreFailureBudget | None) -> LedgerOffloadResult:
+        if budget is not None and budget.exhausted:
+            return LedgerOffloadResult(t.managed_ledger_name, ledger_id, OUTCOME_ABORTED, error=budget.reason)
+        r = self.offload_ledger(t, ledger_id)
+        if budget is not None:
+            budget.record(r.error_type if not r.ok else "", r.error or "")
+        return r
 
     def offload_prefix(self, topic: str | TopicName, position: Position) -> list[LedgerOffloadResult]:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)

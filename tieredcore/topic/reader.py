@@ -1,27 +1,55 @@
-"""Cross-tier topic reader (spec/02 read priority).
+"""Cross-tier topic reader (spec/02 read priority), falling back to the other copy when one cannot be read.
 
 `tiered-storage-first` (default): a ledger whose offload is complete is read from the object store,
 others from the hot tier. `bookkeeper-first`: the hot copy while it exists. The topic record is read
 afresh for every ledger so a hot copy removed by the deletion lag is never read through a stale handle:
 if a hot read fails because the ledger is gone, the reader re-reads the record and switches tier.
+
+Every copy is checked before it is trusted: an offloaded copy's index must describe this ledger of this
+topic (entries, size, ledger id, topic name) and its chunks must pass their checksums; a hot copy must
+hold the entries the topic lists, each passing its CRC32C. When the preferred copy cannot be read
+(missing objects, a damaged index or chunk, a store error, a corrupt hot ledger) and the other copy
+exists, the reader continues from the same entry on the other copy, logs which, and counts it
+(``fallbacks``; the CLI and run reports show it). Only when no copy can be read does the read fail.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tieredcore.errors import LedgerNotFoundError, StaleHandleError, ValidationError
+from tieredcore.errors import (
+    BlobStoreError,
+    CorruptEntryError,
+    FormatError,
+    LedgerNotFoundError,
+    LedgerStateError,
+    NotFoundError,
+    TieredError,
+    ValidationError,
+)
+from tieredcore.formats import constants as C
+from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.model import Entry, Position, ReadHandle
-from tieredcore.offload.context import context_uuid
+from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.topics import TopicName
 
+log = logging.getLogger(__name__)
+
 TIERED_FIRST = "tiered-storage-first"
 HOT_FIRST = "bookkeeper-first"
 READ_PRIORITIES = (TIERED_FIRST, HOT_FIRST)
+TIER_HOT = "hot"
+TIER_OFFLOADED = "offloaded"
+
+# failures of one copy that another copy may not share (a bad range or bad input is the caller's)
+COPY_FAILURES = (NotFoundError, FormatError, BlobStoreError, CorruptEntryError, LedgerStateError)
+MAX_FALLBACK_NOTES = 100
 
 
 class TopicReader:
@@ -44,56 +72,74 @@ class TopicReader:
         self.read_priority = read_priority
         self.batch_entries = batch_entries
         self._offloaded: dict[tuple[int, str], ReadHandle] = {}
-        self.tier_reads = {"hot": 0, "offloaded": 0}  # ledgers read per tier (observability)
+        self.tier_reads = {TIER_HOT: 0, TIER_OFFLOADED: 0}  # ledgers read per tier (observability)
+        self.fallbacks = 0  # times a read went on from the other copy because one could not be read
+        self.fallback_notes: list[str] = []  # what happened, for reports (the first MAX_FALLBACK_NOTES)
 
     def close(self) -> None:
         for h in self._offloaded.values():
             h.close()
         self._offloaded.clear()
 
-    def _offloaded_handle(self, li) -> ReadHandle:
+    # -- one copy -----------------------------------------------------------------------------
+
+    def _tiers(self, li: LedgerInfo) -> list[str]:
+        """The copies to try, in order. A hot copy marked deleted is still tried last: until the drain
+        removes it, it can rescue a read of a damaged offloaded copy."""
+        if not is_complete(li):
+            return [TIER_HOT]
+        if self.read_priority == TIERED_FIRST or li.offloadContext.bookkeeperDeleted:
+            return [TIER_OFFLOADED, TIER_HOT]
+        return [TIER_HOT, TIER_OFFLOADED]
+
+    def _open_tier(self, t: TopicName, li: LedgerInfo, tier: str) -> ReadHandle:
+        if tier == TIER_OFFLOADED:
+            return self._offloaded_handle(t, li)
+        h = self.hot.open_ledger(li.ledgerId)
+        try:
+            _check_hot(h, t, li)
+        except BaseException:
+            h.close()
+            raise
+        return h
+
+    def _offloaded_handle(self, t: TopicName, li: LedgerInfo) -> ReadHandle:
         uuid = context_uuid(li)
+        assert uuid is not None
         k = (li.ledgerId, uuid)
         h = self._offloaded.get(k)
         if h is None:
             off = self.offloader
             if self.offloader_for_driver is not None and li.offloadContext.HasField("driverMetadata"):
                 off = self.offloader_for_driver(li.offloadContext.driverMetadata)
-            h = self._offloaded[k] = off.read_offloaded(li.ledgerId, uuid)
+            h = self._offloaded[k] = off.read_offloaded(
+                li.ledgerId, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
         return h
 
+    def _note(self, text: str) -> None:
+        self.fallbacks += 1
+        log.warning("%s", text)
+        if len(self.fallback_notes) < MAX_FALLBACK_NOTES:
+            self.fallback_notes.append(text)
+
+    # -- public -------------------------------------------------------------------------------
+
     def open_ledger(self, topic: TopicName, ledger_id: int) -> tuple[str, ReadHandle]:
-        """(tier, handle) for one ledger of the topic, following the read priority."""
-        info, _ = self.ml.get_topic(topic)
-        li = find_ledger(info, ledger_id)
-        if li is None:
-            raise LedgerNotFoundError(f"ledger {ledger_id} is not part of topic {topic.managed_ledger_name}")
-        ctx = li.offloadContext if li.HasField("offloadContext") else None
-        offloaded = ctx is not None and ctx.complete
-        hot_exists = not (ctx is not None and ctx.bookkeeperDeleted)
-        if offloaded and (self.read_priority == TIERED_FIRST or not hot_exists):
-            return "offloaded", self._offloaded_handle(li)
-        try:
-            return "hot", self.hot.open_ledger(ledger_id)
-        except LedgerNotFoundError:
-            # hot copy deleted, bookkeeperDeleted not recorded yet (a lag cleanup between its two steps)
-            if not offloaded:
-                raise
-            return "offloaded", self._offloaded_handle(li)
+        """(tier, handle) for one ledger of the topic, following the read priority and falling back to
+        the other copy when the preferred one cannot be opened."""
+        s = _LedgerSession(self, topic, self._ledger_info(topic, ledger_id))
+        s.open()
+        assert s.tier is not None and s.handle is not None
+        return s.tier, s.handle
 
     def read_ledger(self, topic: str | TopicName, ledger_id: int, first: int, last: int) -> list[Entry]:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        for attempt in range(2):
-            tier, h = self.open_ledger(t, ledger_id)
-            try:
-                return h.read(first, last)
-            except (StaleHandleError, LedgerNotFoundError):
-                if tier != "hot" or attempt == 1:
-                    raise  # the hot copy went away: the record now says where the data is
-            finally:
-                if tier == "hot":
-                    h.close()
-        raise AssertionError("unreachable")
+        s = _LedgerSession(self, t, self._ledger_info(t, ledger_id))
+        try:
+            s.open()
+            return s.read(first, last)
+        finally:
+            s.close()
 
     def read(
         self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
@@ -107,33 +153,114 @@ class TopicReader:
                 continue
             if end is not None and lid > end.ledger_id:
                 break
-            tier, h = self._open_with_fallback(t, lid)
+            s = _LedgerSession(self, t, li)
             try:
+                h = s.open()
                 lac = h.last_add_confirmed
                 first = start.entry_id if start is not None and lid == start.ledger_id else 0
                 last = min(lac, end.entry_id) if end is not None and lid == end.ledger_id else lac
-                self.tier_reads[tier] += 1
                 e = first
                 while e <= last:
                     hi = min(e + self.batch_entries - 1, last)
-                    for entry in self._read_batch(t, lid, tier, h, e, hi):
+                    for entry in s.read(e, hi):
                         yield Position(lid, entry.entry_id), entry.data
                     e = hi + 1
             finally:
-                if tier == "hot":
-                    h.close()
+                s.close()
 
-    def _open_with_fallback(self, t: TopicName, lid: int) -> tuple[str, ReadHandle]:
-        try:
-            return self.open_ledger(t, lid)
-        except LedgerNotFoundError:
-            # hot copy deleted between reading the record and opening it: the record has moved on
-            return self.open_ledger(t, lid)
+    def _ledger_info(self, t: TopicName, ledger_id: int) -> LedgerInfo:
+        info, _ = self.ml.get_topic(t)
+        li = find_ledger(info, ledger_id)
+        if li is None:
+            raise LedgerNotFoundError(f"ledger {ledger_id} is not part of topic {t.managed_ledger_name}")
+        return li
 
-    def _read_batch(self, t: TopicName, lid: int, tier: str, h: ReadHandle, first: int, last: int) -> list[Entry]:
+
+def _check_hot(h: ReadHandle, t: TopicName, li: LedgerInfo) -> None:
+    """A hot copy must be the topic's ledger with the entries the topic lists (sealed ledgers)."""
+    md = getattr(h, "metadata", None)
+    owner = md.custom_metadata.get(C.CUSTOM_MANAGED_LEDGER_KEY) if md is not None else None
+    if owner is not None and owner.decode("utf-8", "replace") != t.managed_ledger_name:
+        raise CorruptEntryError(f"hot ledger {li.ledgerId} belongs to {owner.decode('utf-8', 'replace')!r}, "
+                                f"not {t.managed_ledger_name!r}")
+    if li.timestamp > 0 and li.HasField("entries") and h.last_add_confirmed + 1 != li.entries:
+        raise CorruptEntryError(f"hot ledger {li.ledgerId} holds {h.last_add_confirmed + 1} entries, the topic "
+                                f"{t.managed_ledger_name} lists {li.entries}")
+
+
+class _LedgerSession:
+    """Reads of one ledger on one copy at a time; on a copy failure, the next copy from the same entry."""
+
+    def __init__(self, reader: TopicReader, t: TopicName, li: LedgerInfo) -> None:
+        self.r = reader
+        self.t = t
+        self.li = li
+        self.tiers = reader._tiers(li)
+        self.tried: list[tuple[str, TieredError]] = []
+        self.refreshed = False
+        self.tier: str | None = None
+        self.handle: ReadHandle | None = None
+
+    def open(self) -> ReadHandle:
+        while True:
+            todo = [x for x in self.tiers if x not in {tier for tier, _ in self.tried}]
+            if not todo:
+                if not self.refreshed and self._refresh():
+                    continue
+                self._raise()
+            tier = todo[0]
+            try:
+                h = self.r._open_tier(self.t, self.li, tier)
+            except COPY_FAILURES as e:
+                self.tried.append((tier, e))
+                continue
+            if self.tried:
+                failed, err = self.tried[-1]
+                self.r._note(f"{self.t.managed_ledger_name} ledger {self.li.ledgerId}: the {failed} copy cannot "
+                             f"be read ({type(err).__name__}: {err}); reading the {tier} copy")
+            self.tier, self.handle = tier, h
+            self.r.tier_reads[tier] += 1
+            return h
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        while True:
+            assert self.handle is not None and self.tier is not None
+            try:
+                return self.handle.read(first, last)
+            except COPY_FAILURES as e:
+                self.tried.append((self.tier, e))
+                self._close_handle()
+                self.open()
+
+    def _refresh(self) -> bool:
+        """The record may have moved on (an offload completed, the hot copy was removed by the lag):
+        re-read it once and try the copies it now names."""
+        self.refreshed = True
         try:
-            return h.read(first, last)
-        except (StaleHandleError, LedgerNotFoundError):
-            if tier != "hot":
-                raise
-            return self.read_ledger(t, lid, first, last)
+            info, _ = self.r.ml.get_topic(self.t)
+        except NotFoundError:
+            return False
+        li = find_ledger(info, self.li.ledgerId)
+        if li is None:
+            return False
+        self.li = li
+        new = [x for x in self.r._tiers(li) if x not in {tier for tier, _ in self.tried}]
+        if not new:
+            return False
+        self.tiers = new
+        return True
+
+    def _raise(self):
+        tier, first = self.tried[0]
+        if len(self.tried) == 1:
+            raise first
+        others = "; ".join(f"the {t} copy: {type(e).__name__}: {e}" for t, e in self.tried[1:])
+        raise type(first)(f"{first}; {others}") from first
+
+    def _close_handle(self) -> None:
+        if self.tier == TIER_HOT and self.handle is not None:
+            self.handle.close()
+        self.handle = None
+
+    def close(self) -> None:
+        self._close_handle()
