@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 from tieredcore import cli_deletions, cli_policies, cli_topics
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
 from tieredcore.model import Position
 from tieredcore.offload.context import context_uuid
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
@@ -464,6 +464,12 @@ def load_config(args: argparse.Namespace) -> Config:
     return Config.load()
 
 
+def _is_usage_error(e: TieredError) -> bool:
+    """Bad input (exit 2): invalid arguments, or a topic / id the user named that does not exist. A
+    missing object or ledger met while reading is a failure of the data (exit 1)."""
+    return isinstance(e, ValidationError) or type(e) in (NotFoundError, TopicNotFoundError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "generate" and not args.namespace:
@@ -475,10 +481,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with Workspace(load_config(args)) as ws:
                 res = COMMANDS[args.cmd](args, ws, progress)
-    except (ValidationError, NotFoundError) as e:
-        _err(f"tiered {args.cmd}: {e}")
-        return EXIT_USAGE
     except TieredError as e:
+        if _is_usage_error(e):
+            _err(f"tiered {args.cmd}: {e}")
+            return EXIT_USAGE
+        # data that cannot be read (no copy of a ledger, a damaged object) is a failure, not bad input
         _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
         return EXIT_FAILED
     code = res.pop("_exit", EXIT_OK)
