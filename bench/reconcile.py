@@ -94,8 +94,9 @@ def build(root: Path, objects: int, orphan_rate: float, as_of_ms: int) -> tuple[
         if every and i % every == every - 1:
             # an orphan: its ledger left the topic without a completed deletion; the objects remain
             orphans += 1
-            _write(os.path.join(meta_dir, dk + "-index"),
-                   json.dumps({"metadata": {"managedledgername": topic}}).encode())
+            for k in (dk, dk + "-index"):  # what the offloader writes: the topic and the cluster
+                _write(os.path.join(meta_dir, k), json.dumps(
+                    {"metadata": {"managedledgername": topic, "pulsarclustername": ws.config.cluster}}).encode())
             continue
         li = info.ledgerInfo.add(ledgerId=lid, entries=10, size=640, timestamp=ts)
         msb, lsb = uuid_to_msb_lsb(u)
@@ -148,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         found, join_s = timed(lambda: find_object_orphans(rows, refs, as_of, grace))
         assert len(found.groups) == seeded and found.foreign_keys == FOREIGN_KEYS, (len(found.groups), seeded)
         loc = store_locations(ws)[0]
-        recs, plan_s = timed(lambda: plan_object_records(loc, found, as_of))
-        assert all(r.topic.startswith("bench/") for r in recs)
+        (pairs, skipped), plan_s = timed(
+            lambda: plan_object_records(loc, found, as_of, ws.config.cluster, ws.identity_if_any() or ""))
+        assert not skipped and all(r.topic.startswith("bench/") for _, r in pairs), skipped[:3]
 
         base_s, whole_s = [], []
         rep = None

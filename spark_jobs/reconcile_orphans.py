@@ -55,6 +55,7 @@ from tieredcore.lifecycle.reconcile import (
     list_objects,
     list_rest,
     listing_prefixes,
+    owned_locations,
     plan_and_apply,
     referenced_uuids,
     store_locations,
@@ -104,7 +105,7 @@ def run(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tu
     rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
     clock = time.perf_counter
     t0 = clock()
-    locs = store_locations(ws, rep.errors)
+    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
     rep.locations = [loc.label for loc in locs]
     rep.timings["locations"] = round(clock() - t0, 6)
 

@@ -138,6 +138,10 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_MAX_BLOCK_SIZE": str(16 * MIB),
         "TIERED_READ_BUFFER": "4096",
         "TIERED_CHECKPOINT_INTERVAL": "0",
+        "TIERED_CHECKSUM_CHUNK": "4096",
+        "TIERED_VERIFY_READS": "false",
+        "TIERED_STORE_FAILURE_LIMIT": "2",
+        "TIERED_LEASE_TTL_MS": "60000",
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
@@ -145,7 +149,8 @@ def test_env_overrides(tmp_path: Path) -> None:
     assert cfg == Config(metadata_url="sqlite:///env.db", hot_url="file:///env-hot",
                          store_url="s3://bkt/pre?region=eu-west-1", cluster="env", reports_dir="/reports",
                          spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
-                         checkpoint_interval=0)
+                         checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2,
+                         lease_ttl_ms=60000)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096
@@ -229,7 +234,7 @@ def test_wrong_type_for_a_url(tmp_path: Path) -> None:
         Config(metadata_url="sqlite:///m", hot_url="file:///h", store_url="s3://b/p?endpoint=http://h:9000",
                max_block_size=5 * MIB, read_buffer=1, store_fsync=False, hot_fsync=True),
         Config(metadata_url='sqlite:///we"ird\\path', hot_url="file:///é ünï/ç", store_url="file:///c",
-               cluster="tab\there\nnewline \x7f end", reports_dir="", spark_master="k8s://https://a:443"),
+               cluster="c-1", reports_dir="tab\there\nnewline \x7f end", spark_master="k8s://https://a:443"),
     ],
 )
 def test_to_toml_round_trip(tmp_path: Path, cfg: Config) -> None:

@@ -94,11 +94,17 @@ def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
         cfg = Config.load(cfg_path, env={})
         created = False
     else:
-        overrides = {"store_url": args.store_url} if args.store_url else {}
+        overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
+        if args.cluster:
+            overrides["cluster"] = args.cluster
         cfg = Config.for_workspace(root, **overrides)
+        created = True
+    # a store whose owner marker names this cluster with another metadata store is refused before
+    # anything is written (tieredcore.stores.ownership)
+    _check_store_unclaimed(cfg)
+    if created:
         root.mkdir(parents=True, exist_ok=True)
         cfg_path.write_text(cfg.to_toml())
-        created = True
     for url in (cfg.hot_url, cfg.store_url):
         u = urlparse(url)
         if u.scheme == "file":  # URLs are percent-encoded (a workspace path may hold ' ', '%', '#')
@@ -106,9 +112,35 @@ def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.reports_dir:
         Path(cfg.reports_dir).mkdir(parents=True, exist_ok=True)
     with Workspace(cfg) as ws:
-        ws.metadata.get("/")  # creates the database
-    return {"workspace": str(root), "config": str(cfg_path), "created": created,
-            "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+        ws.claim(ws.store, ws.offloader.prefix)  # creates the database and its identity, claims the store
+        identity = ws.identity
+    return {"workspace": str(root), "config": str(cfg_path), "created": created, "cluster": cfg.cluster,
+            "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+
+
+def _check_store_unclaimed(cfg: Config) -> None:
+    """StoreOwnershipError when the store's marker for this cluster names another metadata store (an
+    existing metadata store is read for its identity, a missing one is not created)."""
+    from tieredcore.offload.keys import normalize_prefix
+    from tieredcore.stores.ownership import StoreOwnershipError, read_identity, read_marker
+
+    store, prefix = cfg.open_store()
+    marker = read_marker(store, normalize_prefix(prefix), cfg.cluster)
+    if marker is None:
+        return
+    u = urlparse(cfg.metadata_url)
+    mine = None
+    if u.scheme != "sqlite" or Path(unquote(u.path)).exists():
+        meta = cfg.open_metadata()
+        try:
+            mine = read_identity(meta)
+        finally:
+            meta.close()
+    if mine != marker.identity:
+        raise StoreOwnershipError(
+            f"{cfg.store_url} is already used by cluster {cfg.cluster!r} of another workspace (metadata store "
+            f"{marker.metadata}, identity {marker.identity}). Two workspaces with the same cluster name must not "
+            "share a store prefix: give this one another cluster name (--cluster NAME) or another store prefix.")
 
 
 def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -240,11 +272,16 @@ def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 def _store_totals(ws: Workspace) -> dict[str, Any]:
-    """Objects under the workspace store's offload prefix (what an operator's bill is made of)."""
+    """Objects under the workspace store's offload prefix (what an operator's bill is made of), but the
+    owner markers (tieredcore.stores.ownership)."""
     from tieredcore.stores.blob import iter_objects
+    from tieredcore.stores.ownership import is_marker_key
 
     n = size = 0
-    for o in iter_objects(ws.store, ws.offloader.prefix):
+    prefix = ws.offloader.prefix
+    for o in iter_objects(ws.store, prefix):
+        if is_marker_key(o.key, prefix):
+            continue
         n += 1
         size += o.size
     return {"url": ws.config.store_url, "objects": n, "bytes": size}
@@ -400,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("init", parents=[common], help="create a workspace with embedded defaults")
     s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
     s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
+    s.add_argument("--cluster", help="cluster name written on every object (default standalone); workspaces "
+                                     "sharing a store need different names")
     s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
 
     s = sub.add_parser("generate", parents=[common], help="write deterministic, verifiable topics")

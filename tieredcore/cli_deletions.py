@@ -28,6 +28,7 @@ from tieredcore.lifecycle.drain import (
     OUTCOME_DEAD,
     OUTCOME_MALFORMED,
     OUTCOME_REFUSED,
+    OUTCOME_REFUSED_FOREIGN,
     OUTCOME_RETRYING,
     drain,
 )
@@ -228,7 +229,8 @@ def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
         counts = ", ".join(f"{v} {k}" for k, v in rep.counts().items() if v) or "nothing due"
         print(f"drain as of {as_of}{' (dry run)' if a.dry_run else ''}: {rep.entries} record(s): {counts}")
         for r in rep.rows:
-            if r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED, OUTCOME_RETRYING, OUTCOME_REFUSED):
+            if r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED, OUTCOME_RETRYING, OUTCOME_REFUSED,
+                             OUTCOME_REFUSED_FOREIGN):
                 print(f"  {r.outcome:<16} {r.id} {r.topic} ledger {r.ledger} {r.type}: {r.error}")
         s = res["stats"]
         print(f"now in flight {s['in_flight']} (retrying {s['retrying']}), dead letters {s['dead_letter']}")

@@ -26,3 +26,11 @@ def parse_time_ms(text: str, what: str = "time") -> int:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.UTC)
     return int(t.timestamp() * 1000)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch ms as ISO 8601 UTC to the second (for messages); '?' when out of range."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return "?"

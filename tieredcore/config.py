@@ -82,6 +82,9 @@ class Config:
         for name in ("metadata_url", "hot_url", "store_url"):
             if not getattr(self, name):
                 raise ValidationError(f"configuration: {name} is empty")
+        from tieredcore.stores.ownership import check_cluster_name
+
+        check_cluster_name(self.cluster, "configuration: cluster")
         if self.max_block_size < 5 * 1024 * 1024 and self.store_url.startswith("s3://"):
             raise ValidationError(
                 f"configuration: max_block_size {self.max_block_size} is below S3's 5 MiB minimum part size"

@@ -10,6 +10,7 @@ from tieredcore.clock import now_ms
 from tieredcore.config import Config, open_blob_store
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.deletion_log import DeletionLog
+from tieredcore.offload.keys import normalize_prefix
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
@@ -18,6 +19,7 @@ from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.metadata import MetadataStore
+from tieredcore.stores.ownership import claim_store, ensure_identity, read_identity
 from tieredcore.topic.reader import TIERED_FIRST, TopicReader
 
 
@@ -63,19 +65,42 @@ class Workspace:
     @cached_property
     def offloader(self) -> LedgerOffloader:
         store, prefix = self._store_and_prefix
-        return LedgerOffloader(
-            store,
-            prefix,
-            max_block_size=self.config.max_block_size,
-            read_buffer=self.config.read_buffer,
-            **self._offloader_settings(),
-        )
+        return self._new_offloader(store, prefix, self.config.max_block_size, self.config.read_buffer)
 
-    def _offloader_settings(self) -> dict:
-        """What every offloader of this workspace shares, whichever store it writes to."""
+    @cached_property
+    def identity(self) -> str:
+        """The metadata store's identity (created on first use): the owner named in store markers and
+        object metadata (tieredcore.stores.ownership)."""
+        return ensure_identity(self.metadata)
+
+    def identity_if_any(self) -> str | None:
+        """The identity if the metadata store has one already (never creates it: for dry runs)."""
+        if "identity" in self.__dict__:
+            return self.__dict__["identity"]
+        return read_identity(self.metadata)
+
+    def claim(self, store: BlobStore, prefix: str) -> None:
+        """Claim (store, prefix) for this workspace's cluster, or StoreOwnershipError."""
+        claim_store(store, normalize_prefix(prefix), self.config.cluster, self.identity, self.config.metadata_url)
+
+    def _new_offloader(self, store: BlobStore, prefix: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
+        """An offloader with this workspace's settings. Before its first write it claims the store (once)
+        and names this workspace as the owner of what it writes; nothing is read or written before that
+        (a command that fails on bad input changes nothing)."""
         c = self.config
-        return {"cluster": c.cluster, "checkpoint_interval": c.checkpoint_interval,
-                "checksum_chunk": c.checksum_chunk, "verify_reads": c.verify_reads}
+        off: LedgerOffloader
+
+        def before_write() -> None:
+            if not off.owner:
+                self.claim(store, prefix)
+                off.owner = self.identity
+
+        off = LedgerOffloader(
+            store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=c.cluster,
+            checkpoint_interval=c.checkpoint_interval, checksum_chunk=c.checksum_chunk, verify_reads=c.verify_reads,
+            before_write=before_write,
+        )
+        return off
 
     def topic_offloader(
         self,
@@ -91,9 +116,7 @@ class Workspace:
         off = self._offloaders.get(k)
         if off is None:
             store, prefix = open_blob_store(url, fsync=self.config.store_fsync)
-            off = self._offloaders[k] = LedgerOffloader(
-                store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, **self._offloader_settings(),
-            )
+            off = self._offloaders[k] = self._new_offloader(store, prefix, max_block_size, read_buffer)
         return off
 
     def offloader_for_policy(self, policy) -> LedgerOffloader:

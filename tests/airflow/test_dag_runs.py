@@ -221,8 +221,14 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
         {"conn_type": "aws", "login": "k", "password": "s", "extra": {"endpoint_url": endpoint}}))
-    cfg = make_workspace(tmp_path / "ws", ["public/default"], store_url=f"s3://bucket-x/p?endpoint={endpoint}",
-                         topics=1, ledgers=1, entries=5)
+    # `tiered init` claims its store, so it would refuse an unreachable one: the workspace is created on the
+    # embedded store and then pointed at the S3 endpoint, as when a store becomes unreachable later
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
+    from dataclasses import replace
+
+    from tieredcore.config import Config
+
+    cfg.write_text(replace(Config.load(cfg, env={}), store_url=f"s3://bucket-x/p?endpoint={endpoint}").to_toml())
     set_policy(cfg, "public/default", offload_threshold_bytes=0)
 
     with pytest.raises(AirflowFailException, match=r"bucket 'bucket-x' at http://127\.0\.0\.1:\d+ .*unreachable"):

@@ -43,6 +43,7 @@ from tieredcore.offload.keys import data_key, parse_ledger_key
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.stores.ownership import is_marker_key
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
@@ -158,6 +159,8 @@ def assert_clean(ws: Workspace, before: dict[Key, list[bytes]], listed: set[Key]
                     refs.add((u, li.ledgerId))
     prefix = ws.offloader.prefix
     for o in iter_objects(ws.store, prefix):
+        if is_marker_key(o.key, prefix):
+            continue  # the workspace's owner marker
         k = parse_ledger_key(o.key, prefix)
         assert k is not None, f"foreign object {o.key}"
         assert (str(k.uuid), k.ledger_id) in refs, f"orphaned object {o.key}"

@@ -540,7 +540,7 @@ def test_concurrent_drains_acknowledge_every_record_once(make_ws):
 
 
 def test_s3_batch_delete_of_several_records(ws, s3_store, moto_endpoint):
-    s3_off = LedgerOffloader(s3_store, "cold/", cluster="test")
+    s3_off = LedgerOffloader(s3_store, "cold/", cluster=ws.config.cluster)
     a, b, c = sealed(ws)[:3]
     recs, olds = [], {}
     for lid in (a, b, c):
@@ -606,7 +606,7 @@ def test_segment_record_deleted_only_once_no_ledger_references_it(ws):
     store, prefix = ws.offloader.store, ws.offloader.prefix
     seg = str(uuidlib.uuid4())
     for k in (f"{prefix}{seg}", f"{prefix}{seg}-index"):
-        store.put(k, b"segment bytes", {"managedledgername": ML0})
+        store.put(k, b"segment bytes", {"managedledgername": ML0, "pulsarclustername": ws.config.cluster})
     msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(seg))
 
     def reference(info):  # ledger b is still covered by the segment
@@ -627,3 +627,30 @@ def test_segment_record_deleted_only_once_no_ledger_references_it(ws):
     assert outcomes(drain(ws, NOW)) == {"deleted": 1}
     assert not {f"{prefix}{seg}", f"{prefix}{seg}-index"} & objects(store)
     verify(ws)
+
+
+# -- objects of another cluster or workspace in a shared store -------------------------------------
+
+
+@pytest.mark.parametrize("writer", ["other-cluster", "other-workspace", "no-cluster"])
+def test_records_naming_objects_written_by_others_are_refused(ws, writer):
+    """A shared bucket: whatever a record says, the drain deletes nothing another cluster (or another
+    workspace with the same cluster name) wrote, counts it, and acknowledges the record."""
+    a = sealed(ws)[0]
+    cluster = {"other-cluster": "east"}.get(writer, ws.config.cluster)
+    owner = {"other-workspace": "f" * 32}.get(writer, "")
+    other = LedgerOffloader(ws.offloader.store, ws.offloader.prefix, cluster=cluster, owner=owner)
+    u = str(uuidlib.uuid4())
+    obj = other.offload(ws.hot.open_ledger(a), u, {"managedledgername": ML0})
+    if writer == "no-cluster":
+        for k in (obj.data_key, obj.index_key):
+            md = {k2: v for k2, v in other.store.head(k).metadata.items() if k2 != "pulsarclustername"}
+            other.store.put(k, other.store.get(k), md)
+    DeletionLog(ws.metadata).append([off_rec(ML0, a, u, store_driver(ws))])
+    before = DeletionLog(ws.metadata).counters()["refused_foreign"]
+    r = drain(ws, NOW)
+    assert outcomes(r) == {"refused_foreign": 1} and r.refused_foreign == 1 and r.deleted_offloaded == 0
+    assert "is not ours" in r.rows[0].error
+    assert {obj.data_key, obj.index_key} <= objects(ws.offloader.store)
+    assert DeletionLog(ws.metadata).counters()["refused_foreign"] == before + 1
+    assert DeletionLog(ws.metadata).pending() == []

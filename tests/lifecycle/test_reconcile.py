@@ -23,7 +23,6 @@ from tieredcore.lifecycle.deletion_log import (
 from tieredcore.lifecycle.reconcile import (
     HOT_NOT_LISTED,
     HOT_TOPIC_MISSING,
-    UNKNOWN_TOPIC,
     ObjectRow,
     abort_stale_uploads,
     find_hot_orphans,
@@ -38,6 +37,7 @@ from tieredcore.lifecycle.reconcile import (
 from tieredcore.lifecycle.sweep import policy_store
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import ObjectInfo, iter_objects
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
@@ -94,6 +94,7 @@ class Seeded:
     foreign_upload: tuple = ()
     young_keys: list = field(default_factory=list)
     valid_keys: list = field(default_factory=list)
+    foreign: dict = field(default_factory=dict)  # (uuid, ledger id) -> why not ours: never recorded
 
 
 @pytest.fixture
@@ -132,10 +133,22 @@ def seeded(make_ws):
         s.hot[li.ledgerId] = (B, HOT_TOPIC_MISSING)
     assert len(info_b.ledgerInfo) == 4
     ws.ml.delete_topic(B)
-    # 3. a lone index without data (no user metadata: topic unknown)
+    # 3. a lone index without data and without user metadata: nobody's we know, so not ours to delete
     u3 = str(uuidlib.uuid4())
     ws.store.put(index_key("", u3, 4242), b"index-bytes")
-    s.groups[(u3, 4242)] = (UNKNOWN_TOPIC, "")
+    s.foreign[(u3, 4242)] = "names no cluster"
+    # 3b. a lone index of ours whose data object is gone: the topic is in its metadata
+    u3b = str(uuidlib.uuid4())
+    o3b = off.offload(ws.hot.open_ledger(a2), u3b, {"managedledgername": A})
+    ws.store.delete([o3b.data_key])
+    s.groups[(u3b, a2)] = (A, "")
+    # 3c. objects another cluster (sharing the bucket) and another workspace of this cluster wrote
+    for cluster, owner, why in (("east", "", "written by cluster 'east'"),
+                                ("standalone", "0" * 32, "another workspace")):
+        other = LedgerOffloader(ws.store, cluster=cluster, owner=owner)
+        u = str(uuidlib.uuid4())
+        other.offload(ws.hot.open_ledger(a2), u, {"managedledgername": A})
+        s.foreign[(u, a2)] = why
     # 4. multipart uploads: stale (ours), young (ours), stale foreign
     u4 = str(uuidlib.uuid4())
     k4 = data_key("", u4, 4343)
@@ -225,6 +238,10 @@ def test_finds_exactly_the_seeded_orphans(seeded):
     expected_keys = group_keys(s)
     assert rep.orphan_groups == len(s.groups)
     assert rep.orphan_objects == len(expected_keys) == 2 * len(s.groups) - 1  # the lone index
+    # what another cluster or workspace wrote is counted and never recorded
+    assert rep.foreign_cluster_groups == len(s.foreign) == 3 and rep.foreign_cluster_objects == 5
+    assert all(any(why in x for x in rep.foreign_cluster_samples) for why in s.foreign.values())
+    assert not {u for u, _ in s.foreign} & {r.uuid for r in new}
     assert rep.orphan_bytes == sum((s.cold / k).stat().st_size for k in expected_keys)
     assert rep.hot_orphans == len(s.hot) == 5
     assert rep.foreign_keys == 1  # notes/readme.txt; the nested pfx/ keys belong to the other location
@@ -234,12 +251,12 @@ def test_finds_exactly_the_seeded_orphans(seeded):
     assert rep.oldest_orphan_age_ms is not None and rep.oldest_orphan_age_ms >= 2 * GRACE
     assert 0 < len(rep.sample_keys) <= 10
     assert set(k for k in rep.sample_keys if not k.startswith(("hot:", "upload:"))) <= expected_keys
-    assert rep.by_namespace["t/a"]["offloaded"]["count"] == 4  # u1 + three of the deleted topic
+    assert rep.by_namespace["t/a"]["offloaded"]["count"] == 5  # u1, u3b + three of the deleted topic
     assert rep.by_namespace["t/a"]["ledger"]["count"] == 5
     assert rep.by_namespace["t/b"]["offloaded"] == {"count": 1, "objects": 2,
                                                     "bytes": sum((s.cold / k).stat().st_size for k in expected_keys
                                                                  if k.startswith("pfx/"))}
-    assert rep.by_namespace["(unknown)"]["offloaded"]["count"] == 1
+    assert "offloaded" not in rep.by_namespace["(unknown)"]
     assert rep.by_namespace["(unknown)"]["upload"]["count"] == 1
 
     # nothing was deleted by reconciliation itself; only the stale upload is gone
@@ -278,7 +295,7 @@ def test_as_of_and_grace_decide_age(seeded):
     # an earlier logical date sees every seeded object as young: nothing is flagged
     rep = reconcile(ws, s.as_of - 2 * GRACE, GRACE, dry_run=True)
     assert rep.orphan_groups == 0 and rep.stale_uploads == 0
-    assert rep.young_unreferenced == len(group_keys(s)) + 2
+    assert rep.young_unreferenced == len(group_keys(s)) + 2 + 5  # + the 5 objects written by others
     # a longer grace period makes the in-flight offload and everything else young too
     assert reconcile(ws, s.as_of, 10 * GRACE, dry_run=True).orphan_groups == 0
     # grace 0 at a later date flags the in-flight attempt as well
@@ -295,6 +312,7 @@ def test_drain_deletes_every_orphan_and_nothing_else(seeded):
     drain(ws, s.as_of)
     assert not any((s.cold / k).exists() for k in group_keys(s))
     assert all((s.cold / k).exists() for k in s.valid_keys)
+    assert all((s.cold / index_key("", u, lid)).exists() for u, lid in s.foreign)  # never touched
     assert not any(ws.hot.exists(lid) for lid in s.hot)
     left = [e.record for e in DeletionLog(ws.metadata).pending()]
     assert not [r for r in left if r is not None and r.reason == "orphan"]
@@ -310,6 +328,7 @@ def test_drain_deletes_every_orphan_and_nothing_else(seeded):
     # and a later run finds nothing to do in the object store
     after = reconcile(ws, s.as_of, GRACE, dry_run=True)
     assert after.orphan_groups == 0 and after.hot_orphans == 0 and after.foreign_keys == 1
+    assert after.foreign_cluster_groups == 3
 
 
 def test_referenced_uuids_cover_contexts_abandoned_and_log(seeded):

@@ -64,8 +64,10 @@ def planned(plan):
 
 
 def store_listing(store):
-    """Every object key plus every unfinished multipart upload of a store."""
-    return sorted(o.key for o in iter_objects(store)), store.list_multipart_uploads()
+    """Every object key (but the workspace's owner markers, tiered-owner.<cluster>: one per claimed
+    location) plus every unfinished multipart upload of a store."""
+    return (sorted(o.key for o in iter_objects(store) if "tiered-owner." not in o.key),
+            store.list_multipart_uploads())
 
 
 def read_all(ws, topic=T, priority=TIERED_FIRST):
@@ -266,6 +268,7 @@ def test_dry_run_changes_nothing(make_ws):
     assert [r.outcome for r in res] == ["planned"] * 4 and not any(r.failed for r in res)
     assert ws.ml.get_topic(T) == before
     assert store_listing(ws.store) == ([], [])
+    assert [o.key for o in iter_objects(ws.store)] == ["tiered-owner.standalone"]  # claimed at init
 
 
 def test_plan_manual_offload(make_ws):
@@ -614,6 +617,7 @@ def test_per_namespace_store_from_policy(make_ws, tmp_path):
 
     other = FilesystemBlobStore(other_root)
     other_keys, uploads = store_listing(other)
+    assert other.head("ns-a/objs/tiered-owner.standalone").size > 0  # claimed by the first offload there
     assert uploads == [] and len(other_keys) == 8
     assert all(k.startswith("ns-a/objs/") for k in other_keys)
     a_uuids = {(li.ledgerId, context_uuid(li)) for li in ledger_infos(ws, T)[:-1]}

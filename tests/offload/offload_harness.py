@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import types
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable
@@ -292,6 +293,10 @@ class _DrainWorkspace:
         self.ml = env.raw_ml
         self.hot = env.hot
         self._offloader = LedgerOffloader(env.store, max_block_size=env.max_block_size)
+        self.config = types.SimpleNamespace(cluster=self._offloader.cluster)  # the offloaders' cluster
+
+    def identity_if_any(self) -> str | None:
+        return None  # the env's offloaders write no owner identity
 
     def offloader_for_driver(self, dm) -> LedgerOffloader:
         if dm.name != "filesystem":

@@ -332,8 +332,10 @@ def test_legacy_abandoned_properties_become_records_and_are_dropped(env):
     a1 = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
     assert a1.outcome == OUTCOME_FAILED
     legacy = "0000beef-0000-4000-8000-000000000001"
-    env.raw_store.put(index_key("", legacy, lid), b"legacy index", {"managedledgername": "x"})
-    env.raw_store.put(data_key("", legacy, lid), b"legacy data")
+    # what an earlier version wrote: the cluster name (every writer's) and the topic
+    md = {"managedledgername": "public/default/persistent/offload-protocol", "pulsarclustername": "standalone"}
+    env.raw_store.put(index_key("", legacy, lid), b"legacy index", md)
+    env.raw_store.put(data_key("", legacy, lid), b"legacy data", md)
 
     def remember(info):
         find_ledger(info, lid).properties.add(key=ABANDONED_PREFIX + legacy, value="1")

@@ -48,7 +48,7 @@ MAX_BACKOFF_MS = 24 * 3600 * 1000
 COUNTERS = (
     "appended_hot", "appended_offloaded", "consumed", "deleted_hot", "deleted_offloaded",
     "delete_failures_hot", "delete_failures_offloaded", "acknowledged", "dead_lettered",
-    "refused_mismatch", "still_in_use", "malformed",
+    "refused_mismatch", "refused_foreign", "still_in_use", "malformed",
 )
 
 

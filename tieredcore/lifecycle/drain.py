@@ -23,6 +23,9 @@ For each due record, in this order:
    the offloader writes on its objects, when the object exists and carries it (a stricter reading of
    the spec: a forged ``offloaded`` record naming another topic's ledger id and uuid would otherwise pass
    the in-use check of the wrong topic). A mismatch → nothing deleted, acknowledged (``refused_mismatch``).
+   Every existing object is also checked against this workspace's cluster and identity
+   (tieredcore.stores.ownership): an object another cluster or another workspace of this cluster wrote
+   (a shared bucket) is never deleted, whatever the record says → acknowledged (``refused_foreign``).
 4. **Delete**, idempotently. Hot: ``delete_ledger``; a hot ledger that is already gone is a success
    (outcome ``already_deleted``: acknowledged, ``deleted_hot`` not incremented — nothing was deleted by
    this run). Objects: per object store (one store object per driver metadata), one listing of
@@ -75,6 +78,7 @@ from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.stores.ownership import foreign_reason
 from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
@@ -96,13 +100,15 @@ OUTCOME_DELETED = "deleted"
 OUTCOME_ALREADY_DELETED = "already_deleted"
 OUTCOME_STILL_IN_USE = "still_in_use"
 OUTCOME_REFUSED = "refused_mismatch"
+OUTCOME_REFUSED_FOREIGN = "refused_foreign"  # the objects belong to another cluster or workspace
 OUTCOME_MALFORMED = "malformed"
 OUTCOME_RETRYING = "retrying"
 OUTCOME_DEAD = "dead_lettered"
 OUTCOME_LOST_RACE = "lost_race"  # another consumer changed or removed the record first
 OUTCOME_WOULD_DELETE = "would_delete"  # dry run
 OUTCOMES = (
-    OUTCOME_DELETED, OUTCOME_ALREADY_DELETED, OUTCOME_STILL_IN_USE, OUTCOME_REFUSED, OUTCOME_MALFORMED,
+    OUTCOME_DELETED, OUTCOME_ALREADY_DELETED, OUTCOME_STILL_IN_USE, OUTCOME_REFUSED, OUTCOME_REFUSED_FOREIGN,
+    OUTCOME_MALFORMED,
     OUTCOME_RETRYING, OUTCOME_DEAD, OUTCOME_LOST_RACE, OUTCOME_WOULD_DELETE,
 )
 
@@ -133,6 +139,7 @@ class DrainReport:
     already_deleted: int = 0
     still_in_use: int = 0
     refused_mismatch: int = 0
+    refused_foreign: int = 0
     malformed: int = 0
     retrying: int = 0
     dead_lettered: int = 0
@@ -181,6 +188,10 @@ def failed_keys(error: BaseException, keys: Sequence[str]) -> set[str]:
 
 class _Refused(Exception):
     """Ownership check failed: delete nothing, acknowledge."""
+
+
+class _Foreign(Exception):
+    """The objects were written by another cluster or workspace: delete nothing, acknowledge."""
 
 
 class _Unsupported(Exception):
@@ -268,6 +279,7 @@ class _Drain:
         self.max_attempts = max_attempts
         self.dry_run = dry_run
         self.check_object_owner = check_object_owner
+        self.identity = ws.identity_if_any() or ""  # no identity yet: objects naming one are not ours
         self.report = DrainReport(as_of_ms, dry_run)
         self._topics: dict[str, Any] = {}
         self._batches: dict[int, _Batch] = {}
@@ -289,6 +301,8 @@ class _Drain:
             counters["still_in_use"] = 1
         elif outcome == OUTCOME_REFUSED:
             counters["refused_mismatch"] = 1
+        elif outcome == OUTCOME_REFUSED_FOREIGN:
+            counters["refused_foreign"] = 1
         if not self.log.ack(entry, **counters):
             self._set(row, OUTCOME_LOST_RACE, note)
             return
@@ -398,17 +412,19 @@ class _Drain:
             dkey, ikey = data_key(off.prefix, uuid, rec.ledger_id), index_key(off.prefix, uuid, rec.ledger_id)
         else:  # streaming segment objects: {uuid} and {uuid}-index
             dkey, ikey = f"{off.prefix}{uuid}", f"{off.prefix}{uuid}-index"
-        existed = True
-        if self.check_object_owner:
-            try:
-                existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
-            except _Refused as e:
-                log.warning("deletion %s refused: %s", entry.id, e)
-                self._ack(entry, row, OUTCOME_REFUSED, str(e))
-                return
-            except Exception as e:
-                self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
-                return
+        try:
+            existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
+        except _Foreign as e:
+            log.warning("deletion %s refused: %s", entry.id, e)
+            self._ack(entry, row, OUTCOME_REFUSED_FOREIGN, str(e))
+            return
+        except _Refused as e:
+            log.warning("deletion %s refused: %s", entry.id, e)
+            self._ack(entry, row, OUTCOME_REFUSED, str(e))
+            return
+        except Exception as e:
+            self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
+            return
         if self.dry_run:
             self._set(row, OUTCOME_WOULD_DELETE if existed else OUTCOME_ALREADY_DELETED)
             return
@@ -416,20 +432,23 @@ class _Drain:
         batch.prefixes.add(off.prefix)
         batch.jobs.append(_ObjectJob(entry, row, [ikey, dkey], dkey, existed))
 
-    @staticmethod
-    def _check_owner(store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
-        """False when no object exists; raises _Refused when the first existing object (data, else
-        index: both are written by the same attempt with the same metadata) names another topic."""
+    def _check_owner(self, store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
+        """False when no object exists. Every existing object must be this cluster's and workspace's
+        (else _Foreign) and, with ``check_object_owner``, name the record's topic (else _Refused)."""
+        existed = False
         for k in keys:
             try:
                 info = store.head(k)
             except NoSuchObjectError:
                 continue
+            existed = True
+            why = foreign_reason(info.metadata, self.ws.config.cluster, self.identity)
+            if why is not None:
+                raise _Foreign(f"object {k} is not ours: {why}")
             owner = info.metadata.get(OWNER_METADATA_KEY)
-            if owner is not None and owner != ml_name:
+            if self.check_object_owner and owner is not None and owner != ml_name:
                 raise _Refused(f"object {k} belongs to {owner!r}, record names {ml_name!r}")
-            return True
-        return False
+        return existed
 
     # -- per object store
 

@@ -12,6 +12,12 @@ The pieces are separate so that a Spark job can run them per key prefix:
 - :func:`find_object_orphans`: the anti-join (pure; the Spark job does the same as a DataFrame join).
 - :func:`find_hot_orphans`, :func:`abort_stale_uploads`, and :func:`reconcile` wiring it all together.
 
+Ownership (tieredcore.stores.ownership): every location is claimed (or checked, in a dry run) before it is
+listed, and a store whose owner marker names another metadata store for this cluster is skipped with an
+error. Every orphan candidate is HEADed (candidates are few) and never recorded when its metadata names
+another cluster or another workspace: those are counted (``foreign_cluster_*``) and left alone. Owner
+markers are not listed.
+
 Ordering makes a run safe against concurrent writers without any lock: objects are listed first, then
 the topic records are read, then the deletion log. An offload records its uuid before writing any
 object, so an object seen by the listing has its uuid in the later metadata read unless the attempt
@@ -27,10 +33,11 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.errors import NotFoundError, StoreOwnershipError, TieredError, ValidationError
 from tieredcore.lifecycle.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
@@ -40,6 +47,7 @@ from tieredcore.lifecycle.deletion_log import (
 from tieredcore.offload.context import referenced_uuids as ledger_uuids
 from tieredcore.offload.keys import normalize_prefix
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
+from tieredcore.stores.ownership import foreign_reason, is_marker_key, read_marker
 from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
@@ -126,8 +134,8 @@ def list_objects(
     if not lp.startswith(p):
         raise ValidationError(f"listing prefix {lp!r} is not under the offload prefix {p!r}")
     for info in iter_objects(store, lp, page_size):
-        if exclude_prefixes and _excluded(info.key, exclude_prefixes):
-            continue
+        if (exclude_prefixes and _excluded(info.key, exclude_prefixes)) or is_marker_key(info.key, p):
+            continue  # a nested location's keys; owner markers (ours, never orphans)
         yield parse_row(info, p)
 
 
@@ -178,7 +186,8 @@ def list_rest(
 
     def emit(infos: Iterable[ObjectInfo]) -> Iterator[ObjectRow]:
         for info in infos:
-            if _is_rest(info.key, plen) and not (exclude_prefixes and _excluded(info.key, exclude_prefixes)):
+            if _is_rest(info.key, plen) and not (exclude_prefixes and _excluded(info.key, exclude_prefixes)) \
+                    and not is_marker_key(info.key, p):  # the location's owner marker is ours, not foreign
                 yield parse_row(info, p)
 
     # (start after, stop at the first key whose next character is >= this)
@@ -581,21 +590,31 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
 # -- planning and the whole run -----------------------------------------------------------------
 
 
-def topic_of_object(store: BlobStore, group: OrphanGroup) -> str:
-    """The managed-ledger name in the group's user metadata (index first, then data), else
-    UNKNOWN_TOPIC."""
+@dataclass(frozen=True)
+class GroupOwner:
+    topic: str  # managed-ledger name from the objects' metadata, or UNKNOWN_TOPIC
+    foreign: str | None  # why the group is not ours (another cluster or workspace), None when it is
+
+
+def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: str) -> GroupOwner:
+    """HEAD the group's objects (index first): its topic, and whether any object is not ours. A group
+    whose every object vanished meanwhile is reported foreign ("gone"): nothing to record."""
+    topic = UNKNOWN_TOPIC
+    seen = False
     for key in sorted(group.keys, key=lambda k: not k.endswith("-index")):
         try:
             md = store.head(key).metadata
-        except TieredError:
+        except NotFoundError:
             continue
+        seen = True
+        why = foreign_reason(md, cluster, identity)
+        if why is not None:
+            return GroupOwner(topic, f"{key}: {why}")
         name = md.get(_MANAGED_LEDGER_METADATA_KEY)
-        if name:
-            try:
-                return TopicName.parse(name).managed_ledger_name
-            except ValidationError:
-                continue
-    return UNKNOWN_TOPIC
+        if name and topic == UNKNOWN_TOPIC:
+            with suppress(ValidationError):
+                topic = TopicName.parse(name).managed_ledger_name
+    return GroupOwner(topic, None if seen else "no longer exists")
 
 
 def namespace_of(topic: str) -> str:
@@ -629,6 +648,11 @@ class ReconcileReport:
     foreign_uploads: int = 0
     foreign_keys: int = 0
     foreign_bytes: int = 0
+    # unreferenced groups written by another cluster or workspace sharing the store: never recorded
+    foreign_cluster_groups: int = 0
+    foreign_cluster_objects: int = 0
+    foreign_cluster_bytes: int = 0
+    foreign_cluster_samples: list[str] = field(default_factory=list)
     segment_keys: int = 0
     foreign_hot_ledgers: int = 0
     young_unreferenced: int = 0  # objects
@@ -657,15 +681,46 @@ class ReconcileReport:
         return asdict(self)
 
 
-def plan_object_records(loc: Location, orphans: ObjectOrphans, as_of_ms: int) -> list[DeletionRecord]:
-    """One `offloaded` record per orphan group (head()s each group for its topic)."""
-    out = []
+def plan_object_records(
+    loc: Location, orphans: ObjectOrphans, as_of_ms: int, cluster: str, identity: str
+) -> tuple[list[tuple[OrphanGroup, DeletionRecord]], list[tuple[OrphanGroup, str]]]:
+    """One `offloaded` record per orphan group that is ours (a HEAD per group: its topic, its owner);
+    returns (group, record) pairs and the (group, reason) of those left alone as not ours."""
+    planned: list[tuple[OrphanGroup, DeletionRecord]] = []
+    skipped: list[tuple[OrphanGroup, str]] = []
     for g in orphans.groups:
-        out.append(DeletionRecord(
-            topic=topic_of_object(loc.store, g), ledger_id=g.ledger_id, type=TYPE_OFFLOADED, reason=REASON_ORPHAN,
+        owner = inspect_group(loc.store, g, cluster, identity)
+        if owner.foreign is not None:
+            skipped.append((g, owner.foreign))
+            continue
+        planned.append((g, DeletionRecord(
+            topic=owner.topic, ledger_id=g.ledger_id, type=TYPE_OFFLOADED, reason=REASON_ORPHAN,
             created_ms=as_of_ms, uuid=g.uuid, driver={"name": loc.driver["name"],
                                                       "properties": dict(loc.driver["properties"])},
-        ))
+        )))
+    return planned, skipped
+
+
+def owned_locations(ws: Workspace, locs: list[Location], errors: list[str], dry_run: bool) -> list[Location]:
+    """The locations this workspace may reconcile: claimed for its cluster (created when missing, except
+    in a dry run, which only checks). A location another metadata store claimed is skipped (an error)."""
+    out = []
+    for loc in locs:
+        try:
+            if dry_run:
+                m = read_marker(loc.store, loc.prefix, ws.config.cluster)
+                if m is not None and m.identity != (ws.identity_if_any() or ""):
+                    raise StoreOwnershipError(f"{loc.label}: claimed by another workspace of cluster "
+                                              f"{ws.config.cluster!r} (metadata store {m.metadata})")
+            else:
+                ws.claim(loc.store, loc.prefix)
+        except StoreOwnershipError as e:
+            errors.append(f"{loc.label}: location skipped: {e}")
+            continue
+        except TieredError as e:
+            errors.append(f"{loc.label}: cannot check its owner, location skipped: {e}")
+            continue
+        out.append(loc)
     return out
 
 
@@ -689,6 +744,7 @@ def plan_and_apply(
     t0 = clock()
     records: list[DeletionRecord] = []
     oldest: list[int] = []
+    cluster, identity = ws.config.cluster, ws.identity_if_any() or ""
     for loc, orph in found:
         rep.objects_listed += orph.rows
         rep.bytes_listed += orph.bytes_listed
@@ -697,8 +753,15 @@ def plan_and_apply(
         rep.foreign_bytes += orph.foreign_bytes
         rep.segment_keys += orph.segment_keys
         rep.young_unreferenced += orph.young_unreferenced
-        recs = plan_object_records(loc, orph, as_of_ms)
-        for g, r in zip(orph.groups, recs, strict=True):
+        pairs, skipped = plan_object_records(loc, orph, as_of_ms, cluster, identity)
+        for g, why in skipped:
+            rep.foreign_cluster_groups += 1
+            rep.foreign_cluster_objects += len(g.keys)
+            rep.foreign_cluster_bytes += g.bytes
+            if len(rep.foreign_cluster_samples) < MAX_SAMPLE_KEYS:
+                rep.foreign_cluster_samples.append(why)
+        recs = [r for _, r in pairs]
+        for g, r in pairs:
             ns = namespace_of(r.topic)
             rep.orphan_groups += 1
             rep.orphan_objects += len(g.keys)
@@ -777,7 +840,7 @@ def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dr
     rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
     clock = time.perf_counter
     t0 = clock()
-    locs = store_locations(ws, rep.errors)
+    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
     rep.locations = [loc.label for loc in locs]
     rep.timings["locations"] = round(clock() - t0, 6)
 

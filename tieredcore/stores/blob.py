@@ -88,7 +88,11 @@ class BlobStore(Protocol):
         """Properties recorded in OffloadDriverMetadata (bucket, region, endpoint, root...)."""
         ...
 
-    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None) -> None: ...
+    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None, *,
+            if_absent: bool = False) -> None:
+        """Store the object (replacing any). ``if_absent``: create only, ObjectExistsError (nothing
+        written) when the key exists — S3's conditional write, the filesystem store's lock."""
+        ...
 
     def get(self, key: str) -> bytes:
         """Whole object; NoSuchObjectError when missing."""

@@ -49,6 +49,7 @@ from tieredcore.errors import (
     BlobStoreError,
     NoSuchObjectError,
     NoSuchUploadError,
+    ObjectExistsError,
     TieredError,
     ValidationError,
 )
@@ -347,13 +348,17 @@ class FilesystemBlobStore:
             "object, or it is a prefix of existing keys (a filesystem cannot hold both 'a' and 'a/b')"
         )
 
-    def _publish(self, kb: bytes, key: str, src: bytes, meta: dict[str, str]) -> None:
-        """Rename src into place as key, with its metadata sidecar (renamed first), atomically."""
+    def _publish(self, kb: bytes, key: str, src: bytes, meta: dict[str, str], if_absent: bool = False) -> None:
+        """Rename src into place as key, with its metadata sidecar (renamed first), atomically.
+        ``if_absent``: ObjectExistsError when the key exists (checked under the store lock, which every
+        writer of this root takes, so two creators cannot both win)."""
         meta_tmp = self._write_new_file(json.dumps({"metadata": meta}).encode()) if meta else None
         dest, mdest = self._obj_path(kb), self._meta_path(kb)
         synced: set[bytes] = set()
         try:
             with self._locked():
+                if if_absent and os.path.isfile(dest):
+                    raise ObjectExistsError(f"object {_short(key)} already exists in {str(self.root)!r}")
                 for _attempt in range(10):  # a concurrent delete may prune a parent directory we made
                     try:
                         created = self._makedirs(os.path.dirname(dest), self._root, key)
@@ -428,13 +433,14 @@ class FilesystemBlobStore:
 
     # --- objects -------------------------------------------------------------------------------
 
-    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None) -> None:
+    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None, *,
+            if_absent: bool = False) -> None:
         kb = validate_key(key)
         meta = normalize_metadata(metadata)
         with self._oserrors("put", key):
             tmp = self._write_new_file(data)
             try:
-                self._publish(kb, key, tmp, meta)
+                self._publish(kb, key, tmp, meta, if_absent)
             finally:
                 _unlink_quiet(tmp)
 

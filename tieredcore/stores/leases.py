@@ -7,7 +7,9 @@ uploads: each writes its objects and all but one lose the completion race. A lea
 
 acquired by create (absent) or compare-and-set (expired, or unreadable); a second runner finds it held and
 skips the topic, saying by whom and until when. The expiry makes a crashed holder harmless: after the
-TTL anyone may take the lease over. Holders renew after each ledger and delete the record when done.
+TTL anyone may take the lease over; a holder on the same host whose process no longer exists (holders are
+named ``host:pid:random``) is taken over at once. Holders renew after each ledger and delete the record
+when done.
 
 Leases measure real time (the wall clock), unlike the workflows' logical clock: they arbitrate between
 processes running now, whatever logical date each run works on.
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+from tieredcore.clock import iso_ms
 from tieredcore.errors import (
     LeaseHeldError,
     NodeExistsError,
@@ -91,10 +94,11 @@ class TopicLeases:
                     version = self.store.create(path, self._body(purpose, now))
                 else:
                     rec = _parse(got.value)
-                    if rec is not None and rec["holder"] != self.holder and rec["expires_ms"] > now:
+                    if rec is not None and rec["holder"] != self.holder and rec["expires_ms"] > now \
+                            and not _dead_local_holder(rec["holder"]):
                         raise LeaseHeldError(
                             f"topic {t.full} is being processed by {rec['holder']} ({rec.get('purpose', '?')}, "
-                            f"lease until {_iso(rec['expires_ms'])}): skipped this time")
+                            f"lease until {iso_ms(rec['expires_ms'])}): skipped this time")
                     version = self.store.put(path, self._body(purpose, now), got.version)
             except (NodeExistsError, VersionConflictError):
                 continue  # someone else moved first: look again
@@ -134,6 +138,24 @@ class _Held:
         self.lease = self._leases.renew(self.lease)
 
 
+def _dead_local_holder(holder: str) -> bool:
+    """True when the holder ran on this host and its process is gone (it cannot renew or release)."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but not ours to signal
+        return False
+    return False
+
+
 def _parse(value: bytes) -> dict | None:
     try:
         rec = json.loads(value)
@@ -144,11 +166,3 @@ def _parse(value: bytes) -> dict | None:
         return None
     return rec
 
-
-def _iso(ms: int) -> str:
-    import datetime as dt
-
-    try:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"

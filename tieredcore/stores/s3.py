@@ -26,6 +26,7 @@ from tieredcore.errors import (
     BlobStoreError,
     NoSuchObjectError,
     NoSuchUploadError,
+    ObjectExistsError,
     TieredError,
     ValidationError,
 )
@@ -179,9 +180,22 @@ class S3BlobStore:
 
     # --- objects -------------------------------------------------------------------------------
 
-    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None) -> None:
+    def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None, *,
+            if_absent: bool = False) -> None:
         meta = normalize_metadata(metadata)
-        self._call("put", key, self.client.put_object, Key=key, Body=_body(data), Metadata=meta)
+        if not if_absent:
+            self._call("put", key, self.client.put_object, Key=key, Body=_body(data), Metadata=meta)
+            return
+        try:  # S3 conditional write: If-None-Match: * (412 when the key exists)
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=_body(data), Metadata=meta, IfNoneMatch="*")
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                raise ObjectExistsError(f"object {self._where(key)} already exists") from e
+            raise self._error(e, "put", key) from e
+        except BotoCoreError as e:
+            raise self._error(e, "put", key) from e
 
     def get(self, key: str) -> bytes:
         resp = self._call("get", key, self.client.get_object, Key=key)
