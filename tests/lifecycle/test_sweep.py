@@ -274,18 +274,19 @@ def test_plan_manual_offload(make_ws):
         plan_manual_offload(ws, "t/a/missing", END_MS, keep_bytes=0)
 
     assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(ids[2], 5))) == {T: ids[:2]}
-    # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 -> everything older than ledger 2
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:2]}
-    # keep 0: the sum first exceeds 0 at the newest sealed ledger, which stays (spec/02 wording)
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids[:3]}
+    # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 at ids[2] -> up to (excluding) the
+    # ledger visited before it, ids[3]: the kept suffix (ids[3] and the open one) is at most 1500 bytes
+    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:3]}
+    # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (spec/02)
+    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids}
     assert plan_manual_offload(ws, T, END_MS, keep_bytes=10**9) == []
     # never the open ledger, even "up to" past it
     assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(10**6, 0))) == {T: ids}
-    # an older logical date sees only what was sealed then
+    # an older logical date sees only what was sealed then (ids[2], open at that time, stays)
     assert planned(plan_manual_offload(ws, T, END_MS - INTERVAL_MS - 1, keep_bytes=0)) == {T: ids[:2]}
     # manual offload without any policy (offload disabled) works, and is idempotent
     plan = plan_manual_offload(ws, T, END_MS, keep_bytes=1500)
-    assert [r.outcome for r in run(ws, plan)] == ["offloaded", "offloaded"]
+    assert [r.outcome for r in run(ws, plan)] == ["offloaded"] * 3
     assert plan_manual_offload(ws, T, END_MS, keep_bytes=1500) == []
 
 
