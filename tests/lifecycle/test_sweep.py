@@ -294,9 +294,11 @@ def test_parse_position_of_the_job():
     from spark_jobs.offload_sweep import parse_position
 
     assert parse_position("12:3") == Position(12, 3)
-    assert parse_position("12") == Position(12, 0)
-    for bad in ("x", "1:y", ""):
+    for bad in ("x", "1:y", "", "12"):  # a bare ledger id is ambiguous for an offload bound
         with pytest.raises(ValidationError, match="LEDGER:ENTRY"):
+            parse_position(bad)
+    for bad in (f"{2**63}:0", f"1:{2**63}"):
+        with pytest.raises(ValidationError, match="--up-to .*64-bit"):
             parse_position(bad)
 
 
