@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,15 +14,18 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore import cli_deletions, cli_policies, cli_topics
+from tieredcore.cli_policies import parse_keep_bytes, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.model import Position
+from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.model import INT64_MAX, Position
 from tieredcore.offload.managed import context_uuid
-from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workload import (
     PROP_COUNT,
+    PROP_FIRST_SEQ,
     PROP_MAX,
     PROP_MIN,
     PROP_SEED,
@@ -149,6 +153,10 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
             for k, v in ((PROP_SEED, gen.seed), (PROP_MIN, gen.min_size), (PROP_MAX, gen.max_size),
                          (PROP_COUNT, digest.count), (PROP_SHA, digest.hexdigest())):
                 info.properties.add(key=k, value=str(v))
+            first = 0
+            for li in info.ledgerInfo:  # where each ledger starts in the workload (verify after a trim)
+                li.properties.add(key=PROP_FIRST_SEQ, value=str(first))
+                first += li.entries
             return True
 
         ws.ml.update_topic(t, mark)
@@ -273,11 +281,97 @@ def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dic
     return {"entries": out, "tier_reads": reader.tier_reads, "_printed": True}
 
 
+def _verify_whole_topic(reader: TopicReader, t: TopicName, props: dict[str, str], gen: PayloadGenerator,
+                        progress: Progress) -> tuple[dict[str, Any], int]:
+    """Topics generated before per-ledger start sequence numbers were recorded: one pass over the
+    topic against the payloads from #0 and the stored digest; the first unreadable entry ends it."""
+    digest = Digest()
+    expected_count = int(props[PROP_COUNT])
+    mismatch = None
+    chunk: list[bytes] = []
+    nbytes = 0
+    try:
+        for seq, (pos, data) in enumerate(reader.read(t)):
+            if seq < expected_count and data != gen.payload(seq) and mismatch is None:
+                mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
+            chunk.append(data)
+            nbytes += len(data)
+            if len(chunk) >= 4096:
+                digest.update_many(chunk)
+                chunk = []
+                progress(f"verify: {t.full}: {seq + 1:,} entries")
+    except TieredError as e:
+        # unreadable data (corrupt entry, missing object) fails this topic; the others are still
+        # verified and the report (--json included) still printed
+        digest.update_many(chunk)
+        return ({"topic": t.full, "ok": False, "entries": digest.count, "reason": f"{type(e).__name__}: {e}",
+                 "bad_ledgers": []}, nbytes)
+    digest.update_many(chunk)
+    ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
+    reason = mismatch or ("" if digest.count == expected_count else
+                          f"read {digest.count} entries, generated {expected_count}")
+    if not reason and not ok:
+        reason = "digest differs"
+    return {"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason, "bad_ledgers": []}, nbytes
+
+
+def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, str], gen: PayloadGenerator,
+                      progress: Progress) -> tuple[dict[str, Any], int]:
+    """Every remaining ledger on its own, entry by entry against the payloads from its recorded first
+    sequence number, so one bad ledger neither hides the next nor stops the topic. The whole-topic
+    count and digest apply only when nothing was trimmed (the oldest ledger still starts at #0)."""
+    expected_count = int(props[PROP_COUNT])
+    ledgers = list(info.ledgerInfo)
+    first_seqs = [int(_props(li)[PROP_FIRST_SEQ]) for li in ledgers]
+    trimmed = first_seqs[0] if ledgers else expected_count  # entries gone before the oldest remaining
+    digest = Digest()
+    bad: list[dict[str, Any]] = []
+    nbytes = read = 0
+    for li, first_seq in zip(ledgers, first_seqs, strict=True):
+        reason = None
+        got = 0
+        chunk: list[bytes] = []
+        wanted = gen.payloads(first_seq, INT64_MAX)  # lazy: as many as the ledger holds
+        try:
+            for pos, data in reader.read(t, Position(li.ledgerId, 0), Position(li.ledgerId, INT64_MAX)):
+                seq = first_seq + got
+                want = next(wanted)
+                if reason is None and (seq >= expected_count or data != want):
+                    reason = (f"entry {pos} (#{seq}) is beyond the {expected_count} generated entries"
+                              if seq >= expected_count else f"entry {pos} (#{seq}) differs from the generated payload")
+                got += 1
+                nbytes += len(data)
+                chunk.append(data)
+                if len(chunk) >= 4096:
+                    digest.update_many(chunk)
+                    chunk = []
+                    progress(f"verify: {t.full}: ledger {li.ledgerId}: {got:,} entries")
+        except TieredError as e:  # unreadable (corrupt entry, missing object): this ledger only
+            reason = reason or f"{type(e).__name__}: {e}"
+        digest.update_many(chunk)
+        read += got
+        if reason is None and li.timestamp > 0 and got != li.entries:
+            reason = f"read {got} entries, the topic record says {li.entries}"
+        if reason is not None:
+            bad.append({"ledger": li.ledgerId, "reason": reason})
+    if bad:
+        reason = f"{len(bad)} bad ledger(s): " + "; ".join(f"ledger {b['ledger']}: {b['reason']}" for b in bad)
+    elif trimmed:
+        reason = ""  # what remains is right; the topic digest covers entries that are gone
+    elif digest.count != expected_count:
+        reason = f"read {digest.count} entries, generated {expected_count}"
+    elif digest.hexdigest() != props[PROP_SHA]:
+        reason = "digest differs"
+    else:
+        reason = ""
+    return ({"topic": t.full, "ok": not reason, "entries": read, "reason": reason, "bad_ledgers": bad,
+             "trimmed_entries": trimmed}, nbytes)
+
+
 def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = _select_topics(ws, args.namespace, args.topic)
     reader = ws.reader(args.read_priority)
     rows = []
-    failures = 0
     started = time.monotonic()
     total_bytes = 0
     try:
@@ -285,43 +379,21 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
             info, _ = ws.ml.get_topic(t)
             props = _props(info)
             if PROP_SHA not in props:
-                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`"})
+                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`",
+                             "bad_ledgers": []})
                 continue
             gen = PayloadGenerator(int(props[PROP_SEED]), t.managed_ledger_name,
                                    int(props[PROP_MIN]), int(props[PROP_MAX]))
-            digest = Digest()
-            expected_count = int(props[PROP_COUNT])
-            mismatch = None
-            chunk: list[bytes] = []
-            try:
-                for seq, (pos, data) in enumerate(reader.read(t)):
-                    if seq < expected_count and data != gen.payload(seq) and mismatch is None:
-                        mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
-                    chunk.append(data)
-                    total_bytes += len(data)
-                    if len(chunk) >= 4096:
-                        digest.update_many(chunk)
-                        chunk = []
-                        progress(f"verify: {t.full}: {seq + 1:,} entries")
-            except TieredError as e:
-                # unreadable data (corrupt entry, missing object) fails this topic; the others are
-                # still verified and the report (--json included) still printed
-                digest.update_many(chunk)
-                failures += 1
-                rows.append({"topic": t.full, "ok": False, "entries": digest.count,
-                             "reason": f"{type(e).__name__}: {e}"})
-                continue
-            digest.update_many(chunk)
-            ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
-            reason = mismatch or ("" if digest.count == expected_count else
-                                  f"read {digest.count} entries, generated {expected_count}")
-            if not reason and not ok:
-                reason = "digest differs"
-            failures += not ok
-            rows.append({"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason})
+            if info.ledgerInfo and all(PROP_FIRST_SEQ in _props(li) for li in info.ledgerInfo):
+                row, n = _verify_by_ledger(reader, t, info, props, gen, progress)
+            else:
+                row, n = _verify_whole_topic(reader, t, props, gen, progress)
+            rows.append(row)
+            total_bytes += n
     finally:
         reader.close()
     el = time.monotonic() - started
+    failures = sum(r["ok"] is False for r in rows)
     return {"topics": rows, "verified": sum(1 for r in rows if r["ok"]), "failed": failures,
             "bytes": total_bytes, "seconds": round(el, 3), "tier_reads": reader.tier_reads,
             "_exit": EXIT_FAILED if failures else EXIT_OK}
@@ -365,7 +437,11 @@ def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if cmd == "verify":
         for r in res["topics"]:
             status = {True: "OK", False: "FAILED", None: "SKIPPED"}[r["ok"]]
-            print(f"{status:<8} {r['topic']} {r.get('entries', '')} {r.get('reason', '')}".rstrip())
+            bad = r["bad_ledgers"]
+            reason = f"{len(bad)} bad ledger(s)" if bad else r.get("reason", "")
+            print(f"{status:<8} {r['topic']} {r.get('entries', '')} {reason}".rstrip())
+            for b in bad:
+                print(f"    ledger {b['ledger']}: {b['reason']}")
         print(f"verified {res['verified']} topic(s), {res['failed']} failed, {_mib(res['bytes'])} "
               f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
         return
