@@ -172,20 +172,23 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
         raise ValidationError("give exactly one of --up-to LEDGER:ENTRY or --keep-bytes N")
     if args.up_to is not None and not args.topic:
         raise ValidationError("--up-to needs explicit topic names")
+    up_to = Position.parse(args.up_to, "--up-to", require_entry=True) if args.up_to is not None else None
+    keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
     topics = _select_topics(ws, args.namespace, args.topic)
     totals = {"bytes": 0}
 
     def on_progress(topic: str, lid: int, done: int, total: int) -> None:
         progress(f"offload: {topic} ledger {lid}: {_mib(done)} / {_mib(total)}")
 
-    tof = ws.topic_offloader(progress=on_progress)
+    # each topic goes where its effective policy says (store, block size), as in the Spark sweep;
+    # resolved for every topic before the first offload so a bad policy changes nothing
+    ps = policy_store(ws)
+    offloaders = [ws.topic_offloader(progress=on_progress, offloader=ws.offloader_for_policy(ps.for_topic(t)))
+                  for t in topics]
     results = []
     started = time.monotonic()
-    for t in topics:
-        if args.up_to is not None:
-            res = tof.offload_prefix(t, Position.parse(args.up_to, '--up-to'))
-        else:
-            res = tof.offload_keep_bytes(t, args.keep_bytes)
+    for t, tof in zip(topics, offloaders, strict=True):
+        res = tof.offload_prefix(t, up_to) if up_to is not None else tof.offload_keep_bytes(t, keep or 0)
         for r in res:
             totals["bytes"] += r.bytes
             progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {_mib(r.bytes)} in {r.seconds:.2f}s"
@@ -485,7 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace", help="every topic of this namespace")
     s.add_argument("--up-to", help="offload sealed ledgers before this position LEDGER:ENTRY")
-    s.add_argument("--keep-bytes", type=int, help="keep at most N bytes in the hot tier")
+    s.add_argument("--keep-bytes", metavar="SIZE",
+                   help="keep at most SIZE bytes hot (e.g. 0, 1048576, 512K, 64M, 1G): like `topics offload -s`")
 
     s = sub.add_parser("status", parents=[common], help="per-topic (and per-ledger) tier table")
     s.add_argument("--by-namespace", action="store_true", help="totals per namespace and object-store totals")
