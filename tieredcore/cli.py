@@ -68,7 +68,7 @@ def _select_topics(ws: Workspace, namespace: str | None, topics: Sequence[str] |
             if not ws.ml.exists(t):
                 raise NotFoundError(f"topic {t.full} does not exist")
         return out
-    namespaces = [NamespaceName.parse(namespace).name] if namespace else ws.ml.list_namespaces()
+    namespaces = require_namespaces(ws, [namespace]) if namespace else ws.ml.list_namespaces()
     return [t for ns in namespaces for t in ws.ml.list_topics(ns)]
 
 
@@ -91,24 +91,68 @@ class Progress:
 # -- commands ---------------------------------------------------------------------------------
 
 
+def _missing_dirs(path: Path, what: str) -> list[Path]:
+    """The directories mkdir(parents=True) would create for `path`, outermost first; refuses (nothing
+    created yet) when an existing component is not a directory or the first one cannot be written."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        if p.is_symlink():  # a dangling link: mkdir would fail on it anyway
+            raise ValidationError(f"cannot create {what} {path}: {p} is a dangling symbolic link")
+        missing.append(p)
+        p = p.parent
+    if not p.is_dir():
+        raise ValidationError(f"cannot create {what} {path}: {p} exists and is not a directory")
+    if missing and not os.access(p, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot create {what} {path}: directory {p} is not writable")
+    return missing[::-1]
+
+
+def _make_dirs(dirs: list[tuple[Path, str]]) -> None:
+    """Creates every directory or none: a failure (e.g. under /proc, where even root's access() check
+    passes) removes the directories made so far, all still empty."""
+    plans = [(path, what, _missing_dirs(path, what)) for path, what in dirs]  # check all before creating
+    made: list[Path] = []
+    for path, what, missing in plans:
+        for d in missing:
+            if d.is_dir():  # shared with an earlier directory of the list
+                continue
+            try:
+                d.mkdir()
+            except OSError as e:
+                for m in reversed(made):
+                    with contextlib.suppress(OSError):
+                        m.rmdir()
+                raise ValidationError(f"cannot create {what} {path}: {e.strerror or e} ({d})") from None
+            made.append(d)
+
+
 def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.dir or args.workspace or "workspace").resolve()
     cfg_path = root / CONFIG_FILE_NAME
-    if cfg_path.exists() and not args.force:
-        cfg = Config.load(cfg_path, env={})
-        created = False
-    else:
+    if root.exists() and not root.is_dir():
+        raise ValidationError(f"{root} exists and is not a directory")
+    created = not cfg_path.exists() or args.force
+    if created:
         overrides = {"store_url": args.store_url} if args.store_url else {}
         cfg = Config.for_workspace(root, **overrides)
-        root.mkdir(parents=True, exist_ok=True)
-        cfg_path.write_text(cfg.to_toml())
-        created = True
-    for url in (cfg.hot_url, cfg.store_url):
+    else:
+        cfg = Config.load(cfg_path, env={})
+    dirs = [(root, "workspace directory")]
+    for url, what in ((cfg.hot_url, "hot tier directory"), (cfg.store_url, "object store directory")):
         u = urlparse(url)
         if u.scheme == "file":  # URLs are percent-encoded (a workspace path may hold ' ', '%', '#')
-            Path(unquote(u.path)).mkdir(parents=True, exist_ok=True)
+            dirs.append((Path(unquote(u.path)), what))
     if cfg.reports_dir:
-        Path(cfg.reports_dir).mkdir(parents=True, exist_ok=True)
+        dirs.append((Path(cfg.reports_dir), "reports directory"))
+    db = _sqlite_path(cfg)
+    if db is not None:
+        dirs.append((db.parent, "metadata store directory"))
+    if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
+    _make_dirs(dirs)
+    if created:
+        cfg_path.write_text(cfg.to_toml())
     with Workspace(cfg) as ws:
         ws.metadata.get("/")  # creates the database
     return {"workspace": str(root), "config": str(cfg_path), "created": created,
@@ -265,6 +309,10 @@ def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dic
     t = TopicName.parse(args.topic)
     start = Position.parse(args.start, '--from') if args.start else None
     end = Position.parse(args.end, '--to') if args.end else None
+    if args.limit is not None and args.limit < 0:
+        raise ValidationError(f"--limit {args.limit}: must be 0 or more")
+    if start is not None and end is not None and start > end:
+        raise ValidationError(f"--from {start} is after --to {end}")
     reader = ws.reader(args.read_priority)
     out = []
     try:
@@ -528,6 +576,23 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _sqlite_path(cfg: Config) -> Path | None:
+    """The database file of a sqlite:/// metadata URL (None for anything else: the store refuses it)."""
+    u = urlparse(cfg.metadata_url)
+    raw = unquote(u.path)
+    if u.scheme != "sqlite" or not raw:
+        return None
+    return Path("/" + raw.lstrip("/")) if raw.startswith("/") else Path(raw)
+
+
+def _require_metadata_store(cfg: Config) -> None:
+    """Only `init` creates the metadata store: any other command on a missing one is a wrong workspace,
+    which must not be answered with an empty, freshly created database."""
+    db = _sqlite_path(cfg)
+    if db is not None and not db.exists():
+        raise ValidationError(f"no metadata store at {db}: run `tiered init`")
+
+
 def load_config(args: argparse.Namespace) -> Config:
     if args.config:
         return Config.load(args.config)
@@ -537,6 +602,18 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # whoever read our output is gone (`tiered read ... | head -1`): stop quietly, and point stdout
+        # at /dev/null so the interpreter's final flush does not fail a second time
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "generate" and not args.namespace:
         args.namespace = ["public/default"]
@@ -545,12 +622,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "init":
             res = cmd_init(args)
         else:
-            with Workspace(load_config(args)) as ws:
+            cfg = load_config(args)
+            _require_metadata_store(cfg)
+            with Workspace(cfg) as ws:
                 res = COMMANDS[args.cmd](args, ws, progress)
     except (ValidationError, NotFoundError) as e:
         _err(f"tiered {args.cmd}: {e}")
         return EXIT_USAGE
     except TieredError as e:
+        _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
+        return EXIT_FAILED
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a file system or network failure is reported, never a traceback
         _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
         return EXIT_FAILED
     code = res.pop("_exit", EXIT_OK)
@@ -559,6 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(res, indent=2, default=str))
     else:
         _print_human(args.cmd, res)
+    sys.stdout.flush()  # a closed pipe surfaces here, inside main, not at interpreter exit
     return code
 
 
