@@ -32,8 +32,8 @@ class Cli:
         out, err = self.capsys.readouterr()
         return code, out, err
 
-    def json(self, *argv: str, expect: int = 0) -> dict:
-        code, out, err = self("--json", *argv)
+    def json(self, *argv: str, expect: int = 0, workspace: bool = True) -> dict:
+        code, out, err = self("--json", *argv, workspace=workspace)
         assert code == expect, (code, out, err)
         assert "Traceback" not in err
         return json.loads(out)

@@ -254,6 +254,23 @@ def test_commands_refuse_a_missing_metadata_store(cli: Cli, argv: list[str]) -> 
     assert cli(*argv)[0] == 0
 
 
+def test_generate_may_start_the_metadata_store_of_an_env_only_config(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The compose stack (docs/deploy.md) has no tiered.toml and no `tiered init`: its first command is
+    `tiered generate`, which creates the store it writes topics into; a reading command refuses."""
+    db = tmp_path / "meta" / "m.db"
+    (tmp_path / "meta").mkdir()
+    monkeypatch.setenv("TIERED_METADATA_URL", f"sqlite:///{db}")
+    monkeypatch.setenv("TIERED_HOT_URL", f"file://{tmp_path / 'hot'}")
+    monkeypatch.setenv("TIERED_STORE_URL", f"file://{tmp_path / 'cold'}")
+    monkeypatch.chdir(tmp_path)
+    c = Cli(tmp_path, capsys)
+    assert_usage_error(c("status", workspace=False), "status", f"no metadata store at {db}")
+    assert not db.exists()
+    code, _, err = c("generate", "--topics", "1", "--ledgers", "1", "--entries", "2", workspace=False)
+    assert code == 0, err
+    assert len(c.json("status", workspace=False)["topics"]) == 1
+
+
 def test_init_creates_the_metadata_store_of_an_existing_config(cli: Cli) -> None:
     (cli.root / "metadata.db").unlink()
     code, _, err = cli("init", str(cli.root), workspace=False)

@@ -586,8 +586,8 @@ def _sqlite_path(cfg: Config) -> Path | None:
 
 
 def _require_metadata_store(cfg: Config) -> None:
-    """Only `init` creates the metadata store: any other command on a missing one is a wrong workspace,
-    which must not be answered with an empty, freshly created database."""
+    """A command reading or changing existing state on a missing metadata store has the wrong workspace
+    (or a moved file): it must not be answered from an empty, freshly created database."""
     db = _sqlite_path(cfg)
     if db is not None and not db.exists():
         raise ValidationError(f"no metadata store at {db}: run `tiered init`")
@@ -623,7 +623,8 @@ def _main(argv: Sequence[str] | None) -> int:
             res = cmd_init(args)
         else:
             cfg = load_config(args)
-            _require_metadata_store(cfg)
+            if args.cmd != "generate":  # writes topics: may start the store (docs/deploy.md, env-only config)
+                _require_metadata_store(cfg)
             with Workspace(cfg) as ws:
                 res = COMMANDS[args.cmd](args, ws, progress)
     except (ValidationError, NotFoundError) as e:
