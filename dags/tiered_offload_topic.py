@@ -5,11 +5,13 @@ Triggered by hand (no schedule) with params:
 
 - `topic` — `tenant/namespace/topic` or `persistent://tenant/namespace/topic`;
 - exactly one of `up_to` (`LEDGER:ENTRY`: offload the sealed ledgers before that position) or
-  `keep_bytes` (keep at most N bytes in the hot tier, like `topics offload -s`);
+  `keep_bytes` (keep at most that many bytes in the hot tier, like `topics offload -s`: an integer or a
+  size like `64M`, `512K`, `1G`; `0` offloads every sealed ledger);
 - `dry_run`.
 
 1. **validate** — fails before Spark starts on bad params: both or neither of up_to / keep_bytes, a
-   malformed position, a bad or path-like topic name, an unknown topic, an unreachable object store.
+   malformed or out-of-range position or size, a bad or path-like topic name, an unknown topic, an
+   unreachable object store.
 2. **offload** — `spark-submit spark_jobs/offload_sweep.py --topic ... --up-to/--keep-bytes`,
    `--as-of` = the run's logical date (its run_after when triggered without one).
 3. **summary** — totals from the run report as XCom and log; **verdict** fails the run when the
@@ -18,7 +20,6 @@ Triggered by hand (no schedule) with params:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -34,7 +35,8 @@ from tiered_common import (
 )
 
 JOB = "offload_sweep"
-POSITION = re.compile(r"^\d+:\d+$")
+# the trigger form's own check; `validate` parses the value again (the same parser as the CLI and the job)
+SIZE_PATTERN = r"^\s*([0-9]+[KMGkmg]?)?\s*$"
 
 with tiered_dag(
     "tiered_offload_topic",
@@ -47,8 +49,11 @@ with tiered_dag(
         "topic": Param("", type="string", title="Topic", description="tenant/namespace/topic"),
         "up_to": Param("", type=["null", "string"], title="Up to (LEDGER:ENTRY)",
                        description="Offload sealed ledgers before this position; empty when keep_bytes is set."),
-        "keep_bytes": Param(None, type=["null", "integer"], minimum=0, title="Keep bytes",
-                            description="Keep at most this many bytes in the hot tier; empty when up_to is set."),
+        "keep_bytes": Param(None, type=["null", "integer", "string"], minimum=0, maximum=2**63 - 1,
+                            pattern=SIZE_PATTERN, title="Keep bytes (e.g. 0, 1048576, 64M, 1G)",
+                            description="Keep at most this much in the hot tier, like `topics offload -s`: "
+                                        "bytes, or a size with K, M or G (1024-based); 0 offloads every "
+                                        "sealed ledger. Empty when up_to is set."),
     },
 ) as dag:
 
@@ -57,7 +62,9 @@ with tiered_dag(
         """Checks the params against the metadata store and returns the job's arguments."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tieredcore.errors import TieredError
+        from tieredcore.cli_policies import parse_keep_bytes
+        from tieredcore.errors import TieredError, ValidationError
+        from tieredcore.model import Position
         from tieredcore.topics import TopicName
         from tieredcore.workspace import Workspace
 
@@ -65,14 +72,17 @@ with tiered_dag(
         params = ctx["params"]
         up_to = (params.get("up_to") or "").strip()
         keep_bytes = params.get("keep_bytes")
+        if isinstance(keep_bytes, str) and not keep_bytes.strip():
+            keep_bytes = None  # a cleared form field
         if bool(up_to) == (keep_bytes is not None):
             raise AirflowFailException(
                 f"give exactly one of up_to (LEDGER:ENTRY) or keep_bytes; got up_to={up_to!r}, keep_bytes={keep_bytes!r}"
             )
-        if up_to and not POSITION.match(up_to):
-            raise AirflowFailException(f"up_to {up_to!r}: expected LEDGER:ENTRY, e.g. 12:0")
-        if keep_bytes is not None and (isinstance(keep_bytes, bool) or not isinstance(keep_bytes, int) or keep_bytes < 0):
-            raise AirflowFailException(f"keep_bytes must be a non-negative integer, got {keep_bytes!r}")
+        try:
+            position = Position.parse(up_to, "up_to", require_entry=True) if up_to else None
+            keep = parse_keep_bytes(keep_bytes, "keep_bytes") if keep_bytes is not None else None
+        except ValidationError as e:
+            raise AirflowFailException(str(e)) from None
         config = load_config(params)
         try:
             topic = TopicName.parse(params.get("topic") or "")
@@ -83,7 +93,7 @@ with tiered_dag(
         if not exists:
             raise AirflowFailException(f"topic {topic.full} does not exist")
         print(f"validate: object store: {check_object_store(config.store_url)}")
-        extra = ["--topic", topic.full] + (["--up-to", up_to] if up_to else ["--keep-bytes", str(keep_bytes)])
+        extra = ["--topic", topic.full] + (["--up-to", str(position)] if position else ["--keep-bytes", str(keep)])
         return job_args(ctx, as_of_field="logical_date", extra=extra)
 
     planned = validate()

@@ -1,7 +1,7 @@
 """Offload sweep (policy-driven) or manual offload of one topic, as a Spark job.
 
     spark-submit spark_jobs/offload_sweep.py --config tiered.toml --as-of 2026-11-22T03:00:00Z
-    spark-submit spark_jobs/offload_sweep.py --as-of ... --topic public/default/t --keep-bytes 0
+    spark-submit spark_jobs/offload_sweep.py --as-of ... --topic public/default/t --keep-bytes 64M
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from spark_jobs._jobkit import base_parser, run_job
+from tieredcore.cli_policies import parse_keep_bytes
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.sweep import plan_manual_offload, plan_offload
@@ -20,7 +21,7 @@ JOB = "offload_sweep"
 
 
 def parse_position(text: str) -> Position:
-    return Position.parse(text, "--up-to")
+    return Position.parse(text, "--up-to", require_entry=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-topics", type=int, help="at most this many topics this run (the rest next run)")
     p.add_argument("--topic", help="manual offload of one topic (with --up-to or --keep-bytes)")
     p.add_argument("--up-to", help="manual: offload sealed ledgers before LEDGER:ENTRY")
-    p.add_argument("--keep-bytes", type=int, help="manual: keep at most N bytes in the hot tier")
+    p.add_argument("--keep-bytes", metavar="SIZE",
+                   help="manual: keep at most SIZE bytes in the hot tier (e.g. 0, 1048576, 64M, 1G)")
     args = p.parse_args(argv)
 
     def plan(config: Config, as_of: int):
@@ -37,10 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         manual = args.topic is not None
         if manual != (args.up_to is not None or args.keep_bytes is not None):
             raise ValidationError("--topic goes with exactly one of --up-to / --keep-bytes")
+        up_to = parse_position(args.up_to) if args.up_to is not None else None
+        keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
         with Workspace(config) as ws:
             if manual:
-                up_to = parse_position(args.up_to) if args.up_to is not None else None
-                return plan_manual_offload(ws, args.topic, as_of, up_to, args.keep_bytes, args.dry_run)
+                return plan_manual_offload(ws, args.topic, as_of, up_to, keep, args.dry_run)
             return plan_offload(ws, args.namespace, as_of, args.max_topics, args.dry_run)
 
     return run_job(JOB, args, plan)

@@ -285,35 +285,37 @@ def test_generate_bad_arguments(cli: Cli, args: list[str]) -> None:
 
 def test_offload_keep_bytes_per_topic(gen: Cli) -> None:
     sizes = [d["size"] for d in gen.ledgers(TA0)]
-    # sum of the newest ledgers equal to S is not "over" S: that ledger stays hot
+    # the newest ledgers summing to exactly S are kept (at most S bytes hot); everything older goes
     res = gen.json("offload", TA0, "--keep-bytes", str(sizes[-2] + sizes[-3]))
-    assert res["offloaded"] == 1 and res["failed"] == 0
-    assert gen.tiers(TA0) == ["both", "hot", "hot", "hot", "hot"]
+    assert res["offloaded"] == 2 and res["failed"] == 0
+    assert gen.tiers(TA0) == ["both", "both", "hot", "hot", "hot"]
 
     sizes = [d["size"] for d in gen.ledgers(TA1)]
     res = gen.json("offload", TA1, "--keep-bytes", str(sizes[-2] + sizes[-3] - 1))
-    assert res["offloaded"] == 2
-    assert [r["outcome"] for r in res["results"]] == ["offloaded", "offloaded"]
+    assert res["offloaded"] == 3
+    assert [r["outcome"] for r in res["results"]] == ["offloaded"] * 3
     # bytes written: the data objects (one block each here: header + [len][entryId] frames)
-    assert res["bytes"] == sizes[0] + sizes[1] + 2 * (BLOCK_HEADER_LENGTH + ENTRIES * ENTRY_HEADER_SIZE)
-    assert gen.tiers(TA1) == ["both", "both", "hot", "hot", "hot"]
+    assert res["bytes"] == sum(sizes[:3]) + 3 * (BLOCK_HEADER_LENGTH + ENTRIES * ENTRY_HEADER_SIZE)
+    assert gen.tiers(TA1) == ["both", "both", "both", "hot", "hot"]
     # the others are untouched
     assert gen.tiers(TB0) == ["hot"] * 5
 
 
 def test_offload_keep_bytes_namespace(gen: Cli) -> None:
+    # keep 0: the open ledger is empty, so every sealed ledger is offloaded (Pulsar's `offload -s 0`)
     res = gen.json("offload", "--namespace", NS_B, "--keep-bytes", "0")
-    assert res["topics"] == 2 and res["offloaded"] == 2 * (LEDGERS - 1) and res["failed"] == 0
+    assert res["topics"] == 2 and res["offloaded"] == 2 * LEDGERS and res["failed"] == 0
     for t in (TB0, TB1):
         detail = gen.ledgers(t)
-        assert [d["tier"] for d in detail] == ["both"] * (LEDGERS - 1) + ["hot", "hot"]
-        for d in detail[: LEDGERS - 1]:
+        assert [d["tier"] for d in detail] == ["both"] * LEDGERS + ["hot"]
+        for d in detail[:LEDGERS]:
             assert d["uuid"] and d["offloaded_at"]
     for t in (TA0, TA1):
         assert gen.tiers(t) == ["hot"] * 5
     (row,) = gen.json("status", TB0)["topics"]
-    assert row["both"] == LEDGERS - 1 and row["hot_only"] == 2
-    assert row["offloaded_bytes"] > 0 and row["hot_bytes"] > row["offloaded_bytes"]
+    assert row["both"] == LEDGERS and row["hot_only"] == 1
+    # the hot copies stay until the deletion lag: every sealed byte is in both tiers
+    assert row["offloaded_bytes"] > 0 and row["hot_bytes"] == row["offloaded_bytes"]
     # nothing left to do: a second run offloads nothing
     res = gen.json("offload", "--namespace", NS_B, "--keep-bytes", "0")
     assert res["offloaded"] == 0 and res["failed"] == 0
@@ -430,7 +432,7 @@ def test_verify_after_offload(gen: Cli) -> None:
     assert res["verified"] == 4 and res["failed"] == 0
     assert [r["topic"] for r in res["topics"]] == [TopicName.parse(t).full for t in ALL_TOPICS]
     assert all(r["ok"] and r["entries"] == LEDGERS * ENTRIES and r["reason"] == "" for r in res["topics"])
-    assert res["tier_reads"]["offloaded"] == 2 * (LEDGERS - 1)
+    assert res["tier_reads"]["offloaded"] == 2 * LEDGERS
     for prio in ("tiered-storage-first", "bookkeeper-first"):
         assert gen.json("verify", "--read-priority", prio, "--namespace", NS_A)["verified"] == 2
     out = gen.ok("verify", TA0)
@@ -471,7 +473,7 @@ def test_verify_detects_a_corrupted_offloaded_entry(gen: Cli) -> None:
     assert "CorruptObjectError" in note and "reading the hot copy" in note
 
     code, out, err = gen("verify", TA0)
-    assert code == 1 and "DAMAGED" in out and "Traceback" not in err
+    assert code == 1 and "DAMAGED COPY" in out and "Traceback" not in err
     assert gen.json("verify", TA0, "--read-priority", "bookkeeper-first")["verified"] == 1
     # without the hot copy, the damaged entry fails the read: never another entry, never a pass
     (gen.root / "hot" / f"{first['ledger']}.meta").unlink()
@@ -521,7 +523,7 @@ def test_json_stdout_is_only_json_and_progress_goes_to_stderr(cli: Cli, monkeypa
     code, out, err = cli("--json", "offload", "--keep-bytes", "0")
     assert code == 0, err
     res = json.loads(out)
-    assert res["offloaded"] == 2
+    assert res["offloaded"] == 4
     assert f"offload: {TopicName.parse(TA0).managed_ledger_name} ledger " in err and ": offloaded " in err
     for argv in (["status", "--ledgers"], ["verify"], ["read", TA0, "--limit", "3"]):
         code, out, err = cli("--json", *argv)
@@ -535,7 +537,7 @@ def test_human_output(gen: Cli) -> None:
                                            "cold", "bytes"]
     assert out.count("    ledger ") == 4 * (LEDGERS + 1)
     out = gen.ok("offload", TA0, "--keep-bytes", "0")
-    assert out.startswith(f"offloaded {LEDGERS - 1} ledger(s) of 1 topic(s)")
+    assert out.startswith(f"offloaded {LEDGERS} ledger(s) of 1 topic(s)")
     out = gen.ok("verify")
     assert out.splitlines()[-1].startswith("verified 4 topic(s), 0 failed")
 
@@ -561,12 +563,12 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     p = tiered("--workspace", "ws", "offload", "--keep-bytes", "0")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("offloaded 2 ledger(s)")
+    assert p.stdout.startswith("offloaded 3 ledger(s)")
     p = tiered("--workspace", "ws", "--json", "verify")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["verified"] == 1 and res["failed"] == 0
-    assert res["tier_reads"] == {"hot": 2, "offloaded": 2}
+    assert res["tier_reads"] == {"hot": 1, "offloaded": 3}  # the open ledger is hot
     p = tiered("--workspace", "ws", "offload", "--up-to", "1:0")
     assert p.returncode == 2 and "--up-to needs explicit topic" in p.stderr
 

@@ -95,16 +95,17 @@ KEEP_TOPIC = (ledger(1, 100), ledger(2, 200), ledger(3, 300), ledger(4, 400), op
 @pytest.mark.parametrize(
     "keep, expected",
     [
-        # newest -> oldest running sum: 0 (open), 400, 700, 900, 1000; offload everything older than
-        # the ledger where the sum first exceeds `keep`
-        (0, [1, 2, 3]),
-        (399, [1, 2, 3]),
-        (400, [1, 2]),
-        (699, [1, 2]),
-        (700, [1]),
-        (899, [1]),
-        (900, []),
-        (999, []),
+        # newest -> oldest running sum: 0 (open 5), 400 (4), 700 (3), 900 (2), 1000 (1); at the first
+        # ledger over `keep`, offload up to (excluding) the ledger visited before it: the kept suffix is
+        # the longest one of at most `keep` bytes
+        (0, [1, 2, 3, 4]),
+        (399, [1, 2, 3, 4]),
+        (400, [1, 2, 3]),
+        (699, [1, 2, 3]),
+        (700, [1, 2]),
+        (899, [1, 2]),
+        (900, [1]),
+        (999, [1]),
         (1000, []),  # equal to the total: never exceeded
         (10**12, []),  # larger than the total: nothing
     ],
@@ -113,18 +114,40 @@ def test_keep_bytes_walks_newest_to_oldest(keep, expected):
     assert select_keep_bytes(topic(*KEEP_TOPIC), keep) == expected
 
 
+@pytest.mark.parametrize("keep, up_to", [(0, 2), (1000, 2), (5000, 1), (LONG_MAX, None)])
+def test_keep_bytes_pulsar_find_first_ledger_within_threshold(keep, up_to):
+    """Pulsar's CmdTopics test: ledgers 0 (1000 B), 1 (2000 B), 2 (3000 B, the newest)."""
+    ls = topic(ledger(0, 1000), ledger(1, 2000), open_ledger(2, 3000))
+    expected = [] if up_to is None else [lid for lid in (0, 1) if lid < up_to]
+    assert select_keep_bytes(ls, keep) == expected
+
+
+def test_keep_bytes_zero_with_an_empty_open_newest_ledger_offloads_every_sealed_ledger():
+    ls = topic(ledger(1, 100), ledger(2, 100), ledger(3, 100), open_ledger(4))
+    assert select_keep_bytes(ls, 0) == [1, 2, 3]
+    # what `tiered generate` leaves: one sealed ledger and the empty open one
+    assert select_keep_bytes(topic(ledger(1, 100), open_ledger(2)), 0) == [1]
+
+
 def test_keep_bytes_counts_the_open_ledgers_size():
     ls = topic(ledger(1, 100), ledger(2, 100), open_ledger(3, 150))
     assert select_keep_bytes(ls, 0) == [1, 2]  # the open ledger alone exceeds 0
-    assert select_keep_bytes(ls, 150) == [1]
-    assert select_keep_bytes(ls, 250) == []
+    assert select_keep_bytes(ls, 150) == [1, 2]  # 150 fits, 250 does not: ledger 2 goes
+    assert select_keep_bytes(ls, 250) == [1]
+    assert select_keep_bytes(ls, 350) == []
 
 
 def test_keep_bytes_skips_complete_ledgers_but_counts_them():
     ls = topic(ledger(1, 100), ledger(2, 100, complete=True), ledger(3, 100), ledger(4, 100), open_ledger(5))
-    # sums 0, 100, 200, 300 (ledger 2, complete, still counts): exceeded at ledger 3 for keep=150
-    assert select_keep_bytes(ls, 150) == [1]
-    assert select_keep_bytes(ls, 0) == [1, 3]
+    # sums 0, 100, 200, 300 (ledger 2, complete, still counts): 200 > 150 at ledger 3 -> up to 4
+    assert select_keep_bytes(ls, 150) == [1, 3]
+    assert select_keep_bytes(ls, 250) == [1]  # 300 > 250 at ledger 2 -> up to 3; 2 is complete
+    assert select_keep_bytes(ls, 0) == [1, 3, 4]
+
+
+def test_keep_bytes_never_takes_the_newest_or_empty_ledgers():
+    sealed_newest = topic(ledger(1, 100), ledger(2, 0), ledger(3, 100))
+    assert select_keep_bytes(sealed_newest, 0) == [1]  # 3 is the newest, 2 is empty
 
 
 @pytest.mark.parametrize("keep", [-1, -(2**40)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,15 +14,18 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore import cli_deletions, cli_policies, cli_topics
+from tieredcore.cli_policies import parse_keep_bytes, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
-from tieredcore.model import Position
+from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.model import INT64_MAX, Position
 from tieredcore.offload.context import context_uuid
-from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workload import (
     PROP_COUNT,
+    PROP_FIRST_SEQ,
     PROP_MAX,
     PROP_MIN,
     PROP_SEED,
@@ -64,7 +68,7 @@ def _select_topics(ws: Workspace, namespace: str | None, topics: Sequence[str] |
             if not ws.ml.exists(t):
                 raise NotFoundError(f"topic {t.full} does not exist")
         return out
-    namespaces = [NamespaceName.parse(namespace).name] if namespace else ws.ml.list_namespaces()
+    namespaces = require_namespaces(ws, [namespace]) if namespace else ws.ml.list_namespaces()
     return [t for ns in namespaces for t in ws.ml.list_topics(ns)]
 
 
@@ -87,35 +91,85 @@ class Progress:
 # -- commands ---------------------------------------------------------------------------------
 
 
+def _missing_dirs(path: Path, what: str) -> list[Path]:
+    """The directories mkdir(parents=True) would create for `path`, outermost first; refuses (nothing
+    created yet) when an existing component is not a directory or the first one cannot be written."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        if p.is_symlink():  # a dangling link: mkdir would fail on it anyway
+            raise ValidationError(f"cannot create {what} {path}: {p} is a dangling symbolic link")
+        missing.append(p)
+        p = p.parent
+    if not p.is_dir():
+        raise ValidationError(f"cannot create {what} {path}: {p} exists and is not a directory")
+    if missing and not os.access(p, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot create {what} {path}: directory {p} is not writable")
+    return missing[::-1]
+
+
+def _make_dirs(dirs: list[tuple[Path, str]]) -> None:
+    """Creates every directory or none: a failure (e.g. under /proc, where even root's access() check
+    passes) removes the directories made so far, all still empty."""
+    plans = [(path, what, _missing_dirs(path, what)) for path, what in dirs]  # check all before creating
+    made: list[Path] = []
+    for path, what, missing in plans:
+        for d in missing:
+            if d.is_dir():  # shared with an earlier directory of the list
+                continue
+            try:
+                d.mkdir()
+            except OSError as e:
+                for m in reversed(made):
+                    with contextlib.suppress(OSError):
+                        m.rmdir()
+                raise ValidationError(f"cannot create {what} {path}: {e.strerror or e} ({d})") from None
+            made.append(d)
+
+
 def cmd_init(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.dir or args.workspace or "workspace").resolve()
     cfg_path = root / CONFIG_FILE_NAME
-    if cfg_path.exists() and not args.force:
-        cfg = Config.load(cfg_path, env={})
-        created = False
-    else:
+    if root.exists() and not root.is_dir():
+        raise ValidationError(f"{root} exists and is not a directory")
+    created = not cfg_path.exists() or args.force
+    if created:
         overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
         if args.cluster:
             overrides["cluster"] = args.cluster
         cfg = Config.for_workspace(root, **overrides)
-        created = True
-    # a store whose owner marker names this cluster with another metadata store is refused before
-    # anything is written (tieredcore.stores.ownership)
-    _check_store_unclaimed(cfg)
-    if created:
-        root.mkdir(parents=True, exist_ok=True)
-        cfg_path.write_text(cfg.to_toml())
-    for url in (cfg.hot_url, cfg.store_url):
+    else:
+        cfg = Config.load(cfg_path, env={})
+    dirs = [(root, "workspace directory")]
+    for url, what in ((cfg.hot_url, "hot tier directory"), (cfg.store_url, "object store directory")):
         u = urlparse(url)
         if u.scheme == "file":  # URLs are percent-encoded (a workspace path may hold ' ', '%', '#')
-            Path(unquote(u.path)).mkdir(parents=True, exist_ok=True)
+            dirs.append((Path(unquote(u.path)), what))
     if cfg.reports_dir:
-        Path(cfg.reports_dir).mkdir(parents=True, exist_ok=True)
+        dirs.append((Path(cfg.reports_dir), "reports directory"))
+    db = _sqlite_path(cfg)
+    if db is not None:
+        dirs.append((db.parent, "metadata store directory"))
+    if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
+    # a store whose owner marker names this cluster with another metadata store is refused before
+    # anything is written (tieredcore.stores.ownership); a filesystem store not created yet has no marker
+    if not _new_local_store(cfg):
+        _check_store_unclaimed(cfg)
+    _make_dirs(dirs)
+    if created:
+        cfg_path.write_text(cfg.to_toml())
     with Workspace(cfg) as ws:
         ws.claim(ws.store, ws.offloader.prefix)  # creates the database and its identity, claims the store
         identity = ws.identity
     return {"workspace": str(root), "config": str(cfg_path), "created": created, "cluster": cfg.cluster,
             "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+
+
+def _new_local_store(cfg: Config) -> bool:
+    """A filesystem store whose directory does not exist yet (opening it would create it)."""
+    u = urlparse(cfg.store_url)
+    return u.scheme == "file" and not Path(unquote(u.path)).exists()
 
 
 def _check_store_unclaimed(cfg: Config) -> None:
@@ -181,6 +235,10 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
             for k, v in ((PROP_SEED, gen.seed), (PROP_MIN, gen.min_size), (PROP_MAX, gen.max_size),
                          (PROP_COUNT, digest.count), (PROP_SHA, digest.hexdigest())):
                 info.properties.add(key=k, value=str(v))
+            first = 0
+            for li in info.ledgerInfo:  # where each ledger starts in the workload (verify after a trim)
+                li.properties.add(key=PROP_FIRST_SEQ, value=str(first))
+                first += li.entries
             return True
 
         ws.ml.update_topic(t, mark)
@@ -196,20 +254,23 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
         raise ValidationError("give exactly one of --up-to LEDGER:ENTRY or --keep-bytes N")
     if args.up_to is not None and not args.topic:
         raise ValidationError("--up-to needs explicit topic names")
+    up_to = Position.parse(args.up_to, "--up-to", require_entry=True) if args.up_to is not None else None
+    keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
     topics = _select_topics(ws, args.namespace, args.topic)
     totals = {"bytes": 0}
 
     def on_progress(topic: str, lid: int, done: int, total: int) -> None:
         progress(f"offload: {topic} ledger {lid}: {_mib(done)} / {_mib(total)}")
 
-    tof = ws.topic_offloader(progress=on_progress)
+    # each topic goes where its effective policy says (store, block size), as in the Spark sweep;
+    # resolved for every topic before the first offload so a bad policy changes nothing
+    ps = policy_store(ws)
+    offloaders = [ws.topic_offloader(progress=on_progress, offloader=ws.offloader_for_policy(ps.for_topic(t)))
+                  for t in topics]
     results = []
     started = time.monotonic()
-    for t in topics:
-        if args.up_to is not None:
-            res = tof.offload_prefix(t, Position.parse(args.up_to, '--up-to'))
-        else:
-            res = tof.offload_keep_bytes(t, args.keep_bytes)
+    for t, tof in zip(topics, offloaders, strict=True):
+        res = tof.offload_prefix(t, up_to) if up_to is not None else tof.offload_keep_bytes(t, keep or 0)
         for r in res:
             totals["bytes"] += r.bytes
             progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {_mib(r.bytes)} in {r.seconds:.2f}s"
@@ -291,6 +352,10 @@ def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dic
     t = TopicName.parse(args.topic)
     start = Position.parse(args.start, '--from') if args.start else None
     end = Position.parse(args.end, '--to') if args.end else None
+    if args.limit is not None and args.limit < 0:
+        raise ValidationError(f"--limit {args.limit}: must be 0 or more")
+    if start is not None and end is not None and start > end:
+        raise ValidationError(f"--from {start} is after --to {end}")
     reader = ws.reader(args.read_priority)
     out = []
     try:
@@ -312,11 +377,97 @@ def cmd_read(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dic
     return {"entries": out, "tier_reads": reader.tier_reads, "fallbacks": reader.fallbacks, "_printed": True}
 
 
+def _verify_whole_topic(reader: TopicReader, t: TopicName, props: dict[str, str], gen: PayloadGenerator,
+                        progress: Progress) -> tuple[dict[str, Any], int]:
+    """Topics generated before per-ledger start sequence numbers were recorded: one pass over the
+    topic against the payloads from #0 and the stored digest; the first unreadable entry ends it."""
+    digest = Digest()
+    expected_count = int(props[PROP_COUNT])
+    mismatch = None
+    chunk: list[bytes] = []
+    nbytes = 0
+    try:
+        for seq, (pos, data) in enumerate(reader.read(t)):
+            if seq < expected_count and data != gen.payload(seq) and mismatch is None:
+                mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
+            chunk.append(data)
+            nbytes += len(data)
+            if len(chunk) >= 4096:
+                digest.update_many(chunk)
+                chunk = []
+                progress(f"verify: {t.full}: {seq + 1:,} entries")
+    except TieredError as e:
+        # unreadable data (corrupt entry, missing object) fails this topic; the others are still
+        # verified and the report (--json included) still printed
+        digest.update_many(chunk)
+        return ({"topic": t.full, "ok": False, "entries": digest.count, "reason": f"{type(e).__name__}: {e}",
+                 "bad_ledgers": []}, nbytes)
+    digest.update_many(chunk)
+    ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
+    reason = mismatch or ("" if digest.count == expected_count else
+                          f"read {digest.count} entries, generated {expected_count}")
+    if not reason and not ok:
+        reason = "digest differs"
+    return {"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason, "bad_ledgers": []}, nbytes
+
+
+def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, str], gen: PayloadGenerator,
+                      progress: Progress) -> tuple[dict[str, Any], int]:
+    """Every remaining ledger on its own, entry by entry against the payloads from its recorded first
+    sequence number, so one bad ledger neither hides the next nor stops the topic. The whole-topic
+    count and digest apply only when nothing was trimmed (the oldest ledger still starts at #0)."""
+    expected_count = int(props[PROP_COUNT])
+    ledgers = list(info.ledgerInfo)
+    first_seqs = [int(_props(li)[PROP_FIRST_SEQ]) for li in ledgers]
+    trimmed = first_seqs[0] if ledgers else expected_count  # entries gone before the oldest remaining
+    digest = Digest()
+    bad: list[dict[str, Any]] = []
+    nbytes = read = 0
+    for li, first_seq in zip(ledgers, first_seqs, strict=True):
+        reason = None
+        got = 0
+        chunk: list[bytes] = []
+        wanted = gen.payloads(first_seq, INT64_MAX)  # lazy: as many as the ledger holds
+        try:
+            for pos, data in reader.read(t, Position(li.ledgerId, 0), Position(li.ledgerId, INT64_MAX)):
+                seq = first_seq + got
+                want = next(wanted)
+                if reason is None and (seq >= expected_count or data != want):
+                    reason = (f"entry {pos} (#{seq}) is beyond the {expected_count} generated entries"
+                              if seq >= expected_count else f"entry {pos} (#{seq}) differs from the generated payload")
+                got += 1
+                nbytes += len(data)
+                chunk.append(data)
+                if len(chunk) >= 4096:
+                    digest.update_many(chunk)
+                    chunk = []
+                    progress(f"verify: {t.full}: ledger {li.ledgerId}: {got:,} entries")
+        except TieredError as e:  # unreadable (corrupt entry, missing object): this ledger only
+            reason = reason or f"{type(e).__name__}: {e}"
+        digest.update_many(chunk)
+        read += got
+        if reason is None and li.timestamp > 0 and got != li.entries:
+            reason = f"read {got} entries, the topic record says {li.entries}"
+        if reason is not None:
+            bad.append({"ledger": li.ledgerId, "reason": reason})
+    if bad:
+        reason = f"{len(bad)} bad ledger(s): " + "; ".join(f"ledger {b['ledger']}: {b['reason']}" for b in bad)
+    elif trimmed:
+        reason = ""  # what remains is right; the topic digest covers entries that are gone
+    elif digest.count != expected_count:
+        reason = f"read {digest.count} entries, generated {expected_count}"
+    elif digest.hexdigest() != props[PROP_SHA]:
+        reason = "digest differs"
+    else:
+        reason = ""
+    return ({"topic": t.full, "ok": not reason, "entries": read, "reason": reason, "bad_ledgers": bad,
+             "trimmed_entries": trimmed}, nbytes)
+
+
 def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = _select_topics(ws, args.namespace, args.topic)
     reader = ws.reader(args.read_priority)
     rows = []
-    failures = 0
     started = time.monotonic()
     total_bytes = 0
     try:
@@ -324,43 +475,24 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
             info, _ = ws.ml.get_topic(t)
             props = _props(info)
             if PROP_SHA not in props:
-                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`"})
+                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`",
+                             "bad_ledgers": []})
                 continue
             gen = PayloadGenerator(int(props[PROP_SEED]), t.managed_ledger_name,
                                    int(props[PROP_MIN]), int(props[PROP_MAX]))
-            digest = Digest()
-            expected_count = int(props[PROP_COUNT])
-            mismatch = None
-            chunk: list[bytes] = []
-            try:
-                for seq, (pos, data) in enumerate(reader.read(t)):
-                    if seq < expected_count and data != gen.payload(seq) and mismatch is None:
-                        mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
-                    chunk.append(data)
-                    total_bytes += len(data)
-                    if len(chunk) >= 4096:
-                        digest.update_many(chunk)
-                        chunk = []
-                        progress(f"verify: {t.full}: {seq + 1:,} entries")
-            except TieredError as e:
-                # unreadable data (corrupt entry, missing object) fails this topic; the others are
-                # still verified and the report (--json included) still printed
-                digest.update_many(chunk)
-                failures += 1
-                rows.append({"topic": t.full, "ok": False, "entries": digest.count,
-                             "reason": f"{type(e).__name__}: {e}"})
-                continue
-            digest.update_many(chunk)
-            ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
-            reason = mismatch or ("" if digest.count == expected_count else
-                                  f"read {digest.count} entries, generated {expected_count}")
-            if not reason and not ok:
-                reason = "digest differs"
-            failures += not ok
-            rows.append({"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason})
+            noted = len(reader.fallback_notes)
+            if info.ledgerInfo and all(PROP_FIRST_SEQ in _props(li) for li in info.ledgerInfo):
+                row, n = _verify_by_ledger(reader, t, info, props, gen, progress)
+            else:
+                row, n = _verify_whole_topic(reader, t, props, gen, progress)
+            # copies that could not be read (the entries came from the other copy, and were right)
+            row["damaged_copies"] = reader.fallback_notes[noted:]
+            rows.append(row)
+            total_bytes += n
     finally:
         reader.close()
     el = time.monotonic() - started
+    failures = sum(r["ok"] is False for r in rows)
     # every entry read correctly, but from the other copy: a copy is damaged (exit 1, say which)
     return {"topics": rows, "verified": sum(1 for r in rows if r["ok"]), "failed": failures,
             "bytes": total_bytes, "seconds": round(el, 3), "tier_reads": reader.tier_reads,
@@ -406,11 +538,15 @@ def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if cmd == "verify":
         for r in res["topics"]:
             status = {True: "OK", False: "FAILED", None: "SKIPPED"}[r["ok"]]
-            print(f"{status:<8} {r['topic']} {r.get('entries', '')} {r.get('reason', '')}".rstrip())
+            bad = r["bad_ledgers"]
+            reason = f"{len(bad)} bad ledger(s)" if bad else r.get("reason", "")
+            print(f"{status:<8} {r['topic']} {r.get('entries', '')} {reason}".rstrip())
+            for b in bad:
+                print(f"    ledger {b['ledger']}: {b['reason']}")
+            for note in r.get("damaged_copies", []):
+                print(f"    DAMAGED COPY: {note}")
         print(f"verified {res['verified']} topic(s), {res['failed']} failed, {_mib(res['bytes'])} "
               f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
-        for note in res["damaged_copies"]:
-            print(f"DAMAGED  {note}")
         if res["fallbacks"]:
             print(f"{res['fallbacks']} ledger(s) were read from their other copy: see `tiered scrub --repair`")
         return
@@ -456,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace", help="every topic of this namespace")
     s.add_argument("--up-to", help="offload sealed ledgers before this position LEDGER:ENTRY")
-    s.add_argument("--keep-bytes", type=int, help="keep at most N bytes in the hot tier")
+    s.add_argument("--keep-bytes", metavar="SIZE",
+                   help="keep at most SIZE bytes hot (e.g. 0, 1048576, 512K, 64M, 1G): like `topics offload -s`")
 
     s = sub.add_parser("status", parents=[common], help="per-topic (and per-ledger) tier table")
     s.add_argument("--by-namespace", action="store_true", help="totals per namespace and object-store totals")
@@ -495,6 +632,23 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _sqlite_path(cfg: Config) -> Path | None:
+    """The database file of a sqlite:/// metadata URL (None for anything else: the store refuses it)."""
+    u = urlparse(cfg.metadata_url)
+    raw = unquote(u.path)
+    if u.scheme != "sqlite" or not raw:
+        return None
+    return Path("/" + raw.lstrip("/")) if raw.startswith("/") else Path(raw)
+
+
+def _require_metadata_store(cfg: Config) -> None:
+    """A command reading or changing existing state on a missing metadata store has the wrong workspace
+    (or a moved file): it must not be answered from an empty, freshly created database."""
+    db = _sqlite_path(cfg)
+    if db is not None and not db.exists():
+        raise ValidationError(f"no metadata store at {db}: run `tiered init`")
+
+
 def load_config(args: argparse.Namespace) -> Config:
     if args.config:
         return Config.load(args.config)
@@ -510,6 +664,18 @@ def _is_usage_error(e: TieredError) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # whoever read our output is gone (`tiered read ... | head -1`): stop quietly, and point stdout
+        # at /dev/null so the interpreter's final flush does not fail a second time
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "generate" and not args.namespace:
         args.namespace = ["public/default"]
@@ -518,7 +684,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "init":
             res = cmd_init(args)
         else:
-            with Workspace(load_config(args)) as ws:
+            cfg = load_config(args)
+            if args.cmd != "generate":  # writes topics: may start the store (docs/deploy.md, env-only config)
+                _require_metadata_store(cfg)
+            with Workspace(cfg) as ws:
                 res = COMMANDS[args.cmd](args, ws, progress)
     except TieredError as e:
         if _is_usage_error(e):
@@ -527,12 +696,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         # data that cannot be read (no copy of a ledger, a damaged object) is a failure, not bad input
         _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
         return EXIT_FAILED
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a file system or network failure is reported, never a traceback
+        _err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
+        return EXIT_FAILED
     code = res.pop("_exit", EXIT_OK)
     if args.json:
         res.pop("_printed", None)
         print(json.dumps(res, indent=2, default=str))
     else:
         _print_human(args.cmd, res)
+    sys.stdout.flush()  # a closed pipe surfaces here, inside main, not at interpreter exit
     return code
 
 

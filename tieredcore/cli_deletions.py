@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from tieredcore.cli_policies import duration_ms
+from tieredcore.cli_policies import duration_ms, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.deletion_log import (
@@ -34,7 +34,6 @@ from tieredcore.lifecycle.drain import (
 )
 from tieredcore.lifecycle.reconcile import DEFAULT_GRACE_MS, reconcile
 from tieredcore.lifecycle.retention import OUTCOME_PLANNED, OUTCOME_TRIMMED, plan_retention, trim_topic
-from tieredcore.topics import NamespaceName
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -271,13 +270,7 @@ def _reconcile(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
 
 def _retention(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     as_of = _as_of(a)
-    namespaces = None
-    if a.namespace:
-        namespaces = [NamespaceName.parse(n).name for n in a.namespace]
-        existing = set(ws.ml.list_namespaces())
-        unknown = [n for n in namespaces if n not in existing]
-        if unknown:
-            raise NotFoundError(f"namespace(s) without topics: {', '.join(unknown)}")
+    namespaces = require_namespaces(ws, a.namespace) if a.namespace else None
     work = plan_retention(ws, namespaces, as_of, dry_run=a.dry_run)
     rows: list[dict[str, Any]] = []
     failed = 0

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from tieredcore.errors import ValidationError
+from tieredcore.errors import NotFoundError, ValidationError
 from tieredcore.lifecycle.policies import DRIVERS
 from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.topic.reader import READ_PRIORITIES
 from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workspace import Workspace
 
-_DURATION = re.compile(r"^(-1|\d+)(ms|s|m|h|d)?$")
+_DURATION = re.compile(r"^(-1|[0-9]+)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
-_SIZE = re.compile(r"^(-1|\d+)([KMG])?$", re.I)
+_SIZE = re.compile(r"^(-1|[0-9]+)([KMG])?$", re.I)
 _UNIT_B = {None: 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+_STORE_FLAGS = ("--store-bucket", "--store-root", "--store-prefix", "--store-endpoint", "--store-region")
+
+
+def _scaled(digits: str, unit: int) -> int | None:
+    """digits * unit, or None beyond 64 bits (Pulsar's longs; SQLite and JSON consumers)."""
+    n = int64_or_none(digits)
+    return None if n is None or n * unit > INT64_MAX else n * unit
 
 
 def duration_ms(text: str) -> int:
@@ -24,16 +33,50 @@ def duration_ms(text: str) -> int:
     m = _DURATION.match(text.strip())
     if not m:
         raise ValidationError(f"duration {text!r}: expected e.g. 4h, 90m, 3600s, 500ms or -1")
-    n = int(m[1])
-    return -1 if n < 0 else n * _UNIT_MS[m[2]]
+    if m[1] == "-1":
+        return -1
+    ms = _scaled(m[1], _UNIT_MS[m[2]])
+    if ms is None:
+        raise ValidationError(f"duration {text!r}: more than the 64-bit maximum of {INT64_MAX} ms")
+    return ms
 
 
 def size_bytes(text: str) -> int:
     m = _SIZE.match(text.strip())
     if not m:
         raise ValidationError(f"size {text!r}: expected bytes like 1048576, 512K, 64M, 1G or -1")
-    n = int(m[1])
-    return -1 if n < 0 else n * _UNIT_B[(m[2] or "").upper() or None]
+    if m[1] == "-1":
+        return -1
+    n = _scaled(m[1], _UNIT_B[(m[2] or "").upper() or None])
+    if n is None:
+        raise ValidationError(f"size {text!r}: more than the 64-bit maximum of {INT64_MAX} bytes")
+    return n
+
+
+def parse_keep_bytes(value: int | str, what: str = "--keep-bytes") -> int:
+    """`topics offload -s`: a size >= 0, as an integer or text like 64M (CLI, Spark job, DAG param)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValidationError(f"{what} {value!r}: expected a size like 0, 1048576, 512K, 64M or 1G")
+    if isinstance(value, int):
+        n = value
+    else:
+        try:
+            n = size_bytes(value)
+        except ValidationError as e:
+            raise ValidationError(f"{what}: {e}") from None
+    if n < 0 or n > INT64_MAX:
+        raise ValidationError(f"{what} {value!r}: must be a size between 0 and {INT64_MAX} bytes")
+    return n
+
+
+def require_namespaces(ws: Workspace, names: Iterable[str]) -> list[str]:
+    """Parsed namespace names, all known (with topics or policies): a typo must not read as "0 topics"."""
+    parsed = [NamespaceName.parse(n).name for n in names]
+    known = set(ws.ml.list_namespaces()) | set(ws.ml.list_policy_namespaces())
+    unknown = [n for n in dict.fromkeys(parsed) if n not in known]
+    if unknown:
+        raise NotFoundError(f"unknown namespace(s) {', '.join(unknown)}: no topics and no policies")
+    return parsed
 
 
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -50,36 +93,57 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("target")
     s.add_argument("--topic", action="store_true")
     s.add_argument("--replace", action="store_true", help="replace all stored overrides instead of merging")
-    s.add_argument("--offload-threshold-bytes", type=size_bytes, help="e.g. 1G; 0 = every sealed ledger; -1 off")
-    s.add_argument("--offload-threshold-seconds", type=int, help="-1 off")
-    s.add_argument("--deletion-lag", type=duration_ms, help="e.g. 4h; -1 keeps hot copies")
-    s.add_argument("--retention-time-minutes", type=int, help="-1 unlimited")
-    s.add_argument("--retention-size-mb", type=int, help="-1 unlimited")
+    # values are parsed in _updates (not by argparse types) so a bad one is a one-line error naming its flag
+    s.add_argument("--offload-threshold-bytes", help="e.g. 1G; 0 = every sealed ledger; -1 off")
+    s.add_argument("--offload-threshold-seconds", help="-1 off")
+    s.add_argument("--deletion-lag", help="e.g. 4h; -1 keeps hot copies")
+    s.add_argument("--retention-time-minutes", help="-1 unlimited")
+    s.add_argument("--retention-size-mb", help="-1 unlimited")
     s.add_argument("--read-priority", choices=READ_PRIORITIES)
-    s.add_argument("--max-block-size", type=size_bytes)
-    s.add_argument("--read-buffer-size", type=size_bytes)
+    s.add_argument("--max-block-size", help="e.g. 64M")
+    s.add_argument("--read-buffer-size", help="e.g. 1M")
     s.add_argument("--store-driver", choices=DRIVERS, help="offload to this store instead of the workspace's")
-    s.add_argument("--store-bucket")
-    s.add_argument("--store-root")
-    s.add_argument("--store-prefix", default="")
-    s.add_argument("--store-endpoint", default="")
-    s.add_argument("--store-region", default="")
+    for flag in _STORE_FLAGS:
+        s.add_argument(flag, help="with --store-driver")
     s.add_argument("--default-store", action="store_true", help="drop a store override")
+
+
+def _count(text: str) -> int:
+    """A plain integer >= -1 (-1: off / unlimited) within 64 bits."""
+    t = text.strip()
+    n = -1 if t == "-1" else int64_or_none(t) if t.isascii() and t.isdigit() else None
+    if n is None:
+        raise ValidationError(f"{text!r}: expected an integer between -1 and {INT64_MAX}")
+    return n
 
 
 def _updates(a: argparse.Namespace) -> dict[str, Any]:
     u: dict[str, Any] = {}
-    for cli, key in (("offload_threshold_bytes", "offload_threshold_bytes"),
-                     ("offload_threshold_seconds", "offload_threshold_seconds"),
-                     ("deletion_lag", "deletion_lag_ms"), ("retention_time_minutes", "retention_time_minutes"),
-                     ("retention_size_mb", "retention_size_mb"), ("read_priority", "read_priority"),
-                     ("max_block_size", "max_block_size"), ("read_buffer_size", "read_buffer_size")):
+    for cli, key, parse in (("offload_threshold_bytes", "offload_threshold_bytes", size_bytes),
+                            ("offload_threshold_seconds", "offload_threshold_seconds", _count),
+                            ("deletion_lag", "deletion_lag_ms", duration_ms),
+                            ("retention_time_minutes", "retention_time_minutes", _count),
+                            ("retention_size_mb", "retention_size_mb", _count),
+                            ("read_priority", "read_priority", str),
+                            ("max_block_size", "max_block_size", size_bytes),
+                            ("read_buffer_size", "read_buffer_size", size_bytes)):
         v = getattr(a, cli)
         if v is not None:
-            u[key] = v
+            try:
+                u[key] = parse(v)
+            except ValidationError as e:
+                raise ValidationError(f"--{cli.replace('_', '-')}: {e}") from None
+    store_flags = [f for f in _STORE_FLAGS if getattr(a, f[2:].replace("-", "_")) is not None]
+    if store_flags and not a.store_driver:
+        # without a driver these were silently dropped: the store the operator named was never used
+        verb = "needs" if len(store_flags) == 1 else "need"
+        raise ValidationError(f"{', '.join(store_flags)} {verb} --store-driver ({' or '.join(DRIVERS)})")
+    if a.store_driver and a.default_store:
+        raise ValidationError("give --store-driver or --default-store, not both")
     if a.store_driver:
         u["store"] = {"driver": a.store_driver, "bucket": a.store_bucket or "", "root": a.store_root or "",
-                      "prefix": a.store_prefix, "endpoint": a.store_endpoint, "region": a.store_region}
+                      "prefix": a.store_prefix or "", "endpoint": a.store_endpoint or "",
+                      "region": a.store_region or ""}
     elif a.default_store:
         u["store"] = None
     if not u and not a.replace:

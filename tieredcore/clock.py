@@ -7,6 +7,7 @@ import re
 import time
 
 from tieredcore.errors import ValidationError
+from tieredcore.model import INT64_MAX, int64_or_none
 
 
 def now_ms() -> int:
@@ -15,9 +16,13 @@ def now_ms() -> int:
 
 
 def parse_time_ms(text: str, what: str = "time") -> int:
-    """ISO 8601 (as Airflow renders dates; naive means UTC) or epoch milliseconds -> epoch ms."""
-    if re.fullmatch(r"\d{10,}", text):
-        return int(text)
+    """ISO 8601 (as Airflow renders dates; naive means UTC) or epoch milliseconds -> epoch ms, within
+    the 64-bit range every consumer (Pulsar's longs, SQLite integers, Parquet) can hold."""
+    if re.fullmatch(r"[0-9]{10,}", text):
+        ms = int64_or_none(text)
+        if ms is None:
+            raise ValidationError(f"{what} {text!r}: epoch milliseconds above the 64-bit maximum {INT64_MAX}")
+        return ms
     try:
         t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as e:
@@ -25,7 +30,7 @@ def parse_time_ms(text: str, what: str = "time") -> int:
                               "or epoch milliseconds") from e
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
+    return int(t.timestamp() * 1000)  # years 1..9999: always within 64 bits
 
 
 def iso_ms(ms: int) -> str:

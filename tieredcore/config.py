@@ -127,7 +127,11 @@ class Config:
             if not p.is_file():
                 raise ValidationError(f"configuration file {p} does not exist (run `tiered init` first?)")
             try:
-                raw = tomllib.loads(p.read_text())
+                raw = tomllib.loads(p.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:  # TOML is UTF-8: a binary or Latin-1 file is not a configuration
+                raise ValidationError(
+                    f"configuration file {p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+                ) from None
             except tomllib.TOMLDecodeError as e:
                 raise ValidationError(f"configuration file {p}: {e}") from e
             values.update(_flatten(raw, p))

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, runtime_checkable
+
+# Pulsar / BookKeeper ids, sizes and times are Java longs: anything larger cannot be stored or compared
+INT64_MAX = 2**63 - 1
+_POSITION = re.compile(r"([0-9]+)(?::([0-9]+))?")
+
+
+def int64_or_none(digits: str) -> int | None:
+    """Value of an ASCII digit string, or None when above INT64_MAX (decided on the text first, so a
+    huge argument never reaches int()'s own digit limit)."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(INT64_MAX)):
+        return None
+    n = int(digits)
+    return n if n <= INT64_MAX else None
 
 
 class Entry(NamedTuple):
@@ -19,18 +34,19 @@ class Position(NamedTuple):
         return f"{self.ledger_id}:{self.entry_id}"
 
     @classmethod
-    def parse(cls, text: str, what: str = "position") -> Position:
-        """'LEDGER:ENTRY' or 'LEDGER' (entry 0)."""
+    def parse(cls, text: str, what: str = "position", require_entry: bool = False) -> Position:
+        """'LEDGER:ENTRY', or 'LEDGER' (entry 0) unless `require_entry`: for an offload bound a bare
+        ledger id reads as "up to and including that ledger", which is not what it means."""
         from tieredcore.errors import ValidationError
 
-        lid, sep, eid = text.partition(":")
-        try:
-            pos = cls(int(lid), int(eid) if sep else 0)
-        except ValueError:
-            raise ValidationError(f"{what} {text!r}: expected LEDGER:ENTRY, e.g. 12:0") from None
-        if pos.ledger_id < 0 or pos.entry_id < 0:
-            raise ValidationError(f"{what} {text!r}: ledger and entry ids are not negative")
-        return pos
+        form = "LEDGER:ENTRY, e.g. 12:0" if require_entry else "LEDGER:ENTRY (or LEDGER), e.g. 12:0"
+        m = _POSITION.fullmatch(text.strip())
+        if m is None or (require_entry and m[2] is None):
+            raise ValidationError(f"{what} {text!r}: expected {form}; ledger and entry ids are not negative")
+        lid, eid = int64_or_none(m[1]), int64_or_none(m[2] or "0")
+        if lid is None or eid is None:
+            raise ValidationError(f"{what} {text!r}: ledger and entry ids are 64-bit (at most {INT64_MAX})")
+        return cls(lid, eid)
 
 
 # BookKeeper LedgerMetadataFormat.State values (spec/02)

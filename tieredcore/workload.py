@@ -2,7 +2,8 @@
 
 Payload number `seq` of a topic (its position in topic order) is a pure function of (seed, topic, seq):
 a 16-byte header (seq, keyed tag) followed by a slice of a seeded random pool. `verify` recomputes each
-payload and a SHA-256 over the whole topic, which `generate` stores in the topic record's properties.
+payload and a SHA-256 over the whole topic, which `generate` stores in the topic record's properties
+(and each ledger's first sequence number in the ledger's properties).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ PROP_MIN = "tiered.workload.minSize"
 PROP_MAX = "tiered.workload.maxSize"
 PROP_COUNT = "tiered.workload.count"
 PROP_SHA = "tiered.workload.sha256"
+# on each LedgerInfo: the workload sequence number of the ledger's first entry, so a ledger can be
+# verified on its own (after a retention trim the topic no longer starts at #0)
+PROP_FIRST_SEQ = "tiered.workload.firstSeq"
 
 _pools: dict[int, bytes] = {}
 

@@ -175,6 +175,9 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
         {"topic": "public/default/topic-0000", "up_to": "1:0", "keep_bytes": 0},  # both
         {"topic": "public/default/topic-0000", "up_to": "", "keep_bytes": None},  # neither
         {"topic": "public/default/topic-0000", "up_to": "abc", "keep_bytes": None},  # bad position
+        {"topic": "public/default/topic-0000", "up_to": "2", "keep_bytes": None},  # no entry part
+        {"topic": "public/default/topic-0000", "up_to": f"{2**63}:0", "keep_bytes": None},  # beyond 64 bits
+        {"topic": "public/default/topic-0000", "up_to": "", "keep_bytes": f"{2**63 // 1024}K"},  # beyond 64 bits
         {"topic": "public/default/../etc", "up_to": "", "keep_bytes": 0},  # path-like
         {"topic": "public/default/nope", "up_to": "", "keep_bytes": 0},  # unknown
     ]
@@ -195,18 +198,17 @@ def test_offload_topic_keep_bytes_zero_offloads_only_that_topic(tmp_path: Path, 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=2, ledgers=3, entries=50)
     topic = "persistent://public/default/topic-0001"
     dr, states = run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(days=2),
-                         {"config": str(cfg), "topic": "public/default/topic-0001", "keep_bytes": 0, "up_to": ""})
+                         {"config": str(cfg), "topic": "public/default/topic-0001", "keep_bytes": "0K", "up_to": ""})
     assert dr.state == DagRunState.SUCCESS, states
     args = xcom(dr, "validate")
     assert args[args.index("--as-of") + 1] == (SWEEP_AT + dt.timedelta(days=2)).isoformat()
-    # Pulsar's `offload -s 0`: walking newest to oldest, the ledger where the kept size first exceeds 0
-    # (the newest sealed one; the open ledger is empty) stays hot, everything older is offloaded
+    assert args[args.index("--keep-bytes") + 1] == "0"  # the size text is parsed before Spark starts
+    # Pulsar's `offload -s 0`: the empty open ledger alone is within 0 bytes, so every sealed ledger goes
     for t, ledgers in topic_ledgers(cfg).items():
-        *older, newest_sealed, _open = ledgers
-        for li in older:
+        *sealed, _open = ledgers
+        for li in sealed:
             assert li.offloadContext.complete == (t == topic), (t, li.ledgerId)
-        assert not newest_sealed.offloadContext.complete
-    assert xcom(dr, "summary")["ledgers"] == 2
+    assert xcom(dr, "summary")["ledgers"] == 3
     verify(cfg)
 
 

@@ -170,3 +170,16 @@ def test_runtime_env_carries_aws_connection_but_command_line_does_not(monkeypatc
     cmd = " ".join(hook._build_spark_submit_command(op.application))
     assert "tiered-secret-value-123" not in cmd and "AKIATIEREDTEST" not in cmd
     assert "--master local[2]" in cmd and "--name tiered-deletion_lag_cleanup-" in cmd
+
+
+def test_offload_topic_keep_bytes_param_takes_integers_and_sizes() -> None:
+    """The trigger form accepts what the CLI and the Spark job accept (`validate` parses it again)."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    param = _bag().get_dag("tiered_offload_topic").params.get_param("keep_bytes")
+    assert "64M" in param.schema["title"]  # the form says what it takes
+    for good in (None, "", 0, 1048576, "0", "64M", "512k", " 1G "):
+        assert param.resolve(good) == good
+    for bad in (-1, "-1", "64Q", "1.5M", "64 MB", 2**63, True, 1.5):
+        with pytest.raises(ParamValidationError):
+            param.resolve(bad)

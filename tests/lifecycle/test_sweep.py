@@ -25,6 +25,7 @@ from tieredcore.lifecycle.sweep import (
     run_work,
 )
 from tieredcore.model import Position
+from tieredcore.offload.context import replacement_uuids
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.blob import iter_objects
@@ -286,18 +287,19 @@ def test_plan_manual_offload(make_ws):
         plan_manual_offload(ws, "t/a/missing", END_MS, keep_bytes=0)
 
     assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(ids[2], 5))) == {T: ids[:2]}
-    # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 -> everything older than ledger 2
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:2]}
-    # keep 0: the sum first exceeds 0 at the newest sealed ledger, which stays (spec/02 wording)
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids[:3]}
+    # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 at ids[2] -> up to (excluding) the
+    # ledger visited before it, ids[3]: the kept suffix (ids[3] and the open one) is at most 1500 bytes
+    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:3]}
+    # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (spec/02)
+    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids}
     assert plan_manual_offload(ws, T, END_MS, keep_bytes=10**9) == []
     # never the open ledger, even "up to" past it
     assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(10**6, 0))) == {T: ids}
-    # an older logical date sees only what was sealed then
+    # an older logical date sees only what was sealed then (ids[2], open at that time, stays)
     assert planned(plan_manual_offload(ws, T, END_MS - INTERVAL_MS - 1, keep_bytes=0)) == {T: ids[:2]}
     # manual offload without any policy (offload disabled) works, and is idempotent
     plan = plan_manual_offload(ws, T, END_MS, keep_bytes=1500)
-    assert [r.outcome for r in run(ws, plan)] == ["offloaded", "offloaded"]
+    assert [r.outcome for r in run(ws, plan)] == ["offloaded"] * 3
     assert plan_manual_offload(ws, T, END_MS, keep_bytes=1500) == []
 
 
@@ -305,9 +307,11 @@ def test_parse_position_of_the_job():
     from spark_jobs.offload_sweep import parse_position
 
     assert parse_position("12:3") == Position(12, 3)
-    assert parse_position("12") == Position(12, 0)
-    for bad in ("x", "1:y", ""):
+    for bad in ("x", "1:y", "", "12"):  # a bare ledger id is ambiguous for an offload bound
         with pytest.raises(ValidationError, match="LEDGER:ENTRY"):
+            parse_position(bad)
+    for bad in (f"{2**63}:0", f"1:{2**63}"):
+        with pytest.raises(ValidationError, match="--up-to .*64-bit"):
             parse_position(bad)
 
 
@@ -576,14 +580,14 @@ def test_cleanup_never_deletes_a_hot_copy_whose_offloaded_copy_fails_verificatio
         assert li.offloadContext.timestamp == as_of  # its own deletion lag starts now
         assert [(r.ledger_id, r.uuid, r.reason) for r in records_of(ws, "offloaded")] == [
             (ids[0], damaged, "verify-failed")]
-        assert not list(li.properties)  # no replacement left recorded
+        assert not replacement_uuids(li)  # no replacement left recorded
     else:
         # the topic's own record disagrees with both copies: the replacement does not verify either and
         # goes to the log itself; the current copy stays as it was
         assert "re-offload failed" in bad.error and context_uuid(li) == damaged
         (rec,) = records_of(ws, "offloaded")
         assert (rec.ledger_id, rec.reason) == (ids[0], "offload-conflict") and rec.uuid != damaged
-        assert not list(li.properties)
+        assert not replacement_uuids(li)
     counts = drain_ok(ws, as_of)
     assert counts["deleted"] == 2
     assert ws.hot.exists(ids[0]) and not ws.hot.exists(ids[1])

@@ -99,6 +99,10 @@ def small_config(tmp_path) -> str:
          "exactly one of an up-to position or keep-bytes"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--up-to", "x:y"], "LEDGER:ENTRY"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "-5"], "keep-bytes"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "8589934592G"], "--keep-bytes"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--up-to", "2"], "--up-to '2': expected LEDGER:ENTRY"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--up-to", f"{2**63}:0"], "64-bit"),
+        (["--as-of", str(2**63)], "64-bit"),
         (["--as-of", END_ISO, "--max-topics", "0"], "--max-topics must be positive"),
         (["--as-of", END_ISO, "--namespace", "no-slash"], "no-slash"),
     ],
@@ -148,6 +152,23 @@ def test_lag_cleanup_driver_drain_deletes_the_marked_hot_copies(small_config):
             assert sum(1 for _ in reader.read(t)) == len(ids) * 10
         finally:
             reader.close()
+
+
+def test_manual_offload_keep_bytes_takes_sizes(no_spark, small_config, monkeypatch):
+    """--keep-bytes 64M plans like its byte count (the Spark part is not needed to see the plan)."""
+    plans = {}
+
+    def capture(job, args, plan, after=None):
+        plans[args.keep_bytes] = plan(Config.load(small_config, env={}), END_MS)
+        return 0
+
+    monkeypatch.setattr(offload_sweep, "run_job", capture)
+    for keep in ("64M", str(64 * 2**20), "0"):
+        assert offload_sweep.main(["--config", small_config, "--as-of", END_ISO, "--topic", "t/a/topic-0000",
+                                   "--keep-bytes", keep]) == 0
+    assert plans["64M"] == plans[str(64 * 2**20)] == []  # a few KiB per topic: all of it stays hot
+    (work,) = plans["0"]
+    assert len(work.ledgers) == 2  # every sealed ledger
 
 
 def test_missing_topic_for_manual_offload_is_bad_input(no_spark, small_config, capsys):

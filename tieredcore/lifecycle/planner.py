@@ -29,15 +29,22 @@ def select_prefix(ledgers: Sequence, position: Position) -> list[int]:
 
 
 def select_keep_bytes(ledgers: Sequence, keep_bytes: int) -> list[int]:
-    """`topics offload -s S`: walking newest to oldest, offload everything older than the ledger at
-    which the running size first exceeds S."""
+    """`topics offload -s S` (Pulsar's admin findFirstLedgerWithinThreshold, spec/02): the list ends with
+    the open ledger at its current size; walking newest to oldest and summing sizes, at the first ledger
+    whose sum exceeds S offload up to (excluding) the ledger visited just before it. The kept suffix is
+    the longest one of at most S bytes, so with S = 0 every sealed ledger goes. Then as select_prefix:
+    sealed, non-empty, not yet complete ledgers only."""
     if keep_bytes < 0:
         raise ValidationError(f"keep-bytes must be >= 0, got {keep_bytes}")
+    if not ledgers:
+        return []
     total = 0
+    previous = ledgers[-1].ledgerId  # Pulsar starts with the newest ledger itself
     for i in range(len(ledgers) - 1, -1, -1):
         total += ledgers[i].size
         if total > keep_bytes:
-            return select_prefix(ledgers, Position(ledgers[i].ledgerId, 0))
+            return select_prefix(ledgers, Position(previous, 0))
+        previous = ledgers[i].ledgerId
     return []
 
 

@@ -146,7 +146,7 @@ class SqliteMetadataStore:
                 self._db, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as e:
-            raise MetadataStoreError(f"cannot open metadata store {self._db}: {e}") from e
+            raise MetadataStoreError(self._open_error(e)) from e
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -156,11 +156,32 @@ class SqliteMetadataStore:
             self._ensure_schema(conn)
         except sqlite3.Error as e:
             conn.close()
-            raise MetadataStoreError(f"cannot open metadata store {self._db}: {e}") from e
+            raise MetadataStoreError(self._open_error(e)) from e
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _open_error(self, e: sqlite3.Error) -> str:
+        """SQLite says only "unable to open database file" or "readonly database": add which path and why."""
+        path = os.path.abspath(self._db)
+        d = os.path.dirname(path)
+        why = ""
+        if not os.path.isdir(d):
+            why = f"directory {d} does not exist" if not os.path.exists(d) else f"{d} is not a directory"
+        elif os.path.isdir(path):
+            why = f"{path} is a directory"
+        elif not os.path.exists(path):
+            if not os.access(d, os.W_OK | os.X_OK):
+                why = f"directory {d} is not writable, so the database file cannot be created"
+        elif not os.access(path, os.R_OK):
+            why = f"file {path} is not readable"
+        elif not os.access(path, os.W_OK):
+            why = f"file {path} is not writable"
+        elif not os.access(d, os.W_OK | os.X_OK):
+            name = os.path.basename(path)
+            why = f"directory {d} is not writable (WAL mode needs {name}-wal and {name}-shm beside the file)"
+        return f"cannot open metadata store {self._db}: {e}" + (f" ({why})" if why else "")
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         have = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'nodes'").fetchone()
