@@ -1,7 +1,8 @@
 """A fault-injecting HTTP/1.1 proxy for S3 tests, on 127.0.0.1 in front of a real S3 server (moto).
 
-For a seeded random share of requests (``rate``, default 10%) it injects one fault, chosen at random
-among ``kinds``:
+For a seeded random share of requests (``rate``, default 10%) it injects one fault among ``kinds``,
+drawn from a shuffled bag holding each kind once (refilled when empty), so that every kind shows up
+even in a short run:
 
 - ``delay``: wait a few hundred milliseconds, then forward;
 - ``reset``: read the request, then close the connection with a TCP reset, answering nothing;
@@ -177,6 +178,7 @@ class FaultyS3Proxy:
         self.delay_range = delay_range
         self.upstream_timeout = upstream_timeout
         self._rng = random.Random(seed)
+        self._bag: list[str] = []
         self._lock = threading.Lock()
         self.requests = 0
         self.forwarded = 0
@@ -244,7 +246,10 @@ class FaultyS3Proxy:
             self.requests += 1
             fault, delay = "", 0.0
             if self.rate > 0 and self._rng.random() < self.rate:
-                fault = self._rng.choice(self.kinds)
+                if not self._bag:
+                    self._bag = list(self.kinds)
+                    self._rng.shuffle(self._bag)
+                fault = self._bag.pop()
                 self.faults[fault] += 1
                 if fault == DELAY:
                     delay = self._rng.uniform(*self.delay_range)
