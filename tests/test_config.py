@@ -162,7 +162,7 @@ def test_env_bad_integer(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="read_buffer must be an integer"):
         Config.load(p, env={"TIERED_READ_BUFFER": "lots"})
     with pytest.raises(ValidationError, match="5 MiB"):
-        Config.load(p, env={"TIERED_STORE_URL": "s3://b/p", "TIERED_MAX_BLOCK_SIZE": "1024"})
+        Config.load(p, env={"TIERED_STORE_URL": "s3://bkt/p", "TIERED_MAX_BLOCK_SIZE": "1024"})
 
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:
@@ -231,7 +231,7 @@ def test_wrong_type_for_a_url(tmp_path: Path) -> None:
     "cfg",
     [
         Config.for_workspace("/tmp/x"),
-        Config(metadata_url="sqlite:///m", hot_url="file:///h", store_url="s3://b/p?endpoint=http://h:9000",
+        Config(metadata_url="sqlite:///m", hot_url="file:///h", store_url="s3://bkt/p?endpoint=http://h:9000",
                max_block_size=5 * MIB, read_buffer=1, store_fsync=False, hot_fsync=True),
         Config(metadata_url='sqlite:///we"ird\\path', hot_url="file:///é ünï/ç", store_url="file:///c",
                cluster="c-1", reports_dir="tab\there\nnewline \x7f end", spark_master="k8s://https://a:443"),
@@ -289,11 +289,11 @@ def test_open_blob_store_s3(no_aws: None) -> None:
     assert store.region == "eu-west-3"
     assert prefix == "some/prefix"
 
-    store, prefix = open_blob_store("s3://b2?region=us-east-2&max_attempts=2")
-    assert (store.bucket, store.endpoint_url, store.region, prefix) == ("b2", None, "us-east-2", "")
-    store, prefix = open_blob_store("s3://b3/")
-    assert store.bucket == "b3" and prefix == "" and store.region == "us-east-1"
-    store, prefix = open_blob_store("s3://b4/a%20b/c")
+    store, prefix = open_blob_store("s3://bkt2?region=us-east-2&max_attempts=2")
+    assert (store.bucket, store.endpoint_url, store.region, prefix) == ("bkt2", None, "us-east-2", "")
+    store, prefix = open_blob_store("s3://bkt3/")
+    assert store.bucket == "bkt3" and prefix == "" and store.region == "us-east-1"
+    store, prefix = open_blob_store("s3://bkt4/a%20b/c")
     assert prefix == "a b/c"
 
 
@@ -304,10 +304,10 @@ def test_open_blob_store_s3(no_aws: None) -> None:
         ("http://host/p", "unsupported scheme 'http'"),
         ("/plain/path", "unsupported scheme ''"),
         ("s3:///prefix", "missing bucket"),
-        ("s3://b/p?endpiont=http://x", "unknown parameter.*endpiont"),
-        ("s3://b/p?region=r&acl=private", "unknown parameter.*acl"),
-        ("s3://b/p?max_attempts=many", "max_attempts"),
-        ("s3://b/p?max_attempts=0", "max_attempts"),
+        ("s3://bkt/p?endpiont=http://x", "unknown parameter.*endpiont"),
+        ("s3://bkt/p?region=us-east-1&acl=private", "unknown parameter.*acl"),
+        ("s3://bkt/p?max_attempts=many", "max_attempts"),
+        ("s3://bkt/p?max_attempts=0", "max_attempts"),
     ],
 )
 def test_open_blob_store_rejects(no_aws: None, url: str, match: str) -> None:

@@ -28,7 +28,10 @@ def test_driver_properties(moto_endpoint):
         "serviceEndpoint": moto_endpoint,
     }
     assert store.client.meta.config.s3["addressing_style"] == "path"
-    assert store.client.meta.config.retries["total_max_attempts"] == 5
+    # batch-job defaults (tieredcore.config), not botocore's 60 s timeouts and legacy retries
+    cfg = store.client.meta.config
+    assert cfg.retries == {"total_max_attempts": 4, "mode": "adaptive"}
+    assert (cfg.connect_timeout, cfg.read_timeout) == (5.0, 30.0)
     assert S3BlobStore("bkt", region="us-west-2").driver_properties() == {
         "bucket": "bkt",
         "region": "us-west-2",

@@ -7,12 +7,11 @@ on the merged result at set time, so a bad combination is refused before anythin
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import quote
 
+from tieredcore.config import check_bucket_name  # S3 naming rules live with the store URLs
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
@@ -22,7 +21,6 @@ from tieredcore.topics import NamespaceName, TopicName
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
 DRIVERS = ("filesystem", "aws-s3")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 @dataclass(frozen=True)
@@ -51,22 +49,6 @@ class StoreSpec:
             q = "&".join(f"{k}={v}" for k, v in (("endpoint", self.endpoint), ("region", self.region)) if v)
             return f"s3://{self.bucket}/{self.prefix}" + (f"?{q}" if q else "")
         return f"file://{quote(self.root)}" + (f"?prefix={quote(self.prefix)}" if self.prefix else "")
-
-
-def check_bucket_name(name: str, where: str = "policy") -> None:
-    """S3 bucket naming rules: 3-63 chars of a-z 0-9 . -, alphanumeric ends, no '..', not an IP."""
-    ok = bool(_BUCKET.match(name or "")) and ".." not in name and ".-" not in name and "-." not in name
-    if ok:
-        try:
-            ipaddress.ip_address(name)
-            ok = False
-        except ValueError:
-            pass
-    if not ok:
-        raise ValidationError(
-            f"{where}: bad bucket name {name!r} (3-63 characters: lowercase letters, digits, '.', '-'; "
-            "starting and ending with a letter or digit; not an IP address)"
-        )
 
 
 @dataclass(frozen=True)

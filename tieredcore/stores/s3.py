@@ -10,6 +10,11 @@ HTTP 500 (S3: 404 NoSuchUpload). Such a bare 500 (no S3 error code in the body) 
 operations is not retried; the store then asks ListParts whether the upload exists and raises
 NoSuchUploadError when it does not. Real S3 500s carry an error code ("InternalError") and are retried
 as usual.
+
+Timeouts and the retry budget default to seconds, not botocore's 60 s x 5 (see tieredcore.config: a
+batch job should fail a request quickly and leave the rest to its own retries): connect and read
+timeouts, total attempts per request (the first one included) and botocore's retry mode ("adaptive"
+adds client-side rate limiting when the server throttles, e.g. 503 SlowDown).
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tieredcore.config import (
+    S3_CONNECT_TIMEOUT,
+    S3_MAX_ATTEMPTS,
+    S3_READ_TIMEOUT,
+    S3_RETRY_MODE,
+    S3_RETRY_MODES,
+)
 from tieredcore.errors import (
     BadRangeError,
     BlobStoreError,
@@ -86,19 +98,29 @@ class S3BlobStore:
         access_key: str | None = None,
         secret_key: str | None = None,
         session_token: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int = S3_MAX_ATTEMPTS,
+        connect_timeout: float = S3_CONNECT_TIMEOUT,
+        read_timeout: float = S3_READ_TIMEOUT,
+        retry_mode: str = S3_RETRY_MODE,
         client: Any = None,
     ) -> None:
         if not bucket or not isinstance(bucket, str):
             raise ValidationError(f"S3 bucket name must be a non-empty str, got {bucket!r}")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValidationError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        for name, v in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValidationError(f"{name} must be a positive number of seconds, got {v!r}")
+        if retry_mode not in S3_RETRY_MODES:
+            raise ValidationError(f"retry_mode must be one of {', '.join(S3_RETRY_MODES)}, got {retry_mode!r}")
         self.bucket = bucket
         self.endpoint_url = endpoint_url or None
         if client is None:
             config_kwargs: dict[str, Any] = {
+                "connect_timeout": connect_timeout,
+                "read_timeout": read_timeout,
                 # total attempts, the first one included (botocore's "max_attempts" counts retries only)
-                "retries": {"total_max_attempts": max_attempts, "mode": "standard"},
+                "retries": {"total_max_attempts": max_attempts, "mode": retry_mode},
             }
             if self.endpoint_url:
                 config_kwargs["s3"] = {"addressing_style": "path"}

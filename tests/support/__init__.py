@@ -1,0 +1,1 @@
+"""Test support code (not tests): servers and helpers shared by several test modules."""
