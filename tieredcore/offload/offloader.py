@@ -19,6 +19,7 @@ import threading
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from tieredcore import __version__
@@ -263,7 +264,7 @@ class BufferPool:
     def take(self, size: int) -> mmap.mmap:
         with self._lock:
             for i, b in enumerate(self._idle):
-                if len(b) >= size:
+                if len(b) >= size and not b.closed:
                     return self._idle.pop(i)
         return mmap.mmap(-1, max(size, 1))
 
@@ -271,9 +272,12 @@ class BufferPool:
         with self._lock:
             self._idle.append(buf)
             self._idle.sort(key=len, reverse=True)
-            for extra in self._idle[self.keep :]:
-                extra.close()
-            del self._idle[self.keep :]
+            extra, self._idle = self._idle[self.keep :], self._idle[: self.keep]
+        for b in extra:
+            # a view of it may still be alive (e.g. held by the traceback of a failed upload): then it is
+            # left to the garbage collector; reusing a buffer with stale views is harmless, closing is not
+            with suppress(BufferError):
+                b.close()
 
 
 def check_offloaded_index(
