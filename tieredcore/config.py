@@ -257,7 +257,8 @@ FILE_PARAMS = ("prefix",)
 S3_PARAMS = ("endpoint", "region", "connect_timeout", "read_timeout", "max_attempts", "retry_mode")
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_REGION = re.compile(r"^[a-z]{2,4}(-[a-z]+){1,3}-[0-9]{1,2}$")  # us-east-1, us-gov-west-1, eusc-de-east-1
+# AWS regions (us-east-1, us-gov-west-1) and what S3-compatible servers call theirs (Ceph: "default")
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _HOSTNAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)?$")
 _INTEGER = re.compile(r"^[0-9]+$")
@@ -424,7 +425,8 @@ def parse_store_url(url: str, what: str = "store_url") -> StoreURL:
             out["endpoint"] = _check_endpoint(q["endpoint"], what)
         if "region" in q:
             if not _REGION.match(q["region"]):
-                raise ValidationError(f"{what}: region must look like us-east-1, got {q['region']!r}")
+                raise ValidationError(f"{what}: region must be lowercase letters, digits and '-' (e.g. us-east-1), "
+                                      f"got {q['region']!r}")
             out["region"] = q["region"]
         for name in ("connect_timeout", "read_timeout"):
             if name in q:

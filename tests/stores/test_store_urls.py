@@ -81,9 +81,10 @@ REJECTED = [
     ("s3://bkt/p?endpoint=http://[::1:9000", "invalid IPv6 address"),
     ("s3://bkt/p?endpoint=http://user:pw@h:9000", "must not contain credentials"),
     # region, numbers, modes
-    ("s3://bkt/p?region=r", "region must look like us-east-1, got 'r'"),
-    ("s3://bkt/p?region=US-EAST-1", "region must look like us-east-1"),
-    ("s3://bkt/p?region=", "region must look like us-east-1"),
+    ("s3://bkt/p?region=-r", "region must be lowercase letters, digits and '-' .e.g. us-east-1., got '-r'"),
+    ("s3://bkt/p?region=US-EAST-1", "region must be lowercase letters"),
+    ("s3://bkt/p?region=", "region must be lowercase letters"),
+    ("s3://bkt/p?region=a_b", "region must be lowercase letters"),
     ("s3://bkt/p?max_attempts=many", "max_attempts must be an integer from 1 to 20"),
     ("s3://bkt/p?max_attempts=0", "max_attempts must be an integer from 1 to 20"),
     ("s3://bkt/p?max_attempts=21", "max_attempts must be an integer from 1 to 20"),
@@ -302,3 +303,19 @@ def test_a_silent_endpoint_fails_within_the_retry_budget(aws_env: None, silent_s
     assert "s3://bkt/p/some-key" in str(e.value) and "read timeout" in str(e.value).lower()
     # two attempts in all (max_attempts counts the first one), each on a fresh connection
     assert 1 <= silent_server.connections <= 2 and silent_server.requests <= 2
+
+
+def test_a_ceph_style_region_is_accepted() -> None:
+    assert parse_store_url("s3://bkt/p?region=default&endpoint=http://127.0.0.1:7480").region == "default"
+
+
+@pytest.mark.parametrize(("store", "message"), [
+    ({"driver": "aws-s3", "bucket": "bkt", "endpoint": "notaurl"}, "endpoint"),
+    ({"driver": "aws-s3", "bucket": "bkt", "region": "US_EAST"}, "region"),
+])
+def test_a_policy_store_is_checked_like_a_configured_one(store, message) -> None:
+    from tieredcore.errors import ValidationError
+    from tieredcore.lifecycle.policies import StoreSpec
+
+    with pytest.raises(ValidationError, match=message):
+        StoreSpec(**store).validate("namespace a/b")

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import quote
 
-from tieredcore.config import check_bucket_name  # S3 naming rules live with the store URLs
+from tieredcore.config import check_bucket_name, parse_store_url  # S3 naming rules live with the store URLs
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
@@ -43,6 +43,7 @@ class StoreSpec:
             raise ValidationError(f"{where}: filesystem store needs an absolute root directory, got {self.root!r}")
         if self.prefix.startswith("/") or ".." in self.prefix.split("/"):
             raise ValidationError(f"{where}: key prefix {self.prefix!r} must be relative without '..'")
+        parse_store_url(self.url(), f"{where}: store")  # endpoint, region: as strict as a configured store
 
     def url(self) -> str:
         if self.driver == "aws-s3":
