@@ -279,7 +279,7 @@ def report_totals(job: str, s: dict[str, Any]) -> dict[str, Any]:
                 "failures": len(s.get("errors") or []),
                 "outcomes": {k: int(s[k]) for k in RECONCILE_OUTCOMES if s.get(k)}, "namespaces": namespaces}
     return {k: s.get(k, d) for k, d in (("topics", 0), ("ledgers", 0), ("bytes", 0), ("failures", 0),
-                                         ("outcomes", {}), ("namespaces", {}))}
+                                         ("outcomes", {}), ("namespaces", {}), ("data_loss", []))}
 
 
 def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
@@ -287,7 +287,7 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
     report (it failed before writing one) counts in `failed_jobs`."""
     totals: dict[str, Any] = {"job": job, "jobs": len(run_ids), "topics": 0, "ledgers": 0, "bytes": 0,
                               "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
-                              "reports": []}
+                              "reports": [], "data_loss": []}
     for rid in run_ids:
         path = Path(reports_dir) / job / rid / "summary.json"
         try:
@@ -303,10 +303,13 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
         for k, v in s.get("counters", {}).items():
             counters = totals.setdefault("counters", {})
             counters[k] = counters.get(k, 0) + v
+        totals["data_loss"] += s.get("data_loss", [])
         for ns, d in s.get("namespaces", {}).items():
-            acc = totals["namespaces"].setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0})
-            for k in acc:
+            acc = totals["namespaces"].setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
+            for k in ("ledgers", "bytes", "failures"):
                 acc[k] += int(d.get(k, 0))
+            for k, v in (d.get("outcomes") or {}).items():
+                acc["outcomes"][k] = acc["outcomes"].get(k, 0) + int(v)
     return totals
 
 
@@ -374,7 +377,10 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
                   f"failed jobs: {p['failed_jobs'] or 'none'}; outcomes {p['outcomes']}"
                   + (f"; counters {p['counters']}" if p.get("counters") else ""))
             for ns, d in sorted(p["namespaces"].items()):
-                print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)")
+                print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)"
+                      + (f"; {d['outcomes']}" if d.get("outcomes") else ""))
+            for what in p.get("data_loss", []):
+                print(f"DATA LOSS: {what}: no copy of it can be read")
         return totals
 
     return summary()
@@ -388,8 +394,10 @@ def verdict_task():
 
         totals = get_current_context()["ti"].xcom_pull(task_ids="summary") or {}
         if totals.get("failures") or totals.get("failed_jobs"):
+            lost = totals.get("data_loss") or []
             raise AirflowFailException(
-                f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
+                (f"DATA LOSS in {len(lost)} ledger(s): {', '.join(lost[:10])}; " if lost else "")
+                + f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
                 f"{totals.get('failed_jobs') or 'none'}; see the run reports {totals.get('reports')}"
             )
 

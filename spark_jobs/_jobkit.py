@@ -140,6 +140,13 @@ def run_job(
     for r in rows:
         if LedgerResult(**r).failed:
             print(f"{job}: FAILED {r['topic']} ledger {r['ledger']}: {r['outcome']}: {r['error']}", flush=True)
+        elif r["outcome"] == "busy":
+            print(f"{job}: BUSY {r['topic']} ledger {r['ledger']}: {r['error']}", flush=True)
+    aborted = [r for r in rows if r["outcome"] == "aborted"]
+    if aborted:
+        print(f"{job}: STOPPED early: {len(aborted)} ledger(s) {aborted[0]['error']}", flush=True)
+    for what in summary.data_loss:
+        print(f"{job}: DATA LOSS: {what}: no copy of it can be read (see the report)", flush=True)
     print(f"{job}: report {out}", flush=True)
     print(SUMMARY_PREFIX + json.dumps(asdict(summary), sort_keys=True), flush=True)
     return 1 if summary.failures else 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from tieredcore import cli_deletions, cli_policies, cli_topics
+from tieredcore import cli_deletions, cli_policies, cli_scrub, cli_topics
 from tieredcore.cli_policies import parse_keep_bytes, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
@@ -617,6 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_policies.add_parser(sub, [common])
     cli_topics.add_parser(sub, [common])
     cli_deletions.add_parser(sub, [common])
+    cli_scrub.add_parser(sub, [common])
     return p
 
 
@@ -629,6 +630,7 @@ COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "policies": lambda args, ws, progress: cli_policies.run(args, ws),
     "topics": lambda args, ws, progress: cli_topics.run(args, ws),
     **dict.fromkeys(cli_deletions.COMMANDS, lambda args, ws, progress: cli_deletions.run(args, ws)),
+    "scrub": lambda args, ws, progress: cli_scrub.run(args, ws),
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 from .conftest import DAGS, REPO
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
-           "tiered_deletion_drain", "tiered_orphan_reconciliation"}
+           "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub"}
 # Spark tasks per DAG (every other DAG has one)
 SPARK_TASKS = {"tiered_retention": 2}
 
@@ -52,6 +52,10 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert set(sweep.params.keys()) == {"config", "dry_run", "max_topics", "namespaces"}
     assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"config", "topic", "up_to", "keep_bytes",
                                                                       "dry_run"}
+    scrub = bag.get_dag("tiered_scrub")
+    assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
+    assert set(scrub.params.keys()) == {"config", "dry_run", "deep", "repair", "namespaces"}
+    assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
 
 
 def test_spark_task_is_built_in_one_place() -> None:

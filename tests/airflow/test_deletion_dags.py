@@ -144,7 +144,7 @@ def test_summary_reads_drain_and_reconcile_reports(tmp_path: Path) -> None:
     assert t["ledgers"] == 3 and t["bytes"] == 1050 and t["failures"] == 0
     assert t["failed_jobs"] == ["missing"]
     assert t["outcomes"]["records_appended"] == 3 and t["outcomes"]["foreign_keys"] == 5
-    assert t["namespaces"]["a/b"] == {"ledgers": 2, "bytes": 1000, "failures": 0}
+    assert t["namespaces"]["a/b"] == {"ledgers": 2, "bytes": 1000, "failures": 0, "outcomes": {}}
     assert t["namespaces"]["(unknown)"]["ledgers"] == 0
 
     sweep = {"job": "retention_sweep", "topics": 2, "ledgers": 3, "bytes": 10, "failures": 0,

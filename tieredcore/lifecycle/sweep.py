@@ -74,8 +74,8 @@ OUTCOME_VERIFY_FAILED = "verify-failed"  # the offloaded copy does not read back
 # outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
 FAILED_OUTCOMES = frozenset({"failed", "unknown", OUTCOME_VERIFY_FAILED, OUTCOME_ABORTED,
                              "damaged", "unrecoverable"})
-# outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain)
-BYTES_OUTCOMES = ("offloaded", OUTCOME_MARKED)
+# outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
+BYTES_OUTCOMES = ("offloaded", OUTCOME_MARKED, "ok", "damaged", "repaired", "unrecoverable")
 
 
 @dataclass
@@ -87,6 +87,7 @@ class TopicWork:
     ledgers: list[int]
     as_of_ms: int
     dry_run: bool = False
+    options: dict[str, Any] = field(default_factory=dict)  # per-kind switches (scrub: deep, repair)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -389,6 +390,8 @@ class RunSummary:
     namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
     drain: dict[str, Any] | None = None  # deletion_lag_cleanup --drain: the drain pass's counters
+    # ledgers whose data no copy holds any more (scrub: damaged offloaded copy, no hot copy)
+    data_loss: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
@@ -397,8 +400,11 @@ class RunSummary:
         s.ledgers = len(rows)
         for r in rows:
             s.outcomes[r["outcome"]] = s.outcomes.get(r["outcome"], 0) + 1
-            ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0})
+            ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
             ns["ledgers"] += 1
+            ns["outcomes"][r["outcome"]] = ns["outcomes"].get(r["outcome"], 0) + 1
+            if r["outcome"] == "unrecoverable":
+                s.data_loss.append(f"{r['topic']} ledger {r['ledger']}")
             failed = LedgerResult(**r).failed
             if r["outcome"] in BYTES_OUTCOMES:
                 s.bytes += r["bytes"]

@@ -236,8 +236,10 @@ class LedgerOffloader:
         if trailer.checksums is None and info.metadata.get(C.METADATA_CHECKSUMS_KEY):
             raise CorruptObjectError(f"{ikey}: its metadata declares checksums but the index has no checksum section")
         check_offloaded_index(index, ikey, ledger_id, expect, data_info.metadata.get(C.METADATA_MANAGED_LEDGER_NAME_KEY))
-        return OffloadedLedgerHandle(self.store, dkey, ledger_id, index, self.read_buffer, self.offset_cache,
-                                     trailer=trailer, verify=self.verify_reads)
+        h = OffloadedLedgerHandle(self.store, dkey, ledger_id, index, self.read_buffer, self.offset_cache,
+                                  trailer=trailer, verify=self.verify_reads)
+        h.index_bytes = len(raw)
+        return h
 
     def delete_offloaded(self, ledger_id: int, uuid: uuidlib.UUID | str) -> None:
         """Delete both objects and abort any unfinished upload of the attempt. Idempotent."""

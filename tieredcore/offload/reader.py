@@ -86,6 +86,7 @@ class OffloadedLedgerHandle:
         self._streams: OrderedDict[int, None] = OrderedDict()  # offsets where earlier reads stopped
         self.requests = 0  # ranged GETs issued (observability and tests)
         self.bytes_fetched = 0
+        self.index_bytes = 0  # size of the index object read to open this handle
 
     # -- ReadHandle ---------------------------------------------------------------------------
 

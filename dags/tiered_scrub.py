@@ -1,0 +1,90 @@
+"""
+### Scrub: check every offloaded copy, repair damaged ones from the hot tier, report data loss
+
+Daily (env `TIERED_SCRUB_SCHEDULE`: a cron expression or preset, `none` to disable). For every ledger
+whose offload is complete: both objects exist, their sizes match the index and the metadata, the index
+parses, passes its checksum and describes its ledger. Weekly (param `deep` = `auto`: the runs whose
+logical date is a Sunday, UTC) every byte is read back and checked against the chunk checksums and,
+where the hot copy still exists, the hot tier's CRCs. Objects a store lost (a bucket restored empty) are
+found here, before a reader fails on them.
+
+A damaged copy whose hot copy exists is **repaired**: re-offloaded under a new uuid, verified against the
+hot copy, swapped in by compare-and-set; the damaged attempt goes to the deletion log (the drain DAG
+deletes it). Without a hot copy the damage is **data loss**: the run fails and names the ledgers;
+nothing is deleted.
+
+1. **preflight** — configuration loads, object store reachable (fails fast).
+2. **plan** — the job's arguments (`--as-of` = data-interval end, `--deep`, `--repair`, namespaces).
+3. **scrub** — `spark-submit spark_jobs/scrub.py`: one Spark task per group of topics.
+4. **summary** (runs even when the job failed) — per namespace: units checked, bytes read, ok / damaged
+   / repaired / unrecoverable; **verdict** fails the run when anything is damaged or lost.
+
+Params: `config`, `dry_run` (check and report only), `deep` (`auto` | `always` | `never`), `repair`
+(default on), `namespaces` (empty: every namespace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param, get_current_context, task
+from tiered_common import (
+    QUICK_TASK,
+    job_args,
+    load_config,
+    preflight_task,
+    schedule_from_env,
+    spark_task,
+    summary_task,
+    tiered_dag,
+    verdict_task,
+)
+
+JOB = "scrub"
+
+with tiered_dag(
+    "tiered_scrub",
+    description="Check offloaded copies (deep weekly), repair damaged ones from the hot tier (Spark)",
+    schedule=schedule_from_env("TIERED_SCRUB_SCHEDULE", "@daily"),
+    tags=["integrity", "scrub"],
+    doc_md=__doc__,
+    params={
+        "deep": Param("auto", type="string", enum=["auto", "always", "never"], title="Deep scrub",
+                      description="Read every byte back: auto (runs whose logical date is a Sunday), always, "
+                                  "never."),
+        "repair": Param(True, type="boolean", title="Repair",
+                        description="Replace damaged copies from the hot copy (off: report only)."),
+        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
+                            description="tenant/namespace list; empty: every namespace."),
+    },
+) as dag:
+
+    @task(task_id="plan", **QUICK_TASK)
+    def plan() -> list[str]:
+        """The scrub job's arguments (params validated here, before Spark starts)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tieredcore.errors import ValidationError
+        from tieredcore.lifecycle.scrub import DEEP_MODES
+        from tieredcore.topics import NamespaceName
+
+        ctx: Any = get_current_context()
+        params = ctx["params"]
+        load_config(params)
+        deep = str(params.get("deep") or "auto")
+        if deep not in DEEP_MODES:
+            raise AirflowFailException(f"deep param {deep!r}: one of {', '.join(DEEP_MODES)}")
+        extra = ["--deep", deep, "--repair" if params.get("repair", True) else "--no-repair"]
+        try:
+            for ns in params.get("namespaces") or []:
+                extra += ["--namespace", NamespaceName.parse(ns).name]
+        except ValidationError as e:
+            raise AirflowFailException(f"namespaces param: {e}") from None
+        return job_args(ctx, extra=extra)
+
+    planned = plan()
+    preflight_task() >> planned
+    scrub = spark_task("scrub", JOB, planned)
+    summary = summary_task(JOB)
+    scrub >> summary
+    [scrub, summary] >> verdict_task()

@@ -1,0 +1,160 @@
+"""Scrub and repair: find damaged or lost offloaded copies before a reader does, repair them from the hot
+copy, and report loudly what cannot be repaired.
+
+For every ledger of the chosen topics whose offload is complete (one unit each):
+
+- **shallow** (every run): both objects exist (HEAD), the index object is read and parsed, its checksum
+  holds (this project's objects), its structure is sound, its data length is the data object's size, and
+  it describes this ledger of this topic (entries, size, ledger id, topic name: the topic's LedgerInfo).
+  A store that lost its objects (a bucket restored empty) is found here;
+- **deep** (``--deep``; the DAG runs it weekly): the whole data object is read back (ranged GETs, bounded
+  memory) and every block's structure and every chunk checksum checked; where the hot copy still exists,
+  every frame is also compared with the CRC32C the hot tier recorded for it (so Pulsar-written objects,
+  which carry no checksums, are checked too).
+
+A damaged copy whose hot copy still exists (even one marked for deletion but not drained yet) is
+*repairable*: with ``repair`` it is replaced by a re-offload under a new uuid, verified against the hot
+copy and swapped in by CAS; the damaged attempt goes to the deletion log
+(:meth:`tieredcore.offload.managed.TopicOffloader.replace_offload`). Without a hot copy the damage is
+**data loss**: reported (outcome ``unrecoverable``, the run fails and names the ledgers), never deleted.
+
+Outcomes per ledger: ok, damaged (found, not repaired: no ``repair``, or the repair did not land),
+repaired, unrecoverable, failed (the store failed: nothing could be decided), skipped (no longer complete
+or listed), busy (another runner holds the topic's lease), aborted (the store kept failing). Row ``bytes``
+are the bytes read to check the ledger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
+from tieredcore.lifecycle.policies import OffloadPolicy
+from tieredcore.lifecycle.sweep import (
+    KIND_SCRUB,
+    LedgerResult,
+    TopicWork,
+    held_topic_rows,
+    resolve_namespaces,
+)
+from tieredcore.offload.context import context_uuid, is_complete
+from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
+from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.failures import StoreFailureBudget
+from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.topics import TopicName
+from tieredcore.workspace import Workspace
+
+OUTCOME_OK = "ok"
+OUTCOME_DAMAGED = "damaged"
+OUTCOME_REPAIRED = "repaired"
+OUTCOME_UNRECOVERABLE = "unrecoverable"
+REASON_SCRUB_REPAIR = "scrub-repair"  # deletion-log reason of a damaged copy replaced by the scrub
+DEEP_WEEKDAY = 6  # "auto": deep on Sundays (UTC) of the logical date, shallow on the other days
+DEEP_MODES = ("auto", "always", "never")
+
+
+def deep_for(mode: str, as_of_ms: int, weekday: int = DEEP_WEEKDAY) -> bool:
+    """Whether a scrub as of ``as_of_ms`` reads whole objects: always, never, or (auto) once a week."""
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).weekday() == weekday
+
+
+def plan_scrub(
+    ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, *, topics: Iterable[str] | None = None,
+    deep: bool = False, repair: bool = True, dry_run: bool = False,
+) -> list[TopicWork]:
+    """Topics (named, or every topic of the namespaces: all by default) with complete offloads."""
+    if topics:
+        names = [TopicName.parse(t) for t in topics]
+    else:
+        names = [t for ns in resolve_namespaces(ws, namespaces, KIND_SCRUB) for t in ws.ml.list_topics(ns)]
+    out = []
+    for t in names:
+        try:
+            info, _ = ws.ml.get_topic(t)
+        except NotFoundError:
+            continue  # deleted since listing
+        ids = [li.ledgerId for li in info.ledgerInfo if is_complete(li)]
+        if ids:
+            out.append(TopicWork(t.full, KIND_SCRUB, ids, as_of_ms, dry_run,
+                                 options={"deep": deep, "repair": repair and not dry_run}))
+    return out
+
+
+def scrub_work(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+               budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
+    """run_work's branch for KIND_SCRUB units. Repairs hold the topic's lease; checks do not need it."""
+    deep, repair = bool(w.options.get("deep")), bool(w.options.get("repair")) and not w.dry_run
+    check_only = TopicWork(w.topic, w.kind, w.ledgers, w.as_of_ms, dry_run=True, options=w.options)
+    return held_topic_rows(ws, t, w if repair else check_only, "scrub-repair", budget,
+                           lambda lid, row: _scrub_one(ws, t, lid, w, row, deep, repair))
+
+
+def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerResult, deep: bool,
+               repair: bool) -> str:
+    info, _ = ws.ml.get_topic(t)
+    li = find_ledger(info, lid)
+    if li is None or not is_complete(li):
+        row.outcome = "skipped"  # trimmed or replaced since planned
+        return ""
+    uuid = context_uuid(li)
+    assert uuid is not None
+    row.uuid, row.entries = uuid, li.entries
+    off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
+    problem = None
+    try:
+        h = off.read_offloaded(lid, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
+        row.bytes = h.index_bytes
+        try:
+            if deep:
+                crcs = _hot_crcs(ws, lid)
+                rep = verify_offloaded(h, crcs)
+                row.bytes += rep.bytes_read
+                row.blocks = rep.blocks
+        finally:
+            h.close()
+    except BlobStoreError as e:  # the store failed: nothing can be said about the copy this time
+        row.outcome, row.error = "failed", f"could not check the offloaded copy: {e}"
+        return type(e).__name__
+    except (FormatError, NotFoundError) as e:
+        problem = f"{type(e).__name__}: {e}"
+    if problem is None:
+        row.outcome = OUTCOME_OK
+        return ""
+    if not ws.hot.exists(lid):
+        row.outcome = OUTCOME_UNRECOVERABLE
+        row.error = f"DATA LOSS: the offloaded copy {uuid} is damaged ({problem}) and there is no hot copy"
+        return ""
+    if not repair:
+        row.outcome = OUTCOME_DAMAGED
+        row.error = f"{problem}; repairable from the hot copy (repair it: --repair)"
+        return ""
+    r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
+        t, lid, uuid, REASON_SCRUB_REPAIR)
+    if r.outcome == OUTCOME_REPLACED:
+        row.outcome, row.error = OUTCOME_REPAIRED, f"{problem}; replaced by {r.uuid}, verified against the hot copy"
+    elif r.outcome == OUTCOME_NO_HOT_COPY:
+        row.outcome, row.error = OUTCOME_UNRECOVERABLE, f"DATA LOSS: {problem}; {r.error}"
+    else:
+        row.outcome, row.error = OUTCOME_DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
+        return r.error_type
+    return ""
+
+
+def _hot_crcs(ws: Workspace, lid: int):
+    """The hot copy's per-entry CRCs when it exists and is readable (else None: structure and chunk
+    checksums only)."""
+    try:
+        h = ws.hot.open_ledger(lid)
+    except TieredError:
+        return None
+    try:
+        return h.entry_crcs()
+    finally:
+        h.close()
