@@ -136,6 +136,10 @@ def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
     return env
 
 
+# exit codes of spark_jobs/_jobkit.py after which a retry cannot succeed
+NO_RETRY_EXIT_CODES = {2: "bad input: nothing was started", 3: "DATA LOSS reported by the job"}
+
+
 class TieredSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
 
@@ -172,6 +176,20 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env.update(aws_environment(self.aws_conn_id))
         return env
+
+    def execute(self, context: Any) -> None:
+        """As SparkSubmitOperator, but a job that exits 2 (bad input) or 3 (data loss) fails the task
+        without retries: running it again cannot help (spark_jobs/_jobkit.py, exit codes)."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            sp = getattr(self._hook, "_submit_sp", None)
+            code = getattr(sp, "returncode", None)
+            if code in NO_RETRY_EXIT_CODES:
+                raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
+            raise
 
     def _get_hook(self):
         declared = self.env_vars

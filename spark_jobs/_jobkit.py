@@ -27,6 +27,9 @@ DETAIL_SCHEMA = (
     "entries long, seconds double, uuid string, error string"
 )
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # one log line the Airflow summary task can find
+# Exit codes of every job: 0 every unit succeeded; 1 some failed (a retry may succeed); 2 bad input,
+# nothing started; 3 data loss was found (a retry cannot help: the DAGs do not retry 2 and 3)
+EXIT_DATA_LOSS = 3
 
 
 def exit_with_parent() -> None:
@@ -149,6 +152,8 @@ def run_job(
         print(f"{job}: DATA LOSS: {what}: no copy of it can be read (see the report)", flush=True)
     print(f"{job}: report {out}", flush=True)
     print(SUMMARY_PREFIX + json.dumps(asdict(summary), sort_keys=True), flush=True)
+    if summary.data_loss:
+        return EXIT_DATA_LOSS
     return 1 if summary.failures else 0
 
 

@@ -50,7 +50,9 @@ def test_scrub_dag_repairs_and_reports_data_loss(tmp_path: Path, spark_env) -> N
     dr, states = run_dag("tiered_scrub", SWEEP_AT + dt.timedelta(days=1),
                          {"config": str(cfg), "deep": "always", "repair": True})
     assert dr.state == DagRunState.FAILED  # data loss fails the run
-    assert states["scrub"] == TaskInstanceState.FAILED  # the job exits 1
+    assert states["scrub"] == TaskInstanceState.FAILED  # the job exits 3: data loss
+    (ti,) = [ti for ti in dr.get_task_instances() if ti.task_id == "scrub"]
+    assert ti.try_number == 1  # not retried: a retry cannot bring the data back
     assert states["summary"] == TaskInstanceState.SUCCESS and states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
 
     totals = xcom(dr, "summary")
