@@ -6,6 +6,9 @@ phase after a `sync` so none inherits another's dirty pages:
      copy_file_range), and again through a 1 MiB user-space buffer; + fsync when the store fsyncs,
   2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
   3. read every entry back sequentially through the offloaded read handle (1,000 entries per call),
+  4. the integrity costs: the same offload without chunk checksums, the same read without verifying
+     them, and the deletion-lag cleanup's proof (every offloaded frame read back and compared with the
+     hot tier's CRC32C, tieredcore.offload.verify),
 and print MB/s of payload bytes (best and median over the rounds) and the ratios to the baseline. The
 machines are shared virtual machines whose disk throughput swings several-fold between seconds, so the
 rounds alternate the phases and both the best-of and the median ratios are printed. A last phase
@@ -33,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
+from tieredcore.offload.verify import verify_offloaded  # noqa: E402
 from tieredcore.stores.fs import FilesystemBlobStore  # noqa: E402
 from tieredcore.stores.hot import LocalLedgerStore  # noqa: E402
 
@@ -100,6 +104,17 @@ def read_back(off: LedgerOffloader, done: list[tuple[int, str]]) -> tuple[int, i
     return entries, nbytes
 
 
+def verify_against_hot(off: LedgerOffloader, hot: LocalLedgerStore, done: list[tuple[int, str]]) -> int:
+    """The deletion-lag cleanup's proof for every ledger: its whole offloaded copy against the hot CRCs."""
+    entries = 0
+    for lid, u in done:
+        h, hh = off.read_offloaded(lid, u), hot.open_ledger(lid)
+        entries += verify_offloaded(h, hh.entry_crcs()).entries
+        h.close()
+        hh.close()
+    return entries
+
+
 def _vm_kib(field: str) -> int:
     """VmHWM / VmRSS of this process from /proc (ru_maxrss would include the parent's peak: it
     survives exec)."""
@@ -147,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             payload = sum(hot.ledger_metadata(i).length for i in ids)
 
             copy_s, user_s, off_s, read_s = [], [], [], []
+            nock_s, nover_s, proof_s = [], [], []
             for rnd in range(a.rounds):
                 for d in (root / "copy", root / "ucopy", root / "cold"):
                     shutil.rmtree(d, ignore_errors=True)
@@ -176,10 +192,33 @@ def main(argv: list[str] | None = None) -> int:
                 n, nb = read_back(off, done)
                 read_s.append(time.perf_counter() - t0)
                 assert nb == payload, (nb, payload)
+
+                # integrity costs: reads without verifying, the lag cleanup's proof, writes without checksums
+                off_nv = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block,
+                                         verify_reads=False)
+                t0 = time.perf_counter()
+                assert read_back(off_nv, done)[1] == payload
+                nover_s.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                assert verify_against_hot(off, hot, done) == n
+                proof_s.append(time.perf_counter() - t0)
+                shutil.rmtree(root / "cold", ignore_errors=True)
+                off_nc = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block,
+                                         checksum_chunk=0)
+                os.sync()
+                t0 = time.perf_counter()
+                for lid in ids:
+                    h = hot.open_ledger(lid)
+                    off_nc.offload(h, str(uuid.uuid4()))
+                    h.close()
+                nock_s.append(time.perf_counter() - t0)
                 print(f"  round {rnd + 1}: copy {payload / copy_s[-1] / MB:,.0f} MB/s, user-space copy "
                       f"{payload / user_s[-1] / MB:,.0f} MB/s, offload "
-                      f"{payload / off_s[-1] / MB:,.0f} MB/s, read {payload / read_s[-1] / MB:,.0f} MB/s", flush=True)
-            series = (("copy", copy_s), ("user", user_s), ("offload", off_s), ("read", read_s))
+                      f"{payload / off_s[-1] / MB:,.0f} MB/s (no checksums {payload / nock_s[-1] / MB:,.0f}), read "
+                      f"{payload / read_s[-1] / MB:,.0f} MB/s (unverified {payload / nover_s[-1] / MB:,.0f}), "
+                      f"proof against hot {payload / proof_s[-1] / MB:,.0f} MB/s", flush=True)
+            series = (("copy", copy_s), ("user", user_s), ("offload", off_s), ("read", read_s),
+                      ("nock", nock_s), ("nover", nover_s), ("proof", proof_s))
             best = {k: min(v) for k, v in series}
             med = {k: statistics.median(v) for k, v in series}
             r = {
@@ -195,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
                 "read_ratio": best["copy"] / best["read"],
                 "offload_ratio_median": med["copy"] / med["offload"],
                 "read_ratio_median": med["copy"] / med["read"],
+                # integrity: what checksums cost (time with / time without, medians), and the proof's speed
+                "checksum_write_cost": med["offload"] / med["nock"],
+                "checksum_read_cost": med["read"] / med["nover"],
+                "proof_MBps": payload / best["proof"] / MB,
+                "proof_ratio": best["copy"] / best["proof"],
             }
             results.append(r)
             print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | plain copy "
@@ -204,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             print(f"{'':>17} against a user-space copy ({r['userspace_copy_MBps']:,.0f} MB/s): offload "
                   f"x{r['offload_ratio_userspace']:.2f}, sequential read x{r['read_ratio_userspace']:.2f}", flush=True)
+            print(f"{'':>17} integrity: writing chunk checksums costs x{r['checksum_write_cost']:.2f} offload time, "
+                  f"verifying them x{r['checksum_read_cost']:.2f} read time (medians); the lag cleanup's proof "
+                  f"against the hot CRCs runs at {r['proof_MBps']:,.0f} MB/s (x{r['proof_ratio']:.2f} of a plain "
+                  f"copy)", flush=True)
             shutil.rmtree(root)
 
         big = human_size(a.big_ledger)
