@@ -139,6 +139,10 @@ class Workspace:
             url = f"s3://{props['bucket']}/{props.get('prefix', '')}" + (f"?{q}" if q else "")
         else:
             raise ValidationError(f"offloaded with driver {name!r} and properties {sorted(props)}: cannot open")
+        # the workspace's own store: open it with the configured URL, whose timeouts and retry budget the
+        # driver metadata does not record
+        if _same_location(url, self.config.store_url):
+            url = self.config.store_url
         return self._offloader_for_url(url, self.config.max_block_size, self.config.read_buffer)
 
     def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:
@@ -156,3 +160,15 @@ class Workspace:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _same_location(a: str, b: str) -> bool:
+    """Two store URLs naming the same objects (scheme, bucket or root, endpoint, prefix)."""
+    from tieredcore.config import parse_store_url
+
+    try:
+        x, y = parse_store_url(a), parse_store_url(b)
+    except ValidationError:
+        return False
+    return (x.scheme, x.root, x.bucket, x.endpoint, normalize_prefix(x.prefix)) == \
+        (y.scheme, y.root, y.bucket, y.endpoint, normalize_prefix(y.prefix))

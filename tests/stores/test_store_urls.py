@@ -319,3 +319,24 @@ def test_a_policy_store_is_checked_like_a_configured_one(store, message) -> None
 
     with pytest.raises(ValidationError, match=message):
         StoreSpec(**store).validate("namespace a/b")
+
+
+def test_ledgers_in_the_workspace_store_are_read_with_its_timeouts(tmp_path) -> None:
+    """Driver metadata records bucket, region and endpoint only: reads of the workspace's own store use
+    the configured URL (timeouts, retry budget), not the defaults."""
+    from tieredcore.config import Config
+    from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+    from tieredcore.workspace import Workspace
+
+    url = "s3://bkt-a/p?endpoint=http://127.0.0.1:9&region=us-east-1&read_timeout=3s&max_attempts=2"
+    cfg = Config.for_workspace(tmp_path, store_url=url)
+    with Workspace(cfg) as ws:
+        dm = pb.OffloadDriverMetadata(name="aws-s3")
+        for k, v in (("bucket", "bkt-a"), ("prefix", "p/"), ("region", "us-east-1"),
+                     ("serviceEndpoint", "http://127.0.0.1:9")):
+            dm.properties.add(key=k, value=v)
+        store = ws.offloader_for_driver(dm).store
+        assert store.client.meta.config.read_timeout == 3
+        assert store.client.meta.config.retries["total_max_attempts"] == 2
+        dm.properties[0].value = "bkt-b"  # another bucket: the defaults
+        assert ws.offloader_for_driver(dm).store.client.meta.config.read_timeout == 30
