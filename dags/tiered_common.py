@@ -86,6 +86,26 @@ def config_param() -> Param:
     )
 
 
+def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
+    return Param([], type="array", items={"type": "string"}, title="Namespaces", description=description)
+
+
+def namespace_args(params: dict[str, Any]) -> list[str]:
+    """``--namespace`` arguments of the ``namespaces`` param, each name validated (before Spark starts)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import ValidationError
+    from tieredcore.topics import NamespaceName
+
+    out: list[str] = []
+    try:
+        for ns in params.get("namespaces") or []:
+            out += ["--namespace", NamespaceName.parse(ns).name]
+    except ValidationError as e:
+        raise AirflowFailException(f"namespaces param: {e}") from None
+    return out
+
+
 def dry_run_param() -> Param:
     return Param(False, type="boolean", title="Dry run", description="Plan and report; change nothing.")
 

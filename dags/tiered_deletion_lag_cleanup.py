@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, get_current_context, task
+from airflow.sdk import get_current_context, task
 from tiered_common import (
     QUICK_TASK,
     job_args,
     load_config,
+    namespace_args,
+    namespaces_param,
     preflight_task,
     schedule_from_env,
     spark_task,
@@ -43,27 +45,16 @@ with tiered_dag(
     tags=["deletion"],
     doc_md=__doc__,
     params={
-        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
-                            description="tenant/namespace list; empty: every namespace."),
+        "namespaces": namespaces_param(),
     },
 ) as dag:
 
     @task(task_id="plan", **QUICK_TASK)
     def plan() -> list[str]:
         """The cleanup job's arguments (namespace names validated here, before Spark starts)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from tieredcore.errors import ValidationError
-        from tieredcore.topics import NamespaceName
-
         ctx: Any = get_current_context()
         load_config(ctx["params"])
-        extra: list[str] = []
-        try:
-            for ns in ctx["params"].get("namespaces") or []:
-                extra += ["--namespace", NamespaceName.parse(ns).name]
-        except ValidationError as e:
-            raise AirflowFailException(f"namespaces param: {e}") from None
+        extra = namespace_args(ctx["params"])
         return job_args(ctx, extra=extra)
 
     planned = plan()

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, TriggerRule, get_current_context, task
+from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_common import (
     QUICK_TASK,
     job_args,
     load_config,
+    namespace_args,
+    namespaces_param,
     preflight_task,
     schedule_from_env,
     spark_task,
@@ -51,28 +53,17 @@ with tiered_dag(
     tags=["deletion", "retention"],
     doc_md=__doc__,
     params={
-        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
-                            description="tenant/namespace list for retention and lag cleanup; empty: every "
-                                        "namespace (the drain always covers the whole log)."),
+        "namespaces": namespaces_param("tenant/namespace list for retention and lag cleanup; empty: every "
+                                       "namespace (the drain always covers the whole log)."),
     },
 ) as dag:
 
     @task(task_id="plan", multiple_outputs=True, **QUICK_TASK)
     def plan() -> dict[str, list[str]]:
         """The two jobs' arguments (namespace names validated here, before Spark starts)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from tieredcore.errors import ValidationError
-        from tieredcore.topics import NamespaceName
-
         ctx: Any = get_current_context()
         load_config(ctx["params"])
-        extra: list[str] = []
-        try:
-            for ns in ctx["params"].get("namespaces") or []:
-                extra += ["--namespace", NamespaceName.parse(ns).name]
-        except ValidationError as e:
-            raise AirflowFailException(f"namespaces param: {e}") from None
+        extra = namespace_args(ctx["params"])
         return {JOB: job_args(ctx, extra=extra), DRAIN_JOB: job_args(ctx)}
 
     planned = plan()

@@ -32,6 +32,8 @@ from tiered_common import (
     QUICK_TASK,
     job_args,
     load_config,
+    namespace_args,
+    namespaces_param,
     preflight_task,
     schedule_from_env,
     spark_task,
@@ -54,8 +56,7 @@ with tiered_dag(
                                   "never."),
         "repair": Param(True, type="boolean", title="Repair",
                         description="Replace damaged copies from the hot copy (off: report only)."),
-        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
-                            description="tenant/namespace list; empty: every namespace."),
+        "namespaces": namespaces_param(),
     },
 ) as dag:
 
@@ -64,9 +65,7 @@ with tiered_dag(
         """The scrub job's arguments (params validated here, before Spark starts)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tieredcore.errors import ValidationError
         from tieredcore.lifecycle.scrub import DEEP_MODES
-        from tieredcore.topics import NamespaceName
 
         ctx: Any = get_current_context()
         params = ctx["params"]
@@ -75,12 +74,7 @@ with tiered_dag(
         if deep not in DEEP_MODES:
             raise AirflowFailException(f"deep param {deep!r}: one of {', '.join(DEEP_MODES)}")
         extra = ["--deep", deep, "--repair" if params.get("repair", True) else "--no-repair"]
-        try:
-            for ns in params.get("namespaces") or []:
-                extra += ["--namespace", NamespaceName.parse(ns).name]
-        except ValidationError as e:
-            raise AirflowFailException(f"namespaces param: {e}") from None
-        return job_args(ctx, extra=extra)
+        return job_args(ctx, extra=extra + namespace_args(params))
 
     planned = plan()
     preflight_task() >> planned

@@ -50,6 +50,9 @@ tiered status --by-namespace
 
 step "verify: every entry, from wherever it lives, against the generator's digest"
 tiered verify
+
+step "scrub: every offloaded copy read back against its checksums and the hot copies' CRCs"
+tiered scrub --deep
 printf '\ndone in %ss; DAG logs: %s/sweep.log, %s/cleanup.log; reports under %s/reports\n' \
     "$((SECONDS - started))" "$WS" "$WS" "$WS"
 echo "see the DAGs in the UI: . scripts/airflow-env.sh $WS && airflow standalone"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tieredcore.cli import main
-from tieredcore.config import CONFIG_FILE_NAME, Config
+from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 
 NS = "public/default"
 OTHER_NS = "acme/payments"
@@ -93,3 +93,11 @@ def flip(path: Path, offset: int) -> None:
     b = bytearray(path.read_bytes())
     b[offset] ^= 0x5A
     path.write_bytes(bytes(b))
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI tests' configuration comes from their workspace only (import this fixture to use it)."""
+    for var in (*ENV_OVERRIDES, ENV_CONFIG):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")

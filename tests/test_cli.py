@@ -6,7 +6,6 @@ under tmp_path); topics come from `tiered generate`, so `verify` can check every
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -21,6 +20,8 @@ from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Confi
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.topics import TopicName
 from tieredcore.workload import PayloadGenerator
+
+from .clihelp import snapshot
 
 NS_A = "public/default"
 NS_B = "acme/payments"
@@ -105,28 +106,6 @@ def gen(cli: Cli) -> Cli:
 
 def generator(topic: str, seed: int = SEED, lo: int = MIN_SIZE, hi: int = MAX_SIZE) -> PayloadGenerator:
     return PayloadGenerator(seed, TopicName.parse(topic).managed_ledger_name, lo, hi)
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Content of the hot and cold directories and of every metadata node."""
-    out = {}
-    for d in ("hot", "cold"):
-        for p in sorted((root / d).rglob("*")):
-            if p.is_file():
-                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    cfg = Config.load(root / CONFIG_FILE_NAME, env={})
-    store = cfg.open_metadata()
-    try:
-        todo = ["/"]
-        while todo:
-            path = todo.pop()
-            got = store.get(path)
-            if got is not None:
-                out["meta:" + path] = f"{got.version}:{hashlib.sha256(bytes(got.value)).hexdigest()}"
-            todo.extend(f"{path.rstrip('/')}/{c}" for c in store.children(path))
-    finally:
-        store.close()
-    return out
 
 
 # --- init ------------------------------------------------------------------------------------

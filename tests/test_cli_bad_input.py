@@ -17,17 +17,19 @@ from tieredcore.errors import MetadataStoreError
 from tieredcore.model import INT64_MAX
 from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 
-from .clihelp import NS, OTHER_NS, T0, Cli, assert_usage_error, generate, snapshot
+from .clihelp import (
+    NS,
+    OTHER_NS,
+    T0,
+    Cli,
+    _clean_env,  # noqa: F401  (autouse)
+    assert_usage_error,
+    generate,
+    snapshot,
+)
 
 TOO_BIG = str(INT64_MAX + 1)
 HUGE = "9" * 5000
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in (*ENV_OVERRIDES, ENV_CONFIG):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
 
 
 @pytest.fixture

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES
 from tieredcore.formats.index import parse_index_v1
 
-from .clihelp import B0, LEDGERS, NS, OTHER_NS, T0, Cli, generate
+from .clihelp import (
+    B0,
+    LEDGERS,
+    NS,
+    OTHER_NS,
+    T0,
+    Cli,
+    _clean_env,  # noqa: F401  (autouse)
+    generate,
+)
 
 BLOCK = 1024  # the filesystem store's minimum; ledgers here are ~3 KiB, so several blocks each
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in (*ENV_OVERRIDES, ENV_CONFIG):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
 
 
 def objects(root: Path) -> list[Path]:

@@ -8,22 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.topics import TopicName
 from tieredcore.workload import PROP_FIRST_SEQ
 from tieredcore.workspace import Workspace
 
-from .clihelp import B0, END, ENTRIES, LEDGERS, NS, OTHER_NS, T0, T1, Cli, flip, generate
+from .clihelp import (
+    B0,
+    END,
+    ENTRIES,
+    LEDGERS,
+    NS,
+    OTHER_NS,
+    T0,
+    T1,
+    Cli,
+    _clean_env,  # noqa: F401  (autouse)
+    flip,
+    generate,
+)
 
 HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot.py)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in (*ENV_OVERRIDES, ENV_CONFIG):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
 
 
 @pytest.fixture

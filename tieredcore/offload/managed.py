@@ -246,23 +246,8 @@ class TopicOffloader:
             li.offloadContext.timestamp = self.clock_ms()
             return True
 
-        try:
-            self.ml.update_topic(t, complete)
-        except MetadataStoreError as e:
-            # the update may have landed: deleting our objects could lose the only offloaded copy
-            res.outcome, res.error = OUTCOME_UNKNOWN, f"completing offload, outcome unknown: {e}"
-            return self._finish(res, started)
-        except TieredError as e:
-            # the completion did not land (topic gone, CAS gave up): our objects go through the log; if
-            # our uuid is somehow still current the drain sees it in use and deletes nothing
-            res.error = f"completing offload: {e}"
-            self._discard_own(name, ledger_id, new_uuid)
-            return self._finish(res, started)
-        if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
-            self._discard_own(name, ledger_id, new_uuid)
-            return self._finish(res, started)
-        res.outcome = OUTCOME_OFFLOADED
+        if self._final_cas(t, complete, state, res, "completing offload"):
+            res.outcome = OUTCOME_OFFLOADED
         return self._finish(res, started)
 
     # -- replacing a damaged copy -----------------------------------------------------------
@@ -368,22 +353,33 @@ class TopicOffloader:
             drop_properties(li, REPLACEMENT_PREFIX, {new_uuid})
             return True
 
+        if self._final_cas(t, swap, state, res, "swapping in the replacement"):
+            res.outcome = OUTCOME_REPLACED
+        elif res.outcome == OUTCOME_CONFLICT:
+            self._forget_replacement(t, ledger_id, prop)
+        return self._finish(res, started)
+
+    def _final_cas(self, t: TopicName, mutate: Callable[[Any], bool], state: dict[str, Any],
+                   res: LedgerOffloadResult, what: str) -> bool:
+        """The CAS that makes our attempt (``res.uuid``) current; True when it landed. An unknown outcome
+        deletes nothing: the update may have landed, and deleting our objects could lose the only
+        offloaded copy. One that did not land (topic gone, CAS gave up, a conflict) sends our own objects
+        to the deletion log; if our uuid is somehow still current the drain sees it in use."""
+        assert res.uuid is not None
         try:
-            self.ml.update_topic(t, swap)
+            self.ml.update_topic(t, mutate)
         except MetadataStoreError as e:
-            res.outcome, res.error = OUTCOME_UNKNOWN, f"swapping in the replacement, outcome unknown: {e}"
-            return self._finish(res, started)
+            res.outcome, res.error = OUTCOME_UNKNOWN, f"{what}, outcome unknown: {e}"
+            return False
         except TieredError as e:
-            res.error = f"swapping in the replacement: {e}"
-            self._discard_own(name, ledger_id, new_uuid)
-            return self._finish(res, started)
+            res.error = f"{what}: {e}"
+            self._discard_own(res.topic, res.ledger_id, res.uuid)
+            return False
         if "conflict" in state:
             res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
-            self._discard_own(name, ledger_id, new_uuid)
-            self._forget_replacement(t, ledger_id, prop)
-            return self._finish(res, started)
-        res.outcome = OUTCOME_REPLACED
-        return self._finish(res, started)
+            self._discard_own(res.topic, res.ledger_id, res.uuid)
+            return False
+        return True
 
     def _forget_replacement(self, t: TopicName, ledger_id: int, prop: str) -> None:
         """Drop a replacement's property (its objects, if any, are already in the deletion log)."""
