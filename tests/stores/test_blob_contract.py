@@ -6,7 +6,13 @@ import time
 
 import pytest
 
-from tieredcore.errors import BadRangeError, NoSuchObjectError, NoSuchUploadError, ValidationError
+from tieredcore.errors import (
+    BadRangeError,
+    NoSuchObjectError,
+    NoSuchUploadError,
+    ObjectExistsError,
+    ValidationError,
+)
 from tieredcore.stores.blob import BlobStore, CompletedPart, iter_objects
 
 PART = 1500  # >= moto's lowered minimum part size (conftest.MOTO_PART_MIN_SIZE)
@@ -57,6 +63,16 @@ def test_overwrite_replaces_data_and_metadata(blob_store):
     assert info.metadata == {"b": "2"}
     blob_store.put("k", b"third")
     assert blob_store.head("k").metadata == {}
+
+
+def test_create_if_absent(blob_store):
+    """The conditional write the owner markers use: the first creator wins, the rest change nothing."""
+    blob_store.put("marker", b"first", {"who": "a"}, if_absent=True)
+    with pytest.raises(ObjectExistsError):
+        blob_store.put("marker", b"second", {"who": "b"}, if_absent=True)
+    assert blob_store.get("marker") == b"first" and blob_store.head("marker").metadata == {"who": "a"}
+    blob_store.put("marker", b"replaced")  # an unconditional put still replaces
+    assert blob_store.get("marker") == b"replaced"
 
 
 def test_missing_object(blob_store):
