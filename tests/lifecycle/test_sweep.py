@@ -347,7 +347,8 @@ def test_a_failing_topic_does_not_stop_the_others(make_ws, tmp_path):
     assert all(r.failed and "cannot create store directories" in r.error for r in by_ns["t/bad"])
     summary = RunSummary.of("offload_sweep", "r", END_MS, False, [asdict(r) for r in res], 0.1)
     assert summary.failures == 4 and summary.namespaces["t/bad"]["failures"] == 4
-    assert summary.namespaces["t/a"] == {"ledgers": 4, "bytes": sum(r.bytes for r in by_ns["t/a"]), "failures": 0}
+    assert summary.namespaces["t/a"] == {"ledgers": 4, "bytes": sum(r.bytes for r in by_ns["t/a"]), "failures": 0,
+                                         "outcomes": {"offloaded": 4}}
     # fixing the cause: the rerun does only what is left
     blocker.unlink()
     plan = plan_offload(ws, None, END_MS)

@@ -313,7 +313,8 @@ def drain(env: Env, as_of_ms: int | None = None, **kw) -> DrainReport:
 
 
 def object_keys(store) -> list[str]:
-    return [o.key for o in iter_objects(store)]
+    """Every object key but the owner marker a workspace writes when it claims the store."""
+    return [o.key for o in iter_objects(store) if not o.key.startswith("tiered-owner.")]
 
 
 def upload_keys(store) -> list[str]:

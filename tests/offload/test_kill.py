@@ -42,7 +42,8 @@ def entry(i: int) -> bytes:
 
 
 def object_keys(store) -> list[str]:
-    return [o.key for o in iter_objects(store)]
+    """Every object key but the owner marker the workspace writes when it claims the store."""
+    return [o.key for o in iter_objects(store) if not o.key.startswith("tiered-owner.")]
 
 
 def uploads(store) -> list[tuple[str, str]]:
