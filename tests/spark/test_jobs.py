@@ -244,7 +244,7 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
         for t in ws.ml.list_topics("t/bad"):
             assert not any(li.offloadContext.complete for li in ledgers(ws, t))
         assert {t.full: ws.ml.get_topic(t) for t in ws.ml.list_topics("t/off")} == off_before  # untouched
-        data_sizes = {o.key: o.size for o in iter_objects(ws.store) if not o.key.endswith("-index")}
+        data_sizes = {o.key: o.size for o in offloaded_objects(ws.store) if not o.key.endswith("-index")}
         assert len(offloaded_objects(ws.store)) == 12 and ws.store.list_multipart_uploads() == []
 
     assert len(rows) == 12 and {r["namespace"] for r in rows} == {"t/on", "t/bad"}
@@ -258,8 +258,8 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     assert summary["outcomes"] == {"offloaded": 6, "failed": 6}
     assert summary["bytes"] == sum(data_sizes.values())
     assert summary["namespaces"] == {
-        "t/on": {"ledgers": 6, "bytes": sum(data_sizes.values()), "failures": 0},
-        "t/bad": {"ledgers": 6, "bytes": 0, "failures": 6},
+        "t/on": {"ledgers": 6, "bytes": sum(data_sizes.values()), "failures": 0, "outcomes": {"offloaded": 6}},
+        "t/bad": {"ledgers": 6, "bytes": 0, "failures": 6, "outcomes": {"failed": 6}},
     }
     assert summary["as_of_ms"] == END_MS and summary["job"] == "offload_sweep" and summary["run_id"] == "r1"
     assert summary["dry_run"] is False
