@@ -264,12 +264,13 @@ def _run_ids(planned: Any) -> list[str]:
 
 
 # outcome counters of the deletion drain's report (tieredcore.lifecycle.drain.OUTCOMES)
-DRAIN_OUTCOMES = ("deleted", "already_deleted", "still_in_use", "refused_mismatch", "malformed", "retrying",
-                  "dead_lettered", "lost_race", "would_delete")
+DRAIN_OUTCOMES = ("deleted", "already_deleted", "still_in_use", "refused_mismatch", "refused_foreign", "malformed",
+                  "retrying", "dead_lettered", "lost_race", "would_delete")
 DRAIN_COUNTERS = ("deleted_hot", "deleted_offloaded", "delete_failures_hot", "delete_failures_offloaded",
                   "acknowledged")
 RECONCILE_OUTCOMES = ("orphan_groups", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
-                      "uploads_aborted", "foreign_keys", "young_unreferenced", "young_hot_ledgers")
+                      "uploads_aborted", "foreign_keys", "foreign_cluster_groups", "young_unreferenced",
+                      "young_hot_ledgers")
 
 
 def report_totals(job: str, s: dict[str, Any]) -> dict[str, Any]:
