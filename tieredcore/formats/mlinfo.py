@@ -28,6 +28,9 @@ _HEADER = struct.Struct(">hi")
 _MAGIC_BYTES = struct.pack(">h", MAGIC_MANAGED_INFO_METADATA)
 
 _SUPPORTED = ("NONE", "ZLIB", "ZSTD")
+#: compressed records are inflated this much at a time, so memory follows the bytes really produced and
+#: never a size a forged header declares
+_INFLATE_STEP = 1 << 20
 _KNOWN = frozenset(pb.CompressionType.keys())
 
 
@@ -54,7 +57,24 @@ def _decompress(kind: str, payload: bytes, size: int) -> bytes:
         import zstandard
 
         try:
-            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
+            declared = zstandard.frame_content_size(payload)  # -1: the frame does not say
+            if declared >= 0 and declared != size:
+                raise FormatError(
+                    f"managed-ledger info: corrupt ZSTD payload: its frame declares {declared} bytes, "
+                    f"metadata says {size}"
+                )
+            # Bounded reads, never ZstdDecompressor.decompress(): it allocates its whole output up front,
+            # the content size the frame declares (max_output_size is then ignored) or else max_output_size.
+            reader = zstandard.ZstdDecompressor().stream_reader(payload)
+            parts: list[bytes] = []
+            got = 0
+            while got <= size:
+                piece = reader.read(min(size + 1 - got, _INFLATE_STEP))
+                if not piece:
+                    break
+                parts.append(piece)
+                got += len(piece)
+            return b"".join(parts)
         except zstandard.ZstdError as e:
             raise FormatError(f"managed-ledger info: corrupt ZSTD payload: {e}") from None
     raise FormatError(f"managed-ledger info: compression {kind} not supported")
