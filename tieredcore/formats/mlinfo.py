@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, EncodeError
 
 from tieredcore.errors import FormatError, ValidationError
@@ -80,12 +81,49 @@ def _decompress(kind: str, payload: bytes, size: int) -> bytes:
     raise FormatError(f"managed-ledger info: compression {kind} not supported")
 
 
+def _utf8_checking_class() -> type:
+    """ManagedLedgerInfo in a private pool with UTF-8 validation of string fields switched on.
+
+    proto2 never validates UTF-8, and upb hands a string field that holds other bytes back as ``bytes``,
+    which breaks every caller expecting ``str`` (e.g. ``kv.key.startswith(prefix)``). The same schema as
+    edition 2023 with proto2's semantics (required fields, closed enums) but ``utf8_validation = VERIFY``
+    makes the parser itself refuse such bytes, at C speed.
+    """
+    fs = descriptor_pb2.FeatureSet
+    label = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(fdp)
+    fdp.syntax = "editions"
+    fdp.edition = descriptor_pb2.EDITION_2023
+    fdp.options.features.enum_type = fs.CLOSED
+    fdp.options.features.repeated_field_encoding = fs.EXPANDED
+    fdp.options.features.utf8_validation = fs.VERIFY
+    messages = list(fdp.message_type)
+    while messages:
+        m = messages.pop()
+        messages.extend(m.nested_type)
+        for f in m.field:
+            if f.label == label.LABEL_REQUIRED:
+                f.label = label.LABEL_OPTIONAL
+                f.options.features.field_presence = fs.LEGACY_REQUIRED
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(pb.ManagedLedgerInfo.DESCRIPTOR.full_name))
+
+
+_UTF8_CHECKING_INFO = _utf8_checking_class()
+
+
 def _parse(data: bytes, what: str) -> pb.ManagedLedgerInfo:
     info = pb.ManagedLedgerInfo()
     try:
         info.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise FormatError(f"{what}: not a valid ManagedLedgerInfo protobuf: {e}") from None
+    try:
+        _UTF8_CHECKING_INFO.FromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise FormatError(f"{what}: a string field of the ManagedLedgerInfo is not UTF-8: {e}") from None
     if not info.IsInitialized():
         missing = ", ".join(info.FindInitializationErrors())
         raise FormatError(f"{what}: ManagedLedgerInfo is missing required fields: {missing}")
