@@ -156,6 +156,10 @@ def decode_metadata(ledger_id: int, data: bytes) -> LedgerMetadata:
     meta = decode_ledger_metadata(data, ledger_id)
     if meta.state != STATE_CLOSED:
         meta = replace(meta, last_entry_id=-1, length=0)
+    elif meta.last_entry_id < -1 or meta.length < 0:  # sizes the index read: never negative
+        raise FormatError(
+            f"ledger {ledger_id}: sealed metadata with lastEntryId {meta.last_entry_id}, length {meta.length}"
+        )
     return meta
 
 
