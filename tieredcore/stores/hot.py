@@ -500,6 +500,9 @@ class LocalLedgerHandle:
         self._lens = lens
         self._lac = metadata.last_entry_id
         self._end = (offsets[-1] + FRAME_HEADER_LEN + lens[-1]) if len(offsets) else 0
+        # taken after the index was read: every frame the snapshot's records acknowledge lies below it, so a
+        # damaged record cannot make a read allocate (or return) more than the file holds
+        self._log_size = os.fstat(log_fd).st_size
         self._mu = threading.Lock()
         self._active = 0
         self._closing = False
@@ -644,6 +647,11 @@ class LocalLedgerHandle:
         if base < 0 or min(lens) < 0 or self._offsets[last] + FRAME_HEADER_LEN + lens[-1] - base != span:
             raise CorruptEntryError(
                 f"ledger {self._id}: index records of entries {first}..{last} are inconsistent"
+            )
+        if base + span > self._log_size:
+            raise CorruptEntryError(
+                f"ledger {self._id}: index records of entries {first}..{last} point past the data file end "
+                f"(bytes {base}..{base + span}, file holds {self._log_size})"
             )
         if into is not None and len(into) != span:
             raise ValueError(f"read_frames_into: buffer of {len(into)} bytes for {span} bytes of frames")
