@@ -679,6 +679,15 @@ class LocalLedgerHandle:
                         f"ledger {self._id} entry {first + i}: CRC32C mismatch "
                         f"(stored {want:#010x}, computed {got:#010x})"
                     )
+        # A record copied from another entry (offset, crc and length) passes the CRC check: the frame
+        # headers name their entry. With the first and last right, the CRC-checked frames between them,
+        # cut at the recorded lengths, are the ones in between.
+        for eid, at in ((first, 0), (last, rel[-2])):
+            got_id = FRAME_HEADER.unpack_from(buf, at)[1]
+            if got_id != eid:
+                raise CorruptEntryError(
+                    f"ledger {self._id}: the index record of entry {eid} points at the frame of entry {got_id}"
+                )
         return buf, rel
 
 
