@@ -311,7 +311,8 @@ class DeletionLog:
         base = dict.fromkeys(COUNTERS, 0)
         if got is not None:
             # a damaged counters record restarts from zero rather than blocking deletions
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
+            # (OverflowError: an infinite number; RecursionError: nesting deeper than the parser goes)
+            with contextlib.suppress(ValueError, TypeError, AttributeError, OverflowError, RecursionError):
                 base.update({k: int(v) for k, v in json.loads(got.value).items() if k in base})
         return base
 
