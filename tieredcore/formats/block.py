@@ -331,6 +331,8 @@ def _scan_block(
     """Validate the block at ``offset`` of ``mv`` (header, frames, padding); with ``span`` /
     ``first_id`` also its length and first entry id as an index implies them."""
     limit = len(mv)
+    if offset < 0:  # an index offset read from outside: never let it count from the buffer's end
+        raise FormatError(f"{what} at negative offset {offset}")
     if limit - offset < BLOCK_HEADER_LENGTH:
         raise TruncatedError(
             f"block at offset {offset} truncated: header needs {BLOCK_HEADER_LENGTH} bytes, "

@@ -60,11 +60,16 @@ def decode_ledger_metadata(data: bytes | bytearray | memoryview, ledger_id: int)
     if not m.IsInitialized():
         missing = ", ".join(m.FindInitializationErrors())
         raise FormatError(f"ledger {ledger_id}: ledger metadata misses required fields: {missing}")
+    custom = {kv.key: kv.value for kv in m.customMetadata}
+    # proto2 does not check UTF-8: upb hands a string field holding other bytes back as bytes
+    bad = [k for k in custom if not isinstance(k, str)]
+    if bad:
+        raise FormatError(f"ledger {ledger_id}: ledger metadata custom key {bad[0]!r} is not UTF-8")
     return LedgerMetadata(
         ledger_id=ledger_id,
         state=int(m.state),
         last_entry_id=m.lastEntryId if m.HasField("lastEntryId") else -1,
         length=m.length,
         ctime=m.ctime if m.HasField("ctime") else 0,
-        custom_metadata={kv.key: kv.value for kv in m.customMetadata},
+        custom_metadata=custom,
     )

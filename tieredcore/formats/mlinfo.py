@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, EncodeError
 
 from tieredcore.errors import FormatError, ValidationError
@@ -28,6 +29,9 @@ _HEADER = struct.Struct(">hi")
 _MAGIC_BYTES = struct.pack(">h", MAGIC_MANAGED_INFO_METADATA)
 
 _SUPPORTED = ("NONE", "ZLIB", "ZSTD")
+#: compressed records are inflated this much at a time, so memory follows the bytes really produced and
+#: never a size a forged header declares
+_INFLATE_STEP = 1 << 20
 _KNOWN = frozenset(pb.CompressionType.keys())
 
 
@@ -54,10 +58,60 @@ def _decompress(kind: str, payload: bytes, size: int) -> bytes:
         import zstandard
 
         try:
-            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
+            declared = zstandard.frame_content_size(payload)  # -1: the frame does not say
+            if declared >= 0 and declared != size:
+                raise FormatError(
+                    f"managed-ledger info: corrupt ZSTD payload: its frame declares {declared} bytes, "
+                    f"metadata says {size}"
+                )
+            # Bounded reads, never ZstdDecompressor.decompress(): it allocates its whole output up front,
+            # the content size the frame declares (max_output_size is then ignored) or else max_output_size.
+            reader = zstandard.ZstdDecompressor().stream_reader(payload)
+            parts: list[bytes] = []
+            got = 0
+            while got <= size:
+                piece = reader.read(min(size + 1 - got, _INFLATE_STEP))
+                if not piece:
+                    break
+                parts.append(piece)
+                got += len(piece)
+            return b"".join(parts)
         except zstandard.ZstdError as e:
             raise FormatError(f"managed-ledger info: corrupt ZSTD payload: {e}") from None
     raise FormatError(f"managed-ledger info: compression {kind} not supported")
+
+
+def _utf8_checking_class() -> type:
+    """ManagedLedgerInfo in a private pool with UTF-8 validation of string fields switched on.
+
+    proto2 never validates UTF-8, and upb hands a string field that holds other bytes back as ``bytes``,
+    which breaks every caller expecting ``str`` (e.g. ``kv.key.startswith(prefix)``). The same schema as
+    edition 2023 with proto2's semantics (required fields, closed enums) but ``utf8_validation = VERIFY``
+    makes the parser itself refuse such bytes, at C speed.
+    """
+    fs = descriptor_pb2.FeatureSet
+    label = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(fdp)
+    fdp.syntax = "editions"
+    fdp.edition = descriptor_pb2.EDITION_2023
+    fdp.options.features.enum_type = fs.CLOSED
+    fdp.options.features.repeated_field_encoding = fs.EXPANDED
+    fdp.options.features.utf8_validation = fs.VERIFY
+    messages = list(fdp.message_type)
+    while messages:
+        m = messages.pop()
+        messages.extend(m.nested_type)
+        for f in m.field:
+            if f.label == label.LABEL_REQUIRED:
+                f.label = label.LABEL_OPTIONAL
+                f.options.features.field_presence = fs.LEGACY_REQUIRED
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(pb.ManagedLedgerInfo.DESCRIPTOR.full_name))
+
+
+_UTF8_CHECKING_INFO = _utf8_checking_class()
 
 
 def _parse(data: bytes, what: str) -> pb.ManagedLedgerInfo:
@@ -66,6 +120,10 @@ def _parse(data: bytes, what: str) -> pb.ManagedLedgerInfo:
         info.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise FormatError(f"{what}: not a valid ManagedLedgerInfo protobuf: {e}") from None
+    try:
+        _UTF8_CHECKING_INFO.FromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise FormatError(f"{what}: a string field of the ManagedLedgerInfo is not UTF-8: {e}") from None
     if not info.IsInitialized():
         missing = ", ".join(info.FindInitializationErrors())
         raise FormatError(f"{what}: ManagedLedgerInfo is missing required fields: {missing}")

@@ -63,6 +63,8 @@ class ChunkChecksums:
         cs = self.chunk_size
         mv = memoryview(data)
         n = len(mv)
+        if start < 0 or start + n > self.object_length:  # no checksum there: never index past crcs
+            raise ValidationError(f"{what}: range {start}+{n} outside the object's {self.object_length} bytes")
         if start % cs or (start + n != self.object_length and (start + n) % cs):
             raise ValidationError(f"{what}: range {start}+{n} is not chunk-aligned (chunk {cs})")
         first = start // cs

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tieredcore.errors import NodeExistsError, NodeNotFoundError, ValidationError, VersionConflictError
+from tieredcore.model import INT64_MAX
 from tieredcore.stores.metadata import CreateOp, DeleteOp, MetadataStore
 
 ROOT = "/tiered/deletion-log"
@@ -44,6 +45,9 @@ STATE_DEAD = "dead-letter"
 DEFAULT_RETRY_DELAY_MS = 600_000
 DEFAULT_MAX_ATTEMPTS = 10
 MAX_BACKOFF_MS = 24 * 3600 * 1000
+#: deepest JSON nesting a stored record may have (a driver's properties sit at depth 3): anything deeper
+#: is malformed, and refused before it reaches code that recurses over it (asdict, json.dumps)
+MAX_JSON_DEPTH = 16
 
 COUNTERS = (
     "appended_hot", "appended_offloaded", "consumed", "deleted_hot", "deleted_offloaded",
@@ -96,6 +100,16 @@ class DeletionRecord:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 problems.append(f"{name} {v!r}")
+        # ids and times are Java longs; a stored record may hold any JSON number
+        for name in ("ledger_id", "created_ms", "attempts", "next_attempt_ms"):
+            v = getattr(self, name)
+            if isinstance(v, int) and v > INT64_MAX:
+                problems.append(f"{name} {v} above 2**63 - 1")
+        for name in ("id", "uuid", "cursor", "schema_id", "state", "last_error", "dead_reason"):
+            if not isinstance(getattr(self, name), str):
+                problems.append(f"{name} {getattr(self, name)!r} is not a string")
+        if not isinstance(self.driver, dict):
+            problems.append(f"driver {self.driver!r} is not an object")
         if problems:
             raise ValidationError(f"deletion record {self.id}: " + "; ".join(problems))
 
@@ -104,15 +118,40 @@ class DeletionRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> DeletionRecord:
-        raw = json.loads(data)
+        """A record from its stored bytes (not yet validated); ValidationError for bytes that are not
+        a JSON object with the required fields."""
+        try:
+            raw = json.loads(data)
+        except RecursionError:
+            raise ValidationError("deletion record: JSON nested too deeply") from None
+        except ValueError as e:  # not JSON, not UTF-8/16/32, an integer of more than 4300 digits
+            raise ValidationError(f"deletion record is not JSON: {e}") from None
         if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
+            raise ValidationError("deletion record is not a JSON object")
+        if _json_depth(raw) > MAX_JSON_DEPTH:
+            raise ValidationError(f"deletion record: JSON nested deeper than {MAX_JSON_DEPTH} levels")
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except TypeError as e:  # a required field missing
+            raise ValidationError(f"deletion record: {e}") from None
 
     @property
     def is_hot(self) -> bool:
         return self.type == TYPE_LEDGER
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (a scalar is 0), counted without recursion; stops counting
+    once past MAX_JSON_DEPTH."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack and deepest <= MAX_JSON_DEPTH:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -272,7 +311,8 @@ class DeletionLog:
         base = dict.fromkeys(COUNTERS, 0)
         if got is not None:
             # a damaged counters record restarts from zero rather than blocking deletions
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
+            # (OverflowError: an infinite number; RecursionError: nesting deeper than the parser goes)
+            with contextlib.suppress(ValueError, TypeError, AttributeError, OverflowError, RecursionError):
                 base.update({k: int(v) for k, v in json.loads(got.value).items() if k in base})
         return base
 

@@ -115,6 +115,9 @@ def verify_offloaded(
                                          f"overruns block {i} ending at {end}")
             if eid != next_id:
                 raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, expected {next_id}")
+            if eid >= n_entries:  # a frame after the last entry (room left in the last block)
+                raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, the index ends at "
+                                         f"entry {n_entries - 1}")
             frame = s.view(pos, stop - pos)
             if expected_crcs is not None:
                 got = _crc(frame)

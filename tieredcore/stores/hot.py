@@ -156,6 +156,10 @@ def decode_metadata(ledger_id: int, data: bytes) -> LedgerMetadata:
     meta = decode_ledger_metadata(data, ledger_id)
     if meta.state != STATE_CLOSED:
         meta = replace(meta, last_entry_id=-1, length=0)
+    elif meta.last_entry_id < -1 or meta.length < 0:  # sizes the index read: never negative
+        raise FormatError(
+            f"ledger {ledger_id}: sealed metadata with lastEntryId {meta.last_entry_id}, length {meta.length}"
+        )
     return meta
 
 
@@ -496,6 +500,9 @@ class LocalLedgerHandle:
         self._lens = lens
         self._lac = metadata.last_entry_id
         self._end = (offsets[-1] + FRAME_HEADER_LEN + lens[-1]) if len(offsets) else 0
+        # taken after the index was read: every frame the snapshot's records acknowledge lies below it, so a
+        # damaged record cannot make a read allocate (or return) more than the file holds
+        self._log_size = os.fstat(log_fd).st_size
         self._mu = threading.Lock()
         self._active = 0
         self._closing = False
@@ -641,6 +648,11 @@ class LocalLedgerHandle:
             raise CorruptEntryError(
                 f"ledger {self._id}: index records of entries {first}..{last} are inconsistent"
             )
+        if base + span > self._log_size:
+            raise CorruptEntryError(
+                f"ledger {self._id}: index records of entries {first}..{last} point past the data file end "
+                f"(bytes {base}..{base + span}, file holds {self._log_size})"
+            )
         if into is not None and len(into) != span:
             raise ValueError(f"read_frames_into: buffer of {len(into)} bytes for {span} bytes of frames")
         fd = self._acquire()
@@ -667,6 +679,15 @@ class LocalLedgerHandle:
                         f"ledger {self._id} entry {first + i}: CRC32C mismatch "
                         f"(stored {want:#010x}, computed {got:#010x})"
                     )
+        # A record copied from another entry (offset, crc and length) passes the CRC check: the frame
+        # headers name their entry. With the first and last right, the CRC-checked frames between them,
+        # cut at the recorded lengths, are the ones in between.
+        for eid, at in ((first, 0), (last, rel[-2])):
+            got_id = FRAME_HEADER.unpack_from(buf, at)[1]
+            if got_id != eid:
+                raise CorruptEntryError(
+                    f"ledger {self._id}: the index record of entry {eid} points at the frame of entry {got_id}"
+                )
         return buf, rel
 
 
