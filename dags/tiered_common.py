@@ -95,7 +95,7 @@ def namespace_args(params: dict[str, Any]) -> list[str]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from tieredcore.errors import ValidationError
-    from tieredcore.topics import NamespaceName
+    from tieredcore.names import NamespaceName
 
     out: list[str] = []
     try:

@@ -57,7 +57,7 @@ with tiered_dag(
 
         from tieredcore.errors import TieredError
         from tieredcore.lifecycle.sweep import policy_store
-        from tieredcore.topics import NamespaceName
+        from tieredcore.names import NamespaceName
         from tieredcore.workspace import Workspace
 
         ctx: Any = get_current_context()

@@ -62,10 +62,10 @@ with tiered_dag(
         """Checks the params against the metadata store and returns the job's arguments."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tieredcore.cli_policies import parse_keep_bytes
         from tieredcore.errors import TieredError, ValidationError
         from tieredcore.model import Position
-        from tieredcore.topics import TopicName
+        from tieredcore.names import TopicName
+        from tieredcore.units import parse_keep_bytes
         from tieredcore.workspace import Workspace
 
         ctx: Any = get_current_context()

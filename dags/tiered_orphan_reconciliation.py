@@ -59,16 +59,15 @@ with tiered_dag(
         """The reconciliation job's arguments (the grace period checked here, before Spark starts)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tieredcore.cli_policies import duration_ms
         from tieredcore.errors import ValidationError
+        from tieredcore.units import non_negative_duration_ms
 
         ctx: Any = get_current_context()
         params = ctx["params"]
         load_config(params)
         grace = str(params.get("grace") or "").strip()
         try:
-            if duration_ms(grace) < 0:
-                raise ValidationError(f"grace {grace!r} must not be negative")
+            non_negative_duration_ms(grace, "grace")
         except ValidationError as e:
             raise AirflowFailException(f"grace param: {e}") from None
         return job_args(ctx, extra=["--grace", grace])

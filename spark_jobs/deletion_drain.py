@@ -36,14 +36,14 @@ from spark_jobs._jobkit import (
 )
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.deletion_log import (
+from tieredcore.lifecycle.drain import DrainReport, DrainRow, drain
+from tieredcore.stores.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     TYPE_LEDGER,
     DeletionLog,
     Entry,
 )
-from tieredcore.lifecycle.drain import DrainReport, DrainRow, drain
 from tieredcore.workspace import Workspace
 
 JOB = "deletion_drain"

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 
 from spark_jobs._jobkit import base_parser, run_job
-from tieredcore.cli_policies import parse_keep_bytes
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.sweep import plan_manual_offload, plan_offload
 from tieredcore.model import Position
+from tieredcore.units import parse_keep_bytes
 from tieredcore.workspace import Workspace
 
 JOB = "offload_sweep"

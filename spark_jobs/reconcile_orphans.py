@@ -42,7 +42,6 @@ from spark_jobs._jobkit import (
     session,
     write_job_report,
 )
-from tieredcore.cli_policies import duration_ms
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.reconcile import (
@@ -61,6 +60,7 @@ from tieredcore.lifecycle.reconcile import (
     store_locations,
 )
 from tieredcore.offload.context import driver_metadata_from_dict
+from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
 
 JOB = "reconcile_orphans"
@@ -193,9 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.namespace:
             raise ValidationError("--namespace is not supported by orphan reconciliation (it covers every store)")
-        grace = duration_ms(args.grace)
-        if grace < 0:
-            raise ValidationError(f"--grace {args.grace!r}: must be >= 0")
+        grace = non_negative_duration_ms(args.grace, "--grace")
         config = Config.load(args.config)
         as_of = parse_as_of(args.as_of)
         report_dir = report_dir_for(args, config)

@@ -18,7 +18,7 @@ import pytest
 from tieredcore.cli import main
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
-from tieredcore.topics import TopicName
+from tieredcore.names import TopicName
 from tieredcore.workload import PayloadGenerator
 
 from .clihelp import snapshot

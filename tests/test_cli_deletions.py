@@ -13,8 +13,8 @@ import pytest
 
 from tieredcore.cli import main
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.lifecycle.deletion_log import PENDING, DeletionLog, DeletionRecord
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import PENDING, DeletionLog, DeletionRecord
 from tieredcore.workspace import Workspace
 
 END = "2026-01-01T00:00:00Z"

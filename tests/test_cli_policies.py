@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tieredcore.cli import main
-from tieredcore.cli_policies import duration_ms, size_bytes
 from tieredcore.errors import ValidationError
+from tieredcore.units import duration_ms, size_bytes
 
 
 @pytest.fixture

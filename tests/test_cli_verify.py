@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
-from tieredcore.topics import TopicName
+from tieredcore.names import TopicName
 from tieredcore.workload import PROP_FIRST_SEQ
 from tieredcore.workspace import Workspace
 

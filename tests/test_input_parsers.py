@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tieredcore.cli_policies import duration_ms, parse_keep_bytes, size_bytes
 from tieredcore.clock import parse_time_ms
 from tieredcore.errors import ValidationError
 from tieredcore.model import INT64_MAX, Position
+from tieredcore.units import duration_ms, parse_keep_bytes, size_bytes
 
 TOO_BIG = str(INT64_MAX + 1)
 HUGE = "9" * 5000  # beyond int()'s own 4300-digit limit: must still be a ValidationError

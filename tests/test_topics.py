@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tieredcore.errors import ValidationError
-from tieredcore.topics import NamespaceName, TopicName, decode_local_name, encode_local_name
+from tieredcore.names import NamespaceName, TopicName, decode_local_name, encode_local_name
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,16 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore import cli_deletions, cli_policies, cli_scrub, cli_topics
-from tieredcore.cli_policies import parse_keep_bytes, require_namespaces
+from tieredcore.cli_policies import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
 from tieredcore.lifecycle.sweep import policy_store
 from tieredcore.model import INT64_MAX, Position
+from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.context import context_uuid
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
-from tieredcore.topics import NamespaceName, TopicName
+from tieredcore.units import parse_keep_bytes
 from tieredcore.workload import (
     PROP_COUNT,
     PROP_FIRST_SEQ,

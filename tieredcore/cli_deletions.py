@@ -15,15 +15,9 @@ import argparse
 import json
 from typing import Any
 
-from tieredcore.cli_policies import duration_ms, require_namespaces
+from tieredcore.cli_policies import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.lifecycle.deletion_log import (
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_RETRY_DELAY_MS,
-    DeletionLog,
-    Entry,
-)
 from tieredcore.lifecycle.drain import (
     OUTCOME_DEAD,
     OUTCOME_MALFORMED,
@@ -34,6 +28,13 @@ from tieredcore.lifecycle.drain import (
 )
 from tieredcore.lifecycle.reconcile import DEFAULT_GRACE_MS, reconcile
 from tieredcore.lifecycle.retention import OUTCOME_PLANNED, OUTCOME_TRIMMED, plan_retention, trim_topic
+from tieredcore.stores.deletion_log import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETRY_DELAY_MS,
+    DeletionLog,
+    Entry,
+)
+from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -109,16 +110,6 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
 
 def _as_of(a: argparse.Namespace) -> int:
     return parse_time_ms(a.as_of, "--as-of") if getattr(a, "as_of", None) else now_ms()
-
-
-def _duration(text: str, what: str) -> int:
-    try:
-        ms = duration_ms(text)
-    except ValidationError as e:
-        raise ValidationError(f"{what}: {e}") from None
-    if ms < 0:
-        raise ValidationError(f"{what} {text!r}: must not be negative")
-    return ms
 
 
 def _age(ms: int | None) -> str:
@@ -216,7 +207,7 @@ def _dlq(a: argparse.Namespace, dlog: DeletionLog) -> dict[str, Any]:
 
 def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     as_of = _as_of(a)
-    delay = _duration(a.retry_delay, "--retry-delay")
+    delay = non_negative_duration_ms(a.retry_delay, "--retry-delay")
     if a.max_attempts < 1:
         raise ValidationError(f"--max-attempts must be >= 1, got {a.max_attempts}")
     rep = drain(ws, as_of, delay_ms=delay, max_attempts=a.max_attempts, dry_run=a.dry_run)
@@ -241,7 +232,7 @@ def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
 
 def _reconcile(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     as_of = _as_of(a)
-    grace = _duration(a.grace, "--grace")
+    grace = non_negative_duration_ms(a.grace, "--grace")
     rep = reconcile(ws, as_of, grace, dry_run=a.dry_run)
     res = rep.as_dict()
     res["_exit"] = EXIT_FAILED if rep.errors else EXIT_OK

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,62 +10,12 @@ from tieredcore.errors import NotFoundError, ValidationError
 from tieredcore.lifecycle.policies import DRIVERS
 from tieredcore.lifecycle.sweep import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
+from tieredcore.names import NamespaceName, TopicName
 from tieredcore.topic.reader import READ_PRIORITIES
-from tieredcore.topics import NamespaceName, TopicName
+from tieredcore.units import duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
-_DURATION = re.compile(r"^(-1|[0-9]+)(ms|s|m|h|d)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
-_SIZE = re.compile(r"^(-1|[0-9]+)([KMG])?$", re.I)
-_UNIT_B = {None: 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _STORE_FLAGS = ("--store-bucket", "--store-root", "--store-prefix", "--store-endpoint", "--store-region")
-
-
-def _scaled(digits: str, unit: int) -> int | None:
-    """digits * unit, or None beyond 64 bits (Pulsar's longs; SQLite and JSON consumers)."""
-    n = int64_or_none(digits)
-    return None if n is None or n * unit > INT64_MAX else n * unit
-
-
-def duration_ms(text: str) -> int:
-    """'4h', '90m', '3600s', '500ms', plain ms, or -1 (disabled)."""
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise ValidationError(f"duration {text!r}: expected e.g. 4h, 90m, 3600s, 500ms or -1")
-    if m[1] == "-1":
-        return -1
-    ms = _scaled(m[1], _UNIT_MS[m[2]])
-    if ms is None:
-        raise ValidationError(f"duration {text!r}: more than the 64-bit maximum of {INT64_MAX} ms")
-    return ms
-
-
-def size_bytes(text: str) -> int:
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise ValidationError(f"size {text!r}: expected bytes like 1048576, 512K, 64M, 1G or -1")
-    if m[1] == "-1":
-        return -1
-    n = _scaled(m[1], _UNIT_B[(m[2] or "").upper() or None])
-    if n is None:
-        raise ValidationError(f"size {text!r}: more than the 64-bit maximum of {INT64_MAX} bytes")
-    return n
-
-
-def parse_keep_bytes(value: int | str, what: str = "--keep-bytes") -> int:
-    """`topics offload -s`: a size >= 0, as an integer or text like 64M (CLI, Spark job, DAG param)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValidationError(f"{what} {value!r}: expected a size like 0, 1048576, 512K, 64M or 1G")
-    if isinstance(value, int):
-        n = value
-    else:
-        try:
-            n = size_bytes(value)
-        except ValidationError as e:
-            raise ValidationError(f"{what}: {e}") from None
-    if n < 0 or n > INT64_MAX:
-        raise ValidationError(f"{what} {value!r}: must be a size between 0 and {INT64_MAX} bytes")
-    return n
 
 
 def require_namespaces(ws: Workspace, names: Iterable[str]) -> list[str]:

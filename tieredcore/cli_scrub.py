@@ -12,7 +12,7 @@ from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.scrub import OUTCOME_DAMAGED, OUTCOME_UNRECOVERABLE, plan_scrub
 from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, run_work
-from tieredcore.topics import TopicName
+from tieredcore.names import TopicName
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1

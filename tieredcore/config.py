@@ -31,6 +31,7 @@ from tieredcore.formats.constants import (
     DEFAULT_MAX_BLOCK_SIZE,
     DEFAULT_READ_BUFFER_SIZE,
 )
+from tieredcore.units import timeout_seconds
 
 if TYPE_CHECKING:
     from tieredcore.stores.blob import BlobStore
@@ -251,7 +252,6 @@ S3_MAX_ATTEMPTS = 4  # total attempts per request, the first one included
 S3_RETRY_MODE = "adaptive"  # botocore: standard backoff plus client-side rate limiting on throttling
 S3_RETRY_MODES = ("standard", "adaptive")
 MAX_ATTEMPTS_LIMIT = 20
-TIMEOUT_RANGE = (0.001, 3600.0)  # seconds
 
 FILE_PARAMS = ("prefix",)
 S3_PARAMS = ("endpoint", "region", "connect_timeout", "read_timeout", "max_attempts", "retry_mode")
@@ -260,7 +260,6 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # AWS regions (us-east-1, us-gov-west-1) and what S3-compatible servers call theirs (Ceph: "default")
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _HOSTNAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)?$")
 _INTEGER = re.compile(r"^[0-9]+$")
 _USERINFO = re.compile(r"//[^/@?#&]*@")
 
@@ -362,18 +361,6 @@ def _check_endpoint(value: str, what: str) -> str:
     return value
 
 
-def _duration(name: str, value: str, what: str) -> float:
-    """Seconds from '5', '2.5', '5s' or '500ms'."""
-    m = _DURATION.match(value)
-    seconds = (float(m[1]) / (1000 if m[2] == "ms" else 1)) if m else -1.0
-    lo, hi = TIMEOUT_RANGE
-    if not lo <= seconds <= hi:
-        raise ValidationError(
-            f"{what}: {name} must be a duration like 5, 2.5, 5s or 500ms, from 1ms to 1h; got {value!r}"
-        )
-    return seconds
-
-
 def parse_store_url(url: str, what: str = "store_url") -> StoreURL:
     """Validates a store URL and returns what it names; no I/O. ValidationError says what is wrong:
 
@@ -430,7 +417,7 @@ def parse_store_url(url: str, what: str = "store_url") -> StoreURL:
             out["region"] = q["region"]
         for name in ("connect_timeout", "read_timeout"):
             if name in q:
-                out[name] = _duration(name, q[name], what)
+                out[name] = timeout_seconds(q[name], f"{what}: {name}")
         if "max_attempts" in q:
             v = q["max_attempts"]
             if not _INTEGER.match(v) or not 1 <= int(v) <= MAX_ATTEMPTS_LIMIT:

@@ -61,11 +61,11 @@ class NoSuchUploadError(NotFoundError):
     """Multipart upload id unknown (completed, aborted or never created)."""
 
 
-class NoSuchLedgerError(NotFoundError):
+class OffloadedLedgerNotFoundError(NotFoundError):
     """An offloaded ledger (its index object) does not exist."""
 
 
-class LedgerNotFoundError(NotFoundError):
+class HotLedgerNotFoundError(NotFoundError):
     """Hot-tier ledger does not exist (never created or deleted)."""
 
 

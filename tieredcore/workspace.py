@@ -9,11 +9,11 @@ from urllib.parse import quote
 from tieredcore.clock import now_ms
 from tieredcore.config import Config, open_blob_store
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.deletion_log import DeletionLog
 from tieredcore.offload.keys import normalize_prefix
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.leases import TopicLeases

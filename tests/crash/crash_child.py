@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from tieredcore.config import Config
-from tieredcore.lifecycle.deletion_log import DeletionLog
+from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.workspace import Workspace
 
 

@@ -39,13 +39,13 @@ from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile import managed_ledger_of, reconcile
 from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.names import TopicName
 from tieredcore.offload.keys import data_key, parse_ledger_key
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.stores.ownership import is_marker_key
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
-from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
 CHILD = Path(__file__).with_name("crash_child.py")

@@ -12,7 +12,7 @@ from tieredcore.errors import (
     BadRangeError,
     FormatError,
     InvalidMagicError,
-    NoSuchLedgerError,
+    OffloadedLedgerNotFoundError,
     TruncatedError,
 )
 from tieredcore.formats import (
@@ -284,7 +284,7 @@ def test_v2_worked_example():
         idx.lookup(1, 1500)
     with pytest.raises(BadRangeError, match="before first indexed entry 1000"):
         idx.lookup(1, 999)
-    with pytest.raises(NoSuchLedgerError):
+    with pytest.raises(OffloadedLedgerNotFoundError):
         idx.lookup(3, 0)
     s2 = idx.section(2)
     assert (s2.last_entry_id, s2.length, s2.timestamp) == (2999, 30000, 1700000000000)

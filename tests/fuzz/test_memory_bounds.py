@@ -31,10 +31,10 @@ from tieredcore.formats.ledger_metadata import decode_ledger_metadata
 from tieredcore.formats.mlinfo import decode_managed_ledger_info
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.trailer import parse_trailer
-from tieredcore.lifecycle.deletion_log import DeletionRecord
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.deletion_log import DeletionRecord
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.hot import IDX_RECORD, LocalLedgerStore
 

@@ -12,12 +12,6 @@ import pytest
 from tieredcore.cli import Progress, cmd_verify
 from tieredcore.errors import BlobStoreError
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.deletion_log import (
-    PENDING,
-    STATE_RETRYING,
-    DeletionLog,
-    DeletionRecord,
-)
 from tieredcore.lifecycle.drain import (
     OUTCOMES,
     DrainReport,
@@ -30,6 +24,12 @@ from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.managed import TopicOffloader, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import (
+    PENDING,
+    STATE_RETRYING,
+    DeletionLog,
+    DeletionRecord,
+)
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace

@@ -14,12 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.lifecycle.deletion_log import (
-    TYPE_LEDGER,
-    TYPE_OFFLOADED,
-    DeletionLog,
-    DeletionRecord,
-)
 from tieredcore.lifecycle.reconcile import (
     HOT_NOT_LISTED,
     HOT_TOPIC_MISSING,
@@ -35,14 +29,20 @@ from tieredcore.lifecycle.reconcile import (
     referenced_uuids,
 )
 from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.names import TopicName
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import ObjectInfo, iter_objects
+from tieredcore.stores.deletion_log import (
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    DeletionLog,
+    DeletionRecord,
+)
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.writer import ledger_custom_metadata
-from tieredcore.topics import TopicName
 
 GRACE = 3600 * 1000
 A = "t/a/persistent/topic-0000"

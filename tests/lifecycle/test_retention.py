@@ -8,10 +8,9 @@ import uuid as uuidlib
 
 import pytest
 
-from tieredcore.errors import LedgerNotFoundError, MetadataStoreError
+from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.lifecycle.planner import select_retention
 from tieredcore.lifecycle.retention import (
     REASON_RETENTION,
@@ -31,6 +30,7 @@ from tieredcore.lifecycle.sweep import (
 )
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.workload import PayloadGenerator
 
@@ -118,7 +118,7 @@ def hot_exists(ws, lid) -> bool:
     try:
         ws.hot.open_ledger(lid).close()
         return True
-    except LedgerNotFoundError:
+    except HotLedgerNotFoundError:
         return False
 
 

@@ -10,12 +10,12 @@ import json
 import pytest
 
 from tieredcore import cli
-from tieredcore.lifecycle.deletion_log import DeletionLog
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.scrub import deep_for, plan_scrub
 from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, plan_offload, policy_store, run_work
 from tieredcore.offload.context import context_uuid
 from tieredcore.offload.keys import data_key, index_key
+from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.managed_ledgers import find_ledger
 
 from .conftest import END_MS

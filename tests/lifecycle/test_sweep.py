@@ -10,7 +10,6 @@ import pytest
 from tieredcore import cli
 from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
-from tieredcore.lifecycle.deletion_log import DeletionLog, DeletionRecord
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.sweep import (
     KIND_LAG_CLEANUP,
@@ -29,6 +28,7 @@ from tieredcore.offload.context import replacement_uuids
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST

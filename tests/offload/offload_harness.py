@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tieredcore.errors import BlobStoreError, MetadataStoreError, ValidationError
-from tieredcore.lifecycle.deletion_log import DeletionLog
 from tieredcore.lifecycle.drain import DrainReport
 from tieredcore.lifecycle.drain import drain as drain_log
 from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, TopicOffloader, abandoned_uuids, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.errors import BlobStoreError, MetadataStoreError, NoSuchLedgerError
+from tieredcore.errors import BlobStoreError, MetadataStoreError, OffloadedLedgerNotFoundError
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.managed import (
@@ -250,7 +250,7 @@ def test_index_failure_with_failed_data_delete_is_finished_by_the_retry(env):
 
     assert res.outcome == OUTCOME_FAILED and "injected index failure" in res.error
     assert H.leftovers(env.raw_store) == ([data_key("", res.uuid, lid)], [])  # data without index
-    with pytest.raises(NoSuchLedgerError):  # never readable: the index is the commit point
+    with pytest.raises(OffloadedLedgerNotFoundError):  # never readable: the index is the commit point
         env.offloader.read_offloaded(lid, res.uuid)
 
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)

@@ -13,7 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tieredcore.errors import LedgerStateError, NoSuchLedgerError, NoSuchObjectError, ValidationError
+from tieredcore.errors import (
+    LedgerStateError,
+    NoSuchObjectError,
+    OffloadedLedgerNotFoundError,
+    ValidationError,
+)
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import check_data_object, iter_data_object
 from tieredcore.formats.index import (
@@ -344,7 +349,7 @@ def test_delete_offloaded_removes_both_objects_and_is_idempotent(blob_store, tmp
     assert sorted(all_keys(blob_store)) == sorted([kept.data_key, kept.index_key])
     with pytest.raises(NoSuchObjectError):
         blob_store.head(obj.data_key)
-    with pytest.raises(NoSuchLedgerError):
+    with pytest.raises(OffloadedLedgerNotFoundError):
         off.read_offloaded(h.ledger_id, UUID)
     off.delete_offloaded(h.ledger_id, UUID)  # again: nothing to do, no error
     off.delete_offloaded(h.ledger_id, uuidlib.uuid4())  # never offloaded: no error

@@ -16,7 +16,7 @@ from tieredcore.errors import (
     CorruptObjectError,
     FormatError,
     InvalidMagicError,
-    NoSuchLedgerError,
+    OffloadedLedgerNotFoundError,
     TruncatedError,
     UnsupportedVersionError,
 )
@@ -129,16 +129,16 @@ def test_zero_length_entries_and_block_end(blob_store, tmp_path: Path) -> None:
 def test_index_missing(blob_store, tmp_path: Path) -> None:
     off, obj = offload(blob_store, tmp_path, [b"a", b"b"], max_block_size=4096)
     blob_store.delete([obj.index_key])
-    with pytest.raises(NoSuchLedgerError):
+    with pytest.raises(OffloadedLedgerNotFoundError):
         off.read_offloaded(obj.ledger_id, UUID)
-    with pytest.raises(NoSuchLedgerError):
+    with pytest.raises(OffloadedLedgerNotFoundError):
         off.read_offloaded(obj.ledger_id + 1, UUID)  # never offloaded
 
 
 def test_data_missing(blob_store, tmp_path: Path) -> None:
     off, obj = offload(blob_store, tmp_path, [b"a", b"b"], max_block_size=4096)
     blob_store.delete([obj.data_key])
-    with pytest.raises(NoSuchLedgerError):
+    with pytest.raises(OffloadedLedgerNotFoundError):
         off.read_offloaded(obj.ledger_id, UUID)
 
 

@@ -16,9 +16,9 @@ import pytest
 from spark_jobs import deletion_drain, reconcile_orphans
 from spark_jobs._jobkit import SUMMARY_PREFIX
 from tieredcore.config import Config
-from tieredcore.lifecycle.deletion_log import DeletionLog, DeletionRecord, Entry
 from tieredcore.lifecycle.reconcile import reconcile
 from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord, Entry
 from tieredcore.workspace import Workspace
 
 from .conftest import END_ISO, build_workspace, spark_submit
@@ -52,7 +52,7 @@ def small_config(tmp_path) -> str:
         (deletion_drain, ["--as-of", END_ISO, "--limit", "-3"], "--limit must be >= 0"),
         (reconcile_orphans, ["--as-of", "yesterday"], "--as-of 'yesterday'"),
         (reconcile_orphans, ["--as-of", END_ISO, "--grace", "soon"], "duration 'soon'"),
-        (reconcile_orphans, ["--as-of", END_ISO, "--grace", "-1"], "must be >= 0"),
+        (reconcile_orphans, ["--as-of", END_ISO, "--grace", "-1"], "--grace '-1': must not be negative"),
         (reconcile_orphans, ["--as-of", END_ISO, "--namespace", "t/a"], "--namespace is not supported"),
     ],
 )

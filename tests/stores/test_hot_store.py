@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tieredcore.errors import (
     BadRangeError,
     CorruptEntryError,
-    LedgerNotFoundError,
+    HotLedgerNotFoundError,
     LedgerStateError,
     StaleHandleError,
     ValidationError,
@@ -306,9 +306,9 @@ def test_ids_increasing_list_delete(store: LocalLedgerStore, tmp_path: Path) -> 
     store.delete_ledger(ids[1])  # idempotent
     assert not store.exists(ids[1]) and store.exists(ids[0])
     assert store.list_ledgers() == [ids[0]] + ids[2:]
-    with pytest.raises(LedgerNotFoundError):
+    with pytest.raises(HotLedgerNotFoundError):
         store.open_ledger(ids[1])
-    with pytest.raises(LedgerNotFoundError):
+    with pytest.raises(HotLedgerNotFoundError):
         store.ledger_metadata(ids[1])
     assert not (tmp_path / "hot" / f"{ids[1]}.log").exists()
     # ids never reused, also by a new store instance on the same directory

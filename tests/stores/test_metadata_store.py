@@ -19,6 +19,7 @@ from tieredcore.errors import (
     VersionConflictError,
 )
 from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info, is_compressed
+from tieredcore.names import TopicName
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger, topic_path
 from tieredcore.stores.metadata import (
     CheckOp,
@@ -32,7 +33,6 @@ from tieredcore.stores.metadata import (
     validate_path,
 )
 from tieredcore.stores.sqlite_meta import SqliteMetadataStore
-from tieredcore.topics import TopicName
 
 
 @pytest.fixture

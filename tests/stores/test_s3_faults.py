@@ -26,9 +26,9 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile import reconcile
 from tieredcore.lifecycle.retention import plan_retention
 from tieredcore.lifecycle.sweep import LedgerResult, TopicWork, plan_lag_cleanup, plan_offload, run_work
+from tieredcore.names import TopicName
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.s3 import S3BlobStore
-from tieredcore.topics import TopicName
 from tieredcore.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.workspace import Workspace
 

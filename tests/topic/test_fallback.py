@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tieredcore import cli
-from tieredcore.errors import CorruptEntryError, CorruptObjectError, NoSuchLedgerError
+from tieredcore.errors import CorruptEntryError, CorruptObjectError, OffloadedLedgerNotFoundError
 from tieredcore.lifecycle.sweep import plan_offload, policy_store, run_work
 from tieredcore.offload.context import context_uuid
 from tieredcore.offload.keys import data_key, index_key
@@ -58,7 +58,7 @@ def test_lost_objects_read_from_the_hot_copy(ws):
     got, r = read(ws)
     assert got == expected
     assert r.fallbacks == 1 and r.tier_reads == {"hot": 2, "offloaded": 3}
-    assert "NoSuchLedgerError" in r.fallback_notes[0] and f"ledger {li.ledgerId}" in r.fallback_notes[0]
+    assert "OffloadedLedgerNotFoundError" in r.fallback_notes[0] and f"ledger {li.ledgerId}" in r.fallback_notes[0]
 
 
 def test_a_damaged_chunk_mid_ledger_continues_on_the_hot_copy_from_the_same_entry(ws):
@@ -126,7 +126,7 @@ def test_cli_read_succeeds_from_the_hot_copy_and_warns(ws, capsys):
     ws.hot.delete_ledger(li.ledgerId)
     assert cli.main(["--config", cfg, "read", T]) == 1
     out, err = capsys.readouterr()
-    assert "NoSuchLedgerError" in err and "Traceback" not in err
+    assert "OffloadedLedgerNotFoundError" in err and "Traceback" not in err
 
 
 def test_missing_index_without_hot_copy_is_a_clear_error(ws):
@@ -135,7 +135,7 @@ def test_missing_index_without_hot_copy_is_a_clear_error(ws):
     ws.store.delete([index_key("", u, li.ledgerId)])
     ws.hot.delete_ledger(li.ledgerId)
     r = ws.reader(TIERED_FIRST)
-    with pytest.raises(NoSuchLedgerError, match=f"ledger {li.ledgerId}"):
+    with pytest.raises(OffloadedLedgerNotFoundError, match=f"ledger {li.ledgerId}"):
         list(r.read(T))
 
 

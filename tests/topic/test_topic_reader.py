@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.errors import LedgerNotFoundError, StaleHandleError, TopicNotFoundError, ValidationError
+from tieredcore.errors import HotLedgerNotFoundError, StaleHandleError, TopicNotFoundError, ValidationError
 from tieredcore.model import Position
+from tieredcore.names import TopicName
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.managed import OUTCOME_OFFLOADED, TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
@@ -19,7 +20,6 @@ from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST, TopicReader
 from tieredcore.topic.writer import TopicWriter
-from tieredcore.topics import TopicName
 
 TOPIC = "persistent://public/default/reader-topic"
 START = 1_700_000_000_000
@@ -152,7 +152,7 @@ def test_hot_copy_deleted_before_bookkeeper_deleted_is_recorded(env: Env) -> Non
 
 def test_hot_copy_gone_without_offload_is_an_error(env: Env) -> None:
     env.hot.delete_ledger(env.ledgers[0])
-    with pytest.raises(LedgerNotFoundError):
+    with pytest.raises(HotLedgerNotFoundError):
         list(env.reader().read(TOPIC))
 
 
@@ -221,7 +221,7 @@ def test_unknown_topic_and_ledger(env: Env) -> None:
     r = env.reader()
     with pytest.raises(TopicNotFoundError):
         list(r.read("persistent://public/default/nope"))
-    with pytest.raises(LedgerNotFoundError):
+    with pytest.raises(HotLedgerNotFoundError):
         r.read_ledger(TOPIC, 123456, 0, 0)
 
 

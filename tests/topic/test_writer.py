@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.errors import LedgerNotFoundError, ValidationError
+from tieredcore.errors import HotLedgerNotFoundError, ValidationError
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Position
+from tieredcore.names import TopicName
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.writer import TopicWriter, ledger_custom_metadata
-from tieredcore.topics import TopicName
 
 TOPIC = "persistent://public/default/my-topic"
 ML_NAME = "public/default/persistent/my-topic"
@@ -175,7 +175,7 @@ def test_closing_an_empty_ledger_drops_it(env) -> None:
     assert [r[1] for r in recorded] == [2]
     assert empty not in [r[0] for r in recorded]
     assert not hot.exists(empty)
-    with pytest.raises(LedgerNotFoundError):
+    with pytest.raises(HotLedgerNotFoundError):
         hot.open_ledger(empty)
 
 

@@ -18,7 +18,7 @@ from tieredcore.errors import (
     BadRangeError,
     FormatError,
     InvalidMagicError,
-    NoSuchLedgerError,
+    OffloadedLedgerNotFoundError,
     TruncatedError,
     ValidationError,
 )
@@ -333,7 +333,7 @@ class SegmentIndex:
         try:
             return self.sections[ledger_id]
         except KeyError:
-            raise NoSuchLedgerError(f"ledger {ledger_id} is not in this segment") from None
+            raise OffloadedLedgerNotFoundError(f"ledger {ledger_id} is not in this segment") from None
 
     def lookup(self, ledger_id: int, entry_id: int) -> IndexEntry:
         return self.section(ledger_id).lookup(entry_id)

@@ -56,12 +56,17 @@ from typing import Any
 
 from tieredcore.errors import (
     BlobStoreError,
-    LedgerNotFoundError,
+    HotLedgerNotFoundError,
     NoSuchObjectError,
     TopicNotFoundError,
     ValidationError,
 )
-from tieredcore.lifecycle.deletion_log import (
+from tieredcore.names import TopicName
+from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
+from tieredcore.offload.keys import data_key, index_key
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     STATE_DEAD,
@@ -73,13 +78,8 @@ from tieredcore.lifecycle.deletion_log import (
     DeletionRecord,
     Entry,
 )
-from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
-from tieredcore.offload.keys import data_key, index_key
-from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.stores.ownership import foreign_reason
-from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -378,7 +378,7 @@ class _Drain:
     def _hot(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName) -> None:
         try:
             meta = self.ws.hot.ledger_metadata(rec.ledger_id)
-        except LedgerNotFoundError:
+        except HotLedgerNotFoundError:
             self._ack(entry, row, OUTCOME_ALREADY_DELETED, "hot ledger does not exist")
             return
         except Exception as e:

@@ -14,9 +14,9 @@ from urllib.parse import quote
 from tieredcore.config import check_bucket_name, parse_store_url  # S3 naming rules live with the store URLs
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
+from tieredcore.names import NamespaceName, TopicName
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
-from tieredcore.topics import NamespaceName, TopicName
 
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default

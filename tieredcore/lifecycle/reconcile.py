@@ -38,17 +38,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from tieredcore.errors import NotFoundError, StoreOwnershipError, TieredError, ValidationError
-from tieredcore.lifecycle.deletion_log import (
+from tieredcore.names import TopicName
+from tieredcore.offload.context import referenced_uuids as ledger_uuids
+from tieredcore.offload.keys import normalize_prefix
+from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
+from tieredcore.stores.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
     DeletionLog,
     DeletionRecord,
 )
-from tieredcore.offload.context import referenced_uuids as ledger_uuids
-from tieredcore.offload.keys import normalize_prefix
-from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
 from tieredcore.stores.ownership import foreign_reason, is_marker_key, read_marker
-from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)

@@ -22,13 +22,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from tieredcore.errors import TopicNotFoundError, VersionConflictError
-from tieredcore.lifecycle.deletion_log import (
-    TYPE_LEDGER,
-    TYPE_OFFLOADED,
-    TYPE_SEGMENT,
-    DeletionLog,
-    DeletionRecord,
-)
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
 from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.sweep import (
@@ -38,6 +31,7 @@ from tieredcore.lifecycle.sweep import (
     policy_store,
     resolve_namespaces,
 )
+from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     abandoned_uuids,
     context_uuid,
@@ -45,7 +39,13 @@ from tieredcore.offload.context import (
     replacement_uuids,
     uuid_from_halves,
 )
-from tieredcore.topics import TopicName
+from tieredcore.stores.deletion_log import (
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    TYPE_SEGMENT,
+    DeletionLog,
+    DeletionRecord,
+)
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)

@@ -38,13 +38,13 @@ from tieredcore.lifecycle.sweep import (
     held_topic_rows,
     resolve_namespaces,
 )
+from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.managed_ledgers import find_ledger
-from tieredcore.topics import TopicName
 from tieredcore.workspace import Workspace
 
 OUTCOME_OK = "ok"

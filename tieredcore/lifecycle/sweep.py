@@ -29,13 +29,12 @@ from tieredcore.config import Config
 from tieredcore.errors import (
     BlobStoreError,
     FormatError,
+    HotLedgerNotFoundError,
     LeaseHeldError,
-    LedgerNotFoundError,
     NotFoundError,
     TieredError,
     ValidationError,
 )
-from tieredcore.lifecycle.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.lifecycle.planner import (
     deletion_lag_due,
     ledgers_as_of,
@@ -45,6 +44,7 @@ from tieredcore.lifecycle.planner import (
 )
 from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.model import Position
+from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.context import context_uuid
 from tieredcore.offload.managed import (
     OUTCOME_ABORTED,
@@ -55,9 +55,9 @@ from tieredcore.offload.managed import (
 )
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.managed_ledgers import find_ledger
-from tieredcore.topics import NamespaceName, TopicName
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
     try:
         hot = ws.hot.open_ledger(lid)
-    except LedgerNotFoundError:
+    except HotLedgerNotFoundError:
         hot = None  # already gone from the hot tier: the offloaded copy is still checked before marking
     except TieredError as e:
         row.outcome = OUTCOME_FAILED

@@ -31,8 +31,8 @@ from typing import Any
 
 from tieredcore.clock import now_ms
 from tieredcore.errors import (
+    HotLedgerNotFoundError,
     LeaseHeldError,
-    LedgerNotFoundError,
     MetadataStoreError,
     OffloadConflictError,
     StaleHandleError,
@@ -41,9 +41,9 @@ from tieredcore.errors import (
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.lifecycle.planner import select_keep_bytes, select_prefix
 from tieredcore.model import Position
+from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     ABANDONED_PREFIX,
     REPLACEMENT_PREFIX,
@@ -58,11 +58,11 @@ from tieredcore.offload.context import (
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.stores.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.topics import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class TopicOffloader:
         # step 2: write the objects (the offloader leaves nothing behind when it fails)
         try:
             handle = self.hot.open_ledger(ledger_id)
-        except (LedgerNotFoundError, StaleHandleError) as e:
+        except (HotLedgerNotFoundError, StaleHandleError) as e:
             res.outcome, res.error = OUTCOME_CONFLICT, f"hot-tier ledger gone: {e}"
             return self._finish(res, started)
         except TieredError as e:  # a corrupt .meta / .idx fails this ledger; the others go on
@@ -298,7 +298,7 @@ class TopicOffloader:
         res.uuid = new_uuid
         try:
             handle = self.hot.open_ledger(ledger_id)
-        except LedgerNotFoundError as e:
+        except HotLedgerNotFoundError as e:
             res.outcome, res.error = OUTCOME_NO_HOT_COPY, f"no hot copy to replace it from: {e}"
             self._forget_replacement(t, ledger_id, prop)
             return self._finish(res, started)

@@ -27,8 +27,8 @@ from tieredcore.errors import (
     CorruptObjectError,
     FormatError,
     LedgerStateError,
-    NoSuchLedgerError,
     NoSuchObjectError,
+    OffloadedLedgerNotFoundError,
     UnsupportedVersionError,
     ValidationError,
 )
@@ -218,13 +218,13 @@ class LedgerOffloader:
             raw = self.store.get(ikey)
             data_info = self.store.head(dkey)
         except NoSuchObjectError as e:
-            raise NoSuchLedgerError(
+            raise OffloadedLedgerNotFoundError(
                 f"offloaded ledger {ledger_id} (uuid {uuid}) not found: {e}"
             ) from e
         _check_version(data_info.metadata, dkey)
         index = parse_index(raw, ledger_id)
         if not isinstance(index, LedgerIndex):
-            raise NoSuchLedgerError(f"{ikey} is a multi-ledger (V2) index, not a ledger index")
+            raise OffloadedLedgerNotFoundError(f"{ikey} is a multi-ledger (V2) index, not a ledger index")
         if index.data_object_length != data_info.size:
             raise CorruptObjectError(
                 f"{dkey}: size {data_info.size} differs from the index's data object length "

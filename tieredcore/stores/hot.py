@@ -51,7 +51,7 @@ from tieredcore.errors import (
     BadRangeError,
     CorruptEntryError,
     FormatError,
-    LedgerNotFoundError,
+    HotLedgerNotFoundError,
     LedgerStateError,
     StaleHandleError,
     ValidationError,
@@ -756,7 +756,7 @@ class LocalLedgerStore:
             with open(self._path(ledger_id, "meta"), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            raise LedgerNotFoundError(f"ledger {ledger_id} does not exist in {self._root}") from None
+            raise HotLedgerNotFoundError(f"ledger {ledger_id} does not exist in {self._root}") from None
         return decode_metadata(ledger_id, data)
 
     def _allocate_id(self) -> int:
@@ -847,14 +847,14 @@ class LocalLedgerStore:
         try:
             log_fd = os.open(self._path(ledger_id, "log"), os.O_RDONLY)
         except FileNotFoundError:
-            self._read_meta(ledger_id)  # LedgerNotFoundError if deleted meanwhile
-            raise LedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
+            self._read_meta(ledger_id)  # HotLedgerNotFoundError if deleted meanwhile
+            raise HotLedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
         try:
             try:
                 idx_fd = os.open(self._path(ledger_id, "idx"), os.O_RDONLY)
             except FileNotFoundError:
                 self._read_meta(ledger_id)
-                raise LedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
+                raise HotLedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
             try:
                 size = os.fstat(idx_fd).st_size
                 if meta.state == STATE_CLOSED:
@@ -917,7 +917,7 @@ class LocalLedgerStore:
                 meta = self._read_meta(ledger_id)
                 if meta.state != STATE_CLOSED and self._recover(ledger_id, must=False) is not None:
                     recovered.append(ledger_id)
-            except (LedgerNotFoundError, FormatError):
+            except (HotLedgerNotFoundError, FormatError):
                 continue  # deleted meanwhile / unreadable: open_ledger will report it
         return recovered
 
@@ -926,13 +926,13 @@ class LocalLedgerStore:
             log_fd = os.open(self._path(ledger_id, "log"), os.O_RDWR)
         except FileNotFoundError:
             self._read_meta(ledger_id)
-            raise LedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
+            raise HotLedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
         try:
             try:
                 idx_fd = os.open(self._path(ledger_id, "idx"), os.O_RDWR)
             except FileNotFoundError:
                 self._read_meta(ledger_id)
-                raise LedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
+                raise HotLedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
             try:
                 if not _try_lock(idx_fd):
                     if must:

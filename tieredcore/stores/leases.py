@@ -35,8 +35,8 @@ from tieredcore.errors import (
     ValidationError,
     VersionConflictError,
 )
+from tieredcore.names import TopicName
 from tieredcore.stores.metadata import MetadataStore
-from tieredcore.topics import TopicName
 
 ROOT = "/tiered/leases"
 DEFAULT_TTL_MS = 15 * 60 * 1000

@@ -5,7 +5,7 @@
 ``/admin/policies/<tenant>/<namespace>``                   namespace policies (JSON object)
 =========================================================  =====================================
 
-``<t>`` is the URL-encoded local name, as in Pulsar (see :mod:`tieredcore.topics`).
+``<t>`` is the URL-encoded local name, as in Pulsar (see :mod:`tieredcore.names`).
 Every topic update is a compare-and-set; :meth:`ManagedLedgerStore.update_topic` wraps the
 read / mutate / CAS loop that every workflow uses.
 """
@@ -31,8 +31,8 @@ from tieredcore.formats.mlinfo import (
     decode_managed_ledger_info,
     encode_managed_ledger_info,
 )
+from tieredcore.names import PERSISTENT, NamespaceName, TopicName
 from tieredcore.stores.metadata import MetadataStore
-from tieredcore.topics import PERSISTENT, NamespaceName, TopicName
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from tieredcore.errors import (
     BlobStoreError,
     CorruptEntryError,
     FormatError,
-    LedgerNotFoundError,
+    HotLedgerNotFoundError,
     LedgerStateError,
     NotFoundError,
     TieredError,
@@ -32,12 +32,12 @@ from tieredcore.errors import (
 from tieredcore.formats import constants as C
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.model import Entry, Position, ReadHandle
+from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.topics import TopicName
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class TopicReader:
         info, _ = self.ml.get_topic(t)
         li = find_ledger(info, ledger_id)
         if li is None:
-            raise LedgerNotFoundError(f"ledger {ledger_id} is not part of topic {t.managed_ledger_name}")
+            raise HotLedgerNotFoundError(f"ledger {ledger_id} is not part of topic {t.managed_ledger_name}")
         return li
 
 

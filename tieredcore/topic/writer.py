@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from tieredcore.clock import now_ms
-from tieredcore.errors import LedgerNotFoundError, TopicNotFoundError, ValidationError
+from tieredcore.errors import HotLedgerNotFoundError, TopicNotFoundError, ValidationError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.model import Position
+from tieredcore.names import TopicName
 from tieredcore.stores.hot import LocalLedgerStore, WritableLedger
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.topics import TopicName
 
 
 def ledger_custom_metadata(topic: TopicName) -> dict[str, bytes]:
@@ -70,7 +70,7 @@ class TopicWriter:
         try:
             md = self.hot.seal_ledger(ledger_id)  # cuts a torn tail, then seals
             lac, length = md.last_entry_id, md.length
-        except LedgerNotFoundError:
+        except HotLedgerNotFoundError:
             lac, length = -1, 0
         self._record_close(ledger_id, lac + 1, length)
 
