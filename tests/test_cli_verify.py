@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tieredcore.cli.workload import PROP_FIRST_SEQ
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.names import TopicName
-from tieredcore.workload import PROP_FIRST_SEQ
 from tieredcore.workspace import Workspace
 
 from .clihelp import (

@@ -1,4 +1,4 @@
-"""tieredcore.workload: deterministic payloads, size ranges, the order-sensitive digest."""
+"""tieredcore.cli.workload: deterministic payloads, size ranges, the order-sensitive digest."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
+from tieredcore.cli.workload import Digest, PayloadGenerator, parse_size_range
 from tieredcore.errors import ValidationError
-from tieredcore.workload import Digest, PayloadGenerator, parse_size_range
 
 TOPIC = "public/default/persistent/t"
 

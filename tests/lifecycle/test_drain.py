@@ -9,7 +9,8 @@ import uuid as uuidlib
 
 import pytest
 
-from tieredcore.cli import Progress, cmd_verify
+from tieredcore.cli.common import Progress
+from tieredcore.cli.data import cmd_verify
 from tieredcore.errors import BlobStoreError
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import (

@@ -8,6 +8,7 @@ import uuid as uuidlib
 
 import pytest
 
+from tieredcore.cli.workload import PayloadGenerator
 from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -32,7 +33,6 @@ from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.workload import PayloadGenerator
 
 from .conftest import END_MS, INTERVAL_MS
 

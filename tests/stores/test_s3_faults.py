@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.faulty_s3_proxy import FAULT_KINDS, FaultyS3Proxy
 from tieredcore import cli
+from tieredcore.cli.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.lifecycle.drain import drain
@@ -29,7 +30,6 @@ from tieredcore.lifecycle.sweep import LedgerResult, TopicWork, plan_lag_cleanup
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.s3 import S3BlobStore
-from tieredcore.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.workspace import Workspace
 
 NAMESPACE = "acme/faults"

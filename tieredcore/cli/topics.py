@@ -11,6 +11,8 @@ from tieredcore.lifecycle.retention import delete_topic, object_groups
 from tieredcore.names import TopicName
 from tieredcore.workspace import Workspace
 
+COMMANDS = ("topics",)
+
 
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("topics", parents=parents, help="topic administration")
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     d.add_argument("--as-of", help="logical time of the records (ISO 8601 or epoch ms; default now)")
 
 
-def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
+def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     if a.topics_cmd != "delete":  # argparse only offers delete
         raise ValidationError(f"unknown topics command {a.topics_cmd!r}")
     t = TopicName.parse(a.topic)

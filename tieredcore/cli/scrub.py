@@ -7,7 +7,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from tieredcore.cli_policies import require_namespaces
+from tieredcore.cli.common import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.scrub import OUTCOME_DAMAGED, OUTCOME_UNRECOVERABLE, plan_scrub
@@ -16,6 +16,9 @@ from tieredcore.names import TopicName
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1
+
+
+COMMANDS = ("scrub",)
 
 
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -37,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--as-of", help="logical time of the repairs (ISO 8601 or epoch ms; default now)")
 
 
-def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
+def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     as_of = parse_time_ms(a.as_of, "--as-of") if a.as_of else now_ms()
     namespaces = require_namespaces(ws, a.namespace) if a.namespace else None
     topics = [TopicName.parse(t) for t in a.topic] if a.topic else None

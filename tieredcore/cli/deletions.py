@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from tieredcore.cli_policies import require_namespaces
+from tieredcore.cli.common import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.drain import (
@@ -296,7 +296,7 @@ def _retention(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     return res
 
 
-def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
+def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     a.json = getattr(a, "json", False)
     if a.cmd == "reconcile":
         return _reconcile(a, ws)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+import json
 from typing import Any
 
-from tieredcore.errors import NotFoundError, ValidationError
+from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.policies import DRIVERS
 from tieredcore.lifecycle.sweep import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
@@ -15,17 +15,8 @@ from tieredcore.topic.reader import READ_PRIORITIES
 from tieredcore.units import duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
+COMMANDS = ("policies",)
 _STORE_FLAGS = ("--store-bucket", "--store-root", "--store-prefix", "--store-endpoint", "--store-region")
-
-
-def require_namespaces(ws: Workspace, names: Iterable[str]) -> list[str]:
-    """Parsed namespace names, all known (with topics or policies): a typo must not read as "0 topics"."""
-    parsed = [NamespaceName.parse(n).name for n in names]
-    known = set(ws.ml.list_namespaces()) | set(ws.ml.list_policy_namespaces())
-    unknown = [n for n in dict.fromkeys(parsed) if n not in known]
-    if unknown:
-        raise NotFoundError(f"unknown namespace(s) {', '.join(unknown)}: no topics and no policies")
-    return parsed
 
 
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -100,7 +91,7 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
     return u
 
 
-def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
+def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     ps = policy_store(ws)  # the workspace configuration is the cluster default
     cmd = a.policies_cmd
     if cmd == "list":
@@ -126,3 +117,14 @@ def run(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
         return {"namespace": ns, "deleted": ws.ml.delete_policies(ns)}
     eff = ps.set_namespace(ns, _updates(a), replace_all=a.replace)
     return {"namespace": ns, "overrides": ps.namespace_overrides(ns), "effective": eff.to_json()}
+
+
+def print_human(cmd: str, res: dict[str, Any]) -> None:
+    if "namespaces" not in res:
+        print(json.dumps(res, indent=2))
+        return
+    for r in res["namespaces"]:
+        flags = "on " if r["offload_enabled"] else "off"
+        fields = ", ".join(f"{k}={v}" for k, v in sorted(r["overrides"].items())) or "(defaults)"
+        more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
+        print(f"{r['namespace']:<28} offload {flags}  {fields}{more}")

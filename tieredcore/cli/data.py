@@ -1,0 +1,256 @@
+"""`tiered generate` and `tiered verify`: deterministic, verifiable topics and their check, ledger by
+ledger, from wherever each ledger lives."""
+
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from tieredcore.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Progress,
+    mib,
+    properties_of,
+    select_topics,
+)
+from tieredcore.cli.workload import (
+    PROP_COUNT,
+    PROP_FIRST_SEQ,
+    PROP_MAX,
+    PROP_MIN,
+    PROP_SEED,
+    PROP_SHA,
+    Digest,
+    PayloadGenerator,
+    parse_size_range,
+)
+from tieredcore.clock import now_ms, parse_time_ms
+from tieredcore.errors import TieredError, ValidationError
+from tieredcore.model import INT64_MAX, Position
+from tieredcore.names import NamespaceName, TopicName
+from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
+from tieredcore.workspace import Workspace
+
+COMMANDS = ("generate", "verify")
+
+
+def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("generate", parents=parents, help="write deterministic, verifiable topics")
+    s.add_argument("--namespace", action="append", default=None, help="tenant/namespace (repeatable)")
+    s.add_argument("--topics", type=int, default=2, help="topics per namespace")
+    s.add_argument("--ledgers", type=int, default=5, help="sealed ledgers per topic")
+    s.add_argument("--entries", type=int, default=1000, help="entries per ledger")
+    s.add_argument("--entry-size", default="1024", help="bytes per entry, or a range like 100-4096")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--prefix", default="topic", help="topic name prefix")
+    s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
+    s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
+
+    s = sub.add_parser("verify", parents=parents, help="read every entry and check it against the generator's digest")
+    s.add_argument("topic", nargs="*")
+    s.add_argument("--namespace")
+    s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
+
+
+def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    if args.cmd == "generate":
+        return cmd_generate(args, ws, progress)
+    return cmd_verify(args, ws, progress)
+
+
+def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    from tieredcore.topic.writer import TopicWriter
+
+    lo, hi = parse_size_range(args.entry_size)
+    if args.topics <= 0 or args.ledgers <= 0 or args.entries <= 0:
+        raise ValidationError("--topics, --ledgers and --entries must be positive")
+    end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
+    interval = int(args.ledger_interval * 1000)
+    namespaces = [NamespaceName.parse(n).name for n in args.namespace]
+    topics = [TopicName.parse(f"{ns}/{args.prefix}-{i:04d}") for ns in namespaces for i in range(args.topics)]
+    existing = [t.full for t in topics if ws.ml.exists(t)]
+    if existing:
+        raise ValidationError(f"topic(s) already exist: {', '.join(existing[:5])}; use another --prefix")
+    total_bytes = total_entries = 0
+    started = time.monotonic()
+    for n, t in enumerate(topics, 1):
+        gen = PayloadGenerator(args.seed, t.managed_ledger_name, lo, hi)
+        # ledger i of N is closed at end - (N - i) * interval: a realistic age spread for policies
+        clock = {"now": end_ms - args.ledgers * interval}
+        digest = Digest()
+        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=args.entries, max_bytes=1 << 62,
+                             clock_ms=lambda c=clock: c["now"])
+        seq = 0
+        for _ in range(args.ledgers):
+            batch = list(gen.payloads(seq, args.entries))
+            writer.append_many(batch)
+            digest.update_many(batch)
+            total_bytes += sum(map(len, batch))
+            seq += args.entries
+            clock["now"] += interval
+            writer.rollover()
+        writer.close(seal=False)  # the newest ledger stays open and empty, as on a live broker
+        total_entries += seq
+
+        def mark(info, gen=gen, digest=digest) -> bool:
+            for k, v in ((PROP_SEED, gen.seed), (PROP_MIN, gen.min_size), (PROP_MAX, gen.max_size),
+                         (PROP_COUNT, digest.count), (PROP_SHA, digest.hexdigest())):
+                info.properties.add(key=k, value=str(v))
+            first = 0
+            for li in info.ledgerInfo:  # where each ledger starts in the workload (verify after a trim)
+                li.properties.add(key=PROP_FIRST_SEQ, value=str(first))
+                first += li.entries
+            return True
+
+        ws.ml.update_topic(t, mark)
+        el = time.monotonic() - started
+        progress(f"generate: {n}/{len(topics)} topics, {total_entries:,} entries, {mib(total_bytes)} "
+                 f"({total_bytes / max(el, 1e-9) / 2**20:,.1f} MiB/s)", force=n == len(topics))
+    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "entries": total_entries,
+            "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3)}
+
+
+def _verify_whole_topic(reader: TopicReader, t: TopicName, props: dict[str, str], gen: PayloadGenerator,
+                        progress: Progress) -> tuple[dict[str, Any], int]:
+    """Topics generated before per-ledger start sequence numbers were recorded: one pass over the
+    topic against the payloads from #0 and the stored digest; the first unreadable entry ends it."""
+    digest = Digest()
+    expected_count = int(props[PROP_COUNT])
+    mismatch = None
+    chunk: list[bytes] = []
+    nbytes = 0
+    try:
+        for seq, (pos, data) in enumerate(reader.read(t)):
+            if seq < expected_count and data != gen.payload(seq) and mismatch is None:
+                mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
+            chunk.append(data)
+            nbytes += len(data)
+            if len(chunk) >= 4096:
+                digest.update_many(chunk)
+                chunk = []
+                progress(f"verify: {t.full}: {seq + 1:,} entries")
+    except TieredError as e:
+        # unreadable data (corrupt entry, missing object) fails this topic; the others are still
+        # verified and the report (--json included) still printed
+        digest.update_many(chunk)
+        return ({"topic": t.full, "ok": False, "entries": digest.count, "reason": f"{type(e).__name__}: {e}",
+                 "bad_ledgers": []}, nbytes)
+    digest.update_many(chunk)
+    ok = mismatch is None and digest.count == expected_count and digest.hexdigest() == props[PROP_SHA]
+    reason = mismatch or ("" if digest.count == expected_count else
+                          f"read {digest.count} entries, generated {expected_count}")
+    if not reason and not ok:
+        reason = "digest differs"
+    return {"topic": t.full, "ok": ok, "entries": digest.count, "reason": reason, "bad_ledgers": []}, nbytes
+
+
+def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, str], gen: PayloadGenerator,
+                      progress: Progress) -> tuple[dict[str, Any], int]:
+    """Every remaining ledger on its own, entry by entry against the payloads from its recorded first
+    sequence number, so one bad ledger neither hides the next nor stops the topic. The whole-topic
+    count and digest apply only when nothing was trimmed (the oldest ledger still starts at #0)."""
+    expected_count = int(props[PROP_COUNT])
+    ledgers = list(info.ledgerInfo)
+    first_seqs = [int(properties_of(li)[PROP_FIRST_SEQ]) for li in ledgers]
+    trimmed = first_seqs[0] if ledgers else expected_count  # entries gone before the oldest remaining
+    digest = Digest()
+    bad: list[dict[str, Any]] = []
+    nbytes = read = 0
+    for li, first_seq in zip(ledgers, first_seqs, strict=True):
+        reason = None
+        got = 0
+        chunk: list[bytes] = []
+        wanted = gen.payloads(first_seq, INT64_MAX)  # lazy: as many as the ledger holds
+        try:
+            for pos, data in reader.read(t, Position(li.ledgerId, 0), Position(li.ledgerId, INT64_MAX)):
+                seq = first_seq + got
+                want = next(wanted)
+                if reason is None and (seq >= expected_count or data != want):
+                    reason = (f"entry {pos} (#{seq}) is beyond the {expected_count} generated entries"
+                              if seq >= expected_count else f"entry {pos} (#{seq}) differs from the generated payload")
+                got += 1
+                nbytes += len(data)
+                chunk.append(data)
+                if len(chunk) >= 4096:
+                    digest.update_many(chunk)
+                    chunk = []
+                    progress(f"verify: {t.full}: ledger {li.ledgerId}: {got:,} entries")
+        except TieredError as e:  # unreadable (corrupt entry, missing object): this ledger only
+            reason = reason or f"{type(e).__name__}: {e}"
+        digest.update_many(chunk)
+        read += got
+        if reason is None and li.timestamp > 0 and got != li.entries:
+            reason = f"read {got} entries, the topic record says {li.entries}"
+        if reason is not None:
+            bad.append({"ledger": li.ledgerId, "reason": reason})
+    if bad:
+        reason = f"{len(bad)} bad ledger(s): " + "; ".join(f"ledger {b['ledger']}: {b['reason']}" for b in bad)
+    elif trimmed:
+        reason = ""  # what remains is right; the topic digest covers entries that are gone
+    elif digest.count != expected_count:
+        reason = f"read {digest.count} entries, generated {expected_count}"
+    elif digest.hexdigest() != props[PROP_SHA]:
+        reason = "digest differs"
+    else:
+        reason = ""
+    return ({"topic": t.full, "ok": not reason, "entries": read, "reason": reason, "bad_ledgers": bad,
+             "trimmed_entries": trimmed}, nbytes)
+
+
+def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    topics = select_topics(ws, args.namespace, args.topic)
+    reader = ws.reader(args.read_priority)
+    rows = []
+    started = time.monotonic()
+    total_bytes = 0
+    try:
+        for t in topics:
+            info, _ = ws.ml.get_topic(t)
+            props = properties_of(info)
+            if PROP_SHA not in props:
+                rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`",
+                             "bad_ledgers": []})
+                continue
+            gen = PayloadGenerator(int(props[PROP_SEED]), t.managed_ledger_name,
+                                   int(props[PROP_MIN]), int(props[PROP_MAX]))
+            noted = len(reader.fallback_notes)
+            if info.ledgerInfo and all(PROP_FIRST_SEQ in properties_of(li) for li in info.ledgerInfo):
+                row, n = _verify_by_ledger(reader, t, info, props, gen, progress)
+            else:
+                row, n = _verify_whole_topic(reader, t, props, gen, progress)
+            # copies that could not be read (the entries came from the other copy, and were right)
+            row["damaged_copies"] = reader.fallback_notes[noted:]
+            rows.append(row)
+            total_bytes += n
+    finally:
+        reader.close()
+    el = time.monotonic() - started
+    failures = sum(r["ok"] is False for r in rows)
+    # every entry read correctly, but from the other copy: a copy is damaged (exit 1, say which)
+    return {"topics": rows, "verified": sum(1 for r in rows if r["ok"]), "failed": failures,
+            "bytes": total_bytes, "seconds": round(el, 3), "tier_reads": reader.tier_reads,
+            "fallbacks": reader.fallbacks, "damaged_copies": reader.fallback_notes,
+            "_exit": EXIT_FAILED if failures or reader.fallbacks else EXIT_OK}
+
+
+def print_human(cmd: str, res: dict[str, Any]) -> None:
+    if cmd == "generate":
+        for k, v in res.items():
+            print(f"{k}: {v}")
+        return
+    for r in res["topics"]:
+        status = {True: "OK", False: "FAILED", None: "SKIPPED"}[r["ok"]]
+        bad = r["bad_ledgers"]
+        reason = f"{len(bad)} bad ledger(s)" if bad else r.get("reason", "")
+        print(f"{status:<8} {r['topic']} {r.get('entries', '')} {reason}".rstrip())
+        for b in bad:
+            print(f"    ledger {b['ledger']}: {b['reason']}")
+        for note in r.get("damaged_copies", []):
+            print(f"    DAMAGED COPY: {note}")
+    print(f"verified {res['verified']} topic(s), {res['failed']} failed, {mib(res['bytes'])} "
+          f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
+    if res["fallbacks"]:
+        print(f"{res['fallbacks']} ledger(s) were read from their other copy: see `tiered scrub --repair`")

@@ -1,0 +1,132 @@
+"""`tiered init`: a workspace with embedded defaults, its metadata store's identity and its store claimed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from tieredcore.cli.common import (
+    sqlite_path,
+)
+from tieredcore.config import CONFIG_FILE_NAME, Config
+from tieredcore.errors import ValidationError
+from tieredcore.workspace import Workspace
+
+
+def _missing_dirs(path: Path, what: str) -> list[Path]:
+    """The directories mkdir(parents=True) would create for `path`, outermost first; refuses (nothing
+    created yet) when an existing component is not a directory or the first one cannot be written."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        if p.is_symlink():  # a dangling link: mkdir would fail on it anyway
+            raise ValidationError(f"cannot create {what} {path}: {p} is a dangling symbolic link")
+        missing.append(p)
+        p = p.parent
+    if not p.is_dir():
+        raise ValidationError(f"cannot create {what} {path}: {p} exists and is not a directory")
+    if missing and not os.access(p, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot create {what} {path}: directory {p} is not writable")
+    return missing[::-1]
+
+
+def _make_dirs(dirs: list[tuple[Path, str]]) -> None:
+    """Creates every directory or none: a failure (e.g. under /proc, where even root's access() check
+    passes) removes the directories made so far, all still empty."""
+    plans = [(path, what, _missing_dirs(path, what)) for path, what in dirs]  # check all before creating
+    made: list[Path] = []
+    for path, what, missing in plans:
+        for d in missing:
+            if d.is_dir():  # shared with an earlier directory of the list
+                continue
+            try:
+                d.mkdir()
+            except OSError as e:
+                for m in reversed(made):
+                    with contextlib.suppress(OSError):
+                        m.rmdir()
+                raise ValidationError(f"cannot create {what} {path}: {e.strerror or e} ({d})") from None
+            made.append(d)
+
+
+def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("init", parents=parents, help="create a workspace with embedded defaults")
+    s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
+    s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
+    s.add_argument("--cluster", help="cluster name written on every object (default standalone); workspaces "
+                                     "sharing a store need different names")
+    s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(args.dir or args.workspace or "workspace").resolve()
+    cfg_path = root / CONFIG_FILE_NAME
+    if root.exists() and not root.is_dir():
+        raise ValidationError(f"{root} exists and is not a directory")
+    created = not cfg_path.exists() or args.force
+    if created:
+        overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
+        if args.cluster:
+            overrides["cluster"] = args.cluster
+        cfg = Config.for_workspace(root, **overrides)
+    else:
+        cfg = Config.load(cfg_path, env={})
+    dirs = [(root, "workspace directory")]
+    for url, what in ((cfg.hot_url, "hot tier directory"), (cfg.store_url, "object store directory")):
+        u = urlparse(url)
+        if u.scheme == "file":  # URLs are percent-encoded (a workspace path may hold ' ', '%', '#')
+            dirs.append((Path(unquote(u.path)), what))
+    if cfg.reports_dir:
+        dirs.append((Path(cfg.reports_dir), "reports directory"))
+    db = sqlite_path(cfg)
+    if db is not None:
+        dirs.append((db.parent, "metadata store directory"))
+    if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
+    # a store whose owner marker names this cluster with another metadata store is refused before
+    # anything is written (tieredcore.stores.ownership); a filesystem store not created yet has no marker
+    if not _new_local_store(cfg):
+        _check_store_unclaimed(cfg)
+    _make_dirs(dirs)
+    if created:
+        cfg_path.write_text(cfg.to_toml())
+    with Workspace(cfg) as ws:
+        ws.claim(ws.store, ws.offloader.prefix)  # creates the database and its identity, claims the store
+        identity = ws.identity
+    return {"workspace": str(root), "config": str(cfg_path), "created": created, "cluster": cfg.cluster,
+            "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+
+
+def _new_local_store(cfg: Config) -> bool:
+    """A filesystem store whose directory does not exist yet (opening it would create it)."""
+    u = urlparse(cfg.store_url)
+    return u.scheme == "file" and not Path(unquote(u.path)).exists()
+
+
+def _check_store_unclaimed(cfg: Config) -> None:
+    """StoreOwnershipError when the store's marker for this cluster names another metadata store (an
+    existing metadata store is read for its identity, a missing one is not created)."""
+    from tieredcore.offload.keys import normalize_prefix
+    from tieredcore.stores.ownership import StoreOwnershipError, read_identity, read_marker
+
+    store, prefix = cfg.open_store()
+    marker = read_marker(store, normalize_prefix(prefix), cfg.cluster)
+    if marker is None:
+        return
+    u = urlparse(cfg.metadata_url)
+    mine = None
+    if u.scheme != "sqlite" or Path(unquote(u.path)).exists():
+        meta = cfg.open_metadata()
+        try:
+            mine = read_identity(meta)
+        finally:
+            meta.close()
+    if mine != marker.identity:
+        raise StoreOwnershipError(
+            f"{cfg.store_url} is already used by cluster {cfg.cluster!r} of another workspace (metadata store "
+            f"{marker.metadata}, identity {marker.identity}). Two workspaces with the same cluster name must not "
+            "share a store prefix: give this one another cluster name (--cluster NAME) or another store prefix.")

@@ -1,0 +1,126 @@
+"""`tiered`: the operator's command line over a workspace (see README). One module per command group
+(``tieredcore/cli/<group>.py``: ``COMMANDS``, ``add_parser``, ``run``, optional ``print_human``); this one
+parses, dispatches, prints and maps errors to exit codes: 0 ok, 1 failed, 2 bad input (nothing changed)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tieredcore.cli import data, deletions, init, offload, policies, read, scrub, topics
+from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Progress, err, sqlite_path
+from tieredcore.config import CONFIG_FILE_NAME, Config
+from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
+from tieredcore.workspace import Workspace
+
+GROUPS: tuple[ModuleType, ...] = (data, offload, read, policies, topics, deletions, scrub)
+COMMANDS: dict[str, ModuleType] = {cmd: g for g in GROUPS for cmd in g.COMMANDS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tiered", description="Tiered storage for segmented logs (Pulsar-compatible).")
+    p.add_argument("--config", help=f"configuration file (default: $TIERED_CONFIG or ./{CONFIG_FILE_NAME})")
+    p.add_argument("--workspace", help=f"workspace directory (its {CONFIG_FILE_NAME})")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    # --json also after the command (`tiered status --json`); SUPPRESS keeps the global one's value
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="machine-readable output on stdout")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    init.add_parser(sub, [common])
+    for g in GROUPS:
+        g.add_parser(sub, [common])
+    return p
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    if args.config:
+        return Config.load(args.config)
+    if args.workspace:
+        return Config.load(Path(args.workspace) / CONFIG_FILE_NAME)
+    return Config.load()
+
+
+def _require_metadata_store(cfg: Config) -> None:
+    """A command reading or changing existing state on a missing metadata store has the wrong workspace
+    (or a moved file): it must not be answered from an empty, freshly created database."""
+    db = sqlite_path(cfg)
+    if db is not None and not db.exists():
+        raise ValidationError(f"no metadata store at {db}: run `tiered init`")
+
+
+def _is_usage_error(e: TieredError) -> bool:
+    """Bad input (exit 2): invalid arguments, or a topic / id the user named that does not exist. A
+    missing object or ledger met while reading is a failure of the data (exit 1)."""
+    return isinstance(e, ValidationError) or type(e) in (NotFoundError, TopicNotFoundError)
+
+
+def _print_human(cmd: str, res: dict[str, Any]) -> None:
+    if res.get("_printed"):
+        return
+    printer = getattr(COMMANDS.get(cmd), "print_human", None)
+    if printer is not None:
+        printer(cmd, res)
+        return
+    for k, v in res.items():
+        if not k.startswith("_"):
+            print(f"{k}: {v}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # whoever read our output is gone (`tiered read ... | head -1`): stop quietly, and point stdout
+        # at /dev/null so the interpreter's final flush does not fail a second time
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "generate" and not args.namespace:
+        args.namespace = ["public/default"]
+    progress = Progress(enabled=True)
+    try:
+        if args.cmd == "init":
+            res = init.run(args)
+        else:
+            cfg = load_config(args)
+            if args.cmd != "generate":  # writes topics: may start the store (docs/deploy.md, env-only config)
+                _require_metadata_store(cfg)
+            with Workspace(cfg) as ws:
+                res = COMMANDS[args.cmd].run(args, ws, progress)
+    except TieredError as e:
+        if _is_usage_error(e):
+            err(f"tiered {args.cmd}: {e}")
+            return EXIT_USAGE
+        # data that cannot be read (no copy of a ledger, a damaged object) is a failure, not bad input
+        err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
+        return EXIT_FAILED
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a file system or network failure is reported, never a traceback
+        err(f"tiered {args.cmd}: {type(e).__name__}: {e}")
+        return EXIT_FAILED
+    code = res.pop("_exit", EXIT_OK)
+    if args.json:
+        res.pop("_printed", None)
+        print(json.dumps(res, indent=2, default=str))
+    else:
+        _print_human(args.cmd, res)
+    sys.stdout.flush()  # a closed pipe surfaces here, inside main, not at interpreter exit
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
