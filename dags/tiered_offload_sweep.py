@@ -56,7 +56,7 @@ with tiered_dag(
         from airflow.sdk.exceptions import AirflowFailException
 
         from tieredcore.errors import TieredError
-        from tieredcore.lifecycle.sweep import policy_store
+        from tieredcore.lifecycle.work import policy_store
         from tieredcore.names import NamespaceName
         from tieredcore.workspace import Workspace
 

@@ -19,7 +19,8 @@ from typing import Any
 from tieredcore.clock import parse_time_ms
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, TopicWork, run_work
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.work import LedgerResult, RunSummary, TopicWork
 
 # Parquet detail schema (one row per ledger); Spark DDL
 DETAIL_SCHEMA = (

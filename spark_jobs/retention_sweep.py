@@ -28,7 +28,8 @@ from collections.abc import Iterable, Sequence
 from spark_jobs._jobkit import base_parser, run_job
 from tieredcore.config import Config
 from tieredcore.lifecycle.retention import plan_retention
-from tieredcore.lifecycle.sweep import TopicWork, plan_lag_cleanup
+from tieredcore.lifecycle.sweep import plan_lag_cleanup
+from tieredcore.lifecycle.work import TopicWork
 from tieredcore.workspace import Workspace
 
 JOB = "retention_sweep"

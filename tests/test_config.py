@@ -7,17 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.config import (
-    CONFIG_FILE_NAME,
-    ENV_CONFIG,
-    ENV_OVERRIDES,
-    Config,
-    open_blob_store,
-    open_metadata_store,
-)
+from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config, open_metadata_store
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
 from tieredcore.stores.fs import FilesystemBlobStore
+from tieredcore.stores.location import open_blob_store
 
 MIB = 1024 * 1024
 
@@ -287,14 +281,14 @@ def test_open_blob_store_s3(no_aws: None) -> None:
     assert store.bucket == "my-bucket"
     assert store.endpoint_url == "http://127.0.0.1:9000"
     assert store.region == "eu-west-3"
-    assert prefix == "some/prefix"
+    assert prefix == "some/prefix/"  # normalised: the key prefix ends with "/"
 
     store, prefix = open_blob_store("s3://bkt2?region=us-east-2&max_attempts=2")
     assert (store.bucket, store.endpoint_url, store.region, prefix) == ("bkt2", None, "us-east-2", "")
     store, prefix = open_blob_store("s3://bkt3/")
     assert store.bucket == "bkt3" and prefix == "" and store.region == "us-east-1"
     store, prefix = open_blob_store("s3://bkt4/a%20b/c")
-    assert prefix == "a b/c"
+    assert prefix == "a b/c/"
 
 
 @pytest.mark.parametrize(

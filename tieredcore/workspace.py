@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from urllib.parse import quote
+from typing import Protocol
 
 from tieredcore.clock import now_ms
-from tieredcore.config import Config, open_blob_store
-from tieredcore.errors import ValidationError
-from tieredcore.offload.keys import normalize_prefix
+from tieredcore.config import Config
+from tieredcore.formats.keys import normalize_prefix
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
@@ -17,16 +17,34 @@ from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot import LocalLedgerStore
 from tieredcore.stores.leases import TopicLeases
+from tieredcore.stores.location import StoreLocation
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.metadata import MetadataStore
 from tieredcore.stores.ownership import claim_store, ensure_identity, read_identity
 from tieredcore.topic.reader import TIERED_FIRST, TopicReader
 
 
+class OffloadPolicyLike(Protocol):
+    """What the workspace reads of a namespace policy (tieredcore.lifecycle.policies.OffloadPolicy)."""
+
+    @property
+    def store(self) -> StoreSpecLike | None: ...
+
+    @property
+    def max_block_size(self) -> int: ...
+
+    @property
+    def read_buffer_size(self) -> int: ...
+
+
+class StoreSpecLike(Protocol):
+    def location(self) -> StoreLocation: ...
+
+
 class Workspace:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._offloaders: dict[tuple[str, int, int], LedgerOffloader] = {}
+        self._offloaders: dict[tuple[StoreLocation, int, int], LedgerOffloader] = {}
 
     @cached_property
     def metadata(self) -> MetadataStore:
@@ -54,18 +72,15 @@ class Workspace:
     def hot(self) -> LocalLedgerStore:
         return self.config.open_hot()
 
-    @cached_property
-    def _store_and_prefix(self) -> tuple[BlobStore, str]:
-        return self.config.open_store()
-
     @property
     def store(self) -> BlobStore:
-        return self._store_and_prefix[0]
+        """The configured object store (its offloader's)."""
+        return self.offloader.store
 
     @cached_property
     def offloader(self) -> LedgerOffloader:
-        store, prefix = self._store_and_prefix
-        return self._new_offloader(store, prefix, self.config.max_block_size, self.config.read_buffer)
+        """The offloader of the configured store (and of ledgers recorded without driver metadata)."""
+        return self.offloader_at(self.config.store_location)
 
     @cached_property
     def identity(self) -> str:
@@ -111,39 +126,32 @@ class Workspace:
         return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress,
                               deletion_log=self.deletion_log, leases=self.leases)
 
-    def _offloader_for_url(self, url: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
-        k = (url, max_block_size, read_buffer)
+    def offloader_at(self, location: StoreLocation, max_block_size: int | None = None,
+                     read_buffer: int | None = None) -> LedgerOffloader:
+        """The (cached) offloader of a location, with the workspace's or the given block and buffer sizes."""
+        k = (location, max_block_size or self.config.max_block_size, read_buffer or self.config.read_buffer)
         off = self._offloaders.get(k)
         if off is None:
-            store, prefix = open_blob_store(url, fsync=self.config.store_fsync)
-            off = self._offloaders[k] = self._new_offloader(store, prefix, max_block_size, read_buffer)
+            off = self._offloaders[k] = self._new_offloader(location.open(self.config.store_fsync), location.prefix,
+                                                            k[1], k[2])
         return off
 
-    def offloader_for_policy(self, policy) -> LedgerOffloader:
+    def offloader_for_policy(self, policy: OffloadPolicyLike) -> LedgerOffloader:
         """The offloader a namespace policy names (its own store, block and buffer sizes)."""
-        url = policy.store.url() if policy.store is not None else self.config.store_url
-        return self._offloader_for_url(url, policy.max_block_size, policy.read_buffer_size)
+        loc = policy.store.location() if policy.store is not None else self.config.store_location
+        return self.offloader_at(loc, policy.max_block_size, policy.read_buffer_size)
 
-    def offloader_for_driver(self, driver_metadata) -> LedgerOffloader:
+    def offloader_for_driver(self, driver_metadata: pb.OffloadDriverMetadata) -> LedgerOffloader:
         """The offloader that can read objects described by an OffloadContext's driver metadata
         (Pulsar records where each ledger went; readers follow it, not the current policy)."""
-        name = driver_metadata.name
-        props = {kv.key: kv.value for kv in driver_metadata.properties}
-        if not name:
+        if not driver_metadata.name:
             return self.offloader
-        if name == "filesystem" and "root" in props:
-            url = f"file://{quote(props['root'])}" + (f"?prefix={quote(props['prefix'])}" if props.get("prefix") else "")
-        elif name == "aws-s3" and "bucket" in props:
-            q = "&".join(f"{a}={props[b]}" for a, b in (("endpoint", "serviceEndpoint"), ("region", "region"))
-                         if props.get(b))
-            url = f"s3://{props['bucket']}/{props.get('prefix', '')}" + (f"?{q}" if q else "")
-        else:
-            raise ValidationError(f"offloaded with driver {name!r} and properties {sorted(props)}: cannot open")
-        # the workspace's own store: open it with the configured URL, whose timeouts and retry budget the
-        # driver metadata does not record
-        if _same_location(url, self.config.store_url):
-            url = self.config.store_url
-        return self._offloader_for_url(url, self.config.max_block_size, self.config.read_buffer)
+        loc = StoreLocation.from_driver_metadata(driver_metadata)
+        if loc.same_objects(self.config.store_location):
+            # the workspace's own store: opened with the configured URL, whose client settings (timeouts,
+            # retry budget) driver metadata does not record
+            loc = self.config.store_location
+        return self.offloader_at(loc)
 
     def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:
         return TopicReader(self.ml, self.hot, self.offloader, read_priority,
@@ -161,14 +169,3 @@ class Workspace:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _same_location(a: str, b: str) -> bool:
-    """Two store URLs naming the same objects (scheme, bucket or root, endpoint, prefix)."""
-    from tieredcore.config import parse_store_url
-
-    try:
-        x, y = parse_store_url(a), parse_store_url(b)
-    except ValidationError:
-        return False
-    return (x.scheme, x.root, x.bucket, x.endpoint, normalize_prefix(x.prefix)) == \
-        (y.scheme, y.root, y.bucket, y.endpoint, normalize_prefix(y.prefix))

@@ -34,7 +34,7 @@ def _assert_offloaded(config_path: Path, offloaded_ns: set[str]) -> int:
     """Every sealed ledger of the namespaces in `offloaded_ns` is complete with both objects in the store,
     the newest (open) ledger is not; other namespaces are untouched. Returns the offloaded count."""
     from tieredcore.config import Config
-    from tieredcore.offload.keys import data_key, index_key
+    from tieredcore.formats.keys import data_key, index_key
     from tieredcore.offload.managed import context_uuid
 
     prefix = Config.load(config_path, env={}).open_store()[1]

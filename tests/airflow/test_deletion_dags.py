@@ -218,8 +218,8 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     from tiered_airflow import tiered_run_id
 
     from tieredcore.config import Config
-    from tieredcore.lifecycle.sweep import policy_store
-    from tieredcore.offload.keys import data_key, index_key
+    from tieredcore.formats.keys import data_key, index_key
+    from tieredcore.lifecycle.work import policy_store
     from tieredcore.offload.managed import context_uuid
     from tieredcore.stores.deletion_log import DeletionLog
     from tieredcore.workspace import Workspace

@@ -19,9 +19,10 @@ def test_scrub_dag_repairs_and_reports_data_loss(tmp_path: Path, spark_env) -> N
     from tiered_airflow import tiered_run_id
 
     from tieredcore.config import Config
-    from tieredcore.lifecycle.sweep import plan_offload, run_work
+    from tieredcore.formats.keys import data_key, index_key
+    from tieredcore.lifecycle.runner import run_work
+    from tieredcore.lifecycle.sweep import plan_offload
     from tieredcore.offload.context import context_uuid
-    from tieredcore.offload.keys import data_key, index_key
     from tieredcore.stores.managed_ledgers import find_ledger
     from tieredcore.workspace import Workspace
 

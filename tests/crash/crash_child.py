@@ -76,7 +76,8 @@ def run(ws: Workspace, job: str, a: dict) -> object:
 
         return delete_topic(ws, a["topic"], a["as_of"]).as_dict()
     if job == "lag-cleanup":
-        from tieredcore.lifecycle.sweep import plan_lag_cleanup, run_work
+        from tieredcore.lifecycle.runner import run_work
+        from tieredcore.lifecycle.sweep import plan_lag_cleanup
 
         plan = plan_lag_cleanup(ws, None, a["as_of"])
         return [r["outcome"] for r in run_work(ws.config, [w.as_dict() for w in plan])]

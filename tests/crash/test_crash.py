@@ -35,12 +35,12 @@ import pytest
 from tieredcore import cli
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
+from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile import managed_ledger_of, reconcile
-from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
-from tieredcore.offload.keys import data_key, parse_ledger_key
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.managed_ledgers import find_ledger
@@ -91,7 +91,8 @@ def offload(ws: Workspace, ledgers: list[int], as_of: int, topic: str = T0) -> d
 
 def lag_clean_everything_offloaded(ws: Workspace, as_of: int) -> None:
     """Deletion-lag cleanup (lag 0) and its drain, in-process: every offloaded ledger loses its hot copy."""
-    from tieredcore.lifecycle.sweep import plan_lag_cleanup, run_work
+    from tieredcore.lifecycle.runner import run_work
+    from tieredcore.lifecycle.sweep import plan_lag_cleanup
 
     set_ns(ws, deletion_lag_ms=0)
     rows = list(run_work(ws.config, [w.as_dict() for w in plan_lag_cleanup(ws, None, as_of)]))

@@ -24,8 +24,8 @@ from tieredcore.errors import CorruptObjectError, TieredError
 from tieredcore.formats.block import block_header, encode_frames
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.index import encode_index_v1, parse_index_v1
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.offload.cache import OffsetCache
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.fs import FilesystemBlobStore

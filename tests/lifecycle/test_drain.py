@@ -12,6 +12,7 @@ import pytest
 from tieredcore.cli.common import Progress
 from tieredcore.cli.data import cmd_verify
 from tieredcore.errors import BlobStoreError
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import (
     OUTCOMES,
@@ -21,7 +22,6 @@ from tieredcore.lifecycle.drain import (
     driver_metadata_from_dict,
     failed_keys,
 )
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.managed import TopicOffloader, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import iter_objects

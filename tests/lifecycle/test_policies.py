@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.policies import (
-    S3_MIN_PART,
-    OffloadPolicy,
-    PolicyStore,
-    StoreSpec,
-    check_bucket_name,
-)
+from tieredcore.lifecycle.policies import S3_MIN_PART, OffloadPolicy, PolicyStore, StoreSpec
+from tieredcore.stores.location import check_bucket_name
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
@@ -140,10 +135,16 @@ def test_store_prefix_must_be_relative_without_dotdot(prefix):
 
 
 def test_store_url_round_trip():
-    assert StoreSpec("filesystem", root="/a/b", prefix="p").url() == "file:///a/b?prefix=p"
-    assert StoreSpec("aws-s3", bucket="bkt", prefix="x/", endpoint="http://h:1", region="r").url() == (
-        "s3://bkt/x/?endpoint=http://h:1&region=r"
-    )
+    from tieredcore.stores.location import StoreLocation
+
+    # prefixes are normalised (the key prefix always ends with '/')
+    assert StoreSpec("filesystem", root="/a/b", prefix="p").url() == "file:///a/b?prefix=p/"
+    s3 = StoreSpec("aws-s3", bucket="bkt", prefix="x/", endpoint="http://h:1", region="r")
+    assert s3.url() == "s3://bkt/x/?endpoint=http://h:1&region=r"
+    for spec in (StoreSpec("filesystem", root="/a/b", prefix="p"), s3):
+        loc = spec.location()
+        assert StoreLocation.from_url(loc.url()) == loc
+        assert StoreLocation.from_driver_metadata(loc.driver_metadata()).same_objects(loc)
 
 
 def test_read_priority_validation():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.reconcile import (
     HOT_NOT_LISTED,
     HOT_TOPIC_MISSING,
@@ -28,9 +29,8 @@ from tieredcore.lifecycle.reconcile import (
     reconcile,
     referenced_uuids,
 )
-from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
-from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import ObjectInfo, iter_objects

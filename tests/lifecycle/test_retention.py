@@ -21,14 +21,9 @@ from tieredcore.lifecycle.retention import (
     plan_retention,
     trim_topic,
 )
-from tieredcore.lifecycle.sweep import (
-    KIND_RETENTION,
-    LedgerResult,
-    plan_lag_cleanup,
-    plan_offload,
-    policy_store,
-    run_work,
-)
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
+from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult, policy_store
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog

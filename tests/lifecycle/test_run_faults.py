@@ -12,7 +12,9 @@ import threading
 import pytest
 
 from tieredcore.errors import LeaseHeldError
-from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, plan_offload, policy_store, run_work
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_offload
+from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.metadata import Versioned

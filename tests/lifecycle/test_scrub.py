@@ -10,11 +10,13 @@ import json
 import pytest
 
 from tieredcore import cli
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
+from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import deep_for, plan_scrub
-from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, plan_offload, policy_store, run_work
+from tieredcore.lifecycle.sweep import plan_offload
+from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
 from tieredcore.offload.context import context_uuid
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.managed_ledgers import find_ledger
 

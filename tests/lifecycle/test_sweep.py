@@ -10,22 +10,20 @@ import pytest
 from tieredcore import cli
 from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
+from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.sweep import (
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_manual_offload, plan_offload
+from tieredcore.lifecycle.work import (
     KIND_LAG_CLEANUP,
     KIND_OFFLOAD,
     LedgerResult,
     RunSummary,
     TopicWork,
-    plan_lag_cleanup,
-    plan_manual_offload,
-    plan_offload,
     policy_store,
-    run_work,
 )
 from tieredcore.model import Position
 from tieredcore.offload.context import replacement_uuids
-from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tieredcore.errors import BlobStoreError, MetadataStoreError, ValidationError
+from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.drain import DrainReport
 from tieredcore.lifecycle.drain import drain as drain_log
-from tieredcore.offload.keys import data_key, index_key, parse_ledger_key
 from tieredcore.offload.managed import ABANDONED_PREFIX, TopicOffloader, abandoned_uuids, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import iter_objects

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tieredcore.errors import BlobStoreError, MetadataStoreError, OffloadedLedgerNotFoundError
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.managed import (
     ABANDONED_PREFIX,
     OUTCOME_CONFLICT,

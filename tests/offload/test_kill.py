@@ -14,8 +14,8 @@ import pytest
 
 from tieredcore.clock import now_ms
 from tieredcore.config import Config
+from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.lifecycle.drain import drain
-from tieredcore.offload.keys import data_key, parse_ledger_key
 from tieredcore.offload.managed import (
     ABANDONED_PREFIX,
     OUTCOME_OFFLOADED,

@@ -28,8 +28,8 @@ from tieredcore.formats.index import (
     parse_checkpoints,
     parse_index,
 )
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.offload.cache import OffsetCache
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.fs import FilesystemBlobStore
@@ -404,7 +404,7 @@ def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
 
 @pytest.mark.parametrize("suffix", ["\n", "x", "-index\n", "-indexes"])
 def test_parse_ledger_key_rejects_near_misses(suffix):
-    from tieredcore.offload.keys import parse_ledger_key
+    from tieredcore.formats.keys import parse_ledger_key
 
     u = "12345678-1234-1234-1234-123456789abc"
     assert parse_ledger_key(f"{u}-ledger-5") is not None

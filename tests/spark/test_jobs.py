@@ -18,9 +18,10 @@ from spark_jobs._jobkit import DETAIL_SCHEMA, SUMMARY_PREFIX, parse_as_of, run_i
 from tieredcore import cli
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.sweep import KIND_OFFLOAD, TopicWork, policy_store, run_work
-from tieredcore.offload.keys import data_key, index_key
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.work import KIND_OFFLOAD, TopicWork, policy_store
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.workspace import Workspace

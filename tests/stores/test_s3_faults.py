@@ -26,7 +26,9 @@ from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Confi
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile import reconcile
 from tieredcore.lifecycle.retention import plan_retention
-from tieredcore.lifecycle.sweep import LedgerResult, TopicWork, plan_lag_cleanup, plan_offload, run_work
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
+from tieredcore.lifecycle.work import LedgerResult, TopicWork
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import context_uuid
 from tieredcore.stores.s3 import S3BlobStore

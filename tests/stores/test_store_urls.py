@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 
 from tieredcore import cli
-from tieredcore.config import (
-    CONFIG_FILE_NAME,
-    ENV_CONFIG,
-    ENV_OVERRIDES,
-    Config,
-    StoreURL,
-    open_blob_store,
-    parse_store_url,
-)
+from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import BlobStoreError, ValidationError
 from tieredcore.stores.fs import FilesystemBlobStore
+from tieredcore.stores.location import StoreLocation, open_blob_store, parse_store_url
 from tieredcore.stores.s3 import S3BlobStore
 
 BASE = dict(metadata_url="sqlite:///m.db", hot_url="file:///h")
@@ -135,24 +128,24 @@ def test_credentials_never_appear_in_the_message() -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("file:///data/cold", StoreURL("file", root="/data/cold")),
-        ("file://localhost/data/cold?prefix=off/", StoreURL("file", root="/data/cold", prefix="off/")),
-        ("file:///a%20b/c%23d", StoreURL("file", root="/a b/c#d")),
-        ("file:///data;v1", StoreURL("file", root="/data;v1")),  # not a ;params separator
-        ("s3://bkt", StoreURL("s3", bucket="bkt")),
-        ("s3://my.bucket-1/a%20b/c/", StoreURL("s3", bucket="my.bucket-1", prefix="a b/c/")),
+        ("file:///data/cold", StoreLocation("file", root="/data/cold")),
+        ("file://localhost/data/cold?prefix=off/", StoreLocation("file", root="/data/cold", prefix="off/")),
+        ("file:///a%20b/c%23d", StoreLocation("file", root="/a b/c#d")),
+        ("file:///data;v1", StoreLocation("file", root="/data;v1")),  # not a ;params separator
+        ("s3://bkt", StoreLocation("s3", bucket="bkt")),
+        ("s3://my.bucket-1/a%20b/c/", StoreLocation("s3", bucket="my.bucket-1", prefix="a b/c/")),
         ("s3://bkt/p?endpoint=https://[::1]:9000/&region=us-gov-west-1",
-         StoreURL("s3", bucket="bkt", prefix="p", endpoint="https://[::1]:9000/", region="us-gov-west-1")),
-        ("s3://bkt/p?endpoint=http://minio_1:9000", StoreURL("s3", bucket="bkt", prefix="p",
+         StoreLocation("s3", bucket="bkt", prefix="p", endpoint="https://[::1]:9000/", region="us-gov-west-1")),
+        ("s3://bkt/p?endpoint=http://minio_1:9000", StoreLocation("s3", bucket="bkt", prefix="p",
                                                              endpoint="http://minio_1:9000")),
         ("s3://bkt/p?connect_timeout=2.5&read_timeout=500ms&max_attempts=1&retry_mode=standard",
-         StoreURL("s3", bucket="bkt", prefix="p", connect_timeout=2.5, read_timeout=0.5, max_attempts=1,
+         StoreLocation("s3", bucket="bkt", prefix="p", connect_timeout=2.5, read_timeout=0.5, max_attempts=1,
                   retry_mode="standard")),
         ("s3://bkt/?read_timeout=5s&connect_timeout=7&max_attempts=20",
-         StoreURL("s3", bucket="bkt", read_timeout=5.0, connect_timeout=7.0, max_attempts=20)),
+         StoreLocation("s3", bucket="bkt", read_timeout=5.0, connect_timeout=7.0, max_attempts=20)),
     ],
 )
-def test_good_store_urls(url: str, expected: StoreURL) -> None:
+def test_good_store_urls(url: str, expected: StoreLocation) -> None:
     assert parse_store_url(url) == expected
     assert Config(**BASE, store_url=url, max_block_size=8 << 20).store_url == url
 

@@ -7,9 +7,11 @@ import pytest
 
 from tieredcore import cli
 from tieredcore.errors import CorruptEntryError, CorruptObjectError, OffloadedLedgerNotFoundError
-from tieredcore.lifecycle.sweep import plan_offload, policy_store, run_work
+from tieredcore.formats.keys import data_key, index_key
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_offload
+from tieredcore.lifecycle.work import policy_store
 from tieredcore.offload.context import context_uuid
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 

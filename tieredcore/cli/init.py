@@ -110,7 +110,7 @@ def _new_local_store(cfg: Config) -> bool:
 def _check_store_unclaimed(cfg: Config) -> None:
     """StoreOwnershipError when the store's marker for this cluster names another metadata store (an
     existing metadata store is read for its identity, a missing one is not created)."""
-    from tieredcore.offload.keys import normalize_prefix
+    from tieredcore.formats.keys import normalize_prefix
     from tieredcore.stores.ownership import StoreOwnershipError, read_identity, read_marker
 
     store, prefix = cfg.open_store()

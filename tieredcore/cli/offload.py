@@ -15,7 +15,7 @@ from tieredcore.cli.common import (
     select_topics,
 )
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid

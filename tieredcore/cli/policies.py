@@ -8,7 +8,7 @@ from typing import Any
 
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.policies import DRIVERS
-from tieredcore.lifecycle.sweep import policy_store
+from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.topic.reader import READ_PRIORITIES

@@ -10,8 +10,9 @@ from typing import Any
 from tieredcore.cli.common import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError
+from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import OUTCOME_DAMAGED, OUTCOME_UNRECOVERABLE, plan_scrub
-from tieredcore.lifecycle.sweep import LedgerResult, RunSummary, run_work
+from tieredcore.lifecycle.work import LedgerResult, RunSummary
 from tieredcore.names import TopicName
 from tieredcore.workspace import Workspace
 

@@ -61,9 +61,9 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
+from tieredcore.formats.keys import data_key, index_key
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
-from tieredcore.offload.keys import data_key, index_key
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.deletion_log import (

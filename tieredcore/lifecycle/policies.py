@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import quote
 
-from tieredcore.config import check_bucket_name, parse_store_url  # S3 naming rules live with the store URLs
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
 from tieredcore.names import NamespaceName, TopicName
+from tieredcore.stores.location import StoreLocation, check_bucket_name, parse_store_url
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 
@@ -45,11 +44,12 @@ class StoreSpec:
             raise ValidationError(f"{where}: key prefix {self.prefix!r} must be relative without '..'")
         parse_store_url(self.url(), f"{where}: store")  # endpoint, region: as strict as a configured store
 
+    def location(self) -> StoreLocation:
+        return StoreLocation(scheme="s3" if self.driver == "aws-s3" else "file", prefix=self.prefix, root=self.root,
+                             bucket=self.bucket, endpoint=self.endpoint or None, region=self.region or None)
+
     def url(self) -> str:
-        if self.driver == "aws-s3":
-            q = "&".join(f"{k}={v}" for k, v in (("endpoint", self.endpoint), ("region", self.region)) if v)
-            return f"s3://{self.bucket}/{self.prefix}" + (f"?{q}" if q else "")
-        return f"file://{quote(self.root)}" + (f"?prefix={quote(self.prefix)}" if self.prefix else "")
+        return self.location().url()
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from tieredcore.errors import NotFoundError, StoreOwnershipError, TieredError, ValidationError
+from tieredcore.formats.keys import normalize_prefix
 from tieredcore.names import TopicName
 from tieredcore.offload.context import referenced_uuids as ledger_uuids
-from tieredcore.offload.keys import normalize_prefix
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
 from tieredcore.stores.deletion_log import (
     TYPE_LEDGER,
@@ -48,6 +48,7 @@ from tieredcore.stores.deletion_log import (
     DeletionLog,
     DeletionRecord,
 )
+from tieredcore.stores.location import StoreLocation
 from tieredcore.stores.ownership import foreign_reason, is_marker_key, read_marker
 from tieredcore.workspace import Workspace
 
@@ -516,39 +517,35 @@ class Location:
     """One (object store, key prefix) this project offloads to."""
 
     store: BlobStore
-    prefix: str
-    driver: dict[str, Any]  # DeletionRecord.driver: {"name": ..., "properties": {... "prefix": ...}}
+    where: StoreLocation  # its identity: what driver metadata records
     exclude_prefixes: list[str] = field(default_factory=list)  # nested locations on the same store
 
     @property
+    def prefix(self) -> str:
+        return self.where.prefix
+
+    @property
+    def driver(self) -> dict[str, Any]:
+        """DeletionRecord.driver: {"name": ..., "properties": {... "prefix": ...}}."""
+        return self.where.driver_dict()
+
+    @property
     def label(self) -> str:
-        props = self.driver["properties"]
-        where = props.get("root") or props.get("bucket") or "?"
-        return f"{self.driver['name']}:{where}/{self.prefix}"
-
-
-def _driver(store: BlobStore, prefix: str) -> dict[str, Any]:
-    props = {k: str(v) for k, v in store.driver_properties().items()}
-    if prefix:
-        props["prefix"] = prefix
-    return {"name": store.driver, "properties": props}
+        return self.where.label
 
 
 def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Location]:
     """The workspace's store, every store a namespace or topic policy names, and every store named in
     a ledger's OffloadContext driver metadata (objects stay where they were written when a policy
     changes). Deduplicated; a location nested in another on the same store is excluded from it."""
-    from tieredcore.lifecycle.sweep import policy_store
+    from tieredcore.lifecycle.work import policy_store
 
-    found: dict[tuple, Location] = {}
+    found: dict[tuple, Location] = {}  # by StoreLocation.objects
 
     def add(offloader) -> None:
-        store, prefix = offloader.store, offloader.prefix
-        drv = _driver(store, prefix)
-        base = {k: v for k, v in drv["properties"].items() if k != "prefix"}
-        key = (drv["name"], tuple(sorted(base.items())), prefix)
-        if key not in found:
-            found[key] = Location(store, prefix, drv)
+        where = offloader.location
+        if where.objects not in found:
+            found[where.objects] = Location(offloader.store, where)
 
     add(ws.offloader)
     ps = policy_store(ws)
@@ -578,11 +575,8 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
                     errors.append(f"{t.full} ledger {li.ledgerId}: cannot open its offload driver: {e}")
     locs = list(found.values())
     for a in locs:
-        a_base = {k: v for k, v in a.driver["properties"].items() if k != "prefix"}
-        for b in locs:
-            b_base = {k: v for k, v in b.driver["properties"].items() if k != "prefix"}
-            if a is not b and a.driver["name"] == b.driver["name"] and a_base == b_base \
-                    and b.prefix != a.prefix and b.prefix.startswith(a.prefix):
+        for b in locs:  # b nested in a on the same store: a's listings skip b's keys
+            if a.where.objects[:4] == b.where.objects[:4] and b.prefix != a.prefix and b.prefix.startswith(a.prefix):
                 a.exclude_prefixes.append(b.prefix)
     return locs
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from tieredcore.errors import TopicNotFoundError, VersionConflictError
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
 from tieredcore.lifecycle.policies import OffloadPolicy
-from tieredcore.lifecycle.sweep import (
+from tieredcore.lifecycle.work import (
     KIND_RETENTION,
     LedgerResult,
     TopicWork,
@@ -69,11 +69,7 @@ Key = tuple[str, str]
 def _policy_driver(ws: Workspace, policy: OffloadPolicy) -> dict:
     """Driver metadata of the store the topic's policy offloads to: the fallback for a uuid recorded
     without any (Pulsar always records it; a damaged or foreign record may not)."""
-    off = ws.offloader_for_policy(policy)
-    props = {k: str(v) for k, v in off.store.driver_properties().items()}
-    if off.prefix:
-        props["prefix"] = off.prefix
-    return {"name": off.store.driver, "properties": props}
+    return ws.offloader_for_policy(policy).location.driver_dict()
 
 
 def object_groups(li) -> dict[Key, dict]:

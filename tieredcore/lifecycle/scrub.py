@@ -31,13 +31,7 @@ from collections.abc import Iterable
 
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
 from tieredcore.lifecycle.policies import OffloadPolicy
-from tieredcore.lifecycle.sweep import (
-    KIND_SCRUB,
-    LedgerResult,
-    TopicWork,
-    held_topic_rows,
-    resolve_namespaces,
-)
+from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED

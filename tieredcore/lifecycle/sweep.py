@@ -20,17 +20,12 @@ trying after ``store_failure_limit`` consecutive object-store failures (the rest
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Iterable
 
-from tieredcore.config import Config
 from tieredcore.errors import (
     BlobStoreError,
     FormatError,
     HotLedgerNotFoundError,
-    LeaseHeldError,
     NotFoundError,
     TieredError,
     ValidationError,
@@ -42,17 +37,20 @@ from tieredcore.lifecycle.planner import (
     select_keep_bytes,
     select_prefix,
 )
-from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
-from tieredcore.model import Position
-from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.context import context_uuid
-from tieredcore.offload.managed import (
-    OUTCOME_ABORTED,
-    OUTCOME_BUSY,
-    OUTCOME_FAILED,
-    OUTCOME_REPLACED,
-    LedgerOffloadResult,
+from tieredcore.lifecycle.policies import OffloadPolicy
+from tieredcore.lifecycle.work import (
+    KIND_LAG_CLEANUP,
+    KIND_OFFLOAD,
+    LedgerResult,
+    TopicWork,
+    held_topic_rows,
+    policy_store,
+    resolve_namespaces,
 )
+from tieredcore.model import Position
+from tieredcore.names import TopicName
+from tieredcore.offload.context import context_uuid
+from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionRecord
@@ -62,74 +60,10 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-KIND_OFFLOAD = "offload"
-KIND_LAG_CLEANUP = "lag-cleanup"
-KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
-KIND_SCRUB = "scrub"  # tieredcore.lifecycle.scrub
-
 REASON_DELETION_LAG = "deletion-lag"
 REASON_VERIFY_FAILED = "verify-failed"  # a damaged offloaded copy, replaced by a verified one
 OUTCOME_MARKED = "marked"  # lag cleanup: bookkeeperDeleted set, the hot copy's deletion pending in the log
 OUTCOME_VERIFY_FAILED = "verify-failed"  # the offloaded copy does not read back as the hot copy: hot kept
-# outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
-FAILED_OUTCOMES = frozenset({"failed", "unknown", OUTCOME_VERIFY_FAILED, OUTCOME_ABORTED,
-                             "damaged", "unrecoverable"})
-# outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
-BYTES_OUTCOMES = ("offloaded", OUTCOME_MARKED, "ok", "damaged", "repaired", "unrecoverable")
-
-
-@dataclass
-class TopicWork:
-    """One unit of distributed work: the ledgers of one topic, processed in order by one task."""
-
-    topic: str  # persistent://tenant/ns/topic
-    kind: str
-    ledgers: list[int]
-    as_of_ms: int
-    dry_run: bool = False
-    options: dict[str, Any] = field(default_factory=dict)  # per-kind switches (scrub: deep, repair)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class LedgerResult:
-    """One row of a run report (also the Parquet detail schema)."""
-
-    topic: str
-    namespace: str
-    ledger: int
-    kind: str
-    outcome: str
-    bytes: int = 0
-    blocks: int = 0
-    entries: int = 0
-    seconds: float = 0.0
-    uuid: str = ""
-    error: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome in FAILED_OUTCOMES
-
-
-# -- planning -----------------------------------------------------------------------------------
-
-
-def policy_store(ws: Workspace) -> PolicyStore:
-    # the workspace configuration is the cluster default under namespace and topic policies
-    defaults = OffloadPolicy(max_block_size=ws.config.max_block_size, read_buffer_size=ws.config.read_buffer)
-    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"))
-
-
-def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:
-    ps = policy_store(ws)
-    if namespaces:
-        return [NamespaceName.parse(n).name for n in namespaces]
-    if kind == KIND_OFFLOAD:
-        return ps.namespaces_with_offload()
-    return sorted(set(ws.ml.list_namespaces()))
 
 
 def plan_offload(
@@ -194,45 +128,12 @@ def plan_lag_cleanup(
     return out
 
 
-# -- execution (runs on executors) --------------------------------------------------------------
-
-
-def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
-    """Executes TopicWork dicts (a Spark partition); yields LedgerResult dicts. Never raises for a
-    failing ledger or topic: failures are rows, so the other topics still run."""
-    with Workspace(config) as ws:
-        ps = policy_store(ws)
-        budget = ws.failure_budget()  # per Spark task: a failing store stops this task's remaining work
-        for u in units:
-            w = TopicWork(**u)
-            t = TopicName.parse(w.topic)
-            try:
-                pol = ps.for_topic(t)
-                if w.kind == KIND_OFFLOAD:
-                    rows = _offload_topic(ws, pol, t, w, budget)
-                elif w.kind == KIND_RETENTION:
-                    from tieredcore.lifecycle.retention import trim_work  # imports this module
-
-                    rows = trim_work(ws, pol, t, w)
-                elif w.kind == KIND_SCRUB:
-                    from tieredcore.lifecycle.scrub import scrub_work  # imports this module
-
-                    rows = scrub_work(ws, pol, t, w, budget)
-                else:
-                    rows = _lag_cleanup_topic(ws, pol, t, w, budget)
-            except TieredError as e:  # the topic as a whole could not be processed
-                rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
-                                     error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
-            for r in rows:
-                yield asdict(r)
-
-
 def _row(t: TopicName, kind: str, r: LedgerOffloadResult) -> LedgerResult:
     return LedgerResult(t.full, t.namespace_name, r.ledger_id, kind, r.outcome, r.bytes, r.blocks, r.entries,
                         r.seconds, r.uuid or "", r.error or "")
 
 
-def _offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+def offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                    budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
     if w.dry_run:
         return [LedgerResult(t.full, t.namespace_name, lid, w.kind, "planned") for lid in w.ledgers]
@@ -240,49 +141,7 @@ def _offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork
     return [_row(t, w.kind, r) for r in tof.offload_ledgers(t, w.ledgers, budget)]
 
 
-def held_topic_rows(
-    ws: Workspace, t: TopicName, w: TopicWork, purpose: str, budget: StoreFailureBudget | None,
-    one: Callable[[int, LedgerResult], str],
-) -> list[LedgerResult]:
-    """Run ``one(ledger id, row)`` for each of the unit's ledgers, oldest first, holding the topic's lease
-    (not in a dry run, which changes nothing): a topic leased by another runner is skipped (``busy``), a
-    spent failure budget marks the rest ``aborted``. ``one`` fills the row and returns the class name of
-    the error behind a failure ('' when none), which the budget counts."""
-    ids = sorted(w.ledgers)
-    out: list[LedgerResult] = []
-
-    def run_all(renew: Callable[[], None] | None) -> None:
-        for lid in ids:
-            started = time.monotonic()
-            row = LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED)
-            if budget is not None and budget.exhausted:
-                row.outcome, row.error = OUTCOME_ABORTED, budget.reason
-                out.append(row)
-                continue
-            try:
-                error_type = one(lid, row)
-            except TieredError as e:
-                row.outcome, row.error, error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
-            row.seconds = round(time.monotonic() - started, 6)
-            out.append(row)
-            if budget is not None:
-                budget.record(error_type, row.error)
-            if renew is not None and len(out) < len(ids):
-                renew()
-
-    if w.dry_run:
-        run_all(None)
-        return out
-    try:
-        with ws.leases.hold(t, purpose) as held:
-            run_all(held.renew)
-    except LeaseHeldError as e:
-        out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_BUSY, error=str(e))
-                for lid in ids[len(out):]]
-    return out
-
-
-def _lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+def lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                        budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
     return held_topic_rows(ws, t, w, "lag-cleanup", budget, lambda lid, row: _cleanup_one(ws, pol, t, lid, w, row))
 
@@ -371,47 +230,3 @@ def _update(ws: Workspace, t: TopicName, mutate) -> tuple[object, bool]:
 
     info = ws.ml.update_topic(t, wrapped)
     return info, seen.get("changed", False)
-
-
-# -- reports ------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunSummary:
-    job: str
-    run_id: str
-    as_of_ms: int
-    dry_run: bool
-    topics: int = 0
-    ledgers: int = 0
-    bytes: int = 0
-    failures: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
-    seconds: float = 0.0
-    drain: dict[str, Any] | None = None  # deletion_lag_cleanup --drain: the drain pass's counters
-    # ledgers whose data no copy holds any more (scrub: damaged offloaded copy, no hot copy)
-    data_loss: list[str] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
-        s = cls(job, run_id, as_of_ms, dry_run, seconds=round(seconds, 3))
-        s.topics = len({r["topic"] for r in rows})
-        s.ledgers = len(rows)
-        for r in rows:
-            s.outcomes[r["outcome"]] = s.outcomes.get(r["outcome"], 0) + 1
-            ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
-            ns["ledgers"] += 1
-            ns["outcomes"][r["outcome"]] = ns["outcomes"].get(r["outcome"], 0) + 1
-            if r["outcome"] == "unrecoverable":
-                s.data_loss.append(f"{r['topic']} ledger {r['ledger']}")
-            failed = LedgerResult(**r).failed
-            if r["outcome"] in BYTES_OUTCOMES:
-                s.bytes += r["bytes"]
-                ns["bytes"] += r["bytes"]
-            s.failures += failed
-            ns["failures"] += failed
-        return s
-
-    def as_dict(self) -> dict:
-        return asdict(self)

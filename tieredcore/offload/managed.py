@@ -136,13 +136,7 @@ class TopicOffloader:
         self.leases = leases  # per-topic leases: one runner offloads a topic at a time
 
     def _driver_metadata(self) -> pb.OffloadDriverMetadata:
-        dm = pb.OffloadDriverMetadata(name=self.offloader.store.driver)
-        props = dict(self.offloader.store.driver_properties())
-        if self.offloader.prefix:
-            props["prefix"] = self.offloader.prefix
-        for k in sorted(props):
-            dm.properties.add(key=k, value=str(props[k]))
-        return dm
+        return self.offloader.location.driver_metadata()
 
     # -- one ledger ---------------------------------------------------------------------------
 

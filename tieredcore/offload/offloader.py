@@ -44,13 +44,14 @@ from tieredcore.formats.block import (
     plan_blocks,
 )
 from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
+from tieredcore.formats.keys import data_key, index_key, normalize_prefix
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.model import STATE_CLOSED, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
-from tieredcore.offload.keys import data_key, index_key, normalize_prefix
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.location import StoreLocation
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class LedgerOffloader:
             raise ValidationError(f"checksum_chunk must be 0 (no checksums) or at least 512 bytes, got {checksum_chunk}")
         self.store = store
         self.prefix = normalize_prefix(prefix)
+        # where its objects go, as OffloadContext driver metadata records it
+        self.location = StoreLocation.of_store(store, self.prefix)
         self.max_block_size = max_block_size
         self.read_buffer = read_buffer
         self.cluster = cluster

@@ -26,13 +26,6 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tieredcore.config import (
-    S3_CONNECT_TIMEOUT,
-    S3_MAX_ATTEMPTS,
-    S3_READ_TIMEOUT,
-    S3_RETRY_MODE,
-    S3_RETRY_MODES,
-)
 from tieredcore.errors import (
     BadRangeError,
     BlobStoreError,
@@ -53,6 +46,13 @@ from tieredcore.stores.blob import (
     Pieces,
     normalize_metadata,
     read_piece,
+)
+from tieredcore.stores.location import (
+    S3_CONNECT_TIMEOUT,
+    S3_MAX_ATTEMPTS,
+    S3_READ_TIMEOUT,
+    S3_RETRY_MODE,
+    S3_RETRY_MODES,
 )
 
 DELETE_BATCH = 1000  # DeleteObjects limit

@@ -1,0 +1,54 @@
+"""Runs lifecycle work units (TopicWork dicts, one Spark partition's share) on an executor: each kind of
+unit to its job (offload and deletion-lag cleanup, retention, scrub). Never raises for a failing ledger
+or topic: failures are rows, so the other topics still run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+
+from tieredcore.config import Config
+from tieredcore.errors import TieredError, ValidationError
+from tieredcore.lifecycle.retention import trim_work
+from tieredcore.lifecycle.scrub import scrub_work
+from tieredcore.lifecycle.sweep import lag_cleanup_topic, offload_topic
+from tieredcore.lifecycle.work import (
+    KIND_LAG_CLEANUP,
+    KIND_OFFLOAD,
+    KIND_RETENTION,
+    KIND_SCRUB,
+    LedgerResult,
+    TopicWork,
+    policy_store,
+)
+from tieredcore.names import TopicName
+from tieredcore.offload.managed import OUTCOME_FAILED
+from tieredcore.workspace import Workspace
+
+
+def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
+    """Executes TopicWork dicts (a Spark partition); yields LedgerResult dicts. Never raises for a
+    failing ledger or topic: failures are rows, so the other topics still run."""
+    with Workspace(config) as ws:
+        ps = policy_store(ws)
+        budget = ws.failure_budget()  # per Spark task: a failing store stops this task's remaining work
+        for u in units:
+            w = TopicWork(**u)
+            t = TopicName.parse(w.topic)
+            try:
+                pol = ps.for_topic(t)
+                if w.kind == KIND_OFFLOAD:
+                    rows = offload_topic(ws, pol, t, w, budget)
+                elif w.kind == KIND_LAG_CLEANUP:
+                    rows = lag_cleanup_topic(ws, pol, t, w, budget)
+                elif w.kind == KIND_RETENTION:
+                    rows = trim_work(ws, pol, t, w)
+                elif w.kind == KIND_SCRUB:
+                    rows = scrub_work(ws, pol, t, w, budget)
+                else:
+                    raise ValidationError(f"unknown kind of work {w.kind!r}")
+            except TieredError as e:  # the topic as a whole could not be processed
+                rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
+                                     error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
+            for r in rows:
+                yield asdict(r)

@@ -1,0 +1,208 @@
+"""What every lifecycle job's distributed work shares: the unit of work (one topic's ledgers), the row each
+ledger produces, the run summary and report, the policy lookup, and running a topic's ledgers under its
+lease with a budget of store failures. The jobs themselves: sweep (offload, deletion-lag cleanup),
+retention, scrub; :func:`tieredcore.lifecycle.runner.run_work` runs their units on Spark executors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tieredcore.errors import LeaseHeldError, TieredError
+from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
+from tieredcore.names import NamespaceName, TopicName
+from tieredcore.offload.managed import OUTCOME_ABORTED, OUTCOME_BUSY, OUTCOME_FAILED
+from tieredcore.reports import Totals, totals
+from tieredcore.stores.failures import StoreFailureBudget
+from tieredcore.workspace import Workspace
+
+KIND_OFFLOAD = "offload"
+KIND_LAG_CLEANUP = "lag-cleanup"
+KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
+KIND_SCRUB = "scrub"  # tieredcore.lifecycle.scrub
+
+# outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
+FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", OUTCOME_ABORTED,
+                             "damaged", "unrecoverable"})
+# outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
+BYTES_OUTCOMES = ("offloaded", "marked", "ok", "damaged", "repaired", "unrecoverable")
+
+
+@dataclass
+class TopicWork:
+    """One unit of distributed work: the ledgers of one topic, processed in order by one task."""
+
+    topic: str  # persistent://tenant/ns/topic
+    kind: str
+    ledgers: list[int]
+    as_of_ms: int
+    dry_run: bool = False
+    options: dict[str, Any] = field(default_factory=dict)  # per-kind switches (scrub: deep, repair)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# LedgerResult's fields as the Parquet detail schema of run reports (Spark DDL)
+DETAIL_SCHEMA = (
+    "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
+    "entries long, seconds double, uuid string, error string"
+)
+
+
+@dataclass
+class LedgerResult:
+    """One row of a run report (also the Parquet detail schema, DETAIL_SCHEMA)."""
+
+    topic: str
+    namespace: str
+    ledger: int
+    kind: str
+    outcome: str
+    bytes: int = 0
+    blocks: int = 0
+    entries: int = 0
+    seconds: float = 0.0
+    uuid: str = ""
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILED_OUTCOMES
+
+
+def policy_store(ws: Workspace) -> PolicyStore:
+    # the workspace configuration is the cluster default under namespace and topic policies
+    defaults = OffloadPolicy(max_block_size=ws.config.max_block_size, read_buffer_size=ws.config.read_buffer)
+    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"))
+
+
+def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:
+    ps = policy_store(ws)
+    if namespaces:
+        return [NamespaceName.parse(n).name for n in namespaces]
+    if kind == KIND_OFFLOAD:
+        return ps.namespaces_with_offload()
+    return sorted(set(ws.ml.list_namespaces()))
+
+
+def held_topic_rows(
+    ws: Workspace, t: TopicName, w: TopicWork, purpose: str, budget: StoreFailureBudget | None,
+    one: Callable[[int, LedgerResult], str],
+) -> list[LedgerResult]:
+    """Run ``one(ledger id, row)`` for each of the unit's ledgers, oldest first, holding the topic's lease
+    (not in a dry run, which changes nothing): a topic leased by another runner is skipped (``busy``), a
+    spent failure budget marks the rest ``aborted``. ``one`` fills the row and returns the class name of
+    the error behind a failure ('' when none), which the budget counts."""
+    ids = sorted(w.ledgers)
+    out: list[LedgerResult] = []
+
+    def run_all(renew: Callable[[], None] | None) -> None:
+        for lid in ids:
+            started = time.monotonic()
+            row = LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED)
+            if budget is not None and budget.exhausted:
+                row.outcome, row.error = OUTCOME_ABORTED, budget.reason
+                out.append(row)
+                continue
+            try:
+                error_type = one(lid, row)
+            except TieredError as e:
+                row.outcome, row.error, error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
+            row.seconds = round(time.monotonic() - started, 6)
+            out.append(row)
+            if budget is not None:
+                budget.record(error_type, row.error)
+            if renew is not None and len(out) < len(ids):
+                renew()
+
+    if w.dry_run:
+        run_all(None)
+        return out
+    try:
+        with ws.leases.hold(t, purpose) as held:
+            run_all(held.renew)
+    except LeaseHeldError as e:
+        out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_BUSY, error=str(e))
+                for lid in ids[len(out):]]
+    return out
+
+
+@dataclass
+class RunSummary:
+    job: str
+    run_id: str
+    as_of_ms: int
+    dry_run: bool
+    topics: int = 0
+    ledgers: int = 0
+    bytes: int = 0
+    failures: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    drain: dict[str, Any] | None = None  # deletion_lag_cleanup --drain: the drain pass's counters
+    # ledgers whose data no copy holds any more (scrub: damaged offloaded copy, no hot copy)
+    data_loss: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
+        s = cls(job, run_id, as_of_ms, dry_run, seconds=round(seconds, 3))
+        s.topics = len({r["topic"] for r in rows})
+        s.ledgers = len(rows)
+        for r in rows:
+            s.outcomes[r["outcome"]] = s.outcomes.get(r["outcome"], 0) + 1
+            ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
+            ns["ledgers"] += 1
+            ns["outcomes"][r["outcome"]] = ns["outcomes"].get(r["outcome"], 0) + 1
+            if r["outcome"] == "unrecoverable":
+                s.data_loss.append(f"{r['topic']} ledger {r['ledger']}")
+            failed = LedgerResult(**r).failed
+            if r["outcome"] in BYTES_OUTCOMES:
+                s.bytes += r["bytes"]
+                ns["bytes"] += r["bytes"]
+            s.failures += failed
+            ns["failures"] += failed
+        return s
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def totals(self) -> Totals:
+        counters = {k: int(v) for k, v in (self.drain or {}).items() if isinstance(v, int) and k != "as_of_ms"}
+        return totals(topics=self.topics, ledgers=self.ledgers, bytes=self.bytes, failures=self.failures,
+                      outcomes=dict(self.outcomes), namespaces=self.namespaces, counters=counters,
+                      data_loss=list(self.data_loss))
+
+
+@dataclass
+class LedgerRunReport:
+    """The report of a run over ledgers (offload sweep, lag cleanup, retention, scrub): its summary and
+    one row per ledger (tieredcore.reports.JobReport)."""
+
+    summary_: RunSummary
+    rows: list[dict]
+
+    def totals(self) -> Totals:
+        return self.summary_.totals()
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.summary_.as_dict(), "totals": self.totals()}
+
+    def detail(self) -> tuple[list[tuple], str]:
+        return [tuple(LedgerResult(**r).__dict__.values()) for r in self.rows], DETAIL_SCHEMA
+
+    def messages(self) -> list[str]:
+        out = []
+        for r in self.rows:
+            if LedgerResult(**r).failed:
+                out.append(f"FAILED {r['topic']} ledger {r['ledger']}: {r['outcome']}: {r['error']}")
+            elif r["outcome"] == OUTCOME_BUSY:
+                out.append(f"BUSY {r['topic']} ledger {r['ledger']}: {r['error']}")
+        aborted = [r for r in self.rows if r["outcome"] == OUTCOME_ABORTED]
+        if aborted:
+            out.append(f"STOPPED early: {len(aborted)} ledger(s) {aborted[0]['error']}")
+        out += [f"DATA LOSS: {what}: no copy of it can be read (see the report)" for what in self.summary_.data_loss]
+        return out

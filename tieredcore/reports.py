@@ -1,0 +1,74 @@
+"""Run reports: one report name per run, one shape of totals for every job, one exit-code rule.
+
+Every job writes ``<reports_dir>/<job>/<report name>/summary.json`` (its :meth:`JobReport.summary`, which
+carries its :meth:`JobReport.totals` under ``"totals"``) and ``detail.parquet`` (:meth:`JobReport.detail`).
+The DAGs add up ``totals`` without knowing which job wrote a report.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol, TypedDict
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # some unit failed: a retry may succeed
+EXIT_USAGE = 2  # bad input: nothing started
+EXIT_DATA_LOSS = 3  # a ledger no copy of which can be read: a retry cannot help
+
+
+class Totals(TypedDict):
+    """What the DAGs add up over a run's reports."""
+
+    topics: int
+    ledgers: int  # units of work: ledgers, deletion records, orphan groups
+    bytes: int
+    failures: int
+    outcomes: dict[str, int]
+    namespaces: dict[str, dict[str, Any]]  # namespace -> {"ledgers", "bytes", "failures", "outcomes"}
+    counters: dict[str, int]  # job-specific counters (the drain's PIP-186 counters)
+    data_loss: list[str]  # ledgers no copy of which can be read
+
+
+class JobReport(Protocol):
+    """What a Spark job hands to the job template (spark_jobs/_jobkit.py) when it is done."""
+
+    def totals(self) -> Totals: ...
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json: the job's own fields, with ``totals``."""
+        ...
+
+    def detail(self) -> tuple[list[tuple], str]:
+        """detail.parquet: rows and their Spark DDL schema."""
+        ...
+
+    def messages(self) -> list[str]:
+        """Lines for the job's log after the run (what failed, what was lost)."""
+        ...
+
+
+def totals(**kw: Any) -> Totals:
+    """A Totals with every key (defaults: zero, empty)."""
+    base: dict[str, Any] = {"topics": 0, "ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}, "namespaces": {},
+                            "counters": {}, "data_loss": []}
+    base.update(kw)
+    return base  # type: ignore[return-value]
+
+
+def exit_code(t: Totals) -> int:
+    if t["data_loss"]:
+        return EXIT_DATA_LOSS
+    return EXIT_FAILED if t["failures"] else EXIT_OK
+
+
+def report_name(run_id: str, namespace: str | None = None) -> str:
+    """A report directory name from a run id (an Airflow run_id, or a job's own): one path component of
+    ``[A-Za-z0-9_.=+-]`` (``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00+00_00``),
+    never '', '.' or '..'. Per-namespace jobs of one run get ``.<tenant>+<ns>`` ('+' never occurs in
+    namespace names, so two namespaces never share a report). Idempotent."""
+    rid = _UNSAFE.sub("_", str(run_id))
+    if namespace:
+        rid += "." + _UNSAFE.sub("_", namespace.replace("/", "+"))
+    return rid.replace(".", "_") if rid.strip(".") == "" and rid else (rid or "_")
