@@ -263,57 +263,18 @@ def _run_ids(planned: Any) -> list[str]:
     return out
 
 
-# outcome counters of the deletion drain's report (tieredcore.lifecycle.drain.OUTCOMES)
-DRAIN_OUTCOMES = ("deleted", "already_deleted", "still_in_use", "refused_mismatch", "refused_foreign", "malformed",
-                  "retrying", "dead_lettered", "lost_race", "would_delete")
-DRAIN_COUNTERS = ("deleted_hot", "deleted_offloaded", "delete_failures_hot", "delete_failures_offloaded",
-                  "acknowledged")
-RECONCILE_OUTCOMES = ("orphan_groups", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
-                      "uploads_aborted", "foreign_keys", "foreign_cluster_groups", "young_unreferenced",
-                      "young_hot_ledgers")
-
-
-def report_totals(job: str, s: dict[str, Any]) -> dict[str, Any]:
-    """One job report's summary.json in the shape the summary task adds up: topics, ledgers, bytes,
-    failures, outcomes, namespaces (+ `counters` for the drain's PIP-186 counters).
-
-    Ledger jobs (offload_sweep, deletion_lag_cleanup, retention_sweep: RunSummary) as they are; the
-    deletion drain (DrainReport: ledgers = records looked at, failures = what made the job exit 1:
-    dead-lettered or malformed records outside a dry run, failed tasks); orphan reconciliation
-    (ReconcileReport: ledgers = orphan records, bytes = orphan bytes, failures = its errors)."""
-    if "entries" in s and "dead_lettered" in s:  # deletion_drain
-        dead = 0 if s.get("dry_run") else int(s.get("dead_lettered", 0)) + int(s.get("malformed", 0))
-        return {"topics": 0, "ledgers": int(s.get("entries", 0)), "bytes": 0,
-                "failures": dead + len(s.get("task_errors") or []),
-                "outcomes": {k: int(s[k]) for k in DRAIN_OUTCOMES if s.get(k)},
-                "counters": {k: int(s.get(k, 0)) for k in DRAIN_COUNTERS}, "namespaces": {}}
-    if "orphan_groups" in s and "by_namespace" in s:  # reconcile_orphans
-        namespaces: dict[str, dict[str, int]] = {}
-        for ns, kinds in (s.get("by_namespace") or {}).items():
-            acc = namespaces.setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0})
-            for kind, d in kinds.items():
-                if kind != "upload":
-                    acc["ledgers"] += int(d.get("count", 0))
-                acc["bytes"] += int(d.get("bytes", 0))
-        return {"topics": 0, "ledgers": int(s.get("orphan_groups", 0)) + int(s.get("hot_orphans", 0)),
-                "bytes": int(s.get("orphan_bytes", 0)) + int(s.get("hot_orphan_bytes", 0)),
-                "failures": len(s.get("errors") or []),
-                "outcomes": {k: int(s[k]) for k in RECONCILE_OUTCOMES if s.get(k)}, "namespaces": namespaces}
-    return {k: s.get(k, d) for k, d in (("topics", 0), ("ledgers", 0), ("bytes", 0), ("failures", 0),
-                                         ("outcomes", {}), ("namespaces", {}), ("data_loss", []))}
-
-
 def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
-    """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs; a job without a
-    report (it failed before writing one) counts in `failed_jobs`."""
+    """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs (each report's
+    ``totals``: the same shape for every job, tieredcore.reports.Totals); a job without a report (it
+    failed before writing one) counts in `failed_jobs`."""
     totals: dict[str, Any] = {"job": job, "jobs": len(run_ids), "topics": 0, "ledgers": 0, "bytes": 0,
                               "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
                               "reports": [], "data_loss": []}
     for rid in run_ids:
         path = Path(reports_dir) / job / rid / "summary.json"
         try:
-            s = report_totals(job, json.loads(path.read_text()))
-        except (OSError, ValueError):
+            s = json.loads(path.read_text())["totals"]
+        except (OSError, ValueError, KeyError, TypeError):
             totals["failed_jobs"].append(rid)
             continue
         totals["reports"].append(str(path))

@@ -18,7 +18,6 @@ operator class. No I/O at import time.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,22 +26,20 @@ from urllib.parse import quote
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
 
+from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
+
 PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")  # the same set spark_jobs/_jobkit.run_id_for keeps
 
 
 # -- macros ---------------------------------------------------------------------------------------
 
 
 def tiered_run_id(run_id: str, namespace: str | None = None) -> str:
-    """A report name from an Airflow run_id (``manual__2026-01-01T00:00:00+00:00`` ->
-    ``manual__2026-01-01T00_00_00+00_00``); per-namespace jobs of one run get ``.<tenant>+<ns>``
-    ('+' never occurs in namespace names, so two namespaces never share a report)."""
-    rid = _UNSAFE.sub("_", str(run_id))
-    if namespace:
-        rid += "." + _UNSAFE.sub("_", namespace.replace("/", "+"))
-    return rid
+    """The report name the Spark jobs give a run (tieredcore.reports.report_name):
+    ``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00+00_00``; per-namespace jobs of
+    one run get ``.<tenant>+<ns>``."""
+    return report_name(run_id, namespace)
 
 
 def tiered_reports_dir(config: str | None = None) -> str:
@@ -137,7 +134,7 @@ def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
 
 
 # exit codes of spark_jobs/_jobkit.py after which a retry cannot succeed
-NO_RETRY_EXIT_CODES = {2: "bad input: nothing was started", 3: "DATA LOSS reported by the job"}
+NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_LOSS: "DATA LOSS reported by the job"}
 
 
 class TieredSparkSubmitOperator(SparkSubmitOperator):

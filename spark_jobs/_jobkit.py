@@ -1,4 +1,8 @@
-"""What every Spark job shares: arguments, the session, distribution, the run report."""
+"""The template every Spark job follows (run_job): arguments, the configuration and the clock loaded and
+the plan made on the driver before Spark starts, one session, one report written, one exit-code rule.
+
+Exit codes (tieredcore.reports): 0 every unit succeeded; 1 some failed (a retry may succeed); 2 bad input,
+nothing started; 3 data loss was found (a retry cannot help: the DAGs do not retry 2 and 3)."""
 
 from __future__ import annotations
 
@@ -7,30 +11,24 @@ import ctypes
 import datetime as dt
 import json
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tieredcore.clock import parse_time_ms
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.runner import run_work
-from tieredcore.lifecycle.work import LedgerResult, RunSummary, TopicWork
+from tieredcore.lifecycle.work import LedgerRunReport, RunSummary, TopicWork
+from tieredcore.reports import EXIT_FAILED, EXIT_USAGE, JobReport, exit_code, report_name, summary_document
 
-# Parquet detail schema (one row per ledger); Spark DDL
-DETAIL_SCHEMA = (
-    "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
-    "entries long, seconds double, uuid string, error string"
-)
-SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # one log line the Airflow summary task can find
-# Exit codes of every job: 0 every unit succeeded; 1 some failed (a retry may succeed); 2 bad input,
-# nothing started; 3 data loss was found (a retry cannot help: the DAGs do not retry 2 and 3)
-EXIT_DATA_LOSS = 3
+SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
+LOG_OMITS = ("records",)  # bulky lists stay in summary.json, out of the log line
+P = TypeVar("P")
 
 
 def exit_with_parent() -> None:
@@ -64,10 +62,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 
 def run_id_for(args: argparse.Namespace, as_of_ms: int) -> str:
-    rid = args.run_id or dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    rid = re.sub(r"[^A-Za-z0-9_.=+-]", "_", rid)
-    # a single path component under <reports>/<job>/: never '', '.' or '..'
-    return rid.replace(".", "_") if rid.strip(".") == "" else rid
+    """The run's report name: --run-id (an Airflow run_id), else the logical time, made one safe path
+    component (tieredcore.reports.report_name)."""
+    return report_name(args.run_id or dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ"))
 
 
 def session(app_name: str, config: Config):
@@ -81,6 +78,87 @@ def session(app_name: str, config: Config):
     return builder.getOrCreate()
 
 
+@dataclass(frozen=True)
+class Run:
+    """What a job's steps get: the loaded configuration, the run's clock and names, its arguments."""
+
+    job: str
+    args: argparse.Namespace
+    config: Config
+    as_of_ms: int
+    run_id: str
+    report_dir: str
+    started: float  # time.monotonic() at start
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.args.dry_run)
+
+    def seconds(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def report_dir_for(args: argparse.Namespace, config: Config) -> str:
+    report_dir = args.report_dir or config.reports_dir
+    if not report_dir:
+        raise ValidationError("no reports location: set reports_dir in the configuration or --report-dir")
+    return report_dir
+
+
+def write_report(spark, run: Run, report: JobReport) -> tuple[Path, dict[str, Any]]:
+    """`<reports>/<job>/<run_id>/summary.json` (the report's summary, its totals, the run's names) and
+    `detail.parquet`; a rerun of the same run overwrites both. Returns the directory and the summary."""
+    summary = summary_document(report, run.job, run.run_id, run.seconds())
+    out = Path(run.report_dir) / run.job / run.run_id
+    out.mkdir(parents=True, exist_ok=True)
+    rows, schema = report.detail()
+    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / "detail.parquet"))
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    tmp.replace(out / "summary.json")
+    return out, summary
+
+
+def run_job(
+    job: str,
+    args: argparse.Namespace,
+    plan: Callable[[Run], P],
+    describe: Callable[[P], str],
+    execute: Callable[[Any, Run, P], JobReport],
+) -> int:
+    """Every job's life: load the configuration, parse the clock, check the reports location and
+    ``plan(run)`` on the driver — all before Spark starts, so bad input exits 2 having started nothing;
+    then one Spark session for ``execute(spark, run, planned)``, one report written, the report's
+    messages and summary logged. Exit code from the report's totals (tieredcore.reports.exit_code)."""
+    exit_with_parent()
+    started = time.monotonic()
+    try:
+        config = Config.load(args.config)
+        as_of = parse_as_of(args.as_of)
+        run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
+        planned = plan(run)
+    except TieredError as e:
+        print(f"{job}: {e}", file=sys.stderr, flush=True)
+        return EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
+    print(f"{job}: run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}",
+          flush=True)
+    spark = session(f"tiered-{job}", config)
+    try:
+        report = execute(spark, run, planned)
+        out, summary = write_report(spark, run, report)
+    finally:
+        spark.stop()
+    for line in report.messages():
+        print(f"{job}: {line}", flush=True)
+    print(f"{job}: report {out}", flush=True)
+    logged = {k: v for k, v in summary.items() if k not in LOG_OMITS}
+    print(SUMMARY_PREFIX + json.dumps(logged, sort_keys=True, default=str), flush=True)
+    return exit_code(report.totals())
+
+
+# -- jobs over TopicWork units (offload sweep, lag cleanup, retention, scrub) ------------------------
+
+
 def distribute(spark, config: Config, work: Sequence[TopicWork]) -> list[dict]:
     """One element per topic; each Spark task runs its topics' ledgers in order (spec/02)."""
     if not work:
@@ -91,96 +169,28 @@ def distribute(spark, config: Config, work: Sequence[TopicWork]) -> list[dict]:
     return sc.parallelize(units, slices).mapPartitions(lambda it: run_work(config, it)).collect()
 
 
-def write_report(spark, report_dir: str, job: str, run_id: str, summary: RunSummary, rows: list[dict]) -> Path:
-    """`<reports>/<job>/<run_id>/summary.json` + `detail.parquet`; a rerun of the same run overwrites."""
-    out = Path(report_dir) / job / run_id
-    out.mkdir(parents=True, exist_ok=True)
-    df = spark.createDataFrame([tuple(LedgerResult(**r).__dict__.values()) for r in rows], DETAIL_SCHEMA)
-    df.coalesce(1).write.mode("overwrite").parquet(str(out / "detail.parquet"))
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
-    tmp.replace(out / "summary.json")
-    return out
-
-
-def run_job(
+def run_ledger_job(
     job: str,
     args: argparse.Namespace,
-    plan: Callable[[Config, int], list[TopicWork]],
+    plan: Callable[[Run], list[TopicWork]],
     after: Callable[[Config, int, list[dict]], tuple[dict[str, Any], int]] | None = None,
 ) -> int:
-    """Plan on the driver, distribute, report; 0 when every unit succeeded, 1 otherwise, 2 bad input.
+    """A job over TopicWork units: plan on the driver, distribute by topic, one row per ledger.
 
     ``after(config, as_of, rows)``, when given, runs on the driver once the distributed phase is done
     (e.g. the lag cleanup's drain of the records it appended); it returns ``(report, failures)``: the
     report goes into the run summary under ``drain``, the failures add to the run's."""
-    exit_with_parent()
-    started = time.monotonic()
-    try:
-        config = Config.load(args.config)
-        as_of = parse_as_of(args.as_of)
-        work = plan(config, as_of)
-    except TieredError as e:
-        print(f"{job}: {e}", file=sys.stderr, flush=True)
-        return 2 if isinstance(e, ValidationError | NotFoundError) else 1
-    run_id = run_id_for(args, as_of)
-    print(f"{job}: run {run_id} as of {as_of} ms: {len(work)} topic(s), "
-          f"{sum(len(w.ledgers) for w in work)} ledger(s) planned{' (dry run)' if args.dry_run else ''}",
-          flush=True)
-    spark = session(f"tiered-{job}", config)
-    try:
-        rows = distribute(spark, config, work)
-        extra: tuple[dict[str, Any], int] | None = after(config, as_of, rows) if after is not None else None
-        summary = RunSummary.of(job, run_id, as_of, args.dry_run, rows, time.monotonic() - started)
+
+    def describe(work: list[TopicWork]) -> str:
+        return f"{len(work)} topic(s), {sum(len(w.ledgers) for w in work)} ledger(s) planned"
+
+    def execute(spark, run: Run, work: list[TopicWork]) -> JobReport:
+        rows = distribute(spark, run.config, work)
+        extra = after(run.config, run.as_of_ms, rows) if after is not None else None
+        summary = RunSummary.of(job, run.run_id, run.as_of_ms, run.dry_run, rows, run.seconds())
         if extra is not None:
             summary.drain, more_failures = extra
             summary.failures += more_failures
-        report_dir = args.report_dir or config.reports_dir
-        if not report_dir:
-            raise ValidationError("no reports location: set reports_dir in the configuration or --report-dir")
-        out = write_report(spark, report_dir, job, run_id, summary, rows)
-    finally:
-        spark.stop()
-    for r in rows:
-        if LedgerResult(**r).failed:
-            print(f"{job}: FAILED {r['topic']} ledger {r['ledger']}: {r['outcome']}: {r['error']}", flush=True)
-        elif r["outcome"] == "busy":
-            print(f"{job}: BUSY {r['topic']} ledger {r['ledger']}: {r['error']}", flush=True)
-    aborted = [r for r in rows if r["outcome"] == "aborted"]
-    if aborted:
-        print(f"{job}: STOPPED early: {len(aborted)} ledger(s) {aborted[0]['error']}", flush=True)
-    for what in summary.data_loss:
-        print(f"{job}: DATA LOSS: {what}: no copy of it can be read (see the report)", flush=True)
-    print(f"{job}: report {out}", flush=True)
-    print(SUMMARY_PREFIX + json.dumps(asdict(summary), sort_keys=True), flush=True)
-    if summary.data_loss:
-        return EXIT_DATA_LOSS
-    return 1 if summary.failures else 0
+        return LedgerRunReport(summary, rows)
 
-
-# -- jobs that are not TopicWork-shaped (deletion drain, orphan reconciliation) ---------------------
-
-
-def bad_input(job: str, e: TieredError) -> int:
-    """Report an error found before Spark starts: 2 for bad input, 1 otherwise."""
-    print(f"{job}: {e}", file=sys.stderr, flush=True)
-    return 2 if isinstance(e, ValidationError | NotFoundError) else 1
-
-
-def report_dir_for(args: argparse.Namespace, config: Config) -> str:
-    report_dir = args.report_dir or config.reports_dir
-    if not report_dir:
-        raise ValidationError("no reports location: set reports_dir in the configuration or --report-dir")
-    return report_dir
-
-
-def write_job_report(spark, report_dir: str, job: str, run_id: str, summary: dict, rows: Sequence[tuple],
-                     schema: str, detail: str = "detail.parquet") -> Path:
-    """Like write_report, with the job's own summary dict and detail schema (Spark DDL)."""
-    out = Path(report_dir) / job / run_id
-    out.mkdir(parents=True, exist_ok=True)
-    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / detail))
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
-    tmp.replace(out / "summary.json")
-    return out
+    return run_job(job, args, plan, describe, execute)

@@ -20,22 +20,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator, Sequence
 
-from spark_jobs._jobkit import (
-    SUMMARY_PREFIX,
-    bad_input,
-    base_parser,
-    exit_with_parent,
-    parse_as_of,
-    report_dir_for,
-    run_id_for,
-    session,
-    write_job_report,
-)
+from spark_jobs._jobkit import Run, base_parser, run_job
 from tieredcore.config import Config
-from tieredcore.errors import TieredError, ValidationError
+from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.drain import DrainReport, DrainRow, drain
 from tieredcore.stores.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
@@ -48,7 +37,6 @@ from tieredcore.workspace import Workspace
 
 JOB = "deletion_drain"
 CHUNK = 5000  # records per Spark task at most (a store with more gets several tasks)
-DETAIL_SCHEMA = "id string, topic string, ledger long, type string, reason string, outcome string, error string"
 GROUP_HOT = "hot"
 GROUP_MALFORMED = "malformed"
 
@@ -106,9 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"first retry delay, doubled per attempt (default {DEFAULT_RETRY_DELAY_MS})")
     p.add_argument("--limit", type=int, help="at most this many due records this run (oldest first)")
     args = p.parse_args(argv)
-    exit_with_parent()
-    started = time.monotonic()
-    try:
+
+    def plan(run: Run) -> tuple[int, list[tuple[str, list[Entry]]]]:
         if args.namespace:
             raise ValidationError("--namespace is not supported by the deletion drain")
         if args.max_attempts < 1:
@@ -117,48 +104,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValidationError(f"--retry-delay-ms must be >= 0, got {args.retry_delay_ms}")
         if args.limit is not None and args.limit < 0:
             raise ValidationError(f"--limit must be >= 0, got {args.limit}")
-        config = Config.load(args.config)
-        as_of = parse_as_of(args.as_of)
-        report_dir = report_dir_for(args, config)
-        with Workspace(config) as ws:
-            due = DeletionLog(ws.metadata).due(as_of, args.limit)
-    except TieredError as e:
-        return bad_input(JOB, e)
-    run_id = run_id_for(args, as_of)
-    units = plan_units(due)
-    print(f"{JOB}: run {run_id} as of {as_of} ms: {len(due)} due record(s) in {len(units)} task(s)"
-          f"{' (dry run)' if args.dry_run else ''}", flush=True)
-    spark = session(f"tiered-{JOB}", config)
-    try:
+        with Workspace(run.config) as ws:
+            due = DeletionLog(ws.metadata).due(run.as_of_ms, args.limit)
+        return len(due), plan_units(due)
+
+    def describe(planned: tuple[int, list]) -> str:
+        return f"{planned[0]} due record(s) in {len(planned[1])} task(s)"
+
+    def execute(spark, run: Run, planned: tuple[int, list[tuple[str, list[Entry]]]]) -> DrainReport:
+        due, units = planned
         results: list[dict] = []
         if units:
-            delay, attempts, dry = args.retry_delay_ms, args.max_attempts, args.dry_run
+            config, as_of, delay, attempts, dry = (run.config, run.as_of_ms, args.retry_delay_ms, args.max_attempts,
+                                                   run.dry_run)
             results = (spark.sparkContext.parallelize(units, len(units))
                        .mapPartitions(lambda it: run_units(config, as_of, delay, attempts, dry, it))
                        .collect())
-        total = DrainReport(as_of, args.dry_run)
-        errors = []
+        total = DrainReport(run.as_of_ms, run.dry_run)
         for r in results:
             if "error" in r:
-                errors.append(f"{r['group']}: {r['entries']} record(s) not processed: {r['error']}")
+                total.task_errors.append(f"{r['group']}: {r['entries']} record(s) not processed: {r['error']}")
             else:
                 total = total.merge(report_of(r["report"]))
-        summary = {k: v for k, v in total.as_dict().items() if k != "rows"}
-        summary.update(job=JOB, run_id=run_id, due=len(due), tasks=len(units), task_errors=errors,
-                       seconds=round(time.monotonic() - started, 3))
-        rows = [(r.id, r.topic, r.ledger, r.type, r.reason, r.outcome, r.error) for r in total.rows]
-        out = write_job_report(spark, report_dir, JOB, run_id, summary, rows, DETAIL_SCHEMA)
-    finally:
-        spark.stop()
-    for e in errors:
-        print(f"{JOB}: FAILED task {e}", flush=True)
-    for r in total.rows:
-        if r.outcome in ("dead_lettered", "malformed"):
-            print(f"{JOB}: DEAD-LETTERED {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}", flush=True)
-    print(f"{JOB}: report {out}", flush=True)
-    print(SUMMARY_PREFIX + json.dumps(summary, sort_keys=True), flush=True)
-    dead = not args.dry_run and (total.dead_lettered or total.malformed)  # a dry run changes nothing
-    return 1 if errors or dead else 0
+        total.due, total.tasks = due, len(units)
+        return total
+
+    return run_job(JOB, args, plan, describe, execute)
 
 
 if __name__ == "__main__":

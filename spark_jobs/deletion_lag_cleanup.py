@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs._jobkit import base_parser, run_job
+from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.config import Config
 from tieredcore.errors import TieredError
 from tieredcore.lifecycle.drain import OUTCOME_DEAD, OUTCOME_RETRYING, drain
@@ -47,11 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="drain the deletion log on the driver after marking (default: on)")
     args = p.parse_args(argv)
 
-    def plan(config: Config, as_of: int):
-        with Workspace(config) as ws:
-            return plan_lag_cleanup(ws, args.namespace, as_of, args.dry_run)
+    def plan(run: Run):
+        with Workspace(run.config) as ws:
+            return plan_lag_cleanup(ws, args.namespace, run.as_of_ms, args.dry_run)
 
-    return run_job(JOB, args, plan, after=drain_after if args.drain and not args.dry_run else None)
+    return run_ledger_job(JOB, args, plan, after=drain_after if args.drain and not args.dry_run else None)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from spark_jobs._jobkit import base_parser, run_job
-from tieredcore.config import Config
+from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.sweep import plan_manual_offload, plan_offload
 from tieredcore.model import Position
@@ -33,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="manual: keep at most SIZE bytes in the hot tier (e.g. 0, 1048576, 64M, 1G)")
     args = p.parse_args(argv)
 
-    def plan(config: Config, as_of: int):
+    def plan(run: Run):
         if args.max_topics is not None and args.max_topics <= 0:
             raise ValidationError("--max-topics must be positive")
         manual = args.topic is not None
@@ -41,12 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValidationError("--topic goes with exactly one of --up-to / --keep-bytes")
         up_to = parse_position(args.up_to) if args.up_to is not None else None
         keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
-        with Workspace(config) as ws:
+        with Workspace(run.config) as ws:
             if manual:
-                return plan_manual_offload(ws, args.topic, as_of, up_to, keep, args.dry_run)
-            return plan_offload(ws, args.namespace, as_of, args.max_topics, args.dry_run)
+                return plan_manual_offload(ws, args.topic, run.as_of_ms, up_to, keep, args.dry_run)
+            return plan_offload(ws, args.namespace, run.as_of_ms, args.max_topics, args.dry_run)
 
-    return run_job(JOB, args, plan)
+    return run_ledger_job(JOB, args, plan)
 
 
 if __name__ == "__main__":

@@ -26,24 +26,13 @@ object, hot ledger or stale upload). Exit 0, 1 when anything failed (a listing, 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
 
-from spark_jobs._jobkit import (
-    SUMMARY_PREFIX,
-    bad_input,
-    base_parser,
-    exit_with_parent,
-    parse_as_of,
-    report_dir_for,
-    run_id_for,
-    session,
-    write_job_report,
-)
+from spark_jobs._jobkit import Run, base_parser, run_job
 from tieredcore.config import Config
-from tieredcore.errors import TieredError, ValidationError
+from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.reconcile import (
     DEFAULT_GRACE_MS,
     ObjectOrphans,
@@ -66,8 +55,6 @@ from tieredcore.workspace import Workspace
 JOB = "reconcile_orphans"
 LISTING_SCHEMA = ("loc int, key string, size long, last_modified_ms long, uuid string, ledger_id long, "
                   "is_index boolean, error string")
-DETAIL_SCHEMA = ("location string, kind string, key string, size long, last_modified_ms long, uuid string, "
-                 "ledger_id long, topic string, namespace string")
 
 
 def listing_tasks(locs) -> list[tuple]:
@@ -98,8 +85,8 @@ def _n(v) -> int:
     return int(v or 0)
 
 
-def run(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tuple[ReconcileReport, list[tuple]]:
-    """The reconciliation; returns the report and the detail rows."""
+def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> ReconcileReport:
+    """The reconciliation (the report holds its detail rows)."""
     from pyspark.sql import functions as F
 
     rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
@@ -177,10 +164,8 @@ def run(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tu
     rep.timings["anti_join"] = round(clock() - t0, 6)
 
     # 4-6. planning, phase-1 append, stale uploads: the same code as reconcile()
-    detail: list[tuple] = []
-    plan_and_apply(ws, rep, locs, [(locs[i], orph) for i, orph in found], hot, as_of_ms, grace_ms, dry_run,
-                   detail=detail.append)
-    return rep, detail
+    plan_and_apply(ws, rep, locs, [(locs[i], orph) for i, orph in found], hot, as_of_ms, grace_ms, dry_run)
+    return rep
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,35 +173,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grace", default=str(DEFAULT_GRACE_MS),
                    help="only objects/ledgers/uploads older than this are orphans (ms or 90m, 1h...; default 1h)")
     args = p.parse_args(argv)
-    exit_with_parent()
-    started = time.monotonic()
-    try:
+
+    def plan(run: Run) -> int:
         if args.namespace:
             raise ValidationError("--namespace is not supported by orphan reconciliation (it covers every store)")
-        grace = non_negative_duration_ms(args.grace, "--grace")
-        config = Config.load(args.config)
-        as_of = parse_as_of(args.as_of)
-        report_dir = report_dir_for(args, config)
-    except TieredError as e:
-        return bad_input(JOB, e)
-    run_id = run_id_for(args, as_of)
-    print(f"{JOB}: run {run_id} as of {as_of} ms, grace {grace} ms{' (dry run)' if args.dry_run else ''}",
-          flush=True)
-    spark = session(f"tiered-{JOB}", config)
-    try:
-        with Workspace(config) as ws:
-            rep, detail = run(spark, ws, as_of, grace, args.dry_run)
-        summary = rep.as_dict()
-        summary.update(job=JOB, run_id=run_id, seconds=round(time.monotonic() - started, 3))
-        out = write_job_report(spark, report_dir, JOB, run_id, summary, detail, DETAIL_SCHEMA)
-    finally:
-        spark.stop()
-    for e in rep.errors:
-        print(f"{JOB}: ERROR {e}", flush=True)
-    print(f"{JOB}: report {out}", flush=True)
-    print(SUMMARY_PREFIX + json.dumps({k: v for k, v in summary.items() if k != "records"}, sort_keys=True),
-          flush=True)
-    return 1 if rep.errors else 0
+        return non_negative_duration_ms(args.grace, "--grace")
+
+    def execute(spark, run: Run, grace: int) -> ReconcileReport:
+        with Workspace(run.config) as ws:
+            return reconcile_with_spark(spark, ws, run.as_of_ms, grace, run.dry_run)
+
+    return run_job(JOB, args, plan, lambda grace: f"grace {grace} ms", execute)
 
 
 if __name__ == "__main__":

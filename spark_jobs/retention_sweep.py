@@ -25,8 +25,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Sequence
 
-from spark_jobs._jobkit import base_parser, run_job
-from tieredcore.config import Config
+from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.lifecycle.retention import plan_retention
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.lifecycle.work import TopicWork
@@ -58,11 +57,11 @@ def plan_units(ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, d
 def main(argv: Sequence[str] | None = None) -> int:
     args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
 
-    def plan(config: Config, as_of: int):
-        with Workspace(config) as ws:
-            return plan_units(ws, args.namespace, as_of, args.dry_run)
+    def plan(run: Run):
+        with Workspace(run.config) as ws:
+            return plan_units(ws, args.namespace, run.as_of_ms, args.dry_run)
 
-    return run_job(JOB, args, plan)
+    return run_ledger_job(JOB, args, plan)
 
 
 if __name__ == "__main__":

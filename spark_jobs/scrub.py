@@ -22,8 +22,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spark_jobs._jobkit import base_parser, run_job
-from tieredcore.config import Config
+from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.lifecycle.scrub import DEEP_MODES, deep_for, plan_scrub
 from tieredcore.workspace import Workspace
 
@@ -39,12 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="replace damaged copies from the hot copy (default: on; --no-repair reports only)")
     args = p.parse_args(argv)
 
-    def plan(config: Config, as_of: int):
-        with Workspace(config) as ws:
-            return plan_scrub(ws, args.namespace, as_of, topics=args.topic, deep=deep_for(args.deep, as_of),
-                              repair=args.repair, dry_run=args.dry_run)
+    def plan(run: Run):
+        with Workspace(run.config) as ws:
+            return plan_scrub(ws, args.namespace, run.as_of_ms, topics=args.topic,
+                              deep=deep_for(args.deep, run.as_of_ms), repair=args.repair, dry_run=args.dry_run)
 
-    return run_job(JOB, args, plan)
+    return run_ledger_job(JOB, args, plan)
 
 
 if __name__ == "__main__":

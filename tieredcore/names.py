@@ -229,3 +229,14 @@ class TopicName:
 
     def __str__(self) -> str:
         return self.full
+
+
+UNKNOWN_NAMESPACE = "(unknown)"  # reports: rows whose topic is not a topic name (malformed records)
+
+
+def namespace_of(topic: str) -> str:
+    """``tenant/namespace`` of a topic name, or UNKNOWN_NAMESPACE when it is not one."""
+    try:
+        return TopicName.parse(topic).namespace_name
+    except ValidationError:
+        return UNKNOWN_NAMESPACE

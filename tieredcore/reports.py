@@ -57,6 +57,12 @@ def totals(**kw: Any) -> Totals:
     return base  # type: ignore[return-value]
 
 
+def summary_document(report: JobReport, job: str, run_id: str, seconds: float) -> dict[str, Any]:
+    """summary.json of a run: the report's own fields, the run's names, and ``totals``."""
+    return {**report.summary(), "job": job, "run_id": run_id, "seconds": round(seconds, 3),
+            "totals": report.totals()}
+
+
 def exit_code(t: Totals) -> int:
     if t["data_loss"]:
         return EXIT_DATA_LOSS

@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tieredcore.lifecycle.drain import DrainReport, DrainRow
+from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
+from tieredcore.reports import summary_document
+
 from .conftest import END, REPO, make_workspace, run_dag, set_policy, topic_ledgers, xcom
 
 NEW_DAGS = ("tiered_retention", "tiered_deletion_drain", "tiered_orphan_reconciliation")
@@ -113,50 +117,49 @@ def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch
 # -- the summary of the jobs' reports ---------------------------------------------------------------
 
 
-def _write(reports: Path, job: str, rid: str, summary: dict) -> None:
+def _write(reports: Path, job: str, rid: str, report) -> None:
     (reports / job / rid).mkdir(parents=True)
-    (reports / job / rid / "summary.json").write_text(json.dumps(summary))
+    doc = summary_document(report, job, rid, 1.0)
+    (reports / job / rid / "summary.json").write_text(json.dumps(doc))
 
 
-def test_summary_reads_drain_and_reconcile_reports(tmp_path: Path) -> None:
+def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
+    """The summary task reads each report's `totals` (the same shape for every job), sums them per run
+    and per namespace, and counts a job without a report as failed."""
     from tiered_common import combine_totals, summarize_reports
 
-    drain = {"job": "deletion_drain", "dry_run": False, "entries": 7, "deleted": 4, "already_deleted": 1,
-             "still_in_use": 1, "retrying": 0, "dead_lettered": 1, "malformed": 0, "refused_mismatch": 0,
-             "lost_race": 0, "would_delete": 0, "deleted_hot": 2, "deleted_offloaded": 3,
-             "delete_failures_hot": 0, "delete_failures_offloaded": 1, "acknowledged": 6, "task_errors": []}
+    drain = DrainReport(0, entries=3, deleted=2, dead_lettered=1, deleted_hot=2, acknowledged=2, rows=[
+        DrainRow("1", "persistent://a/b/t", 1, "ledger", "retention", "deleted"),
+        DrainRow("2", "persistent://a/b/t", 2, "ledger", "retention", "deleted"),
+        DrainRow("3", "persistent://c/d/t", 3, "offloaded", "orphan", "dead_lettered", "boom")])
     _write(tmp_path, "deletion_drain", "r1", drain)
-    t = summarize_reports(str(tmp_path), "deletion_drain", ["r1"])
-    assert t["ledgers"] == 7 and t["failures"] == 1 and not t["failed_jobs"]
-    assert t["outcomes"] == {"deleted": 4, "already_deleted": 1, "still_in_use": 1, "dead_lettered": 1}
-    assert t["counters"]["deleted_offloaded"] == 3 and t["counters"]["acknowledged"] == 6
-    # a dry run dead-letters nothing; a failed Spark task is a failure
-    _write(tmp_path, "deletion_drain", "r2", {**drain, "dry_run": True, "task_errors": ["hot: boom"]})
-    assert summarize_reports(str(tmp_path), "deletion_drain", ["r2"])["failures"] == 1
+    _write(tmp_path, "deletion_drain", "r2", DrainReport(0, task_errors=["hot: 5 record(s) not processed"]))
+    t = summarize_reports(str(tmp_path), "deletion_drain", ["r1", "r2", "missing"])
+    assert (t["jobs"], t["ledgers"], t["failures"], t["failed_jobs"]) == (3, 3, 2, ["missing"])
+    assert t["outcomes"] == {"deleted": 2, "dead_lettered": 1}
+    assert t["counters"]["deleted_hot"] == 2 and t["counters"]["acknowledged"] == 2
+    assert t["namespaces"]["c/d"] == {"ledgers": 1, "bytes": 0, "failures": 1, "outcomes": {"dead_lettered": 1}}
 
-    recon = {"job": "reconcile_orphans", "orphan_groups": 2, "orphan_objects": 4, "orphan_bytes": 1000,
-             "hot_orphans": 1, "hot_orphan_bytes": 50, "records_appended": 3, "foreign_keys": 5, "errors": [],
-             "by_namespace": {"a/b": {"offloaded": {"count": 2, "objects": 4, "bytes": 1000}},
-                              "c/d": {"ledger": {"count": 1, "objects": 1, "bytes": 50}},
-                              "(unknown)": {"upload": {"count": 1, "objects": 0, "bytes": 0}}}}
-    _write(tmp_path, "reconcile_orphans", "r1", recon)
-    t = summarize_reports(str(tmp_path), "reconcile_orphans", ["r1", "missing"])
-    assert t["ledgers"] == 3 and t["bytes"] == 1050 and t["failures"] == 0
-    assert t["failed_jobs"] == ["missing"]
-    assert t["outcomes"]["records_appended"] == 3 and t["outcomes"]["foreign_keys"] == 5
-    assert t["namespaces"]["a/b"] == {"ledgers": 2, "bytes": 1000, "failures": 0, "outcomes": {}}
-    assert t["namespaces"]["(unknown)"]["ledgers"] == 0
-
-    sweep = {"job": "retention_sweep", "topics": 2, "ledgers": 3, "bytes": 10, "failures": 0,
-             "outcomes": {"trimmed": 3}, "namespaces": {"a/b": {"ledgers": 3, "bytes": 10, "failures": 0}}}
+    rows = [{"topic": "persistent://a/b/t", "namespace": "a/b", "ledger": lid, "kind": "lag-cleanup",
+             "outcome": "marked", "bytes": 10, "blocks": 0, "entries": 0, "seconds": 0.0, "uuid": "", "error": ""}
+            for lid in (1, 2)]
+    sweep = LedgerRunReport(RunSummary.of("retention_sweep", "r1", 0, False, rows, 1.0), rows)
     _write(tmp_path, "retention_sweep", "r1", sweep)
     both = combine_totals([summarize_reports(str(tmp_path), "retention_sweep", ["r1"]),
                            summarize_reports(str(tmp_path), "deletion_drain", ["r1", "nope"])])
     assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
-    assert both["ledgers"] == 10 and both["failures"] == 1
+    assert both["ledgers"] == 5 and both["failures"] == 1 and both["bytes"] == 20
     assert both["failed_jobs"] == ["deletion_drain/nope"]
-    assert both["outcomes"]["retention_sweep.trimmed"] == 3 and both["outcomes"]["deletion_drain.deleted"] == 4
+    assert both["outcomes"]["retention_sweep.marked"] == 2 and both["outcomes"]["deletion_drain.deleted"] == 2
     assert both["by_job"]["deletion_drain"]["counters"]["deleted_hot"] == 2
+
+
+def test_summary_counts_a_report_without_totals_as_a_failed_job(tmp_path: Path) -> None:
+    from tiered_common import summarize_reports
+
+    (tmp_path / "deletion_drain" / "old").mkdir(parents=True)
+    (tmp_path / "deletion_drain" / "old" / "summary.json").write_text(json.dumps({"entries": 3}))
+    assert summarize_reports(str(tmp_path), "deletion_drain", ["old"])["failed_jobs"] == ["old"]
 
 
 # -- parameter validation (no Spark) --------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs import deletion_drain, reconcile_orphans
+from spark_jobs import _jobkit, deletion_drain, reconcile_orphans
 from spark_jobs._jobkit import SUMMARY_PREFIX
 from tieredcore.config import Config
 from tieredcore.lifecycle.reconcile import reconcile
@@ -33,9 +33,8 @@ def no_spark(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a Spark session was requested for bad input")
 
-    for mod in (deletion_drain, reconcile_orphans):
-        monkeypatch.setattr(mod, "session", boom)
-        monkeypatch.setattr(mod, "exit_with_parent", lambda: None)
+    monkeypatch.setattr(_jobkit, "session", boom)  # the job template (spark_jobs/_jobkit.run_job)
+    monkeypatch.setattr(_jobkit, "exit_with_parent", lambda: None)  # not for the pytest process
 
 
 @pytest.fixture
@@ -109,7 +108,7 @@ def summary_of(log: str) -> dict:
 
 def comparable(rep: dict) -> dict:
     out = {k: v for k, v in rep.items() if k not in ("timings", "dry_run", "records_appended", "records",
-                                                      "job", "run_id", "seconds")}
+                                                      "job", "run_id", "seconds", "totals")}
     out["records"] = [{k: v for k, v in r.items() if k != "id"} for r in rep["records"]]
     return out
 
@@ -147,6 +146,7 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     summary = json.loads((reports / "reconcile_orphans" / "r1" / "summary.json").read_text())
     assert comparable(summary) == comparable(expected)
     assert summary["records_appended"] == len(expected["records"])
+    assert summary["totals"]["ledgers"] == len(expected["records"]) and summary["totals"]["failures"] == 0
     assert summary_of(log)["orphan_groups"] == 4
     detail = pq.read_table(reports / "reconcile_orphans" / "r1" / "detail.parquet").to_pylist()
     assert len(detail) == expected["orphan_objects"] + expected["hot_orphans"]
@@ -164,6 +164,7 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     assert s["entries"] == n and s["deleted"] == n and s["acknowledged"] == n
     assert s["deleted_hot"] == len(b_ledgers) and s["deleted_offloaded"] == 4 and s["dead_lettered"] == 0
     assert s["tasks"] == 2  # one store + the hot tier
+    assert s["totals"]["ledgers"] == n and s["totals"]["counters"]["deleted_offloaded"] == 4
     rows = pq.read_table(reports / "deletion_drain" / "d1" / "detail.parquet").to_pylist()
     assert {r["outcome"] for r in rows} == {"deleted"} and len(rows) == n
     orphan_keys = {d["key"] for d in detail if d["kind"] == "offloaded"}

@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
-from spark_jobs._jobkit import DETAIL_SCHEMA, SUMMARY_PREFIX, parse_as_of, run_id_for
+from spark_jobs._jobkit import SUMMARY_PREFIX, parse_as_of, run_id_for
 from tieredcore import cli
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
-from tieredcore.lifecycle.work import KIND_OFFLOAD, TopicWork, policy_store
+from tieredcore.lifecycle.work import DETAIL_SCHEMA, KIND_OFFLOAD, TopicWork, policy_store
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.workspace import Workspace
@@ -131,7 +131,8 @@ def test_bad_input_of_both_jobs_exits_2_without_spark(no_spark, small_config, tm
 
 def test_lag_cleanup_drain_flag_selects_the_driver_drain(no_spark, small_config, monkeypatch):
     seen = []
-    monkeypatch.setattr(deletion_lag_cleanup, "run_job", lambda job, args, plan, after=None: seen.append(after) or 0)
+    monkeypatch.setattr(deletion_lag_cleanup, "run_ledger_job",
+                        lambda job, args, plan, after=None: seen.append(after) or 0)
     for flags in ([], ["--drain"], ["--no-drain"], ["--dry-run"]):
         assert deletion_lag_cleanup.main(["--config", small_config, "--as-of", END_ISO, *flags]) == 0
     assert seen == [deletion_lag_cleanup.drain_after] * 2 + [None, None]
@@ -165,10 +166,10 @@ def test_manual_offload_keep_bytes_takes_sizes(no_spark, small_config, monkeypat
     plans = {}
 
     def capture(job, args, plan, after=None):
-        plans[args.keep_bytes] = plan(Config.load(small_config, env={}), END_MS)
+        plans[args.keep_bytes] = plan(_jobkit.Run(job, args, Config.load(small_config, env={}), END_MS, "r", "", 0.0))
         return 0
 
-    monkeypatch.setattr(offload_sweep, "run_job", capture)
+    monkeypatch.setattr(offload_sweep, "run_ledger_job", capture)
     for keep in ("64M", str(64 * 2**20), "0"):
         assert offload_sweep.main(["--config", small_config, "--as-of", END_ISO, "--topic", "t/a/topic-0000",
                                    "--keep-bytes", keep]) == 0

@@ -62,9 +62,10 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.formats.keys import data_key, index_key
-from tieredcore.names import TopicName
+from tieredcore.names import TopicName, namespace_of
 from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.reports import Totals, totals
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
@@ -113,6 +114,10 @@ OUTCOMES = (
 )
 
 OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
+# the PIP-186 counters a drain adds to the log's statistics
+COUNTERS = ("deleted_hot", "deleted_offloaded", "delete_failures_hot", "delete_failures_offloaded", "acknowledged")
+# one row per record (the run report's detail.parquet; Spark DDL)
+DETAIL_SCHEMA = "id string, topic string, ledger long, type string, reason string, outcome string, error string"
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -152,12 +157,53 @@ class DrainReport:
     delete_failures_offloaded: int = 0
     acknowledged: int = 0
     rows: list[DrainRow] = field(default_factory=list)
+    # a distributed drain (spark_jobs/deletion_drain.py): records due when it started, its units, and
+    # the units that did not run (their records stay due: the next run retries them)
+    due: int = 0
+    tasks: int = 0
+    task_errors: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in OUTCOMES}
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def dead(self) -> int:
+        """Records that need an operator (dead-lettered or malformed); none in a dry run, which changes
+        nothing."""
+        return 0 if self.dry_run else self.dead_lettered + self.malformed
+
+    # -- tieredcore.reports.JobReport ---------------------------------------------------------------
+
+    def totals(self) -> Totals:
+        """ledgers = records looked at; failures = records an operator must look at plus units that did
+        not run (a record retrying within its attempt limit is the protocol working, not a failure)."""
+        namespaces: dict[str, dict[str, Any]] = {}
+        for r in self.rows:
+            ns = namespaces.setdefault(namespace_of(r.topic), {"ledgers": 0, "bytes": 0, "failures": 0,
+                                                                "outcomes": {}})
+            ns["ledgers"] += 1
+            ns["outcomes"][r.outcome] = ns["outcomes"].get(r.outcome, 0) + 1
+            ns["failures"] += int(not self.dry_run and r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED))
+        return totals(
+            topics=len({r.topic for r in self.rows if r.topic}), ledgers=self.entries,
+            failures=self.dead() + len(self.task_errors),
+            outcomes={k: v for k, v in self.counts().items() if v}, namespaces=namespaces,
+            counters={k: getattr(self, k) for k in COUNTERS},
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.as_dict().items() if k != "rows"}
+
+    def detail(self) -> tuple[list[tuple], str]:
+        return [(r.id, r.topic, r.ledger, r.type, r.reason, r.outcome, r.error) for r in self.rows], DETAIL_SCHEMA
+
+    def messages(self) -> list[str]:
+        out = [f"FAILED task {e}" for e in self.task_errors]
+        out += [f"DEAD-LETTERED {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}"
+                for r in self.rows if r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED)]
+        return out
 
     def merge(self, other: DrainReport) -> DrainReport:
         """Sum of two reports (e.g. of several Spark tasks); rows concatenated."""

@@ -32,15 +32,17 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
+from tieredcore import names
 from tieredcore.errors import NotFoundError, StoreOwnershipError, TieredError, ValidationError
 from tieredcore.formats.keys import normalize_prefix
-from tieredcore.names import TopicName
+from tieredcore.names import UNKNOWN_NAMESPACE, TopicName
 from tieredcore.offload.context import referenced_uuids as ledger_uuids
+from tieredcore.reports import Totals, totals
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo, ObjectInfo, iter_objects
 from tieredcore.stores.deletion_log import (
     TYPE_LEDGER,
@@ -62,7 +64,6 @@ HEX_DIGITS = "0123456789abcdef"
 # and no real topic is expected under the tenant "__orphan__"; even if one existed, the drain's
 # "still in use" check matches the record's uuid, which nothing references, so it would still delete.
 UNKNOWN_TOPIC = "__orphan__/unknown/persistent/unknown"
-UNKNOWN_NAMESPACE = "(unknown)"
 KIND_OFFLOADED = "offloaded"  # object-store copy of one offload attempt (uuid, ledger id)
 KIND_LEDGER = "ledger"  # hot-tier ledger
 KIND_UPLOAD = "upload"  # incomplete multipart upload
@@ -70,6 +71,13 @@ HOT_TOPIC_MISSING = "topic-missing"
 HOT_NOT_LISTED = "not-listed"
 HOT_BOOKKEEPER_DELETED = "bookkeeper-deleted"  # listed, but the hot copy was marked deleted
 MAX_SAMPLE_KEYS = 10
+# the report's counters a run summary shows as its outcomes
+OUTCOME_COUNTERS = ("orphan_groups", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
+                    "uploads_aborted", "foreign_keys", "foreign_cluster_groups", "young_unreferenced",
+                    "young_hot_ledgers")
+# the report's detail.parquet (Spark DDL): one row per orphan object, hot ledger or stale upload
+DETAIL_SCHEMA = ("location string, kind string, key string, size long, last_modified_ms long, uuid string, "
+                 "ledger_id long, topic string, namespace string")
 APPEND_BATCH = 500  # records per deletion-log transaction
 _MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the offloader writes
 # `{uuid}-ledger-{id}[-index]` (spec/01) and `{uuid}[-index]` (streaming segments, spec/03)
@@ -612,12 +620,7 @@ def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: 
 
 
 def namespace_of(topic: str) -> str:
-    if topic == UNKNOWN_TOPIC:
-        return UNKNOWN_NAMESPACE
-    try:
-        return TopicName.parse(topic).namespace_name
-    except ValidationError:
-        return UNKNOWN_NAMESPACE
+    return UNKNOWN_NAMESPACE if topic == UNKNOWN_TOPIC else names.namespace_of(topic)
 
 
 @dataclass
@@ -660,6 +663,8 @@ class ReconcileReport:
     records: list[dict] = field(default_factory=list)  # the records (appended, or planned in a dry run)
     errors: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    # one row per orphan object / hot ledger / stale upload (DETAIL_SCHEMA); not in as_dict()
+    detail_rows: list[tuple] = field(default_factory=list, repr=False)
 
     def add(self, namespace: str, kind: str, count: int, objects: int, nbytes: int) -> None:
         d = self.by_namespace.setdefault(namespace, {}).setdefault(kind, {"count": 0, "objects": 0, "bytes": 0})
@@ -672,7 +677,37 @@ class ReconcileReport:
             self.sample_keys.append(key)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        del d["detail_rows"]
+        return d
+
+    # -- tieredcore.reports.JobReport ---------------------------------------------------------------
+
+    def totals(self) -> Totals:
+        """ledgers = orphan records (object groups and hot ledgers), bytes = their bytes, failures = the
+        run's errors (a listing, an append, an abort)."""
+        namespaces: dict[str, dict[str, Any]] = {}
+        for ns, kinds in self.by_namespace.items():
+            acc = namespaces.setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
+            for kind, d in kinds.items():
+                if kind != KIND_UPLOAD:
+                    acc["ledgers"] += d["count"]
+                acc["bytes"] += d["bytes"]
+                acc["outcomes"][kind] = d["count"]
+        return totals(
+            ledgers=self.orphan_groups + self.hot_orphans, bytes=self.orphan_bytes + self.hot_orphan_bytes,
+            failures=len(self.errors), namespaces=namespaces,
+            outcomes={k: getattr(self, k) for k in OUTCOME_COUNTERS if getattr(self, k)},
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return self.as_dict()
+
+    def detail(self) -> tuple[list[tuple], str]:
+        return self.detail_rows, DETAIL_SCHEMA
+
+    def messages(self) -> list[str]:
+        return [f"ERROR {e}" for e in self.errors]
 
 
 def plan_object_records(
@@ -727,14 +762,12 @@ def plan_and_apply(
     as_of_ms: int,
     grace_ms: int,
     dry_run: bool,
-    detail: Callable[[tuple], None] | None = None,
 ) -> list[DeletionRecord]:
     """Steps 4-6 of a reconciliation, shared by reconcile() and the Spark job: plan records for the
     orphans found, append them (phase 1; not in a dry run), abort stale multipart uploads; fills `rep`.
-    `detail` receives one row per orphan object / hot ledger / stale upload:
-    (location, kind, key, bytes, modified_ms, uuid, ledger, topic, namespace)."""
+    ``rep.detail_rows`` gets one row per orphan object / hot ledger / stale upload (DETAIL_SCHEMA)."""
     clock = time.perf_counter
-    emit = detail or (lambda row: None)
+    emit = rep.detail_rows.append
     t0 = clock()
     records: list[DeletionRecord] = []
     oldest: list[int] = []

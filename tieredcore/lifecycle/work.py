@@ -189,7 +189,7 @@ class LedgerRunReport:
         return self.summary_.totals()
 
     def summary(self) -> dict[str, Any]:
-        return {**self.summary_.as_dict(), "totals": self.totals()}
+        return self.summary_.as_dict()
 
     def detail(self) -> tuple[list[tuple], str]:
         return [tuple(LedgerResult(**r).__dict__.values()) for r in self.rows], DETAIL_SCHEMA
