@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main
+from tieredcore.cli.main import main
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 
 NS = "public/default"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main
+from tieredcore.cli.main import main
 from tieredcore.cli.workload import PayloadGenerator
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main
+from tieredcore.cli.main import main
 from tieredcore.errors import ValidationError
 from tieredcore.units import duration_ms, size_bytes
 

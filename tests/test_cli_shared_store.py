@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main
+from tieredcore.cli.main import main
 
 from .clihelp import _clean_env  # noqa: F401  (autouse)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main
+from tieredcore.cli.main import main
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.workspace import Workspace

@@ -64,7 +64,7 @@ def airflow_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def tiered(*argv: str) -> int:
-    from tieredcore.cli import main
+    from tieredcore.cli.main import main
 
     return main(list(argv))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import data_key, parse_ledger_key

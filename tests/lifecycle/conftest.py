@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.workspace import Workspace
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.config import CONFIG_FILE_NAME, Config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 
 from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
 from spark_jobs._jobkit import SUMMARY_PREFIX, parse_as_of, run_id_for
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import data_key, index_key

@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from tests.support.faulty_s3_proxy import FAULT_KINDS, FaultyS3Proxy
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.cli.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import BlobStoreError, ValidationError
 from tieredcore.stores.fs import FilesystemBlobStore

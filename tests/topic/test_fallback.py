@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tieredcore import cli
+from tieredcore.cli import main as cli
 from tieredcore.errors import CorruptEntryError, CorruptObjectError, OffloadedLedgerNotFoundError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.runner import run_work

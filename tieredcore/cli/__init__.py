@@ -1,5 +1,1 @@
-"""The `tiered` command line (entry point ``tieredcore.cli:main``); one module per command group."""
-
-from tieredcore.cli.main import build_parser, main
-
-__all__ = ["build_parser", "main"]
+"""The `tiered` command line (entry point ``tieredcore.cli.main:main``); one module per command group."""

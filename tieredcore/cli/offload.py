@@ -15,6 +15,7 @@ from tieredcore.cli.common import (
     select_topics,
 )
 from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.planner import select_manual
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import Position
 from tieredcore.names import TopicName
@@ -74,7 +75,7 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
     results = []
     started = time.monotonic()
     for t, tof in zip(topics, offloaders, strict=True):
-        res = tof.offload_prefix(t, up_to) if up_to is not None else tof.offload_keep_bytes(t, keep or 0)
+        res = tof.offload_ledgers(t, select_manual(ws.ml.get_topic(t)[0].ledgerInfo, up_to, keep))
         for r in res:
             totals["bytes"] += r.bytes
             progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {mib(r.bytes)} in {r.seconds:.2f}s"

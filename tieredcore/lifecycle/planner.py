@@ -48,6 +48,14 @@ def select_keep_bytes(ledgers: Sequence, keep_bytes: int) -> list[int]:
     return []
 
 
+
+def select_manual(ledgers: Sequence, up_to: Position | None = None, keep_bytes: int | None = None) -> list[int]:
+    """A manual offload (`tiered offload`, `tiered_offload_topic`): a prefix up to a position, or keep at
+    most N bytes hot; exactly one of the two."""
+    if (up_to is None) == (keep_bytes is None):
+        raise ValidationError("give exactly one of an up-to position or keep-bytes")
+    return select_prefix(ledgers, up_to) if up_to is not None else select_keep_bytes(ledgers, keep_bytes or 0)
+
 def select_by_threshold(
     ledgers: Sequence, threshold_bytes: int | None, threshold_seconds: int | None, now_ms: int
 ) -> list[int]:

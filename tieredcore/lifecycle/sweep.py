@@ -28,14 +28,12 @@ from tieredcore.errors import (
     HotLedgerNotFoundError,
     NotFoundError,
     TieredError,
-    ValidationError,
 )
 from tieredcore.lifecycle.planner import (
     deletion_lag_due,
     ledgers_as_of,
     select_by_threshold,
-    select_keep_bytes,
-    select_prefix,
+    select_manual,
 )
 from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import (
@@ -98,12 +96,9 @@ def plan_manual_offload(
     dry_run: bool = False,
 ) -> list[TopicWork]:
     """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot."""
-    if (up_to is None) == (keep_bytes is None):
-        raise ValidationError("give exactly one of an up-to position or keep-bytes")
     t = TopicName.parse(topic)
     info, _ = ws.ml.get_topic(t)
-    ledgers = ledgers_as_of(info.ledgerInfo, as_of_ms)
-    ids = select_prefix(ledgers, up_to) if up_to is not None else select_keep_bytes(ledgers, keep_bytes or 0)
+    ids = select_manual(ledgers_as_of(info.ledgerInfo, as_of_ms), up_to, keep_bytes)
     return [TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run)] if ids else []
 
 

@@ -41,8 +41,6 @@ from tieredcore.errors import (
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.planner import select_keep_bytes, select_prefix
-from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     ABANDONED_PREFIX,
@@ -450,16 +448,6 @@ class TopicOffloader:
         if budget is not None:
             budget.record(r.error_type if not r.ok else "", r.error or "")
         return r
-
-    def offload_prefix(self, topic: str | TopicName, position: Position) -> list[LedgerOffloadResult]:
-        t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        info, _ = self.ml.get_topic(t)
-        return self.offload_ledgers(t, select_prefix(info.ledgerInfo, position))
-
-    def offload_keep_bytes(self, topic: str | TopicName, keep_bytes: int) -> list[LedgerOffloadResult]:
-        t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        info, _ = self.ml.get_topic(t)
-        return self.offload_ledgers(t, select_keep_bytes(info.ledgerInfo, keep_bytes))
 
 
 def raise_for(results: Iterable[LedgerOffloadResult]) -> None:

@@ -19,6 +19,14 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.stores.s3_settings import (
+    MAX_ATTEMPTS_LIMIT,
+    S3_CONNECT_TIMEOUT,
+    S3_MAX_ATTEMPTS,
+    S3_READ_TIMEOUT,
+    S3_RETRY_MODE,
+    S3_RETRY_MODES,
+)
 from tieredcore.units import timeout_seconds
 
 if TYPE_CHECKING:
@@ -28,14 +36,6 @@ DRIVER_FILESYSTEM = "filesystem"
 DRIVER_S3 = "aws-s3"  # Pulsar's name for its S3 offload driver
 DEFAULT_REGION = "us-east-1"
 
-# S3 client defaults for a batch job: fail within seconds and let the job's own retry (the next task
-# attempt, the next sweep) take over, instead of botocore's 60 s timeouts and legacy retries.
-S3_CONNECT_TIMEOUT = 5.0  # seconds
-S3_READ_TIMEOUT = 30.0  # seconds without a byte from the server
-S3_MAX_ATTEMPTS = 4  # total attempts per request, the first one included
-S3_RETRY_MODE = "adaptive"  # botocore: standard backoff plus client-side rate limiting on throttling
-S3_RETRY_MODES = ("standard", "adaptive")
-MAX_ATTEMPTS_LIMIT = 20
 
 FILE_PARAMS = ("prefix",)
 S3_PARAMS = ("endpoint", "region", "connect_timeout", "read_timeout", "max_attempts", "retry_mode")

@@ -47,7 +47,7 @@ from tieredcore.stores.blob import (
     normalize_metadata,
     read_piece,
 )
-from tieredcore.stores.location import (
+from tieredcore.stores.s3_settings import (
     S3_CONNECT_TIMEOUT,
     S3_MAX_ATTEMPTS,
     S3_READ_TIMEOUT,
