@@ -91,6 +91,11 @@ class ReadHandle(Protocol):
     @property
     def is_closed(self) -> bool: ...
 
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The tier's metadata of the ledger (its custom metadata names the owning topic)."""
+        ...
+
     def read(self, first: int, last: int) -> list[Entry]:
         """Entries first..last inclusive; BadRangeError outside 0..LAC."""
         ...

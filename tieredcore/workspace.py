@@ -15,7 +15,7 @@ from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.hot_tier import HotTier
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.location import StoreLocation
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
@@ -69,7 +69,7 @@ class Workspace:
         return StoreFailureBudget(self.config.store_failure_limit)
 
     @cached_property
-    def hot(self) -> LocalLedgerStore:
+    def hot(self) -> HotTier:
         return self.config.open_hot()
 
     @property

@@ -146,6 +146,21 @@ def test_list_pagination(blob_store):
     assert [o.key for o in iter_objects(blob_store, "p/", page_size=3)] == sorted(keys[:7])
 
 
+def test_list_start_after(blob_store):
+    keys = [f"p/k{i}" for i in range(7)] + ["p/j", "p/z", "q/other"]
+    for k in keys:
+        blob_store.put(k, b"x")
+    under = sorted(k for k in keys if k.startswith("p/"))
+    for after in ("p/k2", "p/k25", "p/", "p/a", "p/zz", "o"):
+        expected = [k for k in under if k > after]
+        assert [o.key for o in iter_objects(blob_store, "p/", page_size=2, start_after=after)] == expected, after
+    page = blob_store.list("p/", page_size=3, start_after="p/k0")
+    assert [o.key for o in page.objects] == ["p/k1", "p/k2", "p/k3"] and page.next_token is not None
+    # a continuation token takes over from start_after
+    nxt = blob_store.list("p/", page.next_token, page_size=3, start_after="p/k0")
+    assert [o.key for o in nxt.objects] == ["p/k4", "p/k5", "p/k6"]
+
+
 def test_delete(blob_store):
     for k in ("d/1", "d/2", "d/3", "keep"):
         blob_store.put(k, b"x")

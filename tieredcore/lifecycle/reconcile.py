@@ -152,44 +152,12 @@ def _is_rest(key: str, plen: int) -> bool:
     return len(key) == plen or key[plen] not in HEX_DIGITS
 
 
-def _pages_after(store: BlobStore, prefix: str, after: str | None, page_size: int) -> Iterator[ObjectInfo] | None:
-    """Objects under prefix with keys after `after` (exclusive), in key order; None when the store
-    cannot start a listing at a key (then the caller lists everything and filters)."""
-    from tieredcore.stores.fs import FilesystemBlobStore
-
-    if after is None:
-        return iter_objects(store, prefix, page_size)
-    if isinstance(store, FilesystemBlobStore):
-        # the filesystem store's continuation token is the last key returned: it lists keys > token
-        return iter_objects(store, prefix, page_size, token=after)
-    client, bucket = getattr(store, "client", None), getattr(store, "bucket", None)
-    if client is not None and isinstance(bucket, str) and getattr(store, "driver", "") == "aws-s3":
-        def s3_pages() -> Iterator[ObjectInfo]:
-            from tieredcore.errors import BlobStoreError
-
-            try:  # S3's StartAfter for the first page, then the store's own paginated listing
-                resp = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=after, MaxKeys=page_size)
-            except Exception as e:  # botocore errors: report as a store error
-                raise BlobStoreError(f"s3://{bucket}: listing {prefix!r} after {after!r}: {e}") from e
-            for o in resp.get("Contents", []) or []:
-                yield ObjectInfo(key=o["Key"], size=int(o["Size"]), last_modified=o["LastModified"].timestamp())
-            token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
-            while token:
-                page = store.list(prefix, token, page_size)
-                yield from page.objects
-                token = page.next_token
-
-        return s3_pages()
-    return None
-
-
 def list_rest(
     store: BlobStore, prefix: str, *, exclude_prefixes: Sequence[str] = (), page_size: int = 1000
 ) -> Iterator[ObjectRow]:
     """Rows of the keys under the offload prefix whose next character is not a lowercase hex digit
-    (or that equal the prefix): the complement of :func:`listing_prefixes`. On the filesystem and S3
-    stores only the three key ranges around the hex digits are read (< '0', ':'..'`', > 'f'); on any
-    other store the whole prefix is listed and filtered."""
+    (or that equal the prefix): the complement of :func:`listing_prefixes`. Only the three key ranges
+    around the hex digits are read (< '0', ':'..'`', > 'f'), each from its start (``start_after``)."""
     p = normalize_prefix(prefix)
     plen = len(p)
 
@@ -201,12 +169,8 @@ def list_rest(
 
     # (start after, stop at the first key whose next character is >= this)
     ranges: list[tuple[str | None, str | None]] = [(None, "0"), (p + "9" + _MAX_CHAR, "a"), (p + "f" + _MAX_CHAR, None)]
-    if _pages_after(store, p, ranges[1][0], 1) is None:  # cannot start at a key: one filtered pass
-        yield from emit(iter_objects(store, p, page_size))
-        return
     for after, stop in ranges:
-        it = _pages_after(store, p, after, page_size)
-        assert it is not None
+        it = iter_objects(store, p, page_size, start_after=after)
 
         def until(infos: Iterator[ObjectInfo], stop: str | None = stop) -> Iterator[ObjectInfo]:
             for info in infos:

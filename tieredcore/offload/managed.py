@@ -58,7 +58,7 @@ from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.hot_tier import HotTier
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
@@ -113,7 +113,7 @@ class TopicOffloader:
     def __init__(
         self,
         ml: ManagedLedgerStore,
-        hot: LocalLedgerStore,
+        hot: HotTier,
         offloader: LedgerOffloader,
         *,
         clock_ms: Callable[[], int] = now_ms,

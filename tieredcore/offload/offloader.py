@@ -47,10 +47,11 @@ from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v
 from tieredcore.formats.keys import data_key, index_key, normalize_prefix
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
-from tieredcore.model import STATE_CLOSED, LedgerMetadata, ReadHandle
+from tieredcore.model import LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.hot_tier import FrameSource
 from tieredcore.stores.location import StoreLocation
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,8 @@ class LedgerOffloader:
             raise LedgerStateError(f"ledger {lid} is open: only sealed ledgers can be offloaded")
         if ledger.last_add_confirmed < 0:
             raise LedgerStateError(f"ledger {lid} has no entries: nothing to offload")
-        sizes = _entry_sizes(ledger)
+        frames = ledger if isinstance(ledger, FrameSource) else None
+        sizes = frames.entry_sizes() if frames is not None else _entry_sizes(ledger)
         plans = plan_blocks(sizes, self.max_block_size)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
         dkey, ikey = data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid)
@@ -165,14 +167,14 @@ class LedgerOffloader:
             bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(min(2, len(plans)))]
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
-                    zero_copy = bool(getattr(self.store, "copies_file_slices", False))
+                    zero_copy = self.store.copies_file_slices
                     # block bytes are fed to the chunk checksums inside the (single) worker, in block order
-                    pending = pool.submit(_block_bytes, ledger, plans[0], bufs[0], zero_copy, crcs)
+                    pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], zero_copy, crcs)
                     for i, plan in enumerate(plans):
                         block = pending.result()
                         if i + 1 < len(plans):
-                            pending = pool.submit(_block_bytes, ledger, plans[i + 1], bufs[(i + 1) % 2], zero_copy,
-                                                  crcs)
+                            pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1], bufs[(i + 1) % 2],
+                                                  zero_copy, crcs)
                         parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
                         done += plan.block_size
                         if isinstance(block, memoryview):
@@ -325,9 +327,7 @@ def _check_version(metadata: Mapping[str, str], key: str) -> None:
 
 
 def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
-    sizes = getattr(ledger, "entry_sizes", None)
-    if sizes is not None:
-        return sizes()
+    """Entry sizes of a ledger that is not a FrameSource (read in batches)."""
     out: list[int] = []
     step = 1000
     for first in range(0, ledger.last_add_confirmed + 1, step):
@@ -336,10 +336,10 @@ def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
 
 
 def _block_bytes(
-    ledger: ReadHandle, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool, crcs: ChunkCrcWriter | None
+    ledger: ReadHandle, frames: FrameSource | None, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool,
+    crcs: ChunkCrcWriter | None,
 ) -> bytes | memoryview | list:
-    read_into = getattr(ledger, "read_frames_into", None)
-    if read_into is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
+    if frames is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
         block = build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
         if crcs is not None:
             crcs.update(block)
@@ -348,19 +348,18 @@ def _block_bytes(
     # buffer (one copy from the page cache, no join) and write header and padding around them
     mv = memoryview(buf)[: plan.block_size]
     hl = C.BLOCK_HEADER_LENGTH
-    frames = mv[hl : hl + plan.frames_length]
-    read_into(plan.first_entry, plan.last_entry, frames)  # CRC-verified
+    body = mv[hl : hl + plan.frames_length]
+    frames.read_frames_into(plan.first_entry, plan.last_entry, body)  # CRC-verified
     header = block_header(plan.first_entry, plan.block_size)
     pad = padding(plan.block_size - hl - plan.frames_length)
-    frames_slice = getattr(ledger, "frames_slice", None)
-    if zero_copy and frames_slice is not None:
+    if zero_copy:
         # a local store copies the (just verified, immutable) frames from the hot-tier file in the
         # kernel: on the machines measured, user-space writes into new files ran at a fifth of
         # copy_file_range's speed
         if crcs is not None:
-            for piece in (header, frames, pad):
+            for piece in (header, body, pad):
                 crcs.update(piece)
-        return [header, frames_slice(plan.first_entry, plan.last_entry), pad]
+        return [header, frames.frames_slice(plan.first_entry, plan.last_entry), pad]
     mv[:hl] = header
     mv[hl + plan.frames_length :] = pad
     if crcs is not None:
@@ -371,9 +370,7 @@ def _block_bytes(
 def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:
     """The ledger metadata written into the index: the hot tier's, plus the ledger id (custom metadata
     Pulsar's reader ignores) so that an index copied under another ledger's key is recognised."""
-    md = getattr(ledger, "metadata", None)
-    if not isinstance(md, LedgerMetadata):
-        md = LedgerMetadata(ledger.ledger_id, STATE_CLOSED, ledger.last_add_confirmed, ledger.length)
+    md = ledger.metadata
     return replace(md, custom_metadata={**md.custom_metadata, C.CUSTOM_LEDGER_ID_KEY: str(ledger.ledger_id).encode()})
 
 

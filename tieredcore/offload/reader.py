@@ -31,7 +31,7 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.index import LedgerIndex, index_trailer
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
-from tieredcore.model import Entry
+from tieredcore.model import Entry, LedgerMetadata
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.stores.blob import BlobStore
 
@@ -107,7 +107,7 @@ class OffloadedLedgerHandle:
         return self.index.is_closed
 
     @property
-    def metadata(self):  # LedgerMetadata from the index
+    def metadata(self) -> LedgerMetadata:  # from the index
         return self.index.metadata
 
     def close(self) -> None:

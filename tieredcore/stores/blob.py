@@ -19,8 +19,8 @@ Buffer = bytes | bytearray | memoryview
 @dataclass(frozen=True)
 class FileSlice:
     """`length` bytes at `offset` of a local file. A part given as pieces may contain these: a store
-    with `copies_file_slices = True` copies them in the kernel (copy_file_range) without the bytes
-    passing through Python; any other store reads them."""
+    with ``copies_file_slices`` copies them in the kernel (copy_file_range) without the bytes passing
+    through Python; any other store reads them."""
 
     path: str
     offset: int
@@ -83,6 +83,9 @@ class BlobStore(Protocol):
     """What the offloader, readers, deletion drain and reconciliation need from an object store."""
 
     driver: str  # OffloadDriverMetadata.name: 'filesystem' or 'aws-s3'
+    # the offloader's fast path: upload_part copies FileSlice pieces itself (in the kernel) rather than
+    # being handed block buffers
+    copies_file_slices: bool
 
     def driver_properties(self) -> dict[str, str]:
         """Properties recorded in OffloadDriverMetadata (bucket, region, endpoint, root...)."""
@@ -107,8 +110,11 @@ class BlobStore(Protocol):
         """Size, mtime and user metadata; NoSuchObjectError when missing."""
         ...
 
-    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000) -> ListPage:
-        """One page of objects whose key starts with prefix, in key order."""
+    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000, *,
+             start_after: str | None = None) -> ListPage:
+        """One page of objects whose key starts with prefix, in key order. ``token`` (the previous
+        page's next_token) continues a listing; ``start_after`` starts one after that key (S3's
+        StartAfter; ignored with a token)."""
         ...
 
     def delete(self, keys: Sequence[str]) -> None:
@@ -131,15 +137,16 @@ class BlobStore(Protocol):
 
 
 def iter_objects(
-    store: BlobStore, prefix: str = "", page_size: int = 1000, token: str | None = None
+    store: BlobStore, prefix: str = "", page_size: int = 1000, token: str | None = None, *,
+    start_after: str | None = None,
 ) -> Iterator[ObjectInfo]:
-    """Every object under prefix, following pagination (from `token` when given)."""
+    """Every object under prefix (after `start_after` when given), following pagination."""
+    page = store.list(prefix, token, page_size, start_after=start_after)
     while True:
-        page = store.list(prefix, token, page_size)
         yield from page.objects
         if page.next_token is None:
             return
-        token = page.next_token
+        page = store.list(prefix, page.next_token, page_size)
 
 
 MIN_PART_NUMBER = 1

@@ -518,13 +518,17 @@ class FilesystemBlobStore:
 
     # --- listing -------------------------------------------------------------------------------
 
-    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000) -> ListPage:
+    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000, *,
+             start_after: str | None = None) -> ListPage:
         if not isinstance(page_size, int) or page_size < 1:
             raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
         if not isinstance(prefix, str):
             raise ValidationError(f"list: prefix must be a str, got {type(prefix).__name__}")
-        if token is not None and not isinstance(token, str):
-            raise ValidationError(f"list: token must be a str or None, got {type(token).__name__}")
+        for name, v in (("token", token), ("start_after", start_after)):
+            if v is not None and not isinstance(v, str):
+                raise ValidationError(f"list: {name} must be a str or None, got {type(v).__name__}")
+        # the continuation token is the last key returned: both mean "keys greater than this"
+        token = token or start_after
         try:
             pb = prefix.encode("utf-8")
             tb = token.encode("utf-8") if token else None

@@ -255,12 +255,15 @@ class S3BlobStore:
             metadata={k.lower(): v for k, v in (resp.get("Metadata") or {}).items()},
         )
 
-    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000) -> ListPage:
+    def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000, *,
+             start_after: str | None = None) -> ListPage:
         if not isinstance(page_size, int) or page_size < 1:
             raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
         kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": page_size}
         if token:
             kwargs["ContinuationToken"] = token
+        elif start_after:
+            kwargs["StartAfter"] = start_after
         resp = self._call("list", prefix, self.client.list_objects_v2, **kwargs)
         objects = [
             ObjectInfo(key=o["Key"], size=int(o["Size"]), last_modified=o["LastModified"].timestamp())

@@ -36,7 +36,7 @@ from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
-from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.hot_tier import HotTier
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class TopicReader:
     def __init__(
         self,
         ml: ManagedLedgerStore,
-        hot: LocalLedgerStore,
+        hot: HotTier,
         offloader: LedgerOffloader,
         read_priority: str = TIERED_FIRST,
         batch_entries: int = 1000,
@@ -178,8 +178,7 @@ class TopicReader:
 
 def _check_hot(h: ReadHandle, t: TopicName, li: LedgerInfo) -> None:
     """A hot copy must be the topic's ledger with the entries the topic lists (sealed ledgers)."""
-    md = getattr(h, "metadata", None)
-    owner = md.custom_metadata.get(C.CUSTOM_MANAGED_LEDGER_KEY) if md is not None else None
+    owner = h.metadata.custom_metadata.get(C.CUSTOM_MANAGED_LEDGER_KEY)
     if owner is not None and owner.decode("utf-8", "replace") != t.managed_ledger_name:
         raise CorruptEntryError(f"hot ledger {li.ledgerId} belongs to {owner.decode('utf-8', 'replace')!r}, "
                                 f"not {t.managed_ledger_name!r}")

@@ -15,7 +15,7 @@ from tieredcore.errors import HotLedgerNotFoundError, TopicNotFoundError, Valida
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.model import Position
 from tieredcore.names import TopicName
-from tieredcore.stores.hot import LocalLedgerStore, WritableLedger
+from tieredcore.stores.hot_tier import HotTier, LedgerWriter
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 
@@ -32,7 +32,7 @@ class TopicWriter:
     def __init__(
         self,
         ml: ManagedLedgerStore,
-        hot: LocalLedgerStore,
+        hot: HotTier,
         topic: str | TopicName,
         *,
         max_entries: int = 50_000,
@@ -49,7 +49,7 @@ class TopicWriter:
         self.max_bytes = max_bytes
         self.max_age_ms = max_age_ms
         self.clock_ms = clock_ms
-        self._ledger: WritableLedger | None = None
+        self._ledger: LedgerWriter | None = None
         self._opened_at = 0
         self._open()
 
