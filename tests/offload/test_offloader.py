@@ -410,3 +410,26 @@ def test_parse_ledger_key_rejects_near_misses(suffix):
     assert parse_ledger_key(f"{u}-ledger-5") is not None
     assert parse_ledger_key(f"{u}-ledger-5{suffix}") is None
     assert parse_ledger_key(f"{u}-ledger-\u0663") is None  # a non-ASCII digit
+
+
+def test_object_key_grammar_round_trips_ledger_and_segment_keys():
+    from tieredcore.formats.keys import (
+        data_key,
+        index_key,
+        parse_key,
+        parse_ledger_key,
+        segment_data_key,
+        segment_index_key,
+    )
+
+    u = str(uuidlib.UUID(int=0xABCDEF1234))
+    assert data_key("p/", u, 7) == f"p/{u}-ledger-7" and index_key("p/", u, 7) == f"p/{u}-ledger-7-index"
+    assert segment_data_key("p/", u) == f"p/{u}" and segment_index_key("p/", u) == f"p/{u}-index"
+    for key, lid, is_index in ((data_key("p/", u, 7), 7, False), (index_key("p/", u, 7), 7, True),
+                               (segment_data_key("p/", u), None, False), (segment_index_key("p/", u), None, True)):
+        parsed = parse_key(key, "p/")
+        assert parsed is not None and (parsed.uuid, parsed.ledger_id, parsed.is_index) == (u, lid, is_index)
+        assert parsed.is_segment == (lid is None)
+        assert (parse_ledger_key(key, "p/") is not None) == (lid is not None)
+    assert parse_key(f"p/{u}\n", "p/") is None and parse_key(f"q/{u}", "p/") is None
+    assert parse_key(f"p/{u.upper()}", "p/") is None  # uuids are lowercase

@@ -1,4 +1,12 @@
-"""Object keys of offloaded ledgers (spec/01): `{prefix}{uuid}-ledger-{id}` and `...-index`."""
+"""Object keys of offloaded data, the one grammar every component writes and parses:
+
+- a ledger offload (docs/formats.md, "Object keys"): ``{prefix}{uuid}-ledger-{id}`` (data) and
+  ``{prefix}{uuid}-ledger-{id}-index``;
+- a streaming segment (several ledgers in one object): ``{prefix}{uuid}`` and ``{prefix}{uuid}-index``.
+
+``uuid`` is a lowercase canonical UUID, ``id`` ASCII decimal digits; anything else under a prefix was not
+written by an offloader (a foreign key).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,12 @@ from dataclasses import dataclass
 
 from tieredcore.errors import ValidationError
 
-_LEDGER_KEY = re.compile(
-    r"(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-(?P<id>[0-9]+)(?P<index>-index)?"
-)
+UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+LEDGER_INFIX = "-ledger-"
+INDEX_SUFFIX = "-index"
+# groups: 1 uuid, 2 ledger id (None for a segment key), 3 "-index" or None. ASCII digits only, matched
+# with fullmatch (so a trailing newline makes a key foreign).
+OBJECT_KEY = re.compile(rf"({UUID_PATTERN})(?:{LEDGER_INFIX}([0-9]+))?({INDEX_SUFFIX})?", re.ASCII)
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -24,25 +35,42 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def data_key(prefix: str, uuid: uuidlib.UUID | str, ledger_id: int) -> str:
-    return f"{prefix}{uuid}-ledger-{ledger_id}"
+    return f"{prefix}{uuid}{LEDGER_INFIX}{ledger_id}"
 
 
 def index_key(prefix: str, uuid: uuidlib.UUID | str, ledger_id: int) -> str:
-    return f"{data_key(prefix, uuid, ledger_id)}-index"
+    return f"{data_key(prefix, uuid, ledger_id)}{INDEX_SUFFIX}"
+
+
+def segment_data_key(prefix: str, uuid: uuidlib.UUID | str) -> str:
+    return f"{prefix}{uuid}"
+
+
+def segment_index_key(prefix: str, uuid: uuidlib.UUID | str) -> str:
+    return f"{prefix}{uuid}{INDEX_SUFFIX}"
 
 
 @dataclass(frozen=True)
 class ParsedKey:
     uuid: str
-    ledger_id: int
+    ledger_id: int | None  # None: a streaming segment's key
     is_index: bool
+
+    @property
+    def is_segment(self) -> bool:
+        return self.ledger_id is None
+
+
+def parse_key(key: str, prefix: str = "") -> ParsedKey | None:
+    """The parts of an offloaded-data key (ledger or segment) under `prefix`, or None for a key no
+    offloader wrote."""
+    m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
+    if m is None:
+        return None
+    return ParsedKey(m[1], int(m[2]) if m[2] is not None else None, m[3] is not None)
 
 
 def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:
-    """The uuid / ledger id of an offloaded-ledger key, or None for keys this format did not write."""
-    if not key.startswith(prefix):
-        return None
-    m = _LEDGER_KEY.fullmatch(key[len(prefix) :])
-    if m is None:
-        return None
-    return ParsedKey(m["uuid"], int(m["id"]), m["index"] is not None)
+    """Like parse_key, for ledger-offload keys only (segment keys give None)."""
+    p = parse_key(key, prefix)
+    return p if p is not None and p.ledger_id is not None else None

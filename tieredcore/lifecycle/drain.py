@@ -61,7 +61,7 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
-from tieredcore.formats.keys import data_key, index_key
+from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
 from tieredcore.names import TopicName, namespace_of
 from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
 from tieredcore.offload.offloader import LedgerOffloader
@@ -456,8 +456,8 @@ class _Drain:
             return
         if rec.type == TYPE_OFFLOADED:
             dkey, ikey = data_key(off.prefix, uuid, rec.ledger_id), index_key(off.prefix, uuid, rec.ledger_id)
-        else:  # streaming segment objects: {uuid} and {uuid}-index
-            dkey, ikey = f"{off.prefix}{uuid}", f"{off.prefix}{uuid}-index"
+        else:  # a streaming segment's objects
+            dkey, ikey = segment_data_key(off.prefix, uuid), segment_index_key(off.prefix, uuid)
         try:
             existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
         except _Foreign as e:

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from tieredcore import names
 from tieredcore.errors import NotFoundError, StoreOwnershipError, TieredError, ValidationError
-from tieredcore.formats.keys import normalize_prefix
+from tieredcore.formats.keys import INDEX_SUFFIX, OBJECT_KEY, UUID_PATTERN, normalize_prefix, parse_ledger_key
 from tieredcore.names import UNKNOWN_NAMESPACE, TopicName
 from tieredcore.offload.context import referenced_uuids as ledger_uuids
 from tieredcore.reports import Totals, totals
@@ -80,9 +80,7 @@ DETAIL_SCHEMA = ("location string, kind string, key string, size long, last_modi
                  "ledger_id long, topic string, namespace string")
 APPEND_BATCH = 500  # records per deletion-log transaction
 _MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the offloader writes
-# `{uuid}-ledger-{id}[-index]` (spec/01) and `{uuid}[-index]` (streaming segments, spec/03)
-_KEY = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:-ledger-([0-9]+))?(-index)?")
-_UUID_IN_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
 # Highest code point: UTF-8 never has a byte above 0xF4, so p + c + this sorts after nearly every key
 # starting with p + c (the rest listing still filters, so a key sorting after it is not listed twice)
 _MAX_CHAR = "\U0010ffff"
@@ -104,11 +102,11 @@ class ObjectRow(NamedTuple):
 
 
 def parse_row(info: ObjectInfo, prefix: str) -> ObjectRow:
-    """Key parsing of one listed object relative to the offload prefix. Same grammar as
-    keys.parse_ledger_key for ledger keys, but matched in full (a trailing newline or a non-ASCII digit
-    makes a key foreign) and without building an intermediate object: this runs once per object."""
+    """Key parsing of one listed object relative to the offload prefix (the grammar of
+    tieredcore.formats.keys, matched without building an intermediate object: this runs once per
+    object)."""
     key = info.key
-    m = _KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
+    m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
     lm = int(info.last_modified * 1000)
     if m is None:
         return ObjectRow(key, info.size, lm, None, None, None)
@@ -463,8 +461,8 @@ def abort_stale_uploads(store: BlobStore, prefix: str, as_of_ms: int, grace_ms: 
     for up in store.list_multipart_uploads(p):
         if exclude_prefixes and _excluded(up.key, exclude_prefixes):
             continue
-        m = _KEY.fullmatch(up.key, len(p)) if up.key.startswith(p) else None
-        if m is None or m[2] is None:  # not an offloaded-ledger data/index key
+        parsed = parse_ledger_key(up.key, p)
+        if parsed is None:  # not an offloaded-ledger data/index key
             out.foreign += 1
             continue
         if int(up.initiated * 1000) >= cutoff:
@@ -567,7 +565,7 @@ def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: 
     whose every object vanished meanwhile is reported foreign ("gone"): nothing to record."""
     topic = UNKNOWN_TOPIC
     seen = False
-    for key in sorted(group.keys, key=lambda k: not k.endswith("-index")):
+    for key in sorted(group.keys, key=lambda k: not k.endswith(INDEX_SUFFIX)):
         try:
             md = store.head(key).metadata
         except NotFoundError:
