@@ -1,6 +1,6 @@
 # Airflow image of the scale-out stack (docker-compose.yaml): the official Airflow 3 image plus the
 # project (tieredcore, spark_jobs) installed with the project's pinned constraints, a JVM for
-# spark-submit, and the pyspark-client fix of spec/06. Built from the repository root:
+# spark-submit, and the pyspark-client fix (docs/deploy.md, "pyspark files"). Built from the repository root:
 #
 #   docker build -f docker/airflow.Dockerfile -t tiered-storage-airflow:0.1.0 .
 #
@@ -30,7 +30,7 @@ RUN mkdir -p /opt/tiered/bin && chown -R airflow:0 /opt/tiered
 USER airflow
 # 1. the project with its Airflow and Spark extras, every version from constraints.txt (apache-airflow
 #    stays 3.3.2: the image's own version). pyspark is an sdist (~456 MB): build its wheel once.
-# 2. spec/06: the Spark provider pulls pyspark-client, whose pyspark/ files overwrite pyspark 4.3.0's
+# 2. (docs/deploy.md, "pyspark files") the Spark provider pulls pyspark-client, whose pyspark/ files overwrite pyspark 4.3.0's
 #    (`import pyspark` then reports 4.2.0 against 4.3.0 jars, and pip check does not notice). Put
 #    pyspark's own files back; never uninstall pyspark-client (that deletes them).
 # 3. fail the build if the fix did not hold or the image's own providers no longer import.

@@ -35,7 +35,7 @@ RUN set -eux; \
 
 # The project and its Python dependencies, every version from constraints.txt. pyspark itself is not
 # installed: executors use the distribution's ($SPARK_HOME/python/lib/pyspark.zip, the same 4.3.0).
-# No Airflow provider here, hence no pyspark-client and no need for the pyspark fix of spec/06.
+# No Airflow provider here, hence no pyspark-client and no need for the pyspark fix (docs/deploy.md, "pyspark files").
 COPY pyproject.toml constraints.txt README.md /opt/tiered/src/
 COPY tieredcore /opt/tiered/src/tieredcore
 COPY spark_jobs /opt/tiered/src/spark_jobs

@@ -23,7 +23,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check uv==0.13.8
 echo "setup: installing pinned dependencies (constraints.txt)"
 .venv/bin/uv pip install -q --python .venv/bin/python -c constraints.txt -e '.[spark,airflow,dev]'
-# spec/06: the Spark provider pulls pyspark-client, whose pyspark/ files overwrite pyspark's. Put
+# (docs/deploy.md, "pyspark files") the Spark provider pulls pyspark-client, whose pyspark/ files overwrite pyspark's. Put
 # pyspark's own files back (never uninstall pyspark-client: that deletes them) and check.
 if [ "$(.venv/bin/python -c 'import pyspark; print(pyspark.__version__)')" != "4.3.0" ]; then
     echo "setup: restoring pyspark 4.3.0 files overwritten by pyspark-client"

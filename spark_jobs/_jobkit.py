@@ -160,7 +160,7 @@ def run_job(
 
 
 def distribute(spark, config: Config, work: Sequence[TopicWork]) -> list[dict]:
-    """One element per topic; each Spark task runs its topics' ledgers in order (spec/02)."""
+    """One element per topic; each Spark task runs its topics' ledgers in order (docs/metadata.md)."""
     if not work:
         return []
     sc = spark.sparkContext

@@ -1,4 +1,4 @@
-"""Phase 2 of two-phase deletion (spec/05) as a Spark job: drain the deletion log.
+"""Phase 2 of two-phase deletion (docs/deletion.md) as a Spark job: drain the deletion log.
 
     spark-submit spark_jobs/deletion_drain.py --config tiered.toml --as-of 2026-11-22T03:00:00Z
 

@@ -1,6 +1,6 @@
 """Deletion-lag cleanup as a Spark job: hot copies whose offload completed more than the namespace's
 deletion lag before --as-of, after verifying the offloaded copy opens and matches, are marked for
-deletion (two-phase deletion, spec/05: a `ledger` record in the deletion log, then bookkeeperDeleted).
+deletion (two-phase deletion, docs/deletion.md: a `ledger` record in the deletion log, then bookkeeperDeleted).
 With --drain (the default) the driver then drains the deletion log as of --as-of, so the run ends with
 the hot copies deleted; the Spark drain job (deletion_drain.py) is for large logs.
 

@@ -1,4 +1,4 @@
-"""Orphan reconciliation (spec/05) as a Spark job: leaked objects and hot ledgers become deletion records.
+"""Orphan reconciliation (docs/deletion.md) as a Spark job: leaked objects and hot ledgers become deletion records.
 
     spark-submit spark_jobs/reconcile_orphans.py --config tiered.toml --as-of 2026-11-22T03:00:00Z --grace 1h
 

@@ -1,4 +1,4 @@
-"""Retention trim + deletion-lag cleanup (phase 1 of two-phase deletion, spec/05) as a Spark job.
+"""Retention trim + deletion-lag cleanup (phase 1 of two-phase deletion, docs/deletion.md) as a Spark job.
 
     spark-submit spark_jobs/retention_sweep.py --config tiered.toml --as-of 2026-11-22T04:00:00Z
 
@@ -6,7 +6,7 @@ The driver plans, at --as-of (the job's only clock), for the given namespaces (d
 namespace):
 
 - retention units (tieredcore.lifecycle.retention.plan_retention): topics with ledgers past their
-  namespace's retention (time or size over both tiers, Pulsar's semantics, spec/02);
+  namespace's retention (time or size over both tiers, Pulsar's semantics, docs/metadata.md);
 - deletion-lag units (tieredcore.lifecycle.sweep.plan_lag_cleanup): hot copies whose offload completed
   more than the deletion lag before --as-of, minus the ledgers this run trims anyway.
 

@@ -472,11 +472,11 @@ def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
     main = next(k for k, c in enumerate(cmds) if "constraints.txt" in c and "pip install" in c)
     assert f'"apache-airflow=={airflow_v}"' in cmds[main] and "[spark,airflow]" in cmds[main]
     fix = [k for k, c in enumerate(cmds) if "--force-reinstall" in c]
-    assert fix and fix[0] > main, "spec/06: force-reinstall pyspark after the install that pulls pyspark-client"
+    assert fix and fix[0] > main, "docs/deploy.md: force-reinstall pyspark after the install that pulls pyspark-client"
     assert "--no-deps" in cmds[fix[0]] and f"pyspark=={pyspark_v}" in cmds[fix[0]]
     after = "; ".join(cmds[fix[0] + 1:])
     assert "pyspark.__version__" in after and f"'{pyspark_v}'" in after, "the build verifies the fix"
-    assert not [r for r in runs if "uninstall" in r], "never uninstall pyspark-client (spec/06)"
+    assert not [r for r in runs if "uninstall" in r], "never uninstall pyspark-client (docs/deploy.md)"
     assert any(i == "RUN" and "jre" in a for i, a in instr), "spark-submit needs a JVM"
 
 

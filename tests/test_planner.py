@@ -1,4 +1,4 @@
-"""Selection rules of spec/02 (tieredcore.lifecycle.planner), including Pulsar's own test matrices."""
+"""Selection rules of docs/metadata.md (tieredcore.lifecycle.planner), including Pulsar's own test matrices."""
 
 from __future__ import annotations
 

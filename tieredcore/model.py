@@ -49,7 +49,7 @@ class Position(NamedTuple):
         return cls(lid, eid)
 
 
-# BookKeeper LedgerMetadataFormat.State values (spec/02)
+# BookKeeper LedgerMetadataFormat.State values (docs/metadata.md)
 STATE_OPEN = 1
 STATE_IN_RECOVERY = 2
 STATE_CLOSED = 3

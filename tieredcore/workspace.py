@@ -56,7 +56,7 @@ class Workspace:
 
     @cached_property
     def deletion_log(self) -> DeletionLog:
-        """Pending-deletion records of two-phase deletion (spec/05), in the metadata store."""
+        """Pending-deletion records of two-phase deletion (docs/deletion.md), in the metadata store."""
         return DeletionLog(self.metadata)
 
     @cached_property

@@ -1,4 +1,4 @@
-"""Crash tests of two-phase deletion (spec/05, issue 4 "Tests"): a real process running one phase-1
+"""Crash tests of two-phase deletion (docs/deletion.md, the crash tests of two-phase deletion): a real process running one phase-1
 producer (or the phase-2 drain) is SIGKILLed at an exact step, then the next drain + reconciliation
 must leave zero orphans in both tiers, nothing stuck in the deletion log, and every retained entry
 reading back identical.

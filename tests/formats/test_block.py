@@ -1,4 +1,4 @@
-"""V1 data blocks (spec/01): worked examples byte for byte, rejections, hypothesis round trips."""
+"""V1 data blocks (docs/formats.md): worked examples byte for byte, rejections, hypothesis round trips."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_block_plan_properties():
     assert p.padding_length == 88
 
 
-# --- worked examples of spec/01 ------------------------------------------------------------------
+# --- worked examples (docs/formats.md) -----------------------------------------------------------------
 
 
 def test_example1_three_entries_of_10_bytes():

@@ -1,4 +1,4 @@
-"""V1 and V2 index objects (spec/01, spec/03): layout, lookups, rejections, conformance checks."""
+"""V1 and V2 index objects (docs/formats.md): layout, lookups, rejections, conformance checks."""
 
 from __future__ import annotations
 

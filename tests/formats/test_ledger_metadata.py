@@ -1,4 +1,4 @@
-"""BookKeeper LedgerMetadataFormat (spec/02) and Java UUID halves."""
+"""BookKeeper LedgerMetadataFormat (docs/metadata.md) and Java UUID halves."""
 
 from __future__ import annotations
 

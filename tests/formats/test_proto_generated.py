@@ -1,4 +1,4 @@
-"""The committed protobuf code is what `make proto` generates, and its field numbers are spec/02's."""
+"""The committed protobuf code is what `make proto` generates, and its field numbers are Pulsar's (docs/metadata.md)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ T = {
     "int64": FD.TYPE_INT64, "enum": FD.TYPE_ENUM, "message": FD.TYPE_MESSAGE,
 }
 
-# spec/02, MLDataFormats table: (message, field, number, label, type, message/enum type name)
+# Pulsar's MLDataFormats field numbers (docs/metadata.md): (message, field, number, label, type, message/enum type name)
 ML_FIELDS = [
     ("KeyValue", "key", 1, L_REQ, "string", None),
     ("KeyValue", "value", 2, L_REQ, "string", None),
@@ -71,7 +71,7 @@ ML_FIELDS = [
     ("ManagedLedgerInfoMetadata", "uncompressedSize", 2, L_REQ, "int32", None),
 ]
 
-# spec/02, LedgerMetadataFormat table ("not written" fields still exist with their numbers)
+# BookKeeper's LedgerMetadataFormat field numbers ("not written" fields still exist with their numbers)
 LMF = "LedgerMetadataFormat"
 BK_FIELDS = [
     (LMF, "quorumSize", 1, L_REQ, "int32", None),

@@ -1,4 +1,4 @@
-"""The deletion log (spec/05) on a real SQLite metadata store."""
+"""The deletion log (docs/deletion.md) on a real SQLite metadata store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Phase 2 of two-phase deletion (spec/05) on real stores: SQLite metadata, the local hot tier, the
+"""Phase 2 of two-phase deletion (docs/deletion.md) on real stores: SQLite metadata, the local hot tier, the
 filesystem object store (and S3 via moto). Workspaces are built with `tiered init` / `tiered generate`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retention trim and topic deletion (phase 1 of two-phase deletion, spec/02 + spec/05), on real
+"""Retention trim and topic deletion (phase 1 of two-phase deletion, docs/metadata.md + docs/deletion.md), on real
 workspaces built with `tiered init` / `tiered generate`; the selection rule exhaustively without I/O."""
 
 from __future__ import annotations
@@ -457,7 +457,7 @@ def test_size_retention_counts_both_tiers(make_ws):
     assert select_retention(ledger_infos(ws), None, 2000, END_MS + 1) == [l0, l1]
 
 
-# -- the spec/02 timeline -------------------------------------------------------------------------
+# -- the deletion-lag/retention timeline (docs/metadata.md) -------------------------------------------------------------------------
 
 
 def test_timeline_lag_5_min_retention_10_min(make_ws):

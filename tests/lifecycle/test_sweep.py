@@ -136,7 +136,7 @@ def _config_path(ws):
     ],
 )
 def test_pulsar_auto_offload_matrix(make_ws, threshold_bytes, threshold_seconds, expected):
-    """spec/02: 3 ledgers of 10 entries x 10 bytes, the newest still open."""
+    """docs/metadata.md: 3 ledgers of 10 entries x 10 bytes, the newest still open."""
     ws = make_ws(ledgers=2, entries=10, entry_size="10")
     fields = {}
     if threshold_bytes is not None:
@@ -288,7 +288,7 @@ def test_plan_manual_offload(make_ws):
     # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 at ids[2] -> up to (excluding) the
     # ledger visited before it, ids[3]: the kept suffix (ids[3] and the open one) is at most 1500 bytes
     assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:3]}
-    # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (spec/02)
+    # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (docs/metadata.md)
     assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids}
     assert plan_manual_offload(ws, T, END_MS, keep_bytes=10**9) == []
     # never the open ledger, even "up to" past it
@@ -315,7 +315,7 @@ def test_parse_position_of_the_job():
 
 def test_cluster_defaults_come_from_the_configuration(make_ws):
     """The workspace configuration's max_block_size / read_buffer are the cluster defaults under the
-    namespace policies (spec/02: topic > namespace > cluster default)."""
+    namespace policies (docs/metadata.md: topic > namespace > cluster default)."""
     ws = make_ws(entries=10, entry_size="1000", config_overrides={"max_block_size": 4096, "read_buffer": 2048})
     set_ns(ws, "t/a", offload_threshold_bytes=0)
     pol = policy_store(ws).for_topic(T)

@@ -1,10 +1,10 @@
-"""The crash-safe offload protocol of spec/02 under injected failures and races.
+"""The crash-safe offload protocol of docs/metadata.md under injected failures and races.
 
 Every failure case checks four things: the result's outcome, what is left in the object store
 (objects *and* unfinished multipart uploads), the topic record (ledger still listed, OffloadContext
 not complete) and the deletion log: a replaced attempt (``offload-cleanup``) and a conflicted one
 (``offload-conflict``) become ``offloaded`` pending-deletion records, appended before the metadata
-change, never direct deletes; after a drain (phase 2, spec/05) their objects are gone.
+change, never direct deletes; after a drain (phase 2, docs/deletion.md) their objects are gone.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A real process killed (SIGKILL) in the middle of an offload, then the offload rerun (spec/02 step 1:
+"""A real process killed (SIGKILL) in the middle of an offload, then the offload rerun (docs/metadata.md, step 1:
 the uuid is recorded before any object is written, so the killed attempt's leftovers are findable; the
-rerun turns them into a pending-deletion record and the drain removes them, spec/05)."""
+rerun turns them into a pending-deletion record and the drain removes them, docs/deletion.md)."""
 
 from __future__ import annotations
 

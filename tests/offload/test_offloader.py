@@ -1,4 +1,4 @@
-"""LedgerOffloader write path (spec/01): round trips on both object stores, conformance of the written
+"""LedgerOffloader write path (docs/formats.md): round trips on both object stores, conformance of the written
 objects, user metadata and keys, rejections that write nothing, and delete_offloaded."""
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def test_round_trip_conformance(blob_store, tmp_path: Path, case: str, prefix: s
 
 
 def test_worked_example_2_layout(fs_store, tmp_path: Path) -> None:
-    """spec/01 example 2: 100 entries of 100 bytes, max block 1000."""
+    """docs/formats.md's second vector: 100 entries of 100 bytes, max block 1000."""
     hot = LocalLedgerStore(tmp_path / "hot")
     payloads = [payload(i, 100) for i in range(100)]
     ledger = sealed_ledger(hot, payloads)

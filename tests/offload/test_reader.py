@@ -1,4 +1,4 @@
-"""Read path of offloaded ledgers (spec/01 read protocol): ranges, block boundaries, missing or foreign
+"""Read path of offloaded ledgers (docs/formats.md): ranges, block boundaries, missing or foreign
 objects, fetch amplification, sequential-stream detection, concurrent readers, the offset cache."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_bad_ranges(fs_store, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("read_buffer", [1, 100, 1000, 5000, MIB])
 def test_reads_across_block_boundaries_and_padding(fs_store, tmp_path: Path, read_buffer: int) -> None:
-    """spec/01 example 2 layout: 7 entries per 1000-byte block, 88 bytes of padding, last block 2."""
+    """docs/formats.md's second vector: 7 entries per 1000-byte block, 88 bytes of padding, last block 2."""
     payloads = [payload(i, 100) for i in range(100)]
     off, obj = offload(fs_store, tmp_path, payloads, max_block_size=1000, read_buffer=read_buffer)
     assert obj.blocks == 15

@@ -1,4 +1,4 @@
-"""Operator commands of two-phase deletion (PIP-186, spec/05):
+"""Operator commands of two-phase deletion (PIP-186, docs/deletion.md):
 
     tiered deletions stats                      in-flight estimate, dead letters, PIP-186 counters
     tiered deletions dlq list|requeue|drop      the dead-letter list

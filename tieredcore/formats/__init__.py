@@ -1,5 +1,5 @@
-"""Pulsar-compatible offload formats: V1 data blocks and index (spec/01), V2 segment index
-(spec/03), BookKeeper ledger metadata (spec/02) and Java UUID halves."""
+"""Pulsar-compatible offload formats: V1 data blocks and index (docs/formats.md), V2 segment index
+(docs/formats.md), BookKeeper ledger metadata (docs/metadata.md) and Java UUID halves."""
 
 from tieredcore.formats.block import (
     BlockPlan,

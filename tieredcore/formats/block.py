@@ -1,4 +1,4 @@
-"""V1 ledger data blocks (spec/01): frames, block planning, block encoding, decoding and checking.
+"""V1 ledger data blocks (docs/formats.md): frames, block planning, block encoding, decoding and checking.
 
 Entry frame: ``[len:int32 BE][entryId:int64 BE][payload]``. The hot tier stores entries in exactly
 this framing, so an offloaded block is ``header + one contiguous slice of frames + padding``:
@@ -124,7 +124,7 @@ class BlockPlan:
 def plan_blocks(entry_sizes: Sequence[int], max_block_size: int) -> list[BlockPlan]:
     """Split a ledger with payload sizes ``entry_sizes`` (entry ids 0..n-1) into blocks.
 
-    Block starting at entry ``first`` after ``written`` payload bytes (spec/01):
+    Block starting at entry ``first`` after ``written`` payload bytes (docs/formats.md):
     ``min(maxBlockSize, (LAC - first + 1) * 12 + (ledgerLength - written) + 128)``; greedy packing,
     entries never split, so every block but the last is exactly ``max_block_size`` and the last has
     no padding. Work is O(n) in C (cumulative sums) plus O(blocks * log n) bisects.
@@ -433,7 +433,7 @@ def check_data_object(
     index: LedgerIndex | Sequence[IndexEntry],
     max_block_size: int | None = None,
 ) -> None:
-    """Data side of spec/01's conformance checklist; FormatError (or a subclass) on the first
+    """Data side of the structural checks of docs/formats.md; FormatError (or a subclass) on the first
     violation.
 
     Every block at its index offset: magic, header length 128, block length = next offset - this

@@ -1,4 +1,4 @@
-"""Constants of the Pulsar-compatible offload formats (spec/01 ledger objects, spec/03 streaming).
+"""Constants of the Pulsar-compatible offload formats (docs/formats.md ledger objects, docs/formats.md streaming).
 
 Magic words are given as unsigned Python ints (the bit pattern Java writes with ``writeInt``);
 encode them with ``>I`` and compare after reading with ``>I``.
@@ -35,7 +35,7 @@ BLOCK_PADDING = b"\xfe\xdc\xde\xad"
 DEFAULT_MAX_BLOCK_SIZE = 64 * 1024 * 1024
 #: default size of ranged GETs on the read path
 DEFAULT_READ_BUFFER_SIZE = 1024 * 1024
-#: minimum size of a streaming block (every block is an S3 part, spec/03)
+#: minimum size of a streaming block (every block is an S3 part, docs/formats.md)
 STREAMING_MIN_BLOCK_SIZE = 5 * 1024 * 1024
 #: an entry length is a Java int
 MAX_ENTRY_SIZE = 2**31 - 1
@@ -86,12 +86,12 @@ METADATA_OWNER_KEY = "tieredowner"
 #: reader then refuses an index whose checksum section is missing or damaged)
 METADATA_CHECKSUMS_KEY = "tieredchecksums"
 
-# --- BookKeeper LedgerMetadataFormat values written into a V1 index (spec/02) -------------------
+# --- BookKeeper LedgerMetadataFormat values written into a V1 index (docs/metadata.md) -------------------
 
 #: ensemble member Pulsar's offloader writes into the offloaded ledger's metadata
 OFFLOADED_ENSEMBLE_MEMBER = "127.0.0.1:3181"
 #: custom metadata this project adds to the ledger metadata inside an index: the ledger's id (the V1
 #: format keeps it only in the key), so an index copied under another ledger's key is recognised
 CUSTOM_LEDGER_ID_KEY = "tiered/ledgerId"
-#: custom metadata naming the ledger's managed ledger (Pulsar's own key, spec/02)
+#: custom metadata naming the ledger's managed ledger (Pulsar's own key, docs/metadata.md)
 CUSTOM_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"

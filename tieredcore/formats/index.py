@@ -1,4 +1,4 @@
-"""Index objects: V1 (one ledger, spec/01) and V2 (multi-ledger streaming segments, spec/03).
+"""Index objects: V1 (one ledger, docs/formats.md) and V2 (multi-ledger streaming segments, docs/formats.md).
 
 Parsing is bulk (one ``struct.iter_unpack`` over the entry region); lookups are ``bisect`` floors.
 """
@@ -206,13 +206,13 @@ def check_index_v1(
     expected_length: int | None = None,
     check_length_field: bool = True,
 ) -> None:
-    """Index side of spec/01's conformance checklist; FormatError on the first violation.
+    """Index side of the structural checks of docs/formats.md; FormatError on the first violation.
 
     Checks: length field = 32 + M + 20n; ids strictly increasing from 0; part ids 1..n; offsets a
     running sum from 0 of positive block sizes (optionally every non-last block == max_block_size);
     data object length = actual size; metadata state CLOSED; lastEntryId >= last block's first id
     (and = the expected LAC / length when given); header length 128. Readers pass
-    ``check_length_field=False``: Pulsar's reader ignores that field (spec/01).
+    ``check_length_field=False``: Pulsar's reader ignores that field (docs/formats.md).
     """
     what = f"ledger {index.ledger_id} index"
     entries = index.entries

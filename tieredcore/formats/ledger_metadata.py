@@ -1,4 +1,4 @@
-"""BookKeeper ``LedgerMetadataFormat`` (spec/02) as stored inside a V1 index object (spec/01).
+"""BookKeeper ``LedgerMetadataFormat`` (docs/metadata.md) as stored inside a V1 index object (docs/formats.md).
 
 The bytes are not canonical (Pulsar's custom-metadata order varies); compare decoded fields.
 """

@@ -1,4 +1,4 @@
-"""Bytes of a managed-ledger record (``ManagedLedgerInfo``, spec/02).
+"""Bytes of a managed-ledger record (``ManagedLedgerInfo``, docs/metadata.md).
 
 Pulsar stores the record either as plain protobuf or, when compression is configured, as::
 

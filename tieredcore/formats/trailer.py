@@ -1,7 +1,7 @@
 """V1 index trailer: this project's extensions after Pulsar's index entries (docs/formats.md).
 
 Pulsar's reader stops after the ``20·n`` entry bytes and ignores the index-length field's count, so
-bytes after the entries never break it (spec/01). This project writes up to two sections there, in
+bytes after the entries never break it (docs/formats.md). This project writes up to two sections there, in
 this order:
 
 ``TSC1`` entry checkpoints: ``[magic][count:int32][count × (entryId:int64, frameOffset:int64)]``.

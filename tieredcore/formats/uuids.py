@@ -1,4 +1,4 @@
-"""UUID <-> Java (mostSigBits, leastSigBits) as stored in OffloadContext.uidMsb / uidLsb (spec/02)."""
+"""UUID <-> Java (mostSigBits, leastSigBits) as stored in OffloadContext.uidMsb / uidLsb (docs/metadata.md)."""
 
 from __future__ import annotations
 

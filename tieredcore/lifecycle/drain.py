@@ -1,4 +1,4 @@
-"""Phase 2 of two-phase deletion (spec/05): drain the deletion log.
+"""Phase 2 of two-phase deletion (docs/deletion.md): drain the deletion log.
 
 For each due record, in this order:
 
@@ -21,7 +21,7 @@ For each due record, in this order:
    (``application`` / ``component`` / ``pulsar/managed-ledger``, plus ``pulsar/cursor`` or
    ``pulsar/schemaId``). Object records are checked against the ``managedledgername`` user metadata
    the offloader writes on its objects, when the object exists and carries it (a stricter reading of
-   the spec: a forged ``offloaded`` record naming another topic's ledger id and uuid would otherwise pass
+   PIP-186: a forged ``offloaded`` record naming another topic's ledger id and uuid would otherwise pass
    the in-use check of the wrong topic). A mismatch → nothing deleted, acknowledged (``refused_mismatch``).
    Every existing object is also checked against this workspace's cluster and identity
    (tieredcore.stores.ownership): an object another cluster or another workspace of this cluster wrote
@@ -557,7 +557,7 @@ def drain(
     dry_run: bool = False,
     check_object_owner: bool = True,
 ) -> DrainReport:
-    """Process `entries` (a Spark partition's share), or every record due at `as_of_ms`, per spec/05
+    """Process `entries` (a Spark partition's share), or every record due at `as_of_ms`, per docs/deletion.md
     phase 2. `dry_run` classifies (in use / mismatch / would delete) without deleting or changing the
     log. Returns the run's report (per-outcome counts, the counters it added, one row per record)."""
     if delay_ms < 0:

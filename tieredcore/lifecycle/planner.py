@@ -1,4 +1,4 @@
-"""Pure selection rules over a ManagedLedgerInfo (spec/02). No I/O: easy to test exhaustively."""
+"""Pure selection rules over a ManagedLedgerInfo (docs/metadata.md). No I/O: easy to test exhaustively."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def select_prefix(ledgers: Sequence, position: Position) -> list[int]:
 
 
 def select_keep_bytes(ledgers: Sequence, keep_bytes: int) -> list[int]:
-    """`topics offload -s S` (Pulsar's admin findFirstLedgerWithinThreshold, spec/02): the list ends with
+    """`topics offload -s S` (Pulsar's admin findFirstLedgerWithinThreshold, docs/metadata.md): the list ends with
     the open ledger at its current size; walking newest to oldest and summing sizes, at the first ledger
     whose sum exceeds S offload up to (excluding) the ledger visited just before it. The kept suffix is
     the longest one of at most S bytes, so with S = 0 every sealed ledger goes. Then as select_prefix:
@@ -103,7 +103,7 @@ def ledgers_as_of(ledgers: Sequence, as_of_ms: int) -> list:
 def select_retention(
     ledgers: Sequence, retention_time_ms: int | None, retention_size_bytes: int | None, now_ms: int
 ) -> list[int]:
-    """Retention trim (Pulsar's ManagedLedgerImpl.internalTrimLedgers, spec/02): ledgers to remove from
+    """Retention trim (Pulsar's ManagedLedgerImpl.internalTrimLedgers, docs/metadata.md): ledgers to remove from
     the topic, oldest first.
 
     Candidates are the sealed ledgers before the newest one (this project has no cursors, so the slowest

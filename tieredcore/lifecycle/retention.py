@@ -1,4 +1,4 @@
-"""Retention trim and topic deletion: phase 1 of two-phase deletion (PIP-186, spec/05).
+"""Retention trim and topic deletion: phase 1 of two-phase deletion (PIP-186, docs/deletion.md).
 
 Both producers follow the same order: durably append one pending-deletion record per storage object
 group of each ledger that goes (a ``ledger`` record for a hot copy not yet deleted, an ``offloaded``

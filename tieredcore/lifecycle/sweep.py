@@ -2,7 +2,7 @@
 side). Everything runs on the run's logical clock `as_of_ms`, never the wall clock, so a retry or a
 backfill of the same logical date plans the same work and an older date never does more.
 
-Deletion-lag cleanup is phase 1 of two-phase deletion (spec/05): after proving the offloaded copy
+Deletion-lag cleanup is phase 1 of two-phase deletion (docs/deletion.md): after proving the offloaded copy
 reads back correctly it appends a ``ledger`` record (reason ``deletion-lag``) to the deletion log, then
 sets ``bookkeeperDeleted`` with a CAS (outcome ``marked``). The hot copy is deleted by the drain
 (:func:`tieredcore.lifecycle.drain.drain`); until then readers already read the offloaded copy.
@@ -192,7 +192,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     if w.dry_run:
         row.outcome = "planned"
         return ""
-    # phase 1 of two-phase deletion (spec/05): the hot copy's deletion is durable in the log before
+    # phase 1 of two-phase deletion (docs/deletion.md): the hot copy's deletion is durable in the log before
     # bookkeeperDeleted is set; the drain deletes it. A crash between the two leaves a record whose
     # ledger is still in use (the drain acknowledges it); a rerun appends a fresh one.
     ws.deletion_log.append([DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_LEDGER,

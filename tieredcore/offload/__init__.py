@@ -1,2 +1,2 @@
-"""Offload and read of ledgers in object stores (spec/01) and the crash-safe protocol over the
-managed-ledger metadata (spec/02)."""
+"""Offload and read of ledgers in object stores (docs/formats.md) and the crash-safe protocol over the
+managed-ledger metadata (docs/metadata.md)."""

@@ -1,6 +1,6 @@
 """What a ledger's ``LedgerInfo`` says about its offloaded copies: the one place that decodes it.
 
-A ``LedgerInfo`` (spec/02, ``MLDataFormats``) references object-store data through:
+A ``LedgerInfo`` (docs/metadata.md, ``MLDataFormats``) references object-store data through:
 
 - its ``OffloadContext`` uuid (``uidMsb``/``uidLsb``): the current attempt, complete or in flight;
 - ``OffloadContext.offloadSegment`` uuids (PIP-76 streaming segments);

@@ -1,9 +1,9 @@
-"""The managed-ledger offload protocol (spec/02): crash-safe, one topic record CAS at each step.
+"""The managed-ledger offload protocol (docs/metadata.md): crash-safe, one topic record CAS at each step.
 
 1. CAS a fresh uuid into the ledger's OffloadContext (complete=false) before any object is written.
    An older uuid there is an abandoned attempt: an ``offloaded`` pending-deletion record (reason
    ``offload-cleanup``) is durably appended to the deletion log **before** the CAS that replaces it
-   (two-phase deletion, spec/05); the drain deletes its objects later. Abandoned attempts remembered
+   (two-phase deletion, docs/deletion.md); the drain deletes its objects later. Abandoned attempts remembered
    in the ledger's properties (``ABANDONED_PREFIX``, written by earlier versions) get records too and
    their properties are dropped by the same CAS. If the CAS loses a race the record is harmless: the
    drain sees the uuid still current and acknowledges it without deleting anything.
@@ -125,7 +125,7 @@ class TopicOffloader:
         self.ml = ml
         self.hot = hot
         self.offloader = offloader
-        # pending-deletion records of replaced / conflicted attempts (phase 1 of spec/05); the log
+        # pending-deletion records of replaced / conflicted attempts (phase 1 of docs/deletion.md); the log
         # lives in the same metadata store as the topic records
         self.deletion_log = deletion_log if deletion_log is not None else DeletionLog(ml.store)
         self.clock_ms = clock_ms

@@ -1,4 +1,4 @@
-"""Single-ledger offload to an object store in Pulsar's format (spec/01).
+"""Single-ledger offload to an object store in Pulsar's format (docs/formats.md).
 
 Write order: data object (multipart, block i = part i+1), then index object (single PUT). The index is
 the commit point. On any failure the multipart upload is aborted, or the data object deleted, before

@@ -1,4 +1,4 @@
-"""Read handle of an offloaded ledger (spec/01 read protocol).
+"""Read handle of an offloaded ledger (docs/formats.md).
 
 The index is parsed once per handle. Reads seek with an exact cached offset, or the nearest checkpoint
 of the index trailer (an exact frame offset every few KiB, written by this project's offloader), or

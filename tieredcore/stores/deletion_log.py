@@ -1,4 +1,4 @@
-"""The deletion log of two-phase deletion (PIP-186, spec/05), kept in the metadata store.
+"""The deletion log of two-phase deletion (PIP-186, docs/deletion.md), kept in the metadata store.
 
 Phase 1 (whoever wants storage gone) appends one record per storage object group **before** changing
 the topic record; phase 2 (the drain) deletes storage and acknowledges. Records live under

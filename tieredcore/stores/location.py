@@ -104,7 +104,7 @@ class StoreLocation:
         q = "&".join(f"{k}={v}" for k, v in params if v)
         return f"s3://{self.bucket}/{quote(self.prefix)}" + (f"?{q}" if q else "")
 
-    # -- OffloadContext driver metadata (spec/02: Pulsar records where each ledger went) ----------
+    # -- OffloadContext driver metadata (docs/metadata.md: Pulsar records where each ledger went) ----------
 
     @property
     def driver(self) -> str:

@@ -1,7 +1,7 @@
 """Typed access to topic records and namespace policies, in Pulsar's metadata layout.
 
 =========================================================  =====================================
-``/managed-ledgers/<tenant>/<namespace>/persistent/<t>``   ``ManagedLedgerInfo`` (spec/02 bytes)
+``/managed-ledgers/<tenant>/<namespace>/persistent/<t>``   ``ManagedLedgerInfo`` (docs/metadata.md bytes)
 ``/admin/policies/<tenant>/<namespace>``                   namespace policies (JSON object)
 =========================================================  =====================================
 

@@ -1,7 +1,7 @@
 """Who owns what in a shared object store: never touch what another cluster wrote.
 
 Sharing a bucket between clusters is normal in Pulsar deployments, and every offloaded object carries
-the writer's cluster name (``pulsarclustername`` user metadata, spec/01). That is not enough on its
+the writer's cluster name (``pulsarclustername`` user metadata, docs/formats.md). That is not enough on its
 own: two workspaces with the *same* cluster name (``standalone`` is everyone's default) would take each
 other's objects for their own orphans. So:
 

@@ -1,4 +1,4 @@
-"""Cross-tier topic reader (spec/02 read priority), falling back to the other copy when one cannot be read.
+"""Cross-tier topic reader (read priority: docs/metadata.md), falling back to the other copy when one cannot be read.
 
 `tiered-storage-first` (default): a ledger whose offload is complete is read from the object store,
 others from the hot tier. `bookkeeper-first`: the hot copy while it exists. The topic record is read

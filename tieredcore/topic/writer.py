@@ -20,7 +20,7 @@ from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 
 def ledger_custom_metadata(topic: TopicName) -> dict[str, bytes]:
-    """Custom metadata of a managed-ledger ledger (spec/02); two-phase deletion checks it."""
+    """Custom metadata of a managed-ledger ledger (docs/metadata.md); two-phase deletion checks it."""
     return {
         "application": b"pulsar",
         "component": b"managed-ledger",
