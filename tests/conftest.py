@@ -141,3 +141,26 @@ def fs_store(tmp_path: Path):
 def blob_store(request: pytest.FixtureRequest):
     """Each BlobStore implementation in turn (contract tests)."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture
+def make_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """make_ws(namespaces, **kw) -> an open Workspace built by tests.support.workspaces.build_workspace
+    (4 sealed ledgers per topic unless told), closed at teardown."""
+    from tests.support.workspaces import build_workspace
+    from tieredcore.config import Config
+    from tieredcore.workspace import Workspace
+
+    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
+    opened: list[Workspace] = []
+
+    def make(namespaces=("t/a",), **kw) -> Workspace:
+        kw.setdefault("ledgers", 4)
+        cfg = build_workspace(tmp_path / f"ws{len(opened) + 1}", list(namespaces), **kw)
+        ws = Workspace(Config.load(cfg, env={}))
+        opened.append(ws)
+        return ws
+
+    yield make
+    for ws in opened:
+        ws.close()

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clihelp import snapshot
 from tieredcore.cli.main import main
 from tieredcore.cli.workload import PayloadGenerator
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.names import TopicName
-
-from .clihelp import snapshot
 
 NS_A = "public/default"
 NS_B = "acme/payments"

@@ -12,12 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES
-from tieredcore.errors import MetadataStoreError
-from tieredcore.model import INT64_MAX
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
-
-from .clihelp import (
+from tests.support.clihelp import (
     NS,
     OTHER_NS,
     T0,
@@ -27,6 +22,10 @@ from .clihelp import (
     generate,
     snapshot,
 )
+from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES
+from tieredcore.errors import MetadataStoreError
+from tieredcore.model import INT64_MAX
+from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 
 TOO_BIG = str(INT64_MAX + 1)
 HUGE = "9" * 5000

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workspaces import END_ISO, build_workspace
 from tieredcore.cli.main import main
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import PENDING, DeletionLog, DeletionRecord
 from tieredcore.workspace import Workspace
 
-END = "2026-01-01T00:00:00Z"
 T0, T1 = "persistent://t/ns/topic-0000", "persistent://t/ns/topic-0001"
 ML0, ML1 = "t/ns/persistent/topic-0000", "t/ns/persistent/topic-0001"
 
@@ -49,13 +49,11 @@ def read_count(root: Path, capsys, topic: str) -> int:
 
 @pytest.fixture
 def ws(tmp_path: Path, monkeypatch, capsys) -> Path:
-    """Two topics of 4 sealed ledgers (10 min apart, the newest closed at END) + the open one; the
+    """Two topics of 4 sealed ledgers (10 min apart, the newest closed at END_ISO) + the open one; the
     first two ledgers of topic 0 offloaded."""
     monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
     root = tmp_path / "ws"
-    assert main(["init", str(root)]) == 0
-    assert main(["--workspace", str(root), "generate", "--namespace", "t/ns", "--topics", "2", "--ledgers", "4",
-                 "--entries", "5", "--entry-size", "64", "--end-time", END]) == 0
+    build_workspace(root, ["t/ns"], topics=2, ledgers=4, entries=5, entry_size="64")
     third = ledgers(root, capsys, T0)[2]["ledger"]
     assert call(root, capsys, "offload", T0, "--up-to", f"{third}:0")[0] == 0
     capsys.readouterr()
@@ -75,12 +73,12 @@ def test_retention_then_drain_removes_storage(ws, capsys):
     before = ledgers(ws, capsys, T0)
     assert call(ws, capsys, "policies", "set", "t/ns", "--retention-time-minutes", "15")[0] == 0
     # dry run: planned, nothing changes
-    code, res, _ = call(ws, capsys, "retention", "--namespace", "t/ns", "--as-of", END, "--dry-run")
+    code, res, _ = call(ws, capsys, "retention", "--namespace", "t/ns", "--as-of", END_ISO, "--dry-run")
     assert code == 0 and res["dry_run"] and res["ledgers"] > 0
     assert ledgers(ws, capsys, T0) == before
     assert call(ws, capsys, "deletions", "stats")[1]["in_flight"] == 0
 
-    code, res, _ = call(ws, capsys, "retention", "--namespace", "t/ns", "--as-of", END)
+    code, res, _ = call(ws, capsys, "retention", "--namespace", "t/ns", "--as-of", END_ISO)
     assert code == 0 and res["next"] == "tiered deletions drain"
     trimmed = {(r["topic"], r["ledger"]) for r in res["rows"] if r["outcome"] == "trimmed"}
     gone0 = [d for d in before if (T0, d["ledger"]) in trimmed]
@@ -95,7 +93,7 @@ def test_retention_then_drain_removes_storage(ws, capsys):
         assert all(w.hot.exists(lid) for _, lid in trimmed)
         assert any(o.key for o in iter_objects(w.store))
 
-    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END)
+    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END_ISO)
     assert code == 0 and rep["dead_lettered"] == 0 and rep["deleted"] == st["in_flight"]
     assert rep["stats"]["in_flight"] == 0
     with open_ws(ws) as w:
@@ -114,7 +112,7 @@ def test_forged_record_is_refused(ws, capsys):
         DeletionLog(w.metadata).append([DeletionRecord(topic=ML1, ledger_id=lid, type="ledger",
                                                        reason="retention", created_ms=1)])
         objects = {o.key for o in iter_objects(w.store)}
-    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END)
+    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END_ISO)
     assert code == 0 and rep["refused_mismatch"] == 1 and rep["deleted"] == 0
     code, st, _ = call(ws, capsys, "deletions", "stats")
     assert st["counters"]["refused_mismatch"] == 1 and st["in_flight"] == 0
@@ -126,7 +124,7 @@ def test_forged_record_is_refused(ws, capsys):
 def test_malformed_dead_letter_list_and_drop(ws, capsys):
     with open_ws(ws) as w:
         w.metadata.create(f"{PENDING}/bad1", b"{not json")
-    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END)
+    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END_ISO)
     assert code == 1 and rep["malformed"] == 1  # dead-lettered in this run
     code, res, _ = call(ws, capsys, "deletions", "dlq", "list")
     assert code == 0 and res["count"] == 1
@@ -163,7 +161,7 @@ def test_requeue_valid_dead_letter(ws, capsys):
     assert code == 2 and "--all" in err
     code, _, err = call(ws, capsys, "deletions", "dlq", "requeue", rec.id, "--all")
     assert code == 2
-    code, res, _ = call(ws, capsys, "deletions", "dlq", "requeue", rec.id, "--as-of", END)
+    code, res, _ = call(ws, capsys, "deletions", "dlq", "requeue", rec.id, "--as-of", END_ISO)
     assert code == 0 and res["requeued"] == [rec.id]
     code, st, _ = call(ws, capsys, "deletions", "stats")
     assert st["in_flight"] == st["pending"] == 1 and st["dead_letter"] == 0
@@ -171,7 +169,7 @@ def test_requeue_valid_dead_letter(ws, capsys):
         (e,) = DeletionLog(w.metadata).pending()
         assert e.record.attempts == 0 and e.record.dead_reason == ""
     # the ledger is still listed: the drain acknowledges without deleting
-    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END)
+    code, rep, _ = call(ws, capsys, "deletions", "drain", "--as-of", END_ISO)
     assert code == 0 and rep["still_in_use"] == 1
     with open_ws(ws) as w:
         assert w.hot.exists(lid)

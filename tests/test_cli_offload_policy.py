@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tieredcore.formats.index import parse_index_v1
-
-from .clihelp import (
+from tests.support.clihelp import (
     B0,
     LEDGERS,
     NS,
@@ -17,6 +15,7 @@ from .clihelp import (
     _clean_env,  # noqa: F401  (autouse)
     generate,
 )
+from tieredcore.formats.index import parse_index_v1
 
 BLOCK = 1024  # the filesystem store's minimum; ledgers here are ~3 KiB, so several blocks each
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clihelp import _clean_env  # noqa: F401  (autouse)
 from tieredcore.cli.main import main
-
-from .clihelp import _clean_env  # noqa: F401  (autouse)
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli.workload import PROP_FIRST_SEQ
-from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
-from tieredcore.names import TopicName
-from tieredcore.workspace import Workspace
-
-from .clihelp import (
+from tests.support.clihelp import (
     B0,
-    END,
+    END_ISO,
     ENTRIES,
     LEDGERS,
     NS,
@@ -27,6 +22,10 @@ from .clihelp import (
     flip,
     generate,
 )
+from tieredcore.cli.workload import PROP_FIRST_SEQ
+from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
+from tieredcore.names import TopicName
+from tieredcore.workspace import Workspace
 
 HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot.py)
 
@@ -106,9 +105,9 @@ def test_bad_ledgers_of_several_topics_and_tiers(cli: Cli) -> None:
 
 
 def trim_two_oldest(cli: Cli, topic_ns: str = NS) -> None:
-    # ledgers closed 30, 20, 10 and 0 min before END: a 15-minute retention at END trims two
+    # ledgers closed 30, 20, 10 and 0 min before END_ISO: a 15-minute retention at END trims two
     assert cli("policies", "set", topic_ns, "--retention-time-minutes", "15")[0] == 0
-    res = cli.json("retention", "--namespace", topic_ns, "--as-of", END)
+    res = cli.json("retention", "--namespace", topic_ns, "--as-of", END_ISO)
     assert res["ledgers"] == 2 * 2  # two per topic
 
 

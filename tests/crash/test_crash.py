@@ -21,7 +21,6 @@ completion (drain, checks again, and its effect is there).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import signal
 import subprocess
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main as cli
+from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import data_key, parse_ledger_key
@@ -49,8 +48,6 @@ from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 CHILD = Path(__file__).with_name("crash_child.py")
-END_ISO = "2026-01-01T00:00:00Z"
-END_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
 MIN = 60_000
 DAY = 24 * 3600 * 1000
 NS = "t/a"
@@ -65,28 +62,13 @@ Key = tuple[str, int]  # (persistent://topic, ledger id)
 
 
 def build(root: Path, topics: int) -> Config:
-    """`tiered init` + `tiered generate`: 4 sealed ledgers of 10 entries per topic (closed 10 min apart,
-    the last at END) plus the open newest ledger."""
-    assert cli.main(["init", str(root)]) == 0
-    assert cli.main(["--workspace", str(root), "generate", "--namespace", NS, "--topics", str(topics),
-                     "--ledgers", "4", "--entries", "10", "--entry-size", "100", "--end-time", END_ISO,
-                     "--ledger-interval", "600"]) == 0
-    return Config.load(root / CONFIG_FILE_NAME, env={})
+    """4 sealed ledgers of 10 entries per topic (closed 10 min apart, the last at END) plus the open
+    newest ledger."""
+    return Config.load(build_workspace(root, [NS], topics=topics, ledgers=4), env={})
 
 
 def set_ns(ws: Workspace, **fields) -> None:
     policy_store(ws).set_namespace(NS, fields)
-
-
-def sealed(ws: Workspace, topic: str = T0) -> list[int]:
-    info, _ = ws.ml.get_topic(topic)
-    return [li.ledgerId for li in info.ledgerInfo][:-1]
-
-
-def offload(ws: Workspace, ledgers: list[int], as_of: int, topic: str = T0) -> dict[int, str]:
-    res = ws.topic_offloader(clock_ms=lambda: as_of).offload_ledgers(topic, ledgers)
-    assert [r.outcome for r in res] == ["offloaded"] * len(ledgers), res
-    return {r.ledger_id: r.uuid for r in res}
 
 
 def lag_clean_everything_offloaded(ws: Workspace, as_of: int) -> None:
@@ -251,10 +233,10 @@ class Scenario:
 def setup_retention(ws: Workspace) -> Scenario:
     """Ledger 0 offloaded with its hot copy deleted, 1 offloaded (both tiers), 2 hot only, 3 offloaded
     (both tiers, retained); retention 10 min at END + 1 min removes 0, 1, 2."""
-    l0, l1, l2, l3 = sealed(ws)
-    offload(ws, [l0], END_MS)
+    l0, l1, l2, l3 = sealed(ws, T0)
+    offload(ws, T0, [l0], END_MS)
     lag_clean_everything_offloaded(ws, END_MS + 1)
-    offload(ws, [l1, l3], END_MS + 2)
+    offload(ws, T0, [l1, l3], END_MS + 2)
     set_ns(ws, retention_time_minutes=10)
     return Scenario("trim", {"topic": T0, "as_of": END_MS + MIN}, {(T0, l0), (T0, l1), (T0, l2)})
 
@@ -263,10 +245,10 @@ def setup_topic_deletion(ws: Workspace) -> Scenario:
     """Topic 0 as for retention (ledger 0 cold only, 1 in both tiers); topic 1 (kept) has one ledger in
     both tiers. Topic 0 is deleted."""
     l0, l1, _l2, _l3 = sealed(ws, T0)
-    offload(ws, [l0], END_MS)
+    offload(ws, T0, [l0], END_MS)
     lag_clean_everything_offloaded(ws, END_MS + 1)
-    offload(ws, [l1], END_MS + 2)
-    offload(ws, sealed(ws, T1)[:1], END_MS + 2, topic=T1)
+    offload(ws, T0, [l1], END_MS + 2)
+    offload(ws, T1, sealed(ws, T1)[:1], END_MS + 2)
     info, _ = ws.ml.get_topic(T0)
 
     def done(ws: Workspace, _before) -> None:
@@ -278,8 +260,8 @@ def setup_topic_deletion(ws: Workspace) -> Scenario:
 
 def setup_lag_cleanup(ws: Workspace) -> Scenario:
     """Ledgers 0-2 offloaded at END, deletion lag 0: the cleanup at END + 1 marks all three."""
-    ids = sealed(ws)[:3]
-    offload(ws, ids, END_MS)
+    ids = sealed(ws, T0)[:3]
+    offload(ws, T0, ids, END_MS)
     set_ns(ws, deletion_lag_ms=0)
 
     def done(ws: Workspace, _before) -> None:
@@ -294,8 +276,8 @@ def setup_abandoned_attempt(ws: Workspace) -> Scenario:
     """Ledger 0 offloaded; ledger 1 has an abandoned attempt: its uuid recorded (complete=false), its
     objects written, and an unfinished multipart upload on its data key. A new offload of ledger 1
     replaces it."""
-    l0, l1, _l2, _l3 = sealed(ws)
-    offload(ws, [l0], END_MS)
+    l0, l1, _l2, _l3 = sealed(ws, T0)
+    offload(ws, T0, [l0], END_MS)
     abandoned = str(uuidlib.uuid4())
     msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(abandoned))
     dm = ws.topic_offloader()._driver_metadata()
@@ -327,8 +309,8 @@ def setup_abandoned_attempt(ws: Workspace) -> Scenario:
 def setup_conflicted_attempt(ws: Workspace) -> Scenario:
     """Ledger 0 offloaded; the offload of ledger 1 loses to a competing attempt (crash_child.py
     offload-race): its objects are written, its uuid replaced, its completion CAS fails."""
-    l0, l1, _l2, _l3 = sealed(ws)
-    offload(ws, [l0], END_MS)
+    l0, l1, _l2, _l3 = sealed(ws, T0)
+    offload(ws, T0, [l0], END_MS)
 
     def done(ws: Workspace, _before) -> None:
         li = find_ledger(ws.ml.get_topic(T0)[0], l1)

@@ -9,6 +9,7 @@ import uuid as uuidlib
 
 import pytest
 
+from tests.support.workspaces import END_MS, offload_one, sealed
 from tieredcore.cli.common import Progress
 from tieredcore.cli.data import cmd_verify
 from tieredcore.errors import BlobStoreError
@@ -35,8 +36,6 @@ from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 
-from .conftest import END_MS
-
 T0 = "persistent://t/a/topic-0000"
 T1 = "persistent://t/a/topic-0001"
 ML0 = "t/a/persistent/topic-0000"
@@ -47,20 +46,9 @@ NOW = END_MS + 3_600_000
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def sealed(ws, topic=T0) -> list[int]:
-    info, _ = ws.ml.get_topic(topic)
-    return [li.ledgerId for li in info.ledgerInfo[:-1]]
-
-
 def ledger_info(ws, topic, lid):
     info, _ = ws.ml.get_topic(topic)
     return find_ledger(info, lid)
-
-
-def offload(ws, topic, lid, offloader: LedgerOffloader | None = None) -> str:
-    res = TopicOffloader(ws.ml, ws.hot, offloader or ws.offloader).offload_ledger(topic, lid)
-    assert res.outcome == "offloaded", res
-    return res.uuid
 
 
 def set_bookkeeper_deleted(ws, topic, lid) -> None:
@@ -218,8 +206,8 @@ def test_failed_keys_parsing():
 
 
 def test_hot_copy_deleted_after_lag(ws):
-    lid = sealed(ws)[0]
-    offload(ws, T0, lid)
+    lid = sealed(ws, T0)[0]
+    offload_one(ws, T0, lid)
     rec = hot_rec(ML0, lid)
     DeletionLog(ws.metadata).append([rec])  # phase 1: record first ...
     set_bookkeeper_deleted(ws, T0, lid)  # ... then the metadata change
@@ -237,8 +225,8 @@ def test_hot_copy_deleted_after_lag(ws):
 
 
 def test_metadata_change_never_happened_is_still_in_use(ws):
-    a, b = sealed(ws)[:2]
-    offload(ws, T0, a)  # offloaded, but bookkeeperDeleted never set
+    a, b = sealed(ws, T0)[:2]
+    offload_one(ws, T0, a)  # offloaded, but bookkeeperDeleted never set
     open_ledger = ws.ml.get_topic(T0)[0].ledgerInfo[-1].ledgerId
     recs = [hot_rec(ML0, a), hot_rec(ML0, b, reason="retention"), hot_rec(ML0, open_ledger, reason="retention")]
     DeletionLog(ws.metadata).append(recs)
@@ -254,8 +242,8 @@ def test_metadata_change_never_happened_is_still_in_use(ws):
 
 
 def test_forged_records_delete_nothing(ws):
-    lid = sealed(ws)[0]
-    good_uuid = offload(ws, T0, lid)
+    lid = sealed(ws, T0)[0]
+    good_uuid = offload_one(ws, T0, lid)
     set_bookkeeper_deleted(ws, T0, lid)  # the hot copy is deletable -- but only by a record naming T0
     other = sealed(ws, T1)[0]
     driver = current_driver(ws, T0, lid)
@@ -306,7 +294,7 @@ def test_malformed_records_go_straight_to_dead_letter(ws):
     hot_before = ws.hot.list_ledgers()
     objs_before = objects(ws.offloader.store)
     ws.metadata.create(f"{PENDING}/garbage", b"\x00\x01 not json")
-    bad_topic = hot_rec(ML0, sealed(ws)[0])
+    bad_topic = hot_rec(ML0, sealed(ws, T0)[0])
     bad_topic.topic = "t/a/non-persistent/x"  # four components (passes the format check), not a topic
     ws.metadata.create(f"{PENDING}/{bad_topic.id}", bad_topic.to_json())
     r = drain(ws, NOW)
@@ -324,10 +312,10 @@ def test_malformed_records_go_straight_to_dead_letter(ws):
 
 
 def test_abandoned_attempt_objects_and_upload_removed_current_untouched(ws):
-    a, b = sealed(ws)[:2]
+    a, b = sealed(ws, T0)[:2]
     off = ws.offloader
     old = abandoned_attempt(ws, ML0, a)
-    current = offload(ws, T0, a)
+    current = offload_one(ws, T0, a)
     in_flight_other = off.store.initiate_multipart(data_key(off.prefix, str(uuidlib.uuid4()), b))
     assert keys_of(off, old, a) <= objects(off.store)
     assert data_key(off.prefix, old, a) in uploads(off.store)
@@ -350,7 +338,7 @@ def test_abandoned_attempt_objects_and_upload_removed_current_untouched(ws):
 
 
 def test_in_flight_attempt_is_still_in_use(ws):
-    lid = sealed(ws)[0]
+    lid = sealed(ws, T0)[0]
     u = str(uuidlib.uuid4())
     driver = store_driver(ws)
 
@@ -370,9 +358,9 @@ def test_in_flight_attempt_is_still_in_use(ws):
 
 
 def test_store_failing_then_recovering_retries_with_backoff(ws):
-    a = sealed(ws)[0]
+    a = sealed(ws, T0)[0]
     old = abandoned_attempt(ws, ML0, a)
-    offload(ws, T0, a)
+    offload_one(ws, T0, a)
     driver = current_driver(ws, T0, a)
     rec = off_rec(ML0, a, old, driver)
     DeletionLog(ws.metadata).append([rec])
@@ -403,7 +391,7 @@ def test_store_failing_then_recovering_retries_with_backoff(ws):
 
 
 def test_batch_error_naming_some_keys_fails_only_their_records(ws):
-    a, b = sealed(ws)[:2]
+    a, b = sealed(ws, T0)[:2]
     old_a, old_b = abandoned_attempt(ws, ML0, a), abandoned_attempt(ws, ML0, b)
     driver = store_driver(ws)
     rec_a, rec_b = off_rec(ML0, a, old_a, driver), off_rec(ML0, b, old_b, driver)
@@ -421,8 +409,8 @@ def test_batch_error_naming_some_keys_fails_only_their_records(ws):
 
 
 def test_always_failing_stores_dead_letter_after_max_attempts(ws):
-    a, b = sealed(ws)[:2]
-    offload(ws, T0, b)
+    a, b = sealed(ws, T0)[:2]
+    offload_one(ws, T0, b)
     set_bookkeeper_deleted(ws, T0, b)
     old = abandoned_attempt(ws, ML0, a)
     driver = store_driver(ws)
@@ -460,8 +448,8 @@ def test_always_failing_stores_dead_letter_after_max_attempts(ws):
 
 
 def test_already_deleted_storage_is_success(ws):
-    a, b = sealed(ws)[:2]
-    offload(ws, T0, a)
+    a, b = sealed(ws, T0)[:2]
+    offload_one(ws, T0, a)
     set_bookkeeper_deleted(ws, T0, a)
     old = abandoned_attempt(ws, ML0, b)
     driver = store_driver(ws)
@@ -478,8 +466,8 @@ def test_already_deleted_storage_is_success(ws):
 
 
 def test_processing_the_same_entries_twice_acknowledges_once(ws):
-    lid = sealed(ws)[0]
-    offload(ws, T0, lid)
+    lid = sealed(ws, T0)[0]
+    offload_one(ws, T0, lid)
     set_bookkeeper_deleted(ws, T0, lid)
     DeletionLog(ws.metadata).append([hot_rec(ML0, lid)])
     entries = DeletionLog(ws.metadata).due(NOW)
@@ -499,7 +487,7 @@ def test_concurrent_drains_acknowledge_every_record_once(make_ws):
     for t in ws.ml.list_topics("t/a"):
         for lid in sealed(ws, t)[:3]:
             old = abandoned_attempt(ws, t.managed_ledger_name, lid)
-            offload(ws, t, lid)
+            offload_one(ws, t, lid)
             set_bookkeeper_deleted(ws, t, lid)
             recs += [hot_rec(t.managed_ledger_name, lid),
                      off_rec(t.managed_ledger_name, lid, old, current_driver(ws, t, lid))]
@@ -542,11 +530,11 @@ def test_concurrent_drains_acknowledge_every_record_once(make_ws):
 
 def test_s3_batch_delete_of_several_records(ws, s3_store, moto_endpoint):
     s3_off = LedgerOffloader(s3_store, "cold/", cluster=ws.config.cluster)
-    a, b, c = sealed(ws)[:3]
+    a, b, c = sealed(ws, T0)[:3]
     recs, olds = [], {}
     for lid in (a, b, c):
         olds[lid] = abandoned_attempt(ws, ML0, lid, offloader=s3_off)
-        offload(ws, T0, lid, offloader=s3_off)
+        offload_one(ws, T0, lid, offloader=s3_off)
     driver = current_driver(ws, T0, a)
     assert driver["name"] == "aws-s3" and driver["properties"]["serviceEndpoint"] == moto_endpoint
     for lid in (a, b, c):
@@ -568,8 +556,8 @@ def test_s3_batch_delete_of_several_records(ws, s3_store, moto_endpoint):
 
 
 def test_dry_run_changes_nothing(ws):
-    a, b, c = sealed(ws)[:3]
-    offload(ws, T0, a)
+    a, b, c = sealed(ws, T0)[:3]
+    offload_one(ws, T0, a)
     set_bookkeeper_deleted(ws, T0, a)
     old = abandoned_attempt(ws, ML0, b)
     driver = store_driver(ws)
@@ -594,7 +582,7 @@ def test_dry_run_changes_nothing(ws):
 
 
 def test_limit_and_report_shape(ws):
-    a, b = sealed(ws)[:2]
+    a, b = sealed(ws, T0)[:2]
     DeletionLog(ws.metadata).append([hot_rec(ML0, a), hot_rec(ML0, b)])
     r = drain(ws, NOW, limit=1)
     assert r.entries == 1 and len(DeletionLog(ws.metadata).pending()) == 1
@@ -603,7 +591,7 @@ def test_limit_and_report_shape(ws):
 
 
 def test_segment_record_deleted_only_once_no_ledger_references_it(ws):
-    a, b = sealed(ws)[:2]
+    a, b = sealed(ws, T0)[:2]
     store, prefix = ws.offloader.store, ws.offloader.prefix
     seg = str(uuidlib.uuid4())
     for k in (f"{prefix}{seg}", f"{prefix}{seg}-index"):
@@ -637,7 +625,7 @@ def test_segment_record_deleted_only_once_no_ledger_references_it(ws):
 def test_records_naming_objects_written_by_others_are_refused(ws, writer):
     """A shared bucket: whatever a record says, the drain deletes nothing another cluster (or another
     workspace with the same cluster name) wrote, counts it, and acknowledges the record."""
-    a = sealed(ws)[0]
+    a = sealed(ws, T0)[0]
     cluster = {"other-cluster": "east"}.get(writer, ws.config.cluster)
     owner = {"other-workspace": "f" * 32}.get(writer, "")
     other = LedgerOffloader(ws.offloader.store, ws.offloader.prefix, cluster=cluster, owner=owner)

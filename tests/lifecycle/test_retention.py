@@ -8,6 +8,7 @@ import uuid as uuidlib
 
 import pytest
 
+from tests.support.workspaces import END_MS, INTERVAL_MS, offload
 from tieredcore.cli.workload import PayloadGenerator
 from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
@@ -28,8 +29,6 @@ from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-
-from .conftest import END_MS, INTERVAL_MS
 
 MIN = 60_000
 T = "persistent://t/a/topic-0000"
@@ -96,13 +95,6 @@ def generated(all_sealed, keep, entries=10, size=100, topic_ml=ML):
     gen = PayloadGenerator(1, topic_ml, size, size)
     return [(lid, e, gen.payload(k * entries + e))
             for k, lid in enumerate(all_sealed) if lid in keep for e in range(entries)]
-
-
-def offload(ws, ledger_ids, as_of, topic=T):
-    tof = ws.topic_offloader(clock_ms=lambda: as_of)
-    res = tof.offload_ledgers(topic, ledger_ids)
-    assert all(r.outcome == "offloaded" for r in res), res
-    return {r.ledger_id: r.uuid for r in res}
 
 
 def objects_of(ws, lid, uuid):
@@ -265,12 +257,12 @@ def four(make_ws):
     an incomplete attempt; ledger 3 hot only."""
     ws = make_ws(ledgers=4, entries=10, entry_size="100")
     l0, l1, l2, l3, _open = ids(ws)
-    uuids = offload(ws, [l0], END_MS)
+    uuids = offload(ws, T, [l0], END_MS)
     set_ns(ws, deletion_lag_ms=0)
     assert [r.outcome for r in run(ws, plan_lag_cleanup(ws, ["t/a"], END_MS + 1))] == ["marked"]
     drain_lag_records(ws, END_MS + 1)  # the lag cleanup's hot-copy deletion is phase 2's
     set_ns(ws, deletion_lag_ms=-1)
-    uuids.update(offload(ws, [l1], END_MS + 1))
+    uuids.update(offload(ws, T, [l1], END_MS + 1))
     abandoned = str(uuidlib.uuid4())
     add_abandoned(ws.ml, l1, abandoned)
     incomplete = record_incomplete_attempt(ws, l2)
@@ -445,7 +437,7 @@ def test_size_retention_counts_both_tiers(make_ws):
     """Offloaded ledgers whose hot copy is gone still count toward the topic size (Pulsar)."""
     ws = make_ws(ledgers=4, entries=10, entry_size="100")  # 4 x 1000 bytes
     l0, l1, l2, l3, _ = ids(ws)
-    offload(ws, [l0, l1, l2], END_MS)
+    offload(ws, T, [l0, l1, l2], END_MS)
     set_ns(ws, deletion_lag_ms=0)
     run(ws, plan_lag_cleanup(ws, ["t/a"], END_MS + 1))
     drain_lag_records(ws, END_MS + 1)

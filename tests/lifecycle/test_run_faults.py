@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from tests.support.workspaces import END_MS
 from tieredcore.errors import LeaseHeldError
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
@@ -19,8 +20,6 @@ from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.metadata import Versioned
 from tieredcore.workspace import Workspace
-
-from .conftest import END_MS
 
 T0 = "persistent://t/a/topic-0000"
 

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from tests.support.workspaces import END_MS
 from tieredcore.cli import main as cli
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
@@ -19,8 +20,6 @@ from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
 from tieredcore.offload.context import context_uuid
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.managed_ledgers import find_ledger
-
-from .conftest import END_MS
 
 T = "persistent://t/a/topic-0000"
 ML = "t/a/persistent/topic-0000"

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from tests.support.workspaces import END_MS, INTERVAL_MS, sealed
 from tieredcore.cli import main as cli
 from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
@@ -31,8 +32,6 @@ from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 
-from .conftest import END_MS, INTERVAL_MS
-
 HOUR = 3600 * 1000
 T = "persistent://t/a/topic-0000"
 ML = "t/a/persistent/topic-0000"
@@ -48,10 +47,6 @@ def set_ns(ws, ns, **fields):
 def ledger_infos(ws, topic=T):
     info, _ = ws.ml.get_topic(topic)
     return list(info.ledgerInfo)
-
-
-def sealed_ids(ws, topic=T):
-    return [li.ledgerId for li in ledger_infos(ws, topic)[:-1]]
 
 
 def run(ws, plan):
@@ -146,7 +141,7 @@ def test_pulsar_auto_offload_matrix(make_ws, threshold_bytes, threshold_seconds,
     if fields:
         set_ns(ws, "t/a", **fields)
     plan = plan_offload(ws, ["t/a"], END_MS + 60_000)
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     assert planned(plan) == ({T: ids[:expected]} if expected else {})
     # and it really happens: that many ledgers offloaded, never the open one
     run(ws, plan)
@@ -178,7 +173,7 @@ def test_thresholds_against_generated_close_times(make_ws, threshold_bytes, thre
     assert [li.size for li in lis[:-1]] == [1000] * 4 and lis[-1].timestamp == 0
     set_ns(ws, "t/a", offload_threshold_bytes=threshold_bytes, offload_threshold_seconds=threshold_seconds)
     plan = plan_offload(ws, None, as_of)
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     assert planned(plan) == ({T: ids[:expected_count]} if expected_count else {})
     assert all(w.kind == KIND_OFFLOAD and w.as_of_ms == as_of for w in plan)
 
@@ -205,7 +200,7 @@ def test_backfill_for_an_older_logical_date_offloads_nothing_sealed_after_it(mak
     older = END_MS - INTERVAL_MS - 1
     plan = plan_offload(ws, None, older)
     for w in plan:
-        ids = sealed_ids(ws, w.topic)
+        ids = sealed(ws, w.topic)
         assert w.ledgers == ids[:2]
         for li in ledger_infos(ws, w.topic):
             if li.ledgerId in w.ledgers:
@@ -220,7 +215,7 @@ def test_backfill_for_an_older_logical_date_offloads_nothing_sealed_after_it(mak
     assert plan_offload(ws, None, older) == []
     # the current date does the rest
     plan = plan_offload(ws, None, END_MS)
-    assert {w.topic: w.ledgers for w in plan} == {t: sealed_ids(ws, t)[2:] for t in planned(plan)}
+    assert {w.topic: w.ledgers for w in plan} == {t: sealed(ws, t)[2:] for t in planned(plan)}
     assert len(plan) == 2
 
 
@@ -272,7 +267,7 @@ def test_dry_run_changes_nothing(make_ws):
 
 def test_plan_manual_offload(make_ws):
     ws = make_ws()
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     with pytest.raises(ValidationError, match="exactly one"):
         plan_manual_offload(ws, T, END_MS)
     with pytest.raises(ValidationError, match="exactly one"):
@@ -362,7 +357,7 @@ def offloaded_ws(make_ws):
     """Ledgers 0, 1 offloaded by a run at END; ledgers 2, 3 by a run 30 min later; lag 1 h."""
     ws = make_ws()
     set_ns(ws, "t/a", offload_threshold_bytes=0, deletion_lag_ms=HOUR)
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     assert [r.outcome for r in run(ws, [TopicWork(T, KIND_OFFLOAD, ids[:2], END_MS)])] == ["offloaded"] * 2
     assert [r.outcome for r in run(ws, [TopicWork(T, KIND_OFFLOAD, ids[2:], END_MS + HOUR // 2)])] == [
         "offloaded"] * 2
@@ -373,7 +368,7 @@ def offloaded_ws(make_ws):
 
 def test_deletion_lag_is_strictly_after_the_lag(offloaded_ws):
     ws = offloaded_ws
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     assert plan_lag_cleanup(ws, None, END_MS) == []
     assert plan_lag_cleanup(ws, None, END_MS + HOUR) == []  # exactly the lag: not yet
     plan = plan_lag_cleanup(ws, None, END_MS + HOUR + 1)
@@ -391,7 +386,7 @@ def test_deletion_lag_is_strictly_after_the_lag(offloaded_ws):
 def test_incomplete_offload_is_never_cleaned_up(make_ws):
     ws = make_ws()
     set_ns(ws, "t/a", offload_threshold_bytes=0, deletion_lag_ms=0)
-    lid = sealed_ids(ws)[0]
+    lid = sealed(ws, T)[0]
 
     def begin_only(info):
         li = find_ledger(info, lid)
@@ -407,7 +402,7 @@ def test_incomplete_offload_is_never_cleaned_up(make_ws):
 
 def test_cleanup_marks_hot_copies_past_the_lag_and_the_drain_deletes_them(offloaded_ws):
     ws = offloaded_ws
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     before = read_all(ws, priority=HOT_FIRST)
     assert len(before) == 40
     as_of = END_MS + HOUR + 1
@@ -450,7 +445,7 @@ def test_cleanup_completes_after_a_crash_between_append_and_cas(offloaded_ws):
     """A crash after the record was appended, before bookkeeperDeleted: the drain finds the hot copy
     still in use and keeps it; the next run appends afresh, marks, and the drain deletes."""
     ws = offloaded_ws
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     before = read_all(ws)
     as_of = END_MS + HOUR + 1
     DeletionLog(ws.metadata).append([DeletionRecord(topic=ML, ledger_id=ids[0], type="ledger",
@@ -478,7 +473,7 @@ def test_cleanup_record_whose_cas_finds_the_ledger_changed_is_left_to_the_drain(
     """The topic changes between the append and the CAS (here: marked by someone else): the row is
     skipped; the appended record is harmless (the drain treats it like any other)."""
     ws = offloaded_ws
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     as_of = END_MS + HOUR + 1
     real_append = DeletionLog.append
 
@@ -554,7 +549,7 @@ def test_cleanup_never_deletes_a_hot_copy_whose_offloaded_copy_fails_verificatio
     offloaded copy keeps its hot copy (verify-failed) and is replaced by a verified re-offload; the
     damaged attempt goes to the deletion log."""
     ws = offloaded_ws
-    ids = sealed_ids(ws)
+    ids = sealed(ws, T)
     victim = ledger_infos(ws)[0]
     damaged = context_uuid(victim)
     if how in ("payload-byte", "frame-length"):

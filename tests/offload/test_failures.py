@@ -9,14 +9,12 @@ change, never direct deletes; after a drain (phase 2, docs/deletion.md) their ob
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import uuid as uuidlib
-from pathlib import Path
 
 import pytest
 
+from tests.support import offload_harness as H
 from tieredcore.errors import BlobStoreError, MetadataStoreError, OffloadedLedgerNotFoundError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -34,18 +32,6 @@ from tieredcore.offload.managed import (
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.stores.managed_ledgers import find_ledger
 
-
-def _load_harness():
-    name = "offload_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("offload_harness.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-H = _load_harness()
 TOPIC = H.TOPIC
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -10,31 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tieredcore.cli import main as cli
-from tieredcore.config import CONFIG_FILE_NAME, Config
-
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-END_ISO = "2026-01-01T00:00:00Z"
-END_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
-INTERVAL_S = 600
 SPARK_TIMEOUT_S = 300
-
-
-def build_workspace(root: Path, namespaces, *, topics=1, ledgers=3, entries=10, entry_size="100",
-                    config_overrides=None) -> Path:
-    """`tiered init` + `tiered generate`; returns the configuration file."""
-    if config_overrides:
-        root.mkdir(parents=True, exist_ok=True)
-        (root / CONFIG_FILE_NAME).write_text(Config.for_workspace(root, **config_overrides).to_toml())
-    assert cli.main(["init", str(root)]) == 0
-    args = ["--workspace", str(root), "generate", "--topics", str(topics), "--ledgers", str(ledgers),
-            "--entries", str(entries), "--entry-size", entry_size, "--end-time", END_ISO,
-            "--ledger-interval", str(INTERVAL_S)]
-    for ns in namespaces:
-        args += ["--namespace", ns]
-    assert cli.main(args) == 0
-    return root / CONFIG_FILE_NAME
 
 
 def spark_env(extra: dict | None = None) -> dict:

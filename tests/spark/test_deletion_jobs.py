@@ -15,13 +15,14 @@ import pytest
 
 from spark_jobs import _jobkit, deletion_drain, reconcile_orphans
 from spark_jobs._jobkit import SUMMARY_PREFIX
+from tests.support.workspaces import END_ISO, build_workspace, sealed
 from tieredcore.config import Config
 from tieredcore.lifecycle.reconcile import reconcile
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord, Entry
 from tieredcore.workspace import Workspace
 
-from .conftest import END_ISO, build_workspace, spark_submit
+from .conftest import spark_submit
 
 GRACE = 3600 * 1000
 A = "t/a/persistent/topic-0000"
@@ -88,11 +89,6 @@ def test_drain_units_group_by_store_and_entries_pickle():
 
 
 # -- real spark-submit ------------------------------------------------------------------------------
-
-
-def sealed(ws, topic):
-    info, _ = ws.ml.get_topic(topic)
-    return [li.ledgerId for li in info.ledgerInfo[:-1]]
 
 
 def age_all(root: Path, ms: int) -> None:

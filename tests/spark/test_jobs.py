@@ -15,6 +15,7 @@ import pytest
 
 from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
 from spark_jobs._jobkit import SUMMARY_PREFIX, parse_as_of, run_id_for
+from tests.support.workspaces import END_ISO, END_MS, build_workspace
 from tieredcore.cli import main as cli
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
@@ -26,7 +27,7 @@ from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.stores.blob import iter_objects
 from tieredcore.workspace import Workspace
 
-from .conftest import END_ISO, END_MS, build_workspace, finish, spark_popen, spark_submit
+from .conftest import finish, spark_popen, spark_submit
 
 HOUR = 3600 * 1000
 

@@ -19,10 +19,11 @@ import boto3
 import pytest
 
 from tests.support.faulty_s3_proxy import FAULT_KINDS, FaultyS3Proxy
+from tests.support.workspaces import build_workspace
 from tieredcore.cli import main as cli
 from tieredcore.cli.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.clock import now_ms
-from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
+from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile import reconcile
 from tieredcore.lifecycle.retention import plan_retention
@@ -38,7 +39,6 @@ NAMESPACE = "acme/faults"
 TOPICS = 4
 LEDGERS = 6  # sealed ledgers per topic (the newest, open one comes on top)
 ENTRIES = 20
-INTERVAL_S = 600  # sealed ledger i of N closes at end - (N - 1 - i) * 10 min
 RETENTION_MINUTES = 25  # at the retention run (end + 3 min) the three oldest ledgers are past it
 TRIMMED = 3
 TASK_ATTEMPTS = 8  # runs of a job with the same logical time: the first one and seven retries
@@ -67,19 +67,15 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def build(tmp_path: Path, store_url: str, end_ms: int) -> Config:
     """`tiered init` on an S3 configuration, `tiered generate`, `tiered policies set`: as an operator."""
     root = tmp_path / "ws"
-    root.mkdir()
-    cfg = Config.for_workspace(root, store_url=store_url, max_block_size=5 * 1024 * 1024)
-    (root / CONFIG_FILE_NAME).write_text(cfg.to_toml())
     end_iso = dt.datetime.fromtimestamp(end_ms / 1000, dt.UTC).isoformat()
+    cfg_path = build_workspace(root, [NAMESPACE], topics=TOPICS, ledgers=LEDGERS, entries=ENTRIES,
+                               entry_size="16-300", end=end_iso,
+                               config_overrides={"store_url": store_url, "max_block_size": 5 * 1024 * 1024})
     ws_args = ["--workspace", str(root)]
-    assert cli.main(["init", str(root)]) == 0
-    assert cli.main([*ws_args, "generate", "--namespace", NAMESPACE, "--topics", str(TOPICS), "--ledgers",
-                     str(LEDGERS), "--entries", str(ENTRIES), "--entry-size", "16-300", "--end-time", end_iso,
-                     "--ledger-interval", str(INTERVAL_S)]) == 0
     # offload every sealed ledger, hot copies deletable at once, the oldest ledgers past retention
     assert cli.main([*ws_args, "policies", "set", NAMESPACE, "--offload-threshold-bytes", "0",
                      "--deletion-lag", "0", "--retention-time-minutes", str(RETENTION_MINUTES)]) == 0
-    return Config.load(root / CONFIG_FILE_NAME, env={})
+    return Config.load(cfg_path, env={})
 
 
 def run_job(config: Config, name: str, plan: Callable[[], list[TopicWork]], log: list[str]) -> list[dict]:

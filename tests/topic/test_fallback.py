@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.workspaces import END_MS
 from tieredcore.cli import main as cli
 from tieredcore.errors import CorruptEntryError, CorruptObjectError, OffloadedLedgerNotFoundError
 from tieredcore.formats.keys import data_key, index_key
@@ -14,8 +15,6 @@ from tieredcore.lifecycle.work import policy_store
 from tieredcore.offload.context import context_uuid
 from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
-
-from ..lifecycle.conftest import END_MS, make_ws  # noqa: F401  (make_ws: a fixture used below)
 
 T = "persistent://t/a/topic-0000"
 

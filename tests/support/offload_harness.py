@@ -9,9 +9,6 @@
 - :func:`records` / :func:`drain`: the deletion log the protocol appends to (replaced and conflicted
   attempts are ``offloaded`` records, never direct deletes) and a phase-2 drain over the same stores
   (through the faulty object store, so a test can make the drain's deletes fail).
-
-Test files load this module by path (pytest runs with --import-mode=importlib and tests/ is not a
-package).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workspaces import END_ISO  # the newest sealed ledger closes here
 from tieredcore.cli.main import main
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config
 
@@ -16,7 +17,6 @@ NS = "public/default"
 OTHER_NS = "acme/payments"
 T0, T1, B0 = f"{NS}/topic-0000", f"{NS}/topic-0001", f"{OTHER_NS}/topic-0000"
 LEDGERS, ENTRIES = 4, 20
-END = "2026-01-01T00:00:00Z"  # the newest sealed ledger closes here; the others 10, 20, 30 min before
 
 
 class Cli:
@@ -49,7 +49,7 @@ class Cli:
 def generate(cli: Cli, *namespaces: str, topics: int = 1) -> None:
     ns_args = [a for ns in namespaces for a in ("--namespace", ns)]
     code, _, err = cli("generate", *ns_args, "--topics", str(topics), "--ledgers", str(LEDGERS), "--entries",
-                       str(ENTRIES), "--entry-size", "16-300", "--seed", "3", "--end-time", END)
+                       str(ENTRIES), "--entry-size", "16-300", "--seed", "3", "--end-time", END_ISO)
     assert code == 0, err
 
 
