@@ -75,9 +75,8 @@ class LedgerMetadata:
         return self.last_entry_id + 1
 
 
-@runtime_checkable
-class ReadHandle(Protocol):
-    """Read side of a ledger, whichever tier it lives in."""
+class LedgerView(Protocol):
+    """What any handle of a ledger tells: its id, last entry, payload bytes."""
 
     @property
     def ledger_id(self) -> int: ...
@@ -87,6 +86,11 @@ class ReadHandle(Protocol):
 
     @property
     def length(self) -> int: ...
+
+
+@runtime_checkable
+class ReadHandle(LedgerView, Protocol):
+    """Read side of a ledger, whichever tier it lives in."""
 
     @property
     def is_closed(self) -> bool: ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from tieredcore.model import LedgerMetadata, ReadHandle
+from tieredcore.model import LedgerMetadata, LedgerView, ReadHandle
 from tieredcore.stores.blob import Buffer, FileSlice
 
 
@@ -48,17 +48,8 @@ class FrameSource(HotLedger, Protocol):
         ...
 
 
-class LedgerWriter(Protocol):
+class LedgerWriter(LedgerView, Protocol):
     """The single writer of one open ledger."""
-
-    @property
-    def ledger_id(self) -> int: ...
-
-    @property
-    def last_add_confirmed(self) -> int: ...
-
-    @property
-    def length(self) -> int: ...
 
     def append_many(self, payloads: Iterable[Buffer]) -> int:
         """Append entries; returns the last entry id once all are durable."""
