@@ -7,12 +7,14 @@
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
   Amazon provider's AWS connection) when it submits, so secrets are never in the DAG, in rendered
   template fields or in the logged spark-submit command line.
+- ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
+  store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
 - ``TieredReportLink``: the operator extra link "Run report" from each Spark task to its
   ``<reports_dir>/<job>/<run_id>/summary.json`` (a ``file://`` URL, or ``$TIERED_REPORTS_URL/...``).
 
-Listed in ``plugins/.airflowignore``: the plugins manager executes every plugin file under its own
-module object; this module must be imported normally (once), so the DAGs and the plugin share one
-operator class. No I/O at import time.
+Listed in ``plugins/.airflowignore`` (as is ``tiered_hooks.py``): the plugins manager executes every
+plugin file under its own module object; this module must be imported normally (once), so the DAGs and
+the plugin share one operator class. No I/O at import time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import quote
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
+from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
 from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
 
