@@ -143,10 +143,11 @@ NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_L
 class TieredSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
 
-    At submit time (never at parse time) it adds to the subprocess environment: the worker's venv
-    ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for ``local`` masters,
-    and the AWS connection's credentials/endpoint. Those go in the environment, not in the command
-    line the hook logs, and not in ``env_vars`` (so not in rendered template fields either)."""
+    When it executes (never at parse time) it adds to the subprocess environment (:meth:`runtime_env`):
+    the worker's venv ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for
+    ``local`` masters, and the AWS connection's credentials/endpoint. Those go in the environment of
+    spark-submit, not in the command line the hook logs, and not in the declared ``env_vars`` (so not in
+    rendered template fields either)."""
 
     operator_extra_links = (TieredReportLink(),)
 
@@ -178,10 +179,18 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context: Any) -> None:
-        """As SparkSubmitOperator, but a job that exits 2 (bad input) or 3 (data loss) fails the task
-        without retries: running it again cannot help (spark_jobs/_jobkit.py, exit codes)."""
+        """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
+        submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
+        is restored afterwards, so rendered template fields never hold it); a job that exits 2 (bad
+        input) or 3 (data loss) fails the task without retries: running it again cannot help
+        (spark_jobs/_jobkit.py, exit codes)."""
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+        declared = self.env_vars
+        runtime = self.runtime_env()
+        self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
+        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
+        self.env_vars = {**runtime, **(declared or {})}
         try:
             super().execute(context)
         except AirflowException as e:
@@ -190,14 +199,5 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
             if code in NO_RETRY_EXIT_CODES:
                 raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
             raise
-
-    def _get_hook(self):
-        declared = self.env_vars
-        runtime = self.runtime_env()
-        self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
-        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
-        self.env_vars = {**runtime, **(declared or {})}
-        try:
-            return super()._get_hook()
         finally:
             self.env_vars = declared
