@@ -1,6 +1,8 @@
 """What every tiered-storage DAG shares: the ONE place that builds the project's SparkSubmitOperator
 (standard conf, environment, names, application), default args, params, and the preflight / summary /
-verdict tasks.
+verdict tasks. No business rules: the object-store check is the plugin's TieredObjectStoreHook, the
+Spark jobs' run-time environment the plugin's TieredSparkSubmitOperator; the summary only adds up the
+totals the jobs' reports carry.
 
 Parse time reads only the process environment (TIERED_CONFIG, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
 TIERED_SPARK_UI, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or metadata-store access.
@@ -17,10 +19,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
 
 from airflow.sdk import Param, TriggerRule, get_current_context, task
-from tiered_airflow import TieredSparkSubmitOperator, tiered_run_id
+from tiered_airflow import TieredObjectStoreHook, TieredSparkSubmitOperator, tiered_run_id
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jobs")
@@ -198,59 +199,6 @@ def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end",
     return args + list(extra)
 
 
-def check_object_store(store_url: str, aws_conn_id: str | None = AWS_CONN_ID, timeout: float = 5.0) -> str:
-    """Fail fast (AirflowFailException, clear message) when the object store is not usable.
-
-    file:// -> the directory exists and is writable; s3:// -> head_bucket through the Amazon provider's
-    S3Hook with the AWS connection (its `endpoint_url` extra; an `endpoint=` in the store URL wins),
-    short timeouts and one retry."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    u = urlparse(store_url)
-    if u.scheme == "file":
-        path = Path(unquote(u.path))
-        if not path.is_dir():
-            raise AirflowFailException(f"object store {store_url}: directory {path} does not exist")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise AirflowFailException(f"object store {store_url}: directory {path} is not writable")
-        return f"directory {path} exists and is writable"
-    if u.scheme != "s3":
-        raise AirflowFailException(f"object store {store_url}: unsupported scheme {u.scheme!r}")
-    import botocore.exceptions
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    bucket = u.netloc
-    query = {k: v[-1] for k, v in parse_qs(u.query).items()}
-    try:
-        if aws_conn_id:
-            BaseHook.get_connection(aws_conn_id)
-    except AirflowNotFoundException:
-        aws_conn_id = None  # boto3's default chain (instance role, worker environment)
-    boto_config = {"connect_timeout": timeout, "read_timeout": timeout,
-                   "retries": {"total_max_attempts": 2, "mode": "standard"}}
-    hook = S3Hook(aws_conn_id=aws_conn_id, config=boto_config)
-    if query.get("endpoint"):
-        client = hook.get_session(region_name=query.get("region")).client(
-            "s3", endpoint_url=query["endpoint"], config=hook.config,
-        )
-        endpoint = query["endpoint"]
-    else:
-        client = hook.get_conn()
-        endpoint = client.meta.endpoint_url
-    where = f"bucket {bucket!r} at {endpoint} (connection {aws_conn_id or 'none: default AWS chain'})"
-    try:
-        client.head_bucket(Bucket=bucket)
-    except botocore.exceptions.ClientError as e:
-        code = e.response.get("Error", {}).get("Code", "?")
-        what = {"404": "does not exist", "NoSuchBucket": "does not exist", "403": "access denied"}.get(code, code)
-        raise AirflowFailException(f"object store {store_url}: {where}: {what}") from None
-    except (botocore.exceptions.BotoCoreError, OSError) as e:
-        raise AirflowFailException(f"object store {store_url}: {where} is unreachable: {e}") from None
-    return f"{where} is reachable"
-
-
 def _run_ids(planned: Any) -> list[str]:
     """--run-id values of the planned job argument lists (one list, or a list of lists)."""
     if not planned:
@@ -321,7 +269,7 @@ def preflight_task():
         object store is unreachable (before any Spark job starts)."""
         ctx = get_current_context()
         config = load_config(ctx["params"])
-        result = check_object_store(config.store_url)
+        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()
         print(f"preflight: {config.store_url}: {result}")
         return result
 

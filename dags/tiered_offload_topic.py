@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
+from tiered_airflow import TieredObjectStoreHook
 from tiered_common import (
+    AWS_CONN_ID,
     QUICK_TASK,
-    check_object_store,
     job_args,
     load_config,
     spark_task,
@@ -92,7 +93,7 @@ with tiered_dag(
             raise AirflowFailException(f"topic {params.get('topic')!r}: {e}") from None
         if not exists:
             raise AirflowFailException(f"topic {topic.full} does not exist")
-        print(f"validate: object store: {check_object_store(config.store_url)}")
+        print(f"validate: object store: {TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()}")
         extra = ["--topic", topic.full] + (["--up-to", str(position)] if position else ["--keep-bytes", str(keep)])
         return job_args(ctx, as_of_field="logical_date", extra=extra)
 

@@ -7,12 +7,14 @@
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
   Amazon provider's AWS connection) when it submits, so secrets are never in the DAG, in rendered
   template fields or in the logged spark-submit command line.
+- ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
+  store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
 - ``TieredReportLink``: the operator extra link "Run report" from each Spark task to its
   ``<reports_dir>/<job>/<run_id>/summary.json`` (a ``file://`` URL, or ``$TIERED_REPORTS_URL/...``).
 
-Listed in ``plugins/.airflowignore``: the plugins manager executes every plugin file under its own
-module object; this module must be imported normally (once), so the DAGs and the plugin share one
-operator class. No I/O at import time.
+Listed in ``plugins/.airflowignore`` (as is ``tiered_hooks.py``): the plugins manager executes every
+plugin file under its own module object; this module must be imported normally (once), so the DAGs and
+the plugin share one operator class. No I/O at import time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import quote
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
+from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
 from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
 
@@ -140,10 +143,11 @@ NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_L
 class TieredSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
 
-    At submit time (never at parse time) it adds to the subprocess environment: the worker's venv
-    ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for ``local`` masters,
-    and the AWS connection's credentials/endpoint. Those go in the environment, not in the command
-    line the hook logs, and not in ``env_vars`` (so not in rendered template fields either)."""
+    When it executes (never at parse time) it adds to the subprocess environment (:meth:`runtime_env`):
+    the worker's venv ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for
+    ``local`` masters, and the AWS connection's credentials/endpoint. Those go in the environment of
+    spark-submit, not in the command line the hook logs, and not in the declared ``env_vars`` (so not in
+    rendered template fields either)."""
 
     operator_extra_links = (TieredReportLink(),)
 
@@ -175,10 +179,18 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         return env
 
     def execute(self, context: Any) -> None:
-        """As SparkSubmitOperator, but a job that exits 2 (bad input) or 3 (data loss) fails the task
-        without retries: running it again cannot help (spark_jobs/_jobkit.py, exit codes)."""
+        """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
+        submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
+        is restored afterwards, so rendered template fields never hold it); a job that exits 2 (bad
+        input) or 3 (data loss) fails the task without retries: running it again cannot help
+        (spark_jobs/_jobkit.py, exit codes)."""
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+        declared = self.env_vars
+        runtime = self.runtime_env()
+        self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
+        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
+        self.env_vars = {**runtime, **(declared or {})}
         try:
             super().execute(context)
         except AirflowException as e:
@@ -187,14 +199,5 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
             if code in NO_RETRY_EXIT_CODES:
                 raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
             raise
-
-    def _get_hook(self):
-        declared = self.env_vars
-        runtime = self.runtime_env()
-        self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
-        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
-        self.env_vars = {**runtime, **(declared or {})}
-        try:
-            return super()._get_hook()
         finally:
             self.env_vars = declared

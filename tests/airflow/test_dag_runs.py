@@ -216,7 +216,7 @@ def test_offload_topic_keep_bytes_zero_offloads_only_that_topic(tmp_path: Path, 
 def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> None:
     from airflow.sdk import DagRunState, TaskInstanceState
     from airflow.sdk.exceptions import AirflowFailException
-    from tiered_common import check_object_store
+    from tiered_airflow import TieredObjectStoreHook
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -235,10 +235,10 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
     set_policy(cfg, "public/default", offload_threshold_bytes=0)
 
     with pytest.raises(AirflowFailException, match=r"bucket 'bucket-x' at http://127\.0\.0\.1:\d+ .*unreachable"):
-        check_object_store(f"s3://bucket-x/p?endpoint={endpoint}")
+        TieredObjectStoreHook(f"s3://bucket-x/p?endpoint={endpoint}").check()
     # the store URL without an endpoint: the connection's endpoint_url is used
     with pytest.raises(AirflowFailException, match=rf"at {endpoint} \(connection aws_default\) is unreachable"):
-        check_object_store("s3://bucket-x/p")
+        TieredObjectStoreHook("s3://bucket-x/p").check()
 
     dr, states = run_dag("tiered_offload_sweep", SWEEP_AT + dt.timedelta(days=3), {"config": str(cfg)})
     assert dr.state == DagRunState.FAILED
@@ -251,8 +251,8 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
 
 def test_preflight_filesystem_store(tmp_path: Path) -> None:
     from airflow.sdk.exceptions import AirflowFailException
-    from tiered_common import check_object_store
+    from tiered_airflow import TieredObjectStoreHook
 
-    assert "writable" in check_object_store(tmp_path.as_uri())
+    assert "writable" in TieredObjectStoreHook(tmp_path.as_uri()).check()
     with pytest.raises(AirflowFailException, match="does not exist"):
-        check_object_store((tmp_path / "missing").as_uri())
+        TieredObjectStoreHook((tmp_path / "missing").as_uri()).check()

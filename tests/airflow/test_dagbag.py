@@ -149,9 +149,53 @@ def test_plugin_registers_macros_and_report_link(monkeypatch: pytest.MonkeyPatch
     assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/summary.json"
 
 
-def test_runtime_env_carries_aws_connection_but_command_line_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Credentials and endpoint of the AWS connection reach spark-submit's environment at submit time;
-    the logged command line and the declared (rendered) env_vars never contain them."""
+class _FakeSparkSubmit:
+    """Stands in for subprocess.Popen in the Spark hook's module: records the spark-submit command line
+    and environment, prints nothing and exits with ``returncode``."""
+
+    returncode = 0
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, **kw) -> None:
+        type(self).calls.append((list(cmd), dict(env or {})))
+        self.stdout: list[str] = []
+
+    def wait(self) -> int:
+        return self.returncode
+
+
+def _submit_with_fake_spark(monkeypatch: pytest.MonkeyPatch, returncode: int = 0):
+    """Runs the operator's public execute() up to spark-submit: returns a function executing an operator
+    and giving (command line, environment) of the spark-submit it started."""
+    import subprocess
+    import types
+
+    import airflow.providers.apache.spark.hooks.spark_submit as hook_module
+    from airflow.sdk.bases.operator import ExecutorSafeguard
+
+    monkeypatch.setattr(ExecutorSafeguard, "test_mode", True)  # execute() called here, not by a task runner
+    fake = type("FakeSparkSubmit", (_FakeSparkSubmit,), {"returncode": returncode, "calls": []})
+    monkeypatch.setattr(hook_module, "subprocess", types.SimpleNamespace(
+        Popen=fake, PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT, run=subprocess.run,
+        TimeoutExpired=subprocess.TimeoutExpired))
+
+    def run(op) -> tuple[list[str], dict[str, str]]:
+        try:
+            op.execute({})
+        finally:
+            op._hook = None  # as a fresh task instance would have it
+        [(cmd, env)] = fake.calls
+        fake.calls.clear()
+        return cmd, env
+
+    return run
+
+
+def test_runtime_env_carries_aws_connection_but_command_line_does_not(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Credentials and endpoint of the AWS connection reach spark-submit's environment when the operator
+    executes; the logged command line and the declared (rendered) env_vars never contain them, and the
+    declared env_vars win over the run-time defaults."""
     conn = {"conn_type": "aws", "login": "AKIATIEREDTEST", "password": "tiered-secret-value-123",
             "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
@@ -160,20 +204,48 @@ def test_runtime_env_carries_aws_connection_but_command_line_does_not(monkeypatc
 
     with DAG("t", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
         op = spark_task("cleanup", "deletion_lag_cleanup", ["--as-of", "2026-01-01T00:00:00+00:00"])
-    op.env_vars = {"TIERED_CONFIG": "/x/tiered.toml", "PYSPARK_PYTHON": "/venv/bin/python"}
+    declared = {"TIERED_CONFIG": "/x/tiered.toml", "PYSPARK_PYTHON": "/venv/bin/python"}
+    op.env_vars = dict(declared)
     env = op.runtime_env()
     assert env["AWS_ACCESS_KEY_ID"] == "AKIATIEREDTEST"
     assert env["AWS_SECRET_ACCESS_KEY"] == "tiered-secret-value-123"
     assert env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9"
     assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1"  # spark_default is local[2]
-    hook = op._get_hook()
-    assert hook._env_vars["AWS_SECRET_ACCESS_KEY"] == "tiered-secret-value-123"
-    assert hook._env_vars["TIERED_CONFIG"] == "/x/tiered.toml"
-    assert "AWS_SECRET_ACCESS_KEY" not in op.env_vars  # the operator's declared fields stay clean
-    cmd = " ".join(hook._build_spark_submit_command(op.application))
-    assert "tiered-secret-value-123" not in cmd and "AKIATIEREDTEST" not in cmd
-    assert "--master local[2]" in cmd and "--name tiered-deletion_lag_cleanup-" in cmd
+    assert env["PYSPARK_PYTHON"] != "/venv/bin/python"
+
+    submit = _submit_with_fake_spark(monkeypatch)
+    capfd.readouterr()
+    cmd, sub_env = submit(op)
+    assert sub_env["AWS_SECRET_ACCESS_KEY"] == "tiered-secret-value-123"
+    assert sub_env["AWS_ACCESS_KEY_ID"] == "AKIATIEREDTEST"
+    assert sub_env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert sub_env["TIERED_CONFIG"] == "/x/tiered.toml"
+    assert sub_env["PYSPARK_PYTHON"] == "/venv/bin/python"  # declared wins over the run-time default
+    assert op.env_vars == declared  # the operator's declared fields stay clean
+    line = " ".join(cmd)
+    assert "tiered-secret-value-123" not in line and "AKIATIEREDTEST" not in line
+    assert "--master local[2]" in line and "--name tiered-deletion_lag_cleanup-" in line
+    logged = "".join(capfd.readouterr())  # the task log (printed by Airflow's log handlers)
+    assert "Spark-Submit cmd" in logged and "--master local[2]" in logged
+    assert "tiered-secret-value-123" not in logged and "AKIATIEREDTEST" not in logged
+    assert "run-time environment adds" in logged and "AWS_SECRET_ACCESS_KEY" in logged  # names, not values
+
+
+def test_no_retry_exit_code_fails_task_and_restores_declared_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job exiting 2 (bad input) fails the task without retries; the declared env_vars are restored
+    even then."""
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowFailException
+    from tiered_common import spark_task
+
+    with DAG("t", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
+        op = spark_task("cleanup", "deletion_lag_cleanup", ["--as-of", "2026-01-01T00:00:00+00:00"])
+    declared = dict(op.env_vars)
+    submit = _submit_with_fake_spark(monkeypatch, returncode=2)
+    with pytest.raises(AirflowFailException, match=r"bad input: nothing was started \(exit 2\); not retried"):
+        submit(op)
+    assert op.env_vars == declared
 
 
 def test_offload_topic_keep_bytes_param_takes_integers_and_sizes() -> None:
