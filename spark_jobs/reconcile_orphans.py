@@ -33,21 +33,16 @@ from collections.abc import Iterator, Sequence
 from spark_jobs._jobkit import Run, base_parser, run_job
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.reconcile import (
+from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects, list_rest, listing_prefixes
+from tieredcore.lifecycle.reconcile.orphans import (
     DEFAULT_GRACE_MS,
     ObjectOrphans,
-    ObjectRow,
-    ReconcileReport,
     find_hot_orphans,
     find_object_orphans,
-    list_objects,
-    list_rest,
-    listing_prefixes,
-    owned_locations,
-    plan_and_apply,
-    referenced_uuids,
-    store_locations,
 )
+from tieredcore.lifecycle.reconcile.references import referenced_uuids
+from tieredcore.lifecycle.reconcile.report import ReconcileReport
+from tieredcore.lifecycle.reconcile.run import owned_locations, plan_and_apply, store_locations
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace

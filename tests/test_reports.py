@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tieredcore.lifecycle.drain import DrainReport, DrainRow
-from tieredcore.lifecycle.reconcile import KIND_LEDGER, KIND_OFFLOADED, KIND_UPLOAD, ReconcileReport
+from tieredcore.lifecycle.reconcile.report import KIND_LEDGER, KIND_OFFLOADED, KIND_UPLOAD, ReconcileReport
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
 from tieredcore.reports import (
     EXIT_DATA_LOSS,

@@ -37,7 +37,8 @@ from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.reconcile import managed_ledger_of, reconcile
+from tieredcore.lifecycle.reconcile.orphans import managed_ledger_of
+from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import abandoned_uuids, context_uuid

@@ -15,20 +15,22 @@ from pathlib import Path
 import pytest
 
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
-from tieredcore.lifecycle.reconcile import (
-    HOT_NOT_LISTED,
-    HOT_TOPIC_MISSING,
+from tieredcore.lifecycle.reconcile.listing import (
     ObjectRow,
-    abort_stale_uploads,
-    find_hot_orphans,
-    find_object_orphans,
     list_objects,
     list_rest,
     listing_prefixes,
     parse_row,
-    reconcile,
-    referenced_uuids,
 )
+from tieredcore.lifecycle.reconcile.orphans import (
+    HOT_NOT_LISTED,
+    HOT_TOPIC_MISSING,
+    abort_stale_uploads,
+    find_hot_orphans,
+    find_object_orphans,
+)
+from tieredcore.lifecycle.reconcile.references import referenced_uuids
+from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid

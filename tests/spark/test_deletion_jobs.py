@@ -17,7 +17,7 @@ from spark_jobs import _jobkit, deletion_drain, reconcile_orphans
 from spark_jobs._jobkit import SUMMARY_PREFIX
 from tests.support.workspaces import END_ISO, build_workspace, sealed
 from tieredcore.config import Config
-from tieredcore.lifecycle.reconcile import reconcile
+from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord, Entry
 from tieredcore.workspace import Workspace

@@ -25,7 +25,7 @@ from tieredcore.cli.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenera
 from tieredcore.clock import now_ms
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.reconcile import reconcile
+from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.retention import plan_retention
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload

@@ -26,7 +26,8 @@ from tieredcore.lifecycle.drain import (
     OUTCOME_RETRYING,
     drain,
 )
-from tieredcore.lifecycle.reconcile import DEFAULT_GRACE_MS, reconcile
+from tieredcore.lifecycle.reconcile.orphans import DEFAULT_GRACE_MS
+from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.retention import OUTCOME_PLANNED, OUTCOME_TRIMMED, plan_retention, trim_topic
 from tieredcore.stores.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,

@@ -1,0 +1,108 @@
+"""Listing an offload location: the offload prefix split into 16 disjoint listings (first hex digit of
+the uuid) plus one "rest" listing of every other key under the prefix (foreign keys), paginated;
+together they list every key exactly once. Keys are parsed with tieredcore.formats.keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+from tieredcore.errors import ValidationError
+from tieredcore.formats.keys import OBJECT_KEY, normalize_prefix
+from tieredcore.stores.blob import BlobStore, ObjectInfo, iter_objects
+from tieredcore.stores.ownership import is_marker_key
+
+HEX_DIGITS = "0123456789abcdef"
+# Highest code point: UTF-8 never has a byte above 0xF4, so p + c + this sorts after nearly every key
+# starting with p + c (the rest listing still filters, so a key sorting after it is not listed twice)
+_MAX_CHAR = "\U0010ffff"
+
+
+class ObjectRow(NamedTuple):
+    """One listed object. `uuid`/`ledger_id`/`is_index` are None for keys this project did not write
+    (foreign); a streaming-segment key (`{uuid}[-index]`, spec/03) has a uuid but no ledger id."""
+
+    key: str
+    size: int
+    last_modified_ms: int
+    uuid: str | None
+    ledger_id: int | None
+    is_index: bool | None
+
+
+def parse_row(info: ObjectInfo, prefix: str) -> ObjectRow:
+    """Key parsing of one listed object relative to the offload prefix (the grammar of
+    tieredcore.formats.keys, matched without building an intermediate object: this runs once per
+    object)."""
+    key = info.key
+    m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
+    lm = int(info.last_modified * 1000)
+    if m is None:
+        return ObjectRow(key, info.size, lm, None, None, None)
+    lid = m[2]
+    return ObjectRow(key, info.size, lm, m[1], int(lid) if lid is not None else None, m[3] is not None)
+
+
+def listing_prefixes(prefix: str) -> list[str]:
+    """The offload prefix extended by each possible first character of a uuid ('0'..'f'): 16 disjoint
+    listings. Every other key under the prefix is listed by :func:`list_rest`."""
+    p = normalize_prefix(prefix)
+    return [p + c for c in HEX_DIGITS]
+
+
+def _excluded(key: str, exclude_prefixes: Sequence[str]) -> bool:
+    return any(key.startswith(x) for x in exclude_prefixes)
+
+
+def list_objects(
+    store: BlobStore,
+    prefix: str,
+    listing_prefix: str | None = None,
+    *,
+    exclude_prefixes: Sequence[str] = (),
+    page_size: int = 1000,
+) -> Iterator[ObjectRow]:
+    """Rows of every object under `listing_prefix` (default: the offload prefix itself; else one of
+    :func:`listing_prefixes`), keys parsed relative to the offload `prefix`, following pagination.
+    Keys under `exclude_prefixes` (other offload locations nested in this one) are skipped."""
+    p = normalize_prefix(prefix)
+    lp = p if listing_prefix is None else listing_prefix
+    if not lp.startswith(p):
+        raise ValidationError(f"listing prefix {lp!r} is not under the offload prefix {p!r}")
+    for info in iter_objects(store, lp, page_size):
+        if (exclude_prefixes and _excluded(info.key, exclude_prefixes)) or is_marker_key(info.key, p):
+            continue  # a nested location's keys; owner markers (ours, never orphans)
+        yield parse_row(info, p)
+
+
+def _is_rest(key: str, plen: int) -> bool:
+    return len(key) == plen or key[plen] not in HEX_DIGITS
+
+
+def list_rest(
+    store: BlobStore, prefix: str, *, exclude_prefixes: Sequence[str] = (), page_size: int = 1000
+) -> Iterator[ObjectRow]:
+    """Rows of the keys under the offload prefix whose next character is not a lowercase hex digit
+    (or that equal the prefix): the complement of :func:`listing_prefixes`. Only the three key ranges
+    around the hex digits are read (< '0', ':'..'`', > 'f'), each from its start (``start_after``)."""
+    p = normalize_prefix(prefix)
+    plen = len(p)
+
+    def emit(infos: Iterable[ObjectInfo]) -> Iterator[ObjectRow]:
+        for info in infos:
+            if _is_rest(info.key, plen) and not (exclude_prefixes and _excluded(info.key, exclude_prefixes)) \
+                    and not is_marker_key(info.key, p):  # the location's owner marker is ours, not foreign
+                yield parse_row(info, p)
+
+    # (start after, stop at the first key whose next character is >= this)
+    ranges: list[tuple[str | None, str | None]] = [(None, "0"), (p + "9" + _MAX_CHAR, "a"), (p + "f" + _MAX_CHAR, None)]
+    for after, stop in ranges:
+        it = iter_objects(store, p, page_size, start_after=after)
+
+        def until(infos: Iterator[ObjectInfo], stop: str | None = stop) -> Iterator[ObjectInfo]:
+            for info in infos:
+                if stop is not None and len(info.key) > plen and info.key[plen] >= stop:
+                    return
+                yield info
+
+        yield from emit(until(it))

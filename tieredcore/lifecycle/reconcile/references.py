@@ -1,0 +1,79 @@
+"""References: every uuid the metadata store (topic records) or the deletion log names, and the hot
+ledgers the deletion log already covers. Read after the listing (see the package docstring)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tieredcore.errors import NotFoundError
+from tieredcore.formats.keys import UUID_PATTERN
+from tieredcore.names import TopicName
+from tieredcore.offload.context import referenced_uuids as ledger_uuids
+from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionLog
+from tieredcore.workspace import Workspace
+
+_UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
+
+
+def _iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
+    """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
+    for ns in ws.ml.list_namespaces():
+        for t in ws.ml.list_topics(ns):
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue
+            yield t, info
+
+
+def metadata_uuids(ws: Workspace) -> set[str]:
+    """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
+    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts."""
+    out: set[str] = set()
+    for _t, info in _iter_topics(ws):
+        for li in info.ledgerInfo:
+            out |= ledger_uuids(li)
+    return out
+
+
+@dataclass
+class LogReferences:
+    uuids: set[str] = field(default_factory=set)  # offloaded/segment records (and anything uuid-like in malformed ones)
+    hot_ledgers: set[int] = field(default_factory=set)  # ledger records
+
+
+def deletion_log_references(ws: Workspace) -> LogReferences:
+    """What the deletion log already covers: pending, retrying AND dead-letter records (scheduled, or
+    waiting for an operator), never to be recorded again. Malformed records are scanned for anything
+    that looks like a uuid, to err on the side of not recording twice."""
+    dl = DeletionLog(ws.metadata)
+    refs = LogReferences()
+    for e in [*dl.pending(), *dl.dead_letters()]:
+        r = e.record
+        if r is None:
+            refs.uuids.update(m.decode() for m in _UUID_IN_TEXT.findall(e.raw))
+            try:
+                raw = json.loads(e.raw)
+                inner = json.loads(raw["raw"]) if isinstance(raw, dict) and "raw" in raw else raw
+                if isinstance(inner, dict) and inner.get("type") == TYPE_LEDGER and isinstance(inner.get("ledger_id"), int):
+                    refs.hot_ledgers.add(inner["ledger_id"])
+            except (ValueError, TypeError, KeyError):
+                pass
+            continue
+        if r.type == TYPE_LEDGER:
+            refs.hot_ledgers.add(r.ledger_id)
+        elif r.uuid:
+            refs.uuids.add(r.uuid)
+    return refs
+
+
+def referenced_uuids(ws: Workspace) -> set[str]:
+    """Metadata references (:func:`metadata_uuids`), then the deletion log's uuids — in that order
+    (see the package docstring)."""
+    out = metadata_uuids(ws)
+    out |= deletion_log_references(ws).uuids
+    return out

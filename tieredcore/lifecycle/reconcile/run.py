@@ -1,0 +1,314 @@
+"""A whole reconciliation: the locations to reconcile (every store the workspace, its policies or its
+ledgers' driver metadata name, claimed for this cluster), the records planned for the orphans found,
+their append (phase 1), and :func:`reconcile`, which runs every step in one process."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tieredcore.errors import StoreOwnershipError, TieredError
+from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects
+from tieredcore.lifecycle.reconcile.orphans import (
+    DEFAULT_GRACE_MS,
+    HotOrphans,
+    ObjectOrphans,
+    OrphanGroup,
+    abort_stale_uploads,
+    find_hot_orphans,
+    find_object_orphans,
+    inspect_group,
+)
+from tieredcore.lifecycle.reconcile.references import _iter_topics, referenced_uuids
+from tieredcore.lifecycle.reconcile.report import (
+    KIND_LEDGER,
+    KIND_OFFLOADED,
+    KIND_UPLOAD,
+    MAX_SAMPLE_KEYS,
+    ReconcileReport,
+    namespace_of,
+)
+from tieredcore.names import UNKNOWN_NAMESPACE
+from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog, DeletionRecord
+from tieredcore.stores.location import StoreLocation
+from tieredcore.stores.ownership import read_marker
+from tieredcore.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+REASON_ORPHAN = "orphan"
+APPEND_BATCH = 500  # records per deletion-log transaction
+
+
+# -- locations ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Location:
+    """One (object store, key prefix) this project offloads to."""
+
+    store: BlobStore
+    where: StoreLocation  # its identity: what driver metadata records
+    exclude_prefixes: list[str] = field(default_factory=list)  # nested locations on the same store
+
+    @property
+    def prefix(self) -> str:
+        return self.where.prefix
+
+    @property
+    def driver(self) -> dict[str, Any]:
+        """DeletionRecord.driver: {"name": ..., "properties": {... "prefix": ...}}."""
+        return self.where.driver_dict()
+
+    @property
+    def label(self) -> str:
+        return self.where.label
+
+
+def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Location]:
+    """The workspace's store, every store a namespace or topic policy names, and every store named in
+    a ledger's OffloadContext driver metadata (objects stay where they were written when a policy
+    changes). Deduplicated; a location nested in another on the same store is excluded from it."""
+    from tieredcore.lifecycle.work import policy_store
+
+    found: dict[tuple, Location] = {}  # by StoreLocation.objects
+
+    def add(offloader) -> None:
+        where = offloader.location
+        if where.objects not in found:
+            found[where.objects] = Location(offloader.store, where)
+
+    add(ws.offloader)
+    ps = policy_store(ws)
+    namespaces = sorted(set(ws.ml.list_namespaces()) | set(ws.ml.list_policy_namespaces()))
+    for ns in namespaces:
+        pols = [ps.for_namespace(ns)] + [ps.for_topic(t) for t in ws.ml.list_topic_policy_topics(ns)]
+        for pol in pols:
+            try:
+                add(ws.offloader_for_policy(pol))
+            except TieredError as e:
+                if errors is not None:
+                    errors.append(f"namespace {ns}: cannot open policy store: {e}")
+    seen_drivers: set[bytes] = set()
+    for t, info in _iter_topics(ws):
+        for li in info.ledgerInfo:
+            if not li.HasField("offloadContext") or not li.offloadContext.HasField("driverMetadata"):
+                continue
+            dm = li.offloadContext.driverMetadata
+            sig = dm.SerializeToString(deterministic=True)
+            if sig in seen_drivers:
+                continue
+            seen_drivers.add(sig)
+            try:
+                add(ws.offloader_for_driver(dm))
+            except TieredError as e:
+                if errors is not None:
+                    errors.append(f"{t.full} ledger {li.ledgerId}: cannot open its offload driver: {e}")
+    locs = list(found.values())
+    for a in locs:
+        for b in locs:  # b nested in a on the same store: a's listings skip b's keys
+            if a.where.objects[:4] == b.where.objects[:4] and b.prefix != a.prefix and b.prefix.startswith(a.prefix):
+                a.exclude_prefixes.append(b.prefix)
+    return locs
+
+# -- planning and the whole run -----------------------------------------------------------------
+
+
+def plan_object_records(
+    loc: Location, orphans: ObjectOrphans, as_of_ms: int, cluster: str, identity: str
+) -> tuple[list[tuple[OrphanGroup, DeletionRecord]], list[tuple[OrphanGroup, str]]]:
+    """One `offloaded` record per orphan group that is ours (a HEAD per group: its topic, its owner);
+    returns (group, record) pairs and the (group, reason) of those left alone as not ours."""
+    planned: list[tuple[OrphanGroup, DeletionRecord]] = []
+    skipped: list[tuple[OrphanGroup, str]] = []
+    for g in orphans.groups:
+        owner = inspect_group(loc.store, g, cluster, identity)
+        if owner.foreign is not None:
+            skipped.append((g, owner.foreign))
+            continue
+        planned.append((g, DeletionRecord(
+            topic=owner.topic, ledger_id=g.ledger_id, type=TYPE_OFFLOADED, reason=REASON_ORPHAN,
+            created_ms=as_of_ms, uuid=g.uuid, driver={"name": loc.driver["name"],
+                                                      "properties": dict(loc.driver["properties"])},
+        )))
+    return planned, skipped
+
+
+def owned_locations(ws: Workspace, locs: list[Location], errors: list[str], dry_run: bool) -> list[Location]:
+    """The locations this workspace may reconcile: claimed for its cluster (created when missing, except
+    in a dry run, which only checks). A location another metadata store claimed is skipped (an error)."""
+    out = []
+    for loc in locs:
+        try:
+            if dry_run:
+                m = read_marker(loc.store, loc.prefix, ws.config.cluster)
+                if m is not None and m.identity != (ws.identity_if_any() or ""):
+                    raise StoreOwnershipError(f"{loc.label}: claimed by another workspace of cluster "
+                                              f"{ws.config.cluster!r} (metadata store {m.metadata})")
+            else:
+                ws.claim(loc.store, loc.prefix)
+        except StoreOwnershipError as e:
+            errors.append(f"{loc.label}: location skipped: {e}")
+            continue
+        except TieredError as e:
+            errors.append(f"{loc.label}: cannot check its owner, location skipped: {e}")
+            continue
+        out.append(loc)
+    return out
+
+
+
+def plan_and_apply(
+    ws: Workspace,
+    rep: ReconcileReport,
+    locs: list[Location],
+    found: list[tuple[Location, ObjectOrphans]],
+    hot: HotOrphans,
+    as_of_ms: int,
+    grace_ms: int,
+    dry_run: bool,
+) -> list[DeletionRecord]:
+    """Steps 4-6 of a reconciliation, shared by reconcile() and the Spark job: plan records for the
+    orphans found, append them (phase 1; not in a dry run), abort stale multipart uploads; fills `rep`.
+    ``rep.detail_rows`` gets one row per orphan object / hot ledger / stale upload (DETAIL_SCHEMA)."""
+    clock = time.perf_counter
+    emit = rep.detail_rows.append
+    t0 = clock()
+    records: list[DeletionRecord] = []
+    oldest: list[int] = []
+    cluster, identity = ws.config.cluster, ws.identity_if_any() or ""
+    for loc, orph in found:
+        rep.objects_listed += orph.rows
+        rep.bytes_listed += orph.bytes_listed
+        rep.referenced_objects += orph.referenced_objects
+        rep.foreign_keys += orph.foreign_keys
+        rep.foreign_bytes += orph.foreign_bytes
+        rep.segment_keys += orph.segment_keys
+        rep.young_unreferenced += orph.young_unreferenced
+        pairs, skipped = plan_object_records(loc, orph, as_of_ms, cluster, identity)
+        for g, why in skipped:
+            rep.foreign_cluster_groups += 1
+            rep.foreign_cluster_objects += len(g.keys)
+            rep.foreign_cluster_bytes += g.bytes
+            if len(rep.foreign_cluster_samples) < MAX_SAMPLE_KEYS:
+                rep.foreign_cluster_samples.append(why)
+        recs = [r for _, r in pairs]
+        for g, r in pairs:
+            ns = namespace_of(r.topic)
+            rep.orphan_groups += 1
+            rep.orphan_objects += len(g.keys)
+            rep.orphan_bytes += g.bytes
+            rep.add(ns, KIND_OFFLOADED, 1, len(g.keys), g.bytes)
+            oldest.append(g.age_ms(as_of_ms))
+            for k in g.keys:
+                rep.sample(k)
+                emit((loc.label, KIND_OFFLOADED, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
+                      r.topic, ns))
+        records.extend(recs)
+    rep.hot_ledgers = hot.ledgers
+    rep.foreign_hot_ledgers = hot.foreign
+    rep.young_hot_ledgers = hot.young
+    rep.scheduled_hot_ledgers = hot.scheduled
+    for o in hot.orphans:
+        ns = namespace_of(o.topic)
+        rep.hot_orphans += 1
+        rep.hot_orphan_bytes += o.bytes
+        rep.add(ns, KIND_LEDGER, 1, 1, o.bytes)
+        oldest.append(as_of_ms - o.ctime_ms)
+        rep.sample(f"hot:{o.ledger_id}")
+        emit(("hot", KIND_LEDGER, f"hot:{o.ledger_id}", o.bytes, o.ctime_ms, None, o.ledger_id, o.topic, ns))
+        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
+                                      created_ms=as_of_ms))
+    for r in records:
+        r.validate()
+    rep.records = [asdict(r) for r in records]
+    rep.timings["planning"] = round(clock() - t0, 6)
+
+    # phase 1: append the records
+    t0 = clock()
+    if not dry_run and records:
+        dl = DeletionLog(ws.metadata)
+        for i in range(0, len(records), APPEND_BATCH):
+            batch = records[i : i + APPEND_BATCH]
+            try:
+                dl.append(batch)
+            except TieredError as e:
+                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
+                continue
+            rep.records_appended += len(batch)
+    rep.timings["append"] = round(clock() - t0, 6)
+
+    # stale multipart uploads
+    t0 = clock()
+    for loc in locs:
+        try:
+            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
+                                     exclude_prefixes=loc.exclude_prefixes)
+        except TieredError as e:
+            rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
+            continue
+        rep.stale_uploads += len(up.stale)
+        rep.uploads_aborted += up.aborted
+        rep.young_uploads += up.young
+        rep.foreign_uploads += up.foreign
+        rep.errors.extend(up.errors)
+        for u in up.stale:
+            initiated = int(u.initiated * 1000)
+            rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
+            oldest.append(as_of_ms - initiated)
+            rep.sample(f"upload:{u.key}")
+            emit((loc.label, KIND_UPLOAD, u.key, 0, initiated, None, None, None, UNKNOWN_NAMESPACE))
+    rep.oldest_orphan_age_ms = max(oldest, default=None)
+    rep.timings["uploads"] = round(clock() - t0, 6)
+    return records
+
+
+def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
+              *, page_size: int = 1000) -> ReconcileReport:
+    """The whole reconciliation in one process (the Spark job distributes the listing and anti-join).
+
+    Holds the listing in memory. Records are appended in batches of APPEND_BATCH (each batch all or
+    nothing); a dry run appends and aborts nothing and reports what it would do."""
+    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    clock = time.perf_counter
+    t0 = clock()
+    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
+    rep.locations = [loc.label for loc in locs]
+    rep.timings["locations"] = round(clock() - t0, 6)
+
+    # 1. list every location first (before any reference is read: see the package docstring)
+    t0 = clock()
+    listings: list[tuple[Location, list[ObjectRow]]] = []
+    for loc in locs:
+        try:
+            rows = list(list_objects(loc.store, loc.prefix, exclude_prefixes=loc.exclude_prefixes,
+                                     page_size=page_size))
+        except TieredError as e:
+            rep.errors.append(f"{loc.label}: listing failed, location skipped: {e}")
+            continue
+        listings.append((loc, rows))
+    rep.timings["listing"] = round(clock() - t0, 6)
+
+    # 2. hot tier, topic records and the deletion log, in that order
+    t0 = clock()
+    hot = find_hot_orphans(ws, as_of_ms, grace_ms)
+    rep.timings["hot"] = round(clock() - t0, 6)
+    t0 = clock()
+    referenced = referenced_uuids(ws)
+    rep.referenced_uuids = len(referenced)
+    rep.timings["references"] = round(clock() - t0, 6)
+
+    # 3. anti-join per location
+    t0 = clock()
+    found = [(loc, find_object_orphans(rows, referenced, as_of_ms, grace_ms)) for loc, rows in listings]
+    rep.timings["anti_join"] = round(clock() - t0, 6)
+
+    plan_and_apply(ws, rep, locs, found, hot, as_of_ms, grace_ms, dry_run)
+    log.info("reconcile as of %s (grace %s ms, dry run %s): %s offloaded orphan groups (%s objects, %s bytes), "
+             "%s hot orphans, %s stale uploads, %s foreign keys, %s young unreferenced",
+             as_of_ms, grace_ms, dry_run, rep.orphan_groups, rep.orphan_objects, rep.orphan_bytes,
+             rep.hot_orphans, rep.stale_uploads, rep.foreign_keys, rep.young_unreferenced)
+    return rep
