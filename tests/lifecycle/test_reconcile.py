@@ -1,4 +1,4 @@
-"""Orphan reconciliation (spec/05) on real stores: a workspace built with `tiered init` / `generate`,
+"""Orphan reconciliation (docs/deletion.md) on real stores: a workspace built with `tiered init` / `generate`,
 offloaded with TopicOffloader, plus a seeded set of orphans among many valid objects. Ages are set
 explicitly (os.utime on the filesystem store's files, ledger ctimes, the upload manifest) and every
 run uses an explicit as_of_ms."""
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workspaces import sealed
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.reconcile.listing import (
     ObjectRow,
@@ -50,11 +51,6 @@ GRACE = 3600 * 1000
 A = "t/a/persistent/topic-0000"
 B = "t/a/persistent/topic-0001"  # deleted after its offload: objects and hot ledgers leak
 C = "t/b/persistent/topic-0000"  # namespace t/b offloads to prefix pfx/ of the same store
-
-
-def sealed(ws, topic):
-    info, _ = ws.ml.get_topic(topic)
-    return [li.ledgerId for li in info.ledgerInfo[:-1]]
 
 
 def set_mtime(path: Path, ms: int) -> None:

@@ -1,4 +1,4 @@
-"""Orphan reconciliation (spec/05 "Orphan reconciliation"): find what leaked in both tiers and hand it
+"""Orphan reconciliation (docs/deletion.md, "Orphan reconciliation"): find what leaked in both tiers and hand it
 to two-phase deletion. Nothing here deletes an object or a ledger; orphans become pending-deletion
 records (reason ``orphan``) that the phase-2 drain deletes with all its checks. The only direct action
 is aborting incomplete multipart uploads older than the grace period.

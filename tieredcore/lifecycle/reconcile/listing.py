@@ -20,7 +20,7 @@ _MAX_CHAR = "\U0010ffff"
 
 class ObjectRow(NamedTuple):
     """One listed object. `uuid`/`ledger_id`/`is_index` are None for keys this project did not write
-    (foreign); a streaming-segment key (`{uuid}[-index]`, spec/03) has a uuid but no ledger id."""
+    (foreign); a streaming-segment key (`{uuid}[-index]`, docs/formats.md) has a uuid but no ledger id."""
 
     key: str
     size: int
