@@ -28,7 +28,7 @@ from .clihelp import (
     generate,
 )
 
-HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot.py)
+HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot_format.py)
 
 
 @pytest.fixture
