@@ -27,7 +27,7 @@ from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.names import TopicName
 from tieredcore.workspace import Workspace
 
-HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot.py)
+HOT_FRAME_HEADER = 12  # [len:int32][entryId:int64] before each payload in <id>.log (stores/hot_format.py)
 
 
 @pytest.fixture

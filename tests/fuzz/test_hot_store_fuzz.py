@@ -9,6 +9,7 @@ raise a TieredError; every entry that is returned must be the one written under 
 
 from __future__ import annotations
 
+import array
 import shutil
 import struct
 import tempfile
@@ -21,13 +22,8 @@ from hypothesis import strategies as st
 
 from tieredcore.errors import TieredError
 from tieredcore.formats.proto.DataFormats_pb2 import LedgerMetadataFormat
-from tieredcore.stores.hot import (
-    IDX_RECORD,
-    LocalLedgerHandle,
-    LocalLedgerStore,
-    _decode_index,
-    decode_metadata,
-)
+from tieredcore.stores.hot import LocalLedgerHandle, LocalLedgerStore
+from tieredcore.stores.hot_format import IDX_RECORD, decode_index, decode_metadata, encode_index
 
 from .strategies import EXTREMES, FUZZ, FUZZ_IO, HANG_TIMEOUT, fuzz_input, outcome
 
@@ -207,12 +203,28 @@ def test_store_regressions(template: Path, lid: int, kind: str, contents: bytes)
 @FUZZ
 @given(st.binary(max_size=400))
 def test_decode_index(buf: bytes) -> None:
-    offsets, crcs, lens = _decode_index(buf)
+    offsets, crcs, lens = decode_index(buf)
     n = len(buf) // 16
     assert len(offsets) == len(crcs) == len(lens) == n
     assert [tuple(r) for r in zip(offsets, crcs, lens, strict=True)] == [
         IDX_RECORD.unpack_from(buf, 16 * k) for k in range(n)
     ]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**31 - 1)),
+                max_size=40))
+def test_encode_index(records: list[tuple[int, int, int]]) -> None:
+    """The writer's bulk encoding (payload lengths are never negative) is the record struct, on both sides
+    of the 4 GiB offset switch."""
+    offsets = [r[0] for r in records]
+    crcs = array.array("I", [r[1] for r in records])
+    lens = array.array("i", [r[2] for r in records])
+    want = b"".join(IDX_RECORD.pack(*r) for r in records)
+    assert encode_index(offsets, crcs, lens, 1 << 32).tobytes() == want
+    if all(o < 1 << 32 for o in offsets):
+        assert encode_index(offsets, crcs, lens, (1 << 32) - 1).tobytes() == want
+    assert decode_index(want) == (array.array("q", offsets), crcs, lens)
 
 
 @FUZZ

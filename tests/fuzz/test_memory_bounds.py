@@ -36,7 +36,8 @@ from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.deletion_log import DeletionRecord
 from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import IDX_RECORD, LocalLedgerStore
+from tieredcore.stores.hot import LocalLedgerStore
+from tieredcore.stores.hot_format import IDX_RECORD
 
 from .strategies import HANG_TIMEOUT
 

@@ -7,11 +7,7 @@ Layout under ``root``::
         lock                            flock'ed around "rename sidecar + rename object" and head()
         tmp/<pid>-<random>.tmp          files being written; renamed into place when complete
         meta/<key>                      user-metadata sidecar (JSON), only for objects that have some
-        uploads/<upload_id>/            one multipart upload:
-            manifest.json                   key, metadata, initiated time (its absence = upload gone)
-            parts.log                       journal: one JSON line per uploaded part
-            data                            in-order parts appended back to back (the fast path)
-            part-<n>-<random>               out-of-order or re-uploaded parts
+        uploads/<upload_id>/            one multipart upload (layout in fs_multipart.py)
         trash/                          upload directories being removed
 
 Objects appear atomically (temp file, fsync, rename). The metadata sidecar is renamed into place
@@ -21,8 +17,8 @@ internal area. Paths are handled as bytes (keys encoded as UTF-8) so listing ord
 whatever the locale.
 
 The filesystem cannot hold both ``a`` and ``a/b``; putting the second raises BlobStoreError.
-Multipart state survives restarts of the process but not a machine crash before complete (parts are
-fsynced only as part of the completed object).
+Multipart uploads are emulated on disk by :class:`tieredcore.stores.fs_multipart.MultipartUploads`; the
+store checks their arguments and publishes a completed upload like any put.
 """
 
 from __future__ import annotations
@@ -32,16 +28,14 @@ import errno
 import fcntl
 import json
 import os
-import re
 import secrets
-import shutil
 import stat
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tieredcore.errors import (
@@ -53,6 +47,7 @@ from tieredcore.errors import (
     TieredError,
     ValidationError,
 )
+from tieredcore.stores._fs_util import fsync_dir, short_repr, unlink_quiet
 from tieredcore.stores._io import pread_exact, write_all
 from tieredcore.stores.blob import (
     MAX_PART_NUMBER,
@@ -67,37 +62,30 @@ from tieredcore.stores.blob import (
     normalize_metadata,
     piece_length,
 )
+from tieredcore.stores.fs_multipart import MultipartUploads
 
 INTERNAL_DIR = ".tiered"
 _INTERNAL_B = INTERNAL_DIR.encode()
 _MAX_COMPONENT_BYTES = 255
-_UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
-_MANIFEST = "manifest.json"
-_JOURNAL = "parts.log"
-_DATA = "data"
-_COPY_CHUNK = 1 << 20
 # A directory listing is cached only when the directory had not changed for this long before it was
 # scanned: a later change then necessarily moves its mtime ("racy git" rule).
 _DIR_CACHE_SETTLE_NS = 2_000_000_000
 _DIR_CACHE_MIN_ENTRIES = 256
 _DIR_CACHE_MAX_DIRS = 16
-_UPLOAD_CACHE_MAX = 64
 _STALE_TMP_SECONDS = 24 * 3600
-
-
-def _short(key: object) -> str:
-    r = repr(key)
-    return r if len(r) <= 200 else r[:197] + "..."
 
 
 def _check_component(c: bytes, key: str) -> None:
     if not c:
-        raise ValidationError(f"invalid object key {_short(key)}: empty path component")
+        raise ValidationError(f"invalid object key {short_repr(key)}: empty path component")
     if c in (b".", b".."):
-        raise ValidationError(f"invalid object key {_short(key)}: '.' and '..' components are not allowed")
+        raise ValidationError(
+            f"invalid object key {short_repr(key)}: '.' and '..' components are not allowed"
+        )
     if len(c) > _MAX_COMPONENT_BYTES:
         raise ValidationError(
-            f"invalid object key {_short(key)}: a path component is longer than {_MAX_COMPONENT_BYTES} bytes"
+            f"invalid object key {short_repr(key)}: a path component is longer than "
+            f"{_MAX_COMPONENT_BYTES} bytes"
         )
 
 
@@ -108,34 +96,23 @@ def validate_key(key: str) -> bytes:
     if not key:
         raise ValidationError("invalid object key: empty")
     if "\x00" in key:
-        raise ValidationError(f"invalid object key {_short(key)}: contains a NUL byte")
+        raise ValidationError(f"invalid object key {short_repr(key)}: contains a NUL byte")
     if "\\" in key:
-        raise ValidationError(f"invalid object key {_short(key)}: contains a backslash")
+        raise ValidationError(f"invalid object key {short_repr(key)}: contains a backslash")
     if key.startswith("/"):
-        raise ValidationError(f"invalid object key {_short(key)}: absolute path")
+        raise ValidationError(f"invalid object key {short_repr(key)}: absolute path")
     try:
         kb = key.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValidationError(f"invalid object key {_short(key)}: not valid UTF-8") from None
+        raise ValidationError(f"invalid object key {short_repr(key)}: not valid UTF-8") from None
     parts = kb.split(b"/")
     for c in parts:
         _check_component(c, key)
     if parts[0] == _INTERNAL_B:
-        raise ValidationError(f"invalid object key {_short(key)}: {INTERNAL_DIR!r} is reserved for the store")
+        raise ValidationError(
+            f"invalid object key {short_repr(key)}: {INTERNAL_DIR!r} is reserved for the store"
+        )
     return kb
-
-
-def _unlink_quiet(path: bytes, dir_fd: int | None = None) -> None:
-    with suppress(FileNotFoundError, NotADirectoryError):
-        os.unlink(path, dir_fd=dir_fd)
-
-
-def _fsync_dir(path: bytes) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _byte_view(data: Buffer) -> memoryview:
@@ -143,75 +120,6 @@ def _byte_view(data: Buffer) -> memoryview:
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     return mv
-
-
-
-
-
-
-def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
-    """Kernel-side copy (copy_file_range: reflink or in-kernel) with a pread/pwrite fallback."""
-    use_cfr = hasattr(os, "copy_file_range")
-    while n > 0:
-        if use_cfr:
-            try:
-                c = os.copy_file_range(src_fd, dst_fd, n, src_off, dst_off)
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
-                    raise
-                use_cfr = False
-                continue
-        else:
-            buf = os.pread(src_fd, min(n, _COPY_CHUNK), src_off)
-            c = write_all(dst_fd, buf, dst_off) if buf else 0
-        if c == 0:
-            raise BlobStoreError("filesystem store: multipart part file is shorter than recorded")
-        src_off += c
-        dst_off += c
-        n -= c
-
-
-@dataclass
-class _PartRec:
-    number: int
-    file: str  # _DATA or a part file name in the upload directory
-    offset: int
-    size: int
-    etag: str
-
-
-@dataclass
-class _UploadState:
-    ino: int
-    pos: int = 0  # journal bytes consumed
-    parts: dict[int, _PartRec] = field(default_factory=dict)
-    chain: list[_PartRec] = field(default_factory=list)  # parts appended to the data file, in order
-
-    @property
-    def data_end(self) -> int:
-        return self.chain[-1].offset + self.chain[-1].size if self.chain else 0
-
-    def apply(self, rec: dict) -> None:
-        if "truncate" in rec:  # the data file was cut back to its first `truncate` chain parts
-            k = rec["truncate"]
-            for r in self.chain[k:]:
-                if self.parts.get(r.number) is r:
-                    del self.parts[r.number]
-            del self.chain[k:]
-            return
-        p = _PartRec(rec["n"], rec["f"], rec["off"], rec["size"], rec["etag"])
-        self.parts[p.number] = p
-        if p.file == _DATA:
-            self.chain.append(p)
-
-
-@dataclass
-class _Upload:
-    upload_id: str
-    path: bytes
-    fd: int
-    manifest: dict
-    state: _UploadState
 
 
 @dataclass
@@ -234,11 +142,10 @@ class FilesystemBlobStore:
         self._internal = self._root + b"/" + _INTERNAL_B
         self._tmp = self._internal + b"/tmp"
         self._meta = self._internal + b"/meta"
-        self._uploads = self._internal + b"/uploads"
-        self._trash = self._internal + b"/trash"
+        uploads, trash = self._internal + b"/uploads", self._internal + b"/trash"
         self._lock_path = self._internal + b"/lock"
         try:
-            for d in (self._root, self._internal, self._tmp, self._meta, self._uploads, self._trash):
+            for d in (self._root, self._internal, self._tmp, self._meta, uploads, trash):
                 os.makedirs(d, exist_ok=True)
         except OSError as e:
             raise BlobStoreError(
@@ -249,7 +156,7 @@ class FilesystemBlobStore:
         self._lock_pid = 0
         self._cache_lock = threading.Lock()
         self._dir_cache: OrderedDict[bytes, _DirListing] = OrderedDict()
-        self._upload_cache: OrderedDict[str, _UploadState] = OrderedDict()
+        self._multipart = MultipartUploads(self.root, uploads, trash)
         self._sweep()
 
     def __repr__(self) -> str:
@@ -262,16 +169,12 @@ class FilesystemBlobStore:
 
     def _sweep(self) -> None:
         """Remove leftovers of crashed processes: trash and old temp files."""
-        for entry in os.scandir(self._trash):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                _unlink_quiet(entry.path)
+        self._multipart.sweep_trash()
         cutoff = time.time() - _STALE_TMP_SECONDS
         for entry in os.scandir(self._tmp):
             try:
                 if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    _unlink_quiet(entry.path)
+                    unlink_quiet(entry.path)
             except OSError:
                 pass
 
@@ -282,7 +185,7 @@ class FilesystemBlobStore:
         except TieredError:
             raise
         except OSError as e:
-            on = f" {_short(key)}" if key is not None else ""
+            on = f" {short_repr(key)}" if key is not None else ""
             raise BlobStoreError(
                 f"filesystem store {str(self.root)!r}: {what}{on} failed: {e.strerror or e}"
             ) from e
@@ -318,7 +221,7 @@ class FilesystemBlobStore:
                 os.fsync(fd)
         except BaseException:
             os.close(fd)
-            _unlink_quiet(tmp)
+            unlink_quiet(tmp)
             raise
         os.close(fd)
         return tmp
@@ -344,8 +247,9 @@ class FilesystemBlobStore:
 
     def _conflict(self, key: str) -> BlobStoreError:
         return BlobStoreError(
-            f"filesystem store {str(self.root)!r}: cannot store {_short(key)}: a prefix of it is an existing "
-            "object, or it is a prefix of existing keys (a filesystem cannot hold both 'a' and 'a/b')"
+            f"filesystem store {str(self.root)!r}: cannot store {short_repr(key)}: a prefix of it is an "
+            "existing object, or it is a prefix of existing keys "
+            "(a filesystem cannot hold both 'a' and 'a/b')"
         )
 
     def _publish(self, kb: bytes, key: str, src: bytes, meta: dict[str, str], if_absent: bool = False) -> None:
@@ -358,7 +262,7 @@ class FilesystemBlobStore:
         try:
             with self._locked():
                 if if_absent and os.path.isfile(dest):
-                    raise ObjectExistsError(f"object {_short(key)} already exists in {str(self.root)!r}")
+                    raise ObjectExistsError(f"object {short_repr(key)} already exists in {str(self.root)!r}")
                 for _attempt in range(10):  # a concurrent delete may prune a parent directory we made
                     try:
                         created = self._makedirs(os.path.dirname(dest), self._root, key)
@@ -366,12 +270,12 @@ class FilesystemBlobStore:
                             created += self._makedirs(os.path.dirname(mdest), self._meta, key)
                             os.rename(meta_tmp, mdest)
                         else:
-                            _unlink_quiet(mdest)
+                            unlink_quiet(mdest)
                         try:
                             os.rename(src, dest)
                         except BaseException:
                             if meta_tmp is not None:
-                                _unlink_quiet(mdest)
+                                unlink_quiet(mdest)
                             raise
                         break
                     except FileNotFoundError:
@@ -393,19 +297,19 @@ class FilesystemBlobStore:
                         raise
                 else:
                     raise BlobStoreError(
-                        f"filesystem store: could not place {_short(key)} (directories kept vanishing)"
+                        f"filesystem store: could not place {short_repr(key)} (directories kept vanishing)"
                     )
             if self.fsync:
                 for d in [*created, dest]:
                     parent = os.path.dirname(d)
                     if parent not in synced:
                         synced.add(parent)
-                        _fsync_dir(parent)
+                        fsync_dir(parent)
                 if meta_tmp is not None:
-                    _fsync_dir(os.path.dirname(mdest))
+                    fsync_dir(os.path.dirname(mdest))
         finally:
             if meta_tmp is not None:
-                _unlink_quiet(meta_tmp)
+                unlink_quiet(meta_tmp)
 
     def _prune_dirs(self, path: bytes, base: bytes) -> None:
         """rmdir path and its parents while empty, stopping at base."""
@@ -420,15 +324,15 @@ class FilesystemBlobStore:
         try:
             fd = os.open(self._obj_path(kb), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):
-            raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+            raise NoSuchObjectError(f"no object {short_repr(key)} in {str(self.root)!r}") from None
         except OSError as e:
             if e.errno == errno.ELOOP:  # a symlink: not an object of this store
-                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+                raise NoSuchObjectError(f"no object {short_repr(key)} in {str(self.root)!r}") from None
             raise
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}")
+            raise NoSuchObjectError(f"no object {short_repr(key)} in {str(self.root)!r}")
         return fd, st
 
     # --- objects -------------------------------------------------------------------------------
@@ -442,7 +346,7 @@ class FilesystemBlobStore:
             try:
                 self._publish(kb, key, tmp, meta, if_absent)
             finally:
-                _unlink_quiet(tmp)
+                unlink_quiet(tmp)
 
     def get(self, key: str) -> bytes:
         kb = validate_key(key)
@@ -456,13 +360,13 @@ class FilesystemBlobStore:
     def get_range(self, key: str, start: int, end: int) -> bytes:
         kb = validate_key(key)
         if start < 0 or end < start:
-            raise BadRangeError(f"bad range {start}-{end} for {_short(key)}")
+            raise BadRangeError(f"bad range {start}-{end} for {short_repr(key)}")
         with self._oserrors("get_range", key):
             fd, st = self._open_object(kb, key)
             try:
                 if start >= st.st_size:
                     raise BadRangeError(
-                        f"range {start}-{end} of {_short(key)} starts past its end ({st.st_size} bytes)"
+                        f"range {start}-{end} of {short_repr(key)} starts past its end ({st.st_size} bytes)"
                     )
                 end = min(end, st.st_size - 1)
                 return pread_exact(fd, end - start + 1, start)
@@ -475,9 +379,9 @@ class FilesystemBlobStore:
             try:
                 st = os.stat(self._obj_path(kb), follow_symlinks=False)
             except (FileNotFoundError, NotADirectoryError):
-                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}") from None
+                raise NoSuchObjectError(f"no object {short_repr(key)} in {str(self.root)!r}") from None
             if not stat.S_ISREG(st.st_mode):
-                raise NoSuchObjectError(f"no object {_short(key)} in {str(self.root)!r}")
+                raise NoSuchObjectError(f"no object {short_repr(key)} in {str(self.root)!r}")
             try:
                 with open(self._meta_path(kb), "rb") as f:
                     meta = json.loads(f.read())["metadata"]
@@ -485,7 +389,7 @@ class FilesystemBlobStore:
                 meta = {}
             except (ValueError, KeyError, TypeError) as e:
                 raise BlobStoreError(
-                    f"filesystem store: corrupt metadata sidecar of {_short(key)}: {e}"
+                    f"filesystem store: corrupt metadata sidecar of {short_repr(key)}: {e}"
                 ) from e
         return ObjectInfo(key=key, size=st.st_size, last_modified=st.st_mtime, metadata=dict(meta))
 
@@ -503,7 +407,7 @@ class FilesystemBlobStore:
                             os.unlink(path)
                     except (FileNotFoundError, NotADirectoryError):
                         pass
-                    _unlink_quiet(mpath)
+                    unlink_quiet(mpath)
             except OSError as e:
                 failed.append(f"{key!r} ({e.strerror or e})")
                 continue
@@ -533,7 +437,7 @@ class FilesystemBlobStore:
             pb = prefix.encode("utf-8")
             tb = token.encode("utf-8") if token else None
         except UnicodeEncodeError:
-            raise ValidationError(f"list: prefix or token is not valid UTF-8: {_short(prefix)}") from None
+            raise ValidationError(f"list: prefix or token is not valid UTF-8: {short_repr(prefix)}") from None
         objects: list[ObjectInfo] = []
         more = False
         with self._oserrors("list", prefix):
@@ -646,112 +550,15 @@ class FilesystemBlobStore:
                     self._dir_cache.popitem(last=False)
         return listing
 
-    # --- multipart -----------------------------------------------------------------------------
+    # --- multipart (the upload directories are fs_multipart's) ---------------------------------
+
+    copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
         validate_key(key)
         meta = normalize_metadata(metadata)
-        upload_id = f"{time.time_ns():016x}{secrets.token_hex(8)}"
-        path = self._uploads + b"/" + upload_id.encode()
         with self._oserrors("initiate_multipart", key):
-            os.mkdir(path)
-            manifest = json.dumps({"key": key, "metadata": meta, "initiated": time.time()}).encode()
-            tmp = path + b"/" + _MANIFEST.encode() + b".tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-            try:
-                write_all(fd, manifest)
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path + b"/" + _MANIFEST.encode())
-            if self.fsync:
-                _fsync_dir(path)
-                _fsync_dir(self._uploads)
-        return upload_id
-
-    @contextmanager
-    def _open_upload(self, key: str, upload_id: str) -> Iterator[_Upload]:
-        """The upload, locked against other threads and processes, with its journal read up to date."""
-        missing = NoSuchUploadError(
-            f"no multipart upload {_short(upload_id)} for {_short(key)} in {str(self.root)!r}"
-        )
-        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.fullmatch(upload_id):
-            raise missing
-        path = self._uploads + b"/" + upload_id.encode()
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            raise missing from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                mfd = os.open(_MANIFEST, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
-            except FileNotFoundError:
-                raise missing from None  # aborted or completed while we waited for the lock
-            with os.fdopen(mfd, "rb") as f:
-                manifest = json.loads(f.read())
-            if manifest.get("key") != key:
-                raise missing
-            state = self._load_state(upload_id, fd)
-            yield _Upload(upload_id, path, fd, manifest, state)
-        finally:
-            os.close(fd)  # also releases the flock
-
-    def _load_state(self, upload_id: str, dir_fd: int) -> _UploadState:
-        ino = os.fstat(dir_fd).st_ino
-        with self._cache_lock:
-            state = self._upload_cache.pop(upload_id, None)
-        if state is None or state.ino != ino:
-            state = _UploadState(ino)
-        try:
-            jfd = os.open(_JOURNAL, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
-        except FileNotFoundError:
-            jfd = None
-        if jfd is not None:
-            try:
-                size = os.fstat(jfd).st_size
-                if size > state.pos:
-                    tail = pread_exact(jfd, size - state.pos, state.pos)
-                    complete_len = tail.rfind(b"\n") + 1  # a torn last line (crashed writer) is ignored
-                    for line in tail[:complete_len].splitlines():
-                        if line.strip():
-                            state.apply(json.loads(line))
-                    state.pos += complete_len
-            finally:
-                os.close(jfd)
-        with self._cache_lock:
-            self._upload_cache[upload_id] = state
-            while len(self._upload_cache) > _UPLOAD_CACHE_MAX:
-                self._upload_cache.popitem(last=False)
-        return state
-
-    def _journal(self, up: _Upload, rec: dict) -> None:
-        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
-        jfd = os.open(_JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
-        try:
-            # a torn line left by a crashed writer must not swallow this one
-            if os.fstat(jfd).st_size != up.state.pos:
-                os.ftruncate(jfd, up.state.pos)
-            write_all(jfd, line)
-        finally:
-            os.close(jfd)
-        up.state.pos += len(line)
-        up.state.apply(rec)
-
-    copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
-
-    def _write_pieces(self, fd: int, pieces: list, offset: int) -> None:
-        for p in pieces:
-            if isinstance(p, FileSlice):
-                src = os.open(p.path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    _copy_range(src, p.offset, fd, offset, p.length)
-                finally:
-                    os.close(src)
-                offset += p.length
-            else:
-                offset += write_all(fd, p, offset)
+            return self._multipart.initiate(key, meta, self.fsync)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
@@ -760,163 +567,38 @@ class FilesystemBlobStore:
             or not (MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER)
         ):
             raise ValidationError(
-                f"part number {part_number!r} for {_short(key)}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
+                f"part number {part_number!r} for {short_repr(key)}: "
+                f"must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
             )
         pieces = [_byte_view(data)] if isinstance(data, bytes | bytearray | memoryview) else [
             p if isinstance(p, FileSlice) else _byte_view(p) for p in data
         ]
         size = sum(map(piece_length, pieces))
         etag = secrets.token_hex(16)
-        with self._oserrors("upload_part", key), self._open_upload(key, upload_id) as up:
-            state = up.state
-            next_in_sequence = state.chain[-1].number + 1 if state.chain else MIN_PART_NUMBER
-            if part_number == next_in_sequence and part_number not in state.parts:
-                offset = state.data_end
-                dfd = os.open(_DATA, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
-                try:
-                    self._write_pieces(dfd, pieces, offset)
-                except BaseException:
-                    os.ftruncate(dfd, offset)
-                    raise
-                finally:
-                    os.close(dfd)
-                self._journal(
-                    up, {"n": part_number, "f": _DATA, "off": offset, "size": size, "etag": etag}
-                )
-            else:
-                name = f"part-{part_number}-{secrets.token_hex(4)}"
-                pfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
-                try:
-                    self._write_pieces(pfd, pieces, 0)
-                except BaseException:
-                    os.close(pfd)
-                    _unlink_quiet(name.encode(), dir_fd=up.fd)
-                    raise
-                os.close(pfd)
-                old = state.parts.get(part_number)
-                self._journal(up, {"n": part_number, "f": name, "off": 0, "size": size, "etag": etag})
-                if old is not None and old.file != _DATA:
-                    _unlink_quiet(old.file.encode(), dir_fd=up.fd)
+        with self._oserrors("upload_part", key), self._multipart.open_upload(key, upload_id) as up:
+            self._multipart.write_part(up, part_number, pieces, size, etag)
         return CompletedPart(part_number=part_number, etag=etag, size=size)
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
         kb = validate_key(key)
         if not parts:
-            raise ValidationError(f"complete_multipart of {_short(key)}: no parts given")
-        with self._oserrors("complete_multipart", key), self._open_upload(key, upload_id) as up:
-            state = up.state
-            recs: list[_PartRec] = []
-            prev = 0
-            for p in parts:
-                if p.part_number <= prev:
-                    raise ValidationError(
-                        f"complete_multipart of {_short(key)}: part numbers must be strictly ascending "
-                        f"({p.part_number} after {prev})"
-                    )
-                rec = state.parts.get(p.part_number)
-                if rec is None:
-                    raise ValidationError(
-                        f"complete_multipart of {_short(key)}: part {p.part_number} was not uploaded"
-                    )
-                if rec.etag != p.etag.strip('"'):
-                    raise ValidationError(
-                        f"complete_multipart of {_short(key)}: etag of part {p.part_number} does not match "
-                        "(the part was re-uploaded or belongs to another upload)"
-                    )
-                recs.append(rec)
-                prev = p.part_number
-            # k = how many requested parts are exactly the data file's leading chain
-            k = 0
-            while k < len(recs) and k < len(state.chain) and recs[k] is state.chain[k]:
-                k += 1
-            rest = recs[k:]
-            data_path = up.path + b"/" + _DATA.encode()
-            if k > 0 and all(r.file != _DATA for r in rest):
-                # fast path: cut the data file after the prefix, append the rest, rename it into place
-                prefix_end = state.chain[k - 1].offset + state.chain[k - 1].size
-                dfd = os.open(data_path, os.O_RDWR | os.O_CLOEXEC)
-                try:
-                    if os.fstat(dfd).st_size != prefix_end:
-                        if k < len(state.chain):
-                            self._journal(up, {"truncate": k})  # keep the journal true if we fail below
-                        os.ftruncate(dfd, prefix_end)
-                    off = prefix_end
-                    for r in rest:
-                        with self._part_fd(up, r) as sfd:
-                            _copy_range(sfd, r.offset, dfd, off, r.size)
-                        off += r.size
-                    if self.fsync:
-                        os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-                src = data_path
-            else:
-                src = self._new_tmp()
-                dfd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-                try:
-                    off = 0
-                    for r in recs:
-                        with self._part_fd(up, r) as sfd:
-                            _copy_range(sfd, r.offset, dfd, off, r.size)
-                        off += r.size
-                    if self.fsync:
-                        os.fsync(dfd)
-                except BaseException:
-                    os.close(dfd)
-                    _unlink_quiet(src)
-                    raise
-                os.close(dfd)
+            raise ValidationError(f"complete_multipart of {short_repr(key)}: no parts given")
+        with self._oserrors("complete_multipart", key), self._multipart.open_upload(key, upload_id) as up:
+            src = self._multipart.assemble(up, key, parts, self._new_tmp, self.fsync)
             try:
                 self._publish(kb, key, src, up.manifest.get("metadata") or {})
             finally:
-                if src != data_path:
-                    _unlink_quiet(src)
-            self._remove_upload(up)
-
-    @contextmanager
-    def _part_fd(self, up: _Upload, rec: _PartRec) -> Iterator[int]:
-        fd = os.open(rec.file, os.O_RDONLY | os.O_CLOEXEC, dir_fd=up.fd)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-
-    def _remove_upload(self, up: _Upload) -> None:
-        _unlink_quiet(_MANIFEST.encode(), dir_fd=up.fd)  # from here on the upload does not exist
-        with self._cache_lock:
-            self._upload_cache.pop(up.upload_id, None)
-        trash = self._trash + b"/%s-%s" % (up.upload_id.encode(), secrets.token_hex(4).encode())
-        try:
-            os.rename(up.path, trash)
-        except OSError:
-            trash = up.path
-        shutil.rmtree(trash, ignore_errors=True)
+                if src != up.data_path:  # a temp copy; the upload's own data file goes with the upload
+                    unlink_quiet(src)
+            self._multipart.remove(up)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         try:
-            with self._oserrors("abort_multipart", key), self._open_upload(key, upload_id) as up:
-                self._remove_upload(up)
+            with self._oserrors("abort_multipart", key), self._multipart.open_upload(key, upload_id) as up:
+                self._multipart.remove(up)
         except NoSuchUploadError:
             pass
 
     def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]:
-        out: list[MultipartUploadInfo] = []
-        with self._oserrors("list_multipart_uploads", prefix), os.scandir(self._uploads) as it:
-            for e in it:
-                upload_id = e.name.decode("ascii", "replace")
-                if not _UPLOAD_ID_RE.fullmatch(upload_id) or not e.is_dir(follow_symlinks=False):
-                    continue
-                try:
-                    with open(e.path + b"/" + _MANIFEST.encode(), "rb") as f:
-                        manifest = json.loads(f.read())
-                except (FileNotFoundError, NotADirectoryError, ValueError):
-                    continue  # being created, or being removed
-                key = manifest.get("key")
-                if isinstance(key, str) and key.startswith(prefix):
-                    out.append(
-                        MultipartUploadInfo(
-                            key=key, upload_id=upload_id, initiated=float(manifest["initiated"])
-                        )
-                    )
-        out.sort(key=lambda u: (u.key.encode("utf-8"), u.initiated, u.upload_id))
-        return out
+        with self._oserrors("list_multipart_uploads", prefix):
+            return self._multipart.list_uploads(prefix)

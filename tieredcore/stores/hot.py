@@ -1,17 +1,13 @@
 """Hot tier: a local ledger store with Apache BookKeeper's semantics.
 
-One directory holds every ledger as three files:
-
-- ``<id>.log`` — entry frames ``[len:int32 BE][entryId:int64 BE][payload]`` back to back. This is the
-  frame format of the offload data block (spec/01), so the offloader copies a contiguous byte range of
-  this file straight into a block (:meth:`LocalLedgerHandle.read_frames`).
-- ``<id>.idx`` — one fixed 16-byte record per entry, ``[offset:int64 BE][crc32c:uint32 BE][len:int32 BE]``;
-  the CRC32C covers the whole frame (12-byte header + payload). Loaded in bulk (one read, decoded with
-  ``array`` + ``byteswap`` and extended slicing, no per-record Python loop) for O(1) random access.
-- ``<id>.meta`` — BookKeeper ``LedgerMetadataFormat`` protobuf (spec/02), replaced atomically
-  (temp file + fsync + rename + directory fsync). Its existence *is* the ledger: it is written last at
-  creation and unlinked first at deletion; ``.log``/``.idx`` without ``.meta`` are leftovers that
-  :meth:`LocalLedgerStore.sweep` removes.
+One directory holds every ledger as three files, ``<id>.log`` (entry frames), ``<id>.idx`` (one
+16-byte record per entry: frame offset, CRC32C, length) and ``<id>.meta`` (BookKeeper metadata); their
+byte layout, and the recovery scan that cuts a torn tail, are in :mod:`tieredcore.stores.hot_format`.
+The offloader copies a contiguous byte range of the ``.log`` straight into an offload data block
+(:meth:`LocalLedgerHandle.read_frames`); the ``.idx`` is loaded in bulk at open for O(1) random access.
+``.meta`` is replaced atomically (temp file + fsync + rename + directory fsync). Its existence *is* the
+ledger: it is written last at creation and unlinked first at deletion; ``.log``/``.idx`` without
+``.meta`` are leftovers that :meth:`LocalLedgerStore.sweep` removes.
 
 ``LEDGER_ID`` holds the last allocated id; allocation, file creation and sweeping run under an
 ``fcntl.flock`` of that file, so ids are unique and strictly increasing across processes.
@@ -36,8 +32,6 @@ import itertools
 import operator
 import os
 import secrets
-import struct
-import sys
 import threading
 import time
 import weakref
@@ -56,10 +50,29 @@ from tieredcore.errors import (
     StaleHandleError,
     ValidationError,
 )
-from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata
 from tieredcore.stores._io import pread_exact, preadv_exact, write_all
 from tieredcore.stores.blob import FileSlice
+from tieredcore.stores.hot_format import (
+    COUNTER_FILE,
+    COUNTER_WIDTH,
+    FRAME_HEADER,
+    FRAME_HEADER_LEN,
+    IDX,
+    IDX_RECORD,
+    IDX_RECORD_LEN,
+    KINDS,
+    LOG,
+    MAX_ENTRY_SIZE,
+    META,
+    cut_torn_tail,
+    decode_metadata,
+    encode_index,
+    encode_metadata,
+    ledger_file,
+    metadata_with_index,
+    read_index,
+)
 
 __all__ = [
     "FRAME_HEADER_LEN",
@@ -69,26 +82,15 @@ __all__ = [
     "WritableLedger",
 ]
 
-FRAME_HEADER = struct.Struct(">iq")  # [len:int32][entryId:int64]
-FRAME_HEADER_LEN = FRAME_HEADER.size  # 12
-IDX_RECORD = struct.Struct(">qIi")  # [offset:int64][crc32c:uint32][len:int32]
-IDX_RECORD_LEN = IDX_RECORD.size  # 16
-MAX_ENTRY_SIZE = 2**31 - 1 - FRAME_HEADER_LEN
-
 # append_many writes its frames in batches of about this many bytes (one write() for the frames and
 # one for the index records of each batch), so memory stays bounded for generators of any length.
 APPEND_BATCH_BYTES = 16 * 1024 * 1024
 # Temp files of an interrupted metadata write older than this are removed by sweep().
 TMP_GRACE_SECONDS = 600.0
 
-COUNTER_FILE = "LEDGER_ID"
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
-_COUNTER_WIDTH = 20
 
 _crc = crc32c.crc32c
-_LITTLE = sys.byteorder == "little"
-_EMPTY_I = array.array("i")
-assert array.array("q").itemsize == 8 and array.array("I").itemsize == 4 and _EMPTY_I.itemsize == 4
 
 Buffer = bytes | bytearray | memoryview
 
@@ -144,56 +146,12 @@ def _normalize_custom_metadata(custom_metadata: Mapping[str, bytes | str] | None
     return out
 
 
-def encode_metadata(meta: LedgerMetadata) -> bytes:
-    """The .meta file: BookKeeper LedgerMetadataFormat; an OPEN ledger stores lastEntryId -1, length 0
-    (its LAC lives in the .idx), as BookKeeper does."""
-    if meta.state != STATE_CLOSED:
-        meta = replace(meta, last_entry_id=-1, length=0)
-    return encode_ledger_metadata(meta)
-
-
-def decode_metadata(ledger_id: int, data: bytes) -> LedgerMetadata:
-    meta = decode_ledger_metadata(data, ledger_id)
-    if meta.state != STATE_CLOSED:
-        meta = replace(meta, last_entry_id=-1, length=0)
-    elif meta.last_entry_id < -1 or meta.length < 0:  # sizes the index read: never negative
-        raise FormatError(
-            f"ledger {ledger_id}: sealed metadata with lastEntryId {meta.last_entry_id}, length {meta.length}"
-        )
-    return meta
-
-
-
-
 def _write_frame(fd: int, header: bytes, payload: Buffer) -> None:
     total = len(header) + len(payload)
     done = os.writev(fd, (header, payload))
     if done < total:  # short write (rare): finish the rest
         rest = (bytes(header) + bytes(payload))[done:]
         write_all(fd, rest)
-
-
-
-
-def _decode_index(buf: Buffer) -> tuple[array.array, array.array, array.array]:
-    """(offsets 'q', crcs 'I', lens 'i') of a buffer of whole 16-byte records — C-level, no loop."""
-    mv = memoryview(buf)
-    n = len(mv) // IDX_RECORD_LEN
-    mv = mv[: n * IDX_RECORD_LEN]
-    q = array.array("q")
-    q.frombytes(mv)
-    w = array.array("I")
-    w.frombytes(mv)
-    if _LITTLE:
-        q.byteswap()
-        w.byteswap()
-    offsets = q[0::2]
-    crcs = w[2::4]
-    lens = array.array("i")
-    lens.frombytes(w[3::4].tobytes())  # reinterpret (already native order) as signed
-    return offsets, crcs, lens
-
-
 
 
 def _fsync_dir(path: str) -> None:
@@ -229,8 +187,8 @@ class WritableLedger:
         self._store = store
         self._meta = metadata
         self._id = metadata.ledger_id
-        self._meta_path = store._path(self._id, "meta")
-        self._log_path = store._path(self._id, "log")
+        self._meta_path = store._path(self._id, META)
+        self._log_path = store._path(self._id, LOG)
         self._log_fd = log_fd
         self._idx_fd = idx_fd  # holds the exclusive flock: "a live writer exists"
         self._fsync = store.fsync
@@ -376,17 +334,7 @@ class WritableLedger:
         frame_sizes = list(map(operator.add, lens, itertools.repeat(FRAME_HEADER_LEN)))
         offsets = list(itertools.accumulate(frame_sizes, initial=self._log_end))
         log_end = offsets.pop()
-        # index records as 4 native uint32 words each: offset hi, offset lo, crc, len -> big endian
-        words = array.array("I", bytes(16 * n))
-        if log_end >= 1 << 32:
-            words[0::4] = array.array("I", map(operator.rshift, offsets, itertools.repeat(32)))
-            words[1::4] = array.array("I", map(operator.and_, offsets, itertools.repeat(0xFFFFFFFF)))
-        else:
-            words[1::4] = array.array("I", offsets)
-        words[2::4] = crcs
-        words[3::4] = array.array("I", lens)
-        if _LITTLE:
-            words.byteswap()
+        words = encode_index(offsets, crcs, lens, log_end)
         iov: list = [None] * (2 * n)
         iov[0::2] = headers
         iov[1::2] = chunk
@@ -493,7 +441,7 @@ class LocalLedgerHandle:
         self._store = store
         self._meta = metadata
         self._id = metadata.ledger_id
-        self._meta_path = store._path(self._id, "meta")
+        self._meta_path = store._path(self._id, META)
         self._fd = log_fd
         self._offsets = offsets
         self._crcs = crcs
@@ -568,7 +516,7 @@ class LocalLedgerHandle:
         self._check_not_deleted()
         start = self._offsets[first]
         end = self._offsets[last] + FRAME_HEADER_LEN + self._lens[last]
-        return FileSlice(self._store._path(self._id, "log"), start, end - start)
+        return FileSlice(self._store._path(self._id, LOG), start, end - start)
 
     def entry_sizes(self) -> Sequence[int]:
         """Payload sizes of entries 0..LAC (a copy, array('i'))."""
@@ -716,7 +664,7 @@ class LocalLedgerStore:
     # -- paths / small helpers
 
     def _path(self, ledger_id: int, kind: str) -> str:
-        return os.path.join(self._root, f"{ledger_id}.{kind}")
+        return ledger_file(self._root, ledger_id, kind)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -735,7 +683,7 @@ class LocalLedgerStore:
 
     def _write_meta(self, meta: LedgerMetadata) -> None:
         data = encode_metadata(meta)
-        final = self._path(meta.ledger_id, "meta")
+        final = self._path(meta.ledger_id, META)
         tmp = f"{final}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -753,7 +701,7 @@ class LocalLedgerStore:
 
     def _read_meta(self, ledger_id: int) -> LedgerMetadata:
         try:
-            with open(self._path(ledger_id, "meta"), "rb") as f:
+            with open(self._path(ledger_id, META), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             raise HotLedgerNotFoundError(f"ledger {ledger_id} does not exist in {self._root}") from None
@@ -770,10 +718,10 @@ class LocalLedgerStore:
             if last < 0:  # fresh or damaged counter: never go below an existing ledger
                 last = max(self._ids_on_disk(), default=-1)
             new = last + 1
-            while any(os.path.lexists(self._path(new, k)) for k in ("meta", "log", "idx")):
+            while any(os.path.lexists(self._path(new, k)) for k in KINDS):
                 new += 1
             f.seek(0)
-            f.write(b"%0*d\n" % (_COUNTER_WIDTH, new))
+            f.write(b"%0*d\n" % (COUNTER_WIDTH, new))
             f.truncate()
             f.flush()
             os.fsync(f.fileno())
@@ -784,7 +732,7 @@ class LocalLedgerStore:
         with os.scandir(self._root) as it:
             for de in it:
                 stem, dot, kind = de.name.partition(".")
-                if dot and stem.isdigit() and kind in ("meta", "log", "idx"):
+                if dot and stem.isdigit() and kind in KINDS:
                     ids.add(int(stem))
         return ids
 
@@ -817,15 +765,15 @@ class LocalLedgerStore:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
             log_fd = idx_fd = -1
             try:
-                log_fd = os.open(self._path(ledger_id, "log"), flags, 0o644)
-                idx_fd = os.open(self._path(ledger_id, "idx"), flags, 0o644)
+                log_fd = os.open(self._path(ledger_id, LOG), flags, 0o644)
+                idx_fd = os.open(self._path(ledger_id, IDX), flags, 0o644)
                 fcntl.flock(idx_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._write_meta(meta)
             except BaseException:
                 for fd in (log_fd, idx_fd):
                     if fd >= 0:
                         _close_quietly(fd)
-                for kind in ("meta", "log", "idx"):
+                for kind in KINDS:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._path(ledger_id, kind))
                 raise
@@ -845,38 +793,21 @@ class LocalLedgerStore:
             self._recover(ledger_id, must=False)
             meta = self._read_meta(ledger_id)  # the writer may have sealed it meanwhile
         try:
-            log_fd = os.open(self._path(ledger_id, "log"), os.O_RDONLY)
+            log_fd = os.open(self._path(ledger_id, LOG), os.O_RDONLY)
         except FileNotFoundError:
             self._read_meta(ledger_id)  # HotLedgerNotFoundError if deleted meanwhile
             raise HotLedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
         try:
             try:
-                idx_fd = os.open(self._path(ledger_id, "idx"), os.O_RDONLY)
+                idx_fd = os.open(self._path(ledger_id, IDX), os.O_RDONLY)
             except FileNotFoundError:
                 self._read_meta(ledger_id)
                 raise HotLedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
             try:
-                size = os.fstat(idx_fd).st_size
-                if meta.state == STATE_CLOSED:
-                    size = min(size, (meta.last_entry_id + 1) * IDX_RECORD_LEN)
-                idx = pread_exact(idx_fd, size - size % IDX_RECORD_LEN, 0)
+                offsets, crcs, lens = read_index(idx_fd, meta)
             finally:
                 os.close(idx_fd)
-            offsets, crcs, lens = _decode_index(idx)
-            del idx
-            n = len(offsets)
-            if meta.state == STATE_CLOSED:
-                if n != meta.last_entry_id + 1:
-                    raise CorruptEntryError(
-                        f"ledger {ledger_id}: index holds {n} records, metadata says "
-                        f"{meta.last_entry_id + 1} entries"
-                    )
-                if sum(lens) != meta.length:
-                    raise CorruptEntryError(
-                        f"ledger {ledger_id}: index sizes sum to {sum(lens)}, metadata length {meta.length}"
-                    )
-            else:
-                meta = replace(meta, last_entry_id=n - 1, length=sum(lens))
+            meta = metadata_with_index(meta, offsets, lens)
         except BaseException:
             os.close(log_fd)
             raise
@@ -923,13 +854,13 @@ class LocalLedgerStore:
 
     def _recover(self, ledger_id: int, must: bool, seal: bool = False) -> LedgerMetadata | None:
         try:
-            log_fd = os.open(self._path(ledger_id, "log"), os.O_RDWR)
+            log_fd = os.open(self._path(ledger_id, LOG), os.O_RDWR)
         except FileNotFoundError:
             self._read_meta(ledger_id)
             raise HotLedgerNotFoundError(f"ledger {ledger_id}: data file missing in {self._root}") from None
         try:
             try:
-                idx_fd = os.open(self._path(ledger_id, "idx"), os.O_RDWR)
+                idx_fd = os.open(self._path(ledger_id, IDX), os.O_RDWR)
             except FileNotFoundError:
                 self._read_meta(ledger_id)
                 raise HotLedgerNotFoundError(f"ledger {ledger_id}: index file missing in {self._root}") from None
@@ -941,7 +872,7 @@ class LocalLedgerStore:
                 meta = self._read_meta(ledger_id)  # under the lock: state is final unless OPEN
                 if meta.state == STATE_CLOSED:
                     return meta
-                entries, end, length = _cut_torn_tail(log_fd, idx_fd)
+                entries, end, length = cut_torn_tail(log_fd, idx_fd)
                 recovered = replace(meta, last_entry_id=entries - 1, length=length)
                 if seal:
                     os.fdatasync(log_fd)
@@ -963,7 +894,7 @@ class LocalLedgerStore:
         return self._read_meta(_check_ledger_id(ledger_id))
 
     def exists(self, ledger_id: int) -> bool:
-        return os.path.exists(self._path(_check_ledger_id(ledger_id), "meta"))
+        return os.path.exists(self._path(_check_ledger_id(ledger_id), META))
 
     def list_ledgers(self) -> list[int]:
         """Sorted ids of the ledgers (those with a .meta); leftovers are swept first."""
@@ -987,16 +918,16 @@ class LocalLedgerStore:
                     stem, dot, kind = name.partition(".")
                     if not dot or not stem.isdigit():
                         continue
-                    if kind == "meta":
+                    if kind == META:
                         metas.add(int(stem))
-                    elif kind in ("log", "idx"):
+                    elif kind in (LOG, IDX):
                         data.add(int(stem))
-                    elif kind.startswith("meta.") and kind.endswith(".tmp"):
+                    elif kind.startswith(META + ".") and kind.endswith(".tmp"):
                         temps.append(name)
             orphans = sorted(data - metas)
             if remove_orphans:
                 for ledger_id in orphans:
-                    for kind in ("log", "idx"):
+                    for kind in (LOG, IDX):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(self._path(ledger_id, kind))
                 now = time.time()
@@ -1015,7 +946,7 @@ class LocalLedgerStore:
         ledger_id = _check_ledger_id(ledger_id)
         # .meta is unlinked once more at the end so that a concurrent seal (which re-creates .meta by
         # rename) cannot resurrect the ledger without its data; see WritableLedger.close.
-        for kind in ("meta", "log", "idx", "meta"):
+        for kind in (META, LOG, IDX, META):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(ledger_id, kind))
         if self.fsync:
@@ -1039,61 +970,3 @@ class LocalLedgerStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _cut_torn_tail(log_fd: int, idx_fd: int) -> tuple[int, int, int]:
-    """Recovery of an OPEN ledger (caller holds the writer lock): returns (entries, log end, length).
-
-    Truncate .idx to whole records; drop records from the end whose frame is not inside .log, is not
-    contiguous with the previous record, has a wrong header or fails its CRC; truncate .log after the
-    last valid frame. Only the tail is examined; earlier entries are verified on read.
-    """
-    idx_size = os.fstat(idx_fd).st_size
-    log_size = os.fstat(log_fd).st_size
-    n = idx_size // IDX_RECORD_LEN
-    changed = False
-    if idx_size != n * IDX_RECORD_LEN:
-        os.ftruncate(idx_fd, n * IDX_RECORD_LEN)
-        changed = True
-
-    def record(k: int) -> tuple[int, int, int]:
-        return IDX_RECORD.unpack(pread_exact(idx_fd, IDX_RECORD_LEN, k * IDX_RECORD_LEN))
-
-    def valid(k: int, off: int, crc: int, size: int) -> bool:
-        if off < 0 or size < 0 or off + FRAME_HEADER_LEN + size > log_size:
-            return False
-        if k == 0:
-            if off != 0:
-                return False
-        else:
-            prev_off, _, prev_size = record(k - 1)
-            if prev_off + FRAME_HEADER_LEN + prev_size != off:
-                return False
-        frame = pread_exact(log_fd, FRAME_HEADER_LEN + size, off)
-        if len(frame) != FRAME_HEADER_LEN + size or FRAME_HEADER.unpack_from(frame) != (size, k):
-            return False
-        return _crc(frame) == crc
-
-    k = n - 1
-    end = 0
-    while k >= 0:
-        off, crc, size = record(k)
-        if valid(k, off, crc, size):
-            end = off + FRAME_HEADER_LEN + size
-            break
-        k -= 1
-    entries = k + 1
-    if entries != n:
-        os.ftruncate(idx_fd, entries * IDX_RECORD_LEN)
-        changed = True
-    if log_size != end:
-        os.ftruncate(log_fd, end)
-        changed = True
-    if changed:
-        os.fsync(log_fd)
-        os.fsync(idx_fd)
-    length = 0
-    if entries:
-        idx = pread_exact(idx_fd, entries * IDX_RECORD_LEN, 0)
-        length = sum(_decode_index(idx)[2])
-    return entries, end, length
