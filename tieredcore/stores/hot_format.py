@@ -3,12 +3,12 @@
 One directory holds every ledger as three files:
 
 - ``<id>.log`` — entry frames ``[len:int32 BE][entryId:int64 BE][payload]`` back to back. This is the
-  frame format of the offload data block (spec/01), so the offloader copies a contiguous byte range of
+  frame format of the offload data block (docs/formats.md), so the offloader copies a contiguous byte range of
   this file straight into a block.
 - ``<id>.idx`` — one fixed 16-byte record per entry, ``[offset:int64 BE][crc32c:uint32 BE][len:int32 BE]``;
   the CRC32C covers the whole frame (12-byte header + payload). Encoded and decoded in bulk with
   ``array`` + ``byteswap`` and extended slicing (no per-record Python loop).
-- ``<id>.meta`` — BookKeeper ``LedgerMetadataFormat`` protobuf (spec/02). An OPEN ledger stores
+- ``<id>.meta`` — BookKeeper ``LedgerMetadataFormat`` protobuf (docs/metadata.md). An OPEN ledger stores
   lastEntryId -1 and length 0 there: its last add confirmed is the number of valid index records.
 
 ``LEDGER_ID`` holds the last allocated id, zero-padded to ``COUNTER_WIDTH`` digits.
