@@ -64,24 +64,14 @@ with tiered_dag(
         from airflow.sdk.exceptions import AirflowFailException
 
         from tieredcore.errors import TieredError, ValidationError
-        from tieredcore.model import Position
+        from tieredcore.lifecycle.planner import ManualOffload
         from tieredcore.names import TopicName
-        from tieredcore.units import parse_keep_bytes
         from tieredcore.workspace import Workspace
 
         ctx: Any = get_current_context()
         params = ctx["params"]
-        up_to = (params.get("up_to") or "").strip()
-        keep_bytes = params.get("keep_bytes")
-        if isinstance(keep_bytes, str) and not keep_bytes.strip():
-            keep_bytes = None  # a cleared form field
-        if bool(up_to) == (keep_bytes is not None):
-            raise AirflowFailException(
-                f"give exactly one of up_to (LEDGER:ENTRY) or keep_bytes; got up_to={up_to!r}, keep_bytes={keep_bytes!r}"
-            )
         try:
-            position = Position.parse(up_to, "up_to", require_entry=True) if up_to else None
-            keep = parse_keep_bytes(keep_bytes, "keep_bytes") if keep_bytes is not None else None
+            manual = ManualOffload.parse(params.get("up_to"), params.get("keep_bytes"), names=("up_to", "keep_bytes"))
         except ValidationError as e:
             raise AirflowFailException(str(e)) from None
         config = load_config(params)
@@ -94,8 +84,7 @@ with tiered_dag(
         if not exists:
             raise AirflowFailException(f"topic {topic.full} does not exist")
         print(f"validate: object store: {TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()}")
-        extra = ["--topic", topic.full] + (["--up-to", str(position)] if position else ["--keep-bytes", str(keep)])
-        return job_args(ctx, as_of_field="logical_date", extra=extra)
+        return job_args(ctx, as_of_field="logical_date", extra=["--topic", topic.full, *manual.job_args()])
 
     planned = validate()
     offload = spark_task("offload", JOB, planned)

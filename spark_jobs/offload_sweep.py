@@ -11,16 +11,11 @@ from collections.abc import Sequence
 
 from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.errors import ValidationError
+from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.sweep import plan_manual_offload, plan_offload
-from tieredcore.model import Position
-from tieredcore.units import parse_keep_bytes
 from tieredcore.workspace import Workspace
 
 JOB = "offload_sweep"
-
-
-def parse_position(text: str) -> Position:
-    return Position.parse(text, "--up-to", require_entry=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,14 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     def plan(run: Run):
         if args.max_topics is not None and args.max_topics <= 0:
             raise ValidationError("--max-topics must be positive")
-        manual = args.topic is not None
-        if manual != (args.up_to is not None or args.keep_bytes is not None):
-            raise ValidationError("--topic goes with exactly one of --up-to / --keep-bytes")
-        up_to = parse_position(args.up_to) if args.up_to is not None else None
-        keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
+        if args.topic is None:
+            if args.up_to is not None or args.keep_bytes is not None:
+                raise ValidationError("--up-to / --keep-bytes go with --topic (a manual offload of one topic)")
+            manual = None
+        else:
+            manual = ManualOffload.parse(args.up_to, args.keep_bytes)
         with Workspace(run.config) as ws:
-            if manual:
-                return plan_manual_offload(ws, args.topic, run.as_of_ms, up_to, keep, args.dry_run)
+            if manual is not None:
+                return plan_manual_offload(ws, args.topic, run.as_of_ms, manual, args.dry_run)
             return plan_offload(ws, args.namespace, run.as_of_ms, args.max_topics, args.dry_run)
 
     return run_ledger_job(JOB, args, plan)

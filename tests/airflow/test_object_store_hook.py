@@ -111,13 +111,18 @@ def test_missing_bucket(moto_endpoint: str) -> None:
         TieredObjectStoreHook(url).check()
 
 
-def test_unreachable_endpoint(aws_env: None) -> None:
+def test_unreachable_endpoint(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk.exceptions import AirflowFailException
     from tiered_airflow import TieredObjectStoreHook
 
     endpoint = _closed_port_endpoint()
     with pytest.raises(AirflowFailException, match=rf"bucket 'bucket-x' at {endpoint} .*is unreachable"):
         TieredObjectStoreHook(f"s3://bucket-x/p?endpoint={endpoint}", timeout=2).check()
+    # no endpoint in the store URL: the connection's endpoint_url is used, and named
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+        {"conn_type": "aws", "login": "k", "password": "s", "extra": {"endpoint_url": endpoint}}))
+    with pytest.raises(AirflowFailException, match=rf"at {endpoint} \(connection aws_default\) is unreachable"):
+        TieredObjectStoreHook("s3://bucket-x/p", timeout=2).check()
 
 
 @pytest.mark.parametrize(("url", "message"), [

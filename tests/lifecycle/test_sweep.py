@@ -13,6 +13,7 @@ from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationE
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.drain import drain
+from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_manual_offload, plan_offload
 from tieredcore.lifecycle.work import (
@@ -269,43 +270,48 @@ def test_plan_manual_offload(make_ws):
     ws = make_ws()
     ids = sealed(ws, T)
     with pytest.raises(ValidationError, match="exactly one"):
-        plan_manual_offload(ws, T, END_MS)
+        ManualOffload()
     with pytest.raises(ValidationError, match="exactly one"):
-        plan_manual_offload(ws, T, END_MS, Position(ids[2], 0), 100)
+        ManualOffload(Position(ids[2], 0), 100)
+    with pytest.raises(ValidationError, match="exactly one of --up-to LEDGER:ENTRY or --keep-bytes SIZE"):
+        ManualOffload.parse(" ", "")
+    with pytest.raises(ValidationError, match="exactly one of up_to LEDGER:ENTRY or keep_bytes SIZE"):
+        ManualOffload.parse("1:0", 5, names=("up_to", "keep_bytes"))
+    assert ManualOffload.parse("", "64M") == ManualOffload(keep_bytes=64 << 20)
+    assert ManualOffload.parse("3:4", None).job_args() == ["--up-to", "3:4"]
+    assert ManualOffload.parse(None, 0).job_args() == ["--keep-bytes", "0"]
     with pytest.raises(ValidationError, match="keep-bytes"):
-        plan_manual_offload(ws, T, END_MS, keep_bytes=-1)
+        plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=-1))
     with pytest.raises(ValidationError):
-        plan_manual_offload(ws, "not a topic name!", END_MS, keep_bytes=0)
+        plan_manual_offload(ws, "not a topic name!", END_MS, ManualOffload(keep_bytes=0))
     with pytest.raises(TopicNotFoundError):
-        plan_manual_offload(ws, "t/a/missing", END_MS, keep_bytes=0)
+        plan_manual_offload(ws, "t/a/missing", END_MS, ManualOffload(keep_bytes=0))
 
-    assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(ids[2], 5))) == {T: ids[:2]}
+    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(up_to=Position(ids[2], 5)))) == {T: ids[:2]}
     # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 at ids[2] -> up to (excluding) the
     # ledger visited before it, ids[3]: the kept suffix (ids[3] and the open one) is at most 1500 bytes
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=1500)) == {T: ids[:3]}
+    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500))) == {T: ids[:3]}
     # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (docs/metadata.md)
-    assert planned(plan_manual_offload(ws, T, END_MS, keep_bytes=0)) == {T: ids}
-    assert plan_manual_offload(ws, T, END_MS, keep_bytes=10**9) == []
+    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=0))) == {T: ids}
+    assert plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=10**9)) == []
     # never the open ledger, even "up to" past it
-    assert planned(plan_manual_offload(ws, T, END_MS, up_to=Position(10**6, 0))) == {T: ids}
+    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(up_to=Position(10**6, 0)))) == {T: ids}
     # an older logical date sees only what was sealed then (ids[2], open at that time, stays)
-    assert planned(plan_manual_offload(ws, T, END_MS - INTERVAL_MS - 1, keep_bytes=0)) == {T: ids[:2]}
+    assert planned(plan_manual_offload(ws, T, END_MS - INTERVAL_MS - 1, ManualOffload(keep_bytes=0))) == {T: ids[:2]}
     # manual offload without any policy (offload disabled) works, and is idempotent
-    plan = plan_manual_offload(ws, T, END_MS, keep_bytes=1500)
+    plan = plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500))
     assert [r.outcome for r in run(ws, plan)] == ["offloaded"] * 3
-    assert plan_manual_offload(ws, T, END_MS, keep_bytes=1500) == []
+    assert plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500)) == []
 
 
-def test_parse_position_of_the_job():
-    from spark_jobs.offload_sweep import parse_position
-
-    assert parse_position("12:3") == Position(12, 3)
-    for bad in ("x", "1:y", "", "12"):  # a bare ledger id is ambiguous for an offload bound
+def test_manual_offload_parses_positions():
+    assert ManualOffload.parse("12:3", None).up_to == Position(12, 3)
+    for bad in ("x", "1:y", "12"):  # a bare ledger id is ambiguous for an offload bound
         with pytest.raises(ValidationError, match="LEDGER:ENTRY"):
-            parse_position(bad)
+            ManualOffload.parse(bad, None)
     for bad in (f"{2**63}:0", f"1:{2**63}"):
         with pytest.raises(ValidationError, match="--up-to .*64-bit"):
-            parse_position(bad)
+            ManualOffload.parse(bad, None)
 
 
 def test_cluster_defaults_come_from_the_configuration(make_ws):

@@ -100,10 +100,10 @@ def small_config(tmp_path) -> str:
     "args,message",
     [
         (["--as-of", "garbage"], "--as-of 'garbage'"),
-        (["--as-of", END_ISO, "--topic", "t/a/topic-0000"], "--topic goes with exactly one"),
-        (["--as-of", END_ISO, "--keep-bytes", "10"], "--topic goes with exactly one"),
+        (["--as-of", END_ISO, "--topic", "t/a/topic-0000"], "give exactly one of --up-to LEDGER:ENTRY or --keep"),
+        (["--as-of", END_ISO, "--keep-bytes", "10"], "--up-to / --keep-bytes go with --topic"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "1", "--up-to", "1:0"],
-         "exactly one of an up-to position or keep-bytes"),
+         "give exactly one of --up-to LEDGER:ENTRY or --keep-bytes SIZE"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--up-to", "x:y"], "LEDGER:ENTRY"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "-5"], "keep-bytes"),
         (["--as-of", END_ISO, "--topic", "t/a/topic-0000", "--keep-bytes", "8589934592G"], "--keep-bytes"),

@@ -15,12 +15,10 @@ from tieredcore.cli.common import (
     select_topics,
 )
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.planner import select_manual
+from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.work import policy_store
-from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid
-from tieredcore.units import parse_keep_bytes
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("offload", "status")
@@ -55,12 +53,9 @@ def _tier(li, is_last: bool) -> str:
 
 
 def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
-    if (args.up_to is None) == (args.keep_bytes is None):
-        raise ValidationError("give exactly one of --up-to LEDGER:ENTRY or --keep-bytes N")
-    if args.up_to is not None and not args.topic:
+    manual = ManualOffload.parse(args.up_to, args.keep_bytes)
+    if manual.up_to is not None and not args.topic:
         raise ValidationError("--up-to needs explicit topic names")
-    up_to = Position.parse(args.up_to, "--up-to", require_entry=True) if args.up_to is not None else None
-    keep = parse_keep_bytes(args.keep_bytes) if args.keep_bytes is not None else None
     topics = select_topics(ws, args.namespace, args.topic)
     totals = {"bytes": 0}
 
@@ -75,7 +70,7 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
     results = []
     started = time.monotonic()
     for t, tof in zip(topics, offloaders, strict=True):
-        res = tof.offload_ledgers(t, select_manual(ws.ml.get_topic(t)[0].ledgerInfo, up_to, keep))
+        res = tof.offload_ledgers(t, manual.select(ws.ml.get_topic(t)[0].ledgerInfo))
         for r in res:
             totals["bytes"] += r.bytes
             progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {mib(r.bytes)} in {r.seconds:.2f}s"

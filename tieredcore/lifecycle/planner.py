@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tieredcore.errors import ValidationError
 from tieredcore.model import Position
+from tieredcore.units import parse_keep_bytes
 
 
 def _is_sealed(li, is_last: bool) -> bool:
@@ -49,12 +51,42 @@ def select_keep_bytes(ledgers: Sequence, keep_bytes: int) -> list[int]:
 
 
 
-def select_manual(ledgers: Sequence, up_to: Position | None = None, keep_bytes: int | None = None) -> list[int]:
-    """A manual offload (`tiered offload`, `tiered_offload_topic`): a prefix up to a position, or keep at
-    most N bytes hot; exactly one of the two."""
-    if (up_to is None) == (keep_bytes is None):
-        raise ValidationError("give exactly one of an up-to position or keep-bytes")
-    return select_prefix(ledgers, up_to) if up_to is not None else select_keep_bytes(ledgers, keep_bytes or 0)
+@dataclass(frozen=True)
+class ManualOffload:
+    """A manual offload (`tiered offload`, the Spark job's --topic, `tiered_offload_topic`): a prefix up to
+    a position, or keep at most N bytes hot; exactly one of the two."""
+
+    up_to: Position | None = None
+    keep_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.up_to is None) == (self.keep_bytes is None):
+            raise ValidationError("give exactly one of an up-to position or keep-bytes")
+
+    @classmethod
+    def parse(cls, up_to: str | None, keep_bytes: int | str | None,
+              names: tuple[str, str] = ("--up-to", "--keep-bytes")) -> ManualOffload:
+        """From user input (empty text counts as not given): a LEDGER:ENTRY position or a size."""
+        up_name, keep_name = names
+        up = (up_to or "").strip()
+        keep = None if isinstance(keep_bytes, str) and not keep_bytes.strip() else keep_bytes
+        if bool(up) == (keep is not None):
+            raise ValidationError(f"give exactly one of {up_name} LEDGER:ENTRY or {keep_name} SIZE; "
+                                  f"got {up_name}={up_to!r}, {keep_name}={keep_bytes!r}")
+        if up:
+            return cls(up_to=Position.parse(up, up_name, require_entry=True))
+        assert keep is not None
+        return cls(keep_bytes=parse_keep_bytes(keep, keep_name))
+
+    def select(self, ledgers: Sequence) -> list[int]:
+        if self.up_to is not None:
+            return select_prefix(ledgers, self.up_to)
+        return select_keep_bytes(ledgers, self.keep_bytes or 0)
+
+    def job_args(self) -> list[str]:
+        """The Spark job's arguments for it (spark_jobs/offload_sweep.py)."""
+        return ["--up-to", str(self.up_to)] if self.up_to is not None else ["--keep-bytes", str(self.keep_bytes)]
+
 
 def select_by_threshold(
     ledgers: Sequence, threshold_bytes: int | None, threshold_seconds: int | None, now_ms: int

@@ -30,10 +30,10 @@ from tieredcore.errors import (
     TieredError,
 )
 from tieredcore.lifecycle.planner import (
+    ManualOffload,
     deletion_lag_due,
     ledgers_as_of,
     select_by_threshold,
-    select_manual,
 )
 from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import (
@@ -45,7 +45,6 @@ from tieredcore.lifecycle.work import (
     policy_store,
     resolve_namespaces,
 )
-from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid
 from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
@@ -92,13 +91,12 @@ def plan_offload(
 
 
 def plan_manual_offload(
-    ws: Workspace, topic: str, as_of_ms: int, up_to: Position | None = None, keep_bytes: int | None = None,
-    dry_run: bool = False,
+    ws: Workspace, topic: str, as_of_ms: int, manual: ManualOffload, dry_run: bool = False,
 ) -> list[TopicWork]:
     """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot."""
     t = TopicName.parse(topic)
     info, _ = ws.ml.get_topic(t)
-    ids = select_manual(ledgers_as_of(info.ledgerInfo, as_of_ms), up_to, keep_bytes)
+    ids = manual.select(ledgers_as_of(info.ledgerInfo, as_of_ms))
     return [TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run)] if ids else []
 
 
