@@ -42,7 +42,7 @@ from tieredcore.lifecycle.reconcile.orphans import (
 )
 from tieredcore.lifecycle.reconcile.references import referenced_uuids
 from tieredcore.lifecycle.reconcile.report import ReconcileReport
-from tieredcore.lifecycle.reconcile.run import owned_locations, plan_and_apply, store_locations
+from tieredcore.lifecycle.reconcile.run import plan_and_apply, start
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
@@ -84,12 +84,8 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
     """The reconciliation (the report holds its detail rows)."""
     from pyspark.sql import functions as F
 
-    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    rep, locs = start(ws, as_of_ms, grace_ms, dry_run)
     clock = time.perf_counter
-    t0 = clock()
-    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
-    rep.locations = [loc.label for loc in locs]
-    rep.timings["locations"] = round(clock() - t0, 6)
 
     # 1. list every location (materialised before any reference is read)
     t0 = clock()

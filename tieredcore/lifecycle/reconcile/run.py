@@ -266,18 +266,24 @@ def plan_and_apply(
     return records
 
 
+def start(ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tuple[ReconcileReport, list[Location]]:
+    """A run's report and the locations it may reconcile (claimed, or checked in a dry run)."""
+    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    t0 = time.perf_counter()
+    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
+    rep.locations = [loc.label for loc in locs]
+    rep.timings["locations"] = round(time.perf_counter() - t0, 6)
+    return rep, locs
+
+
 def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
               *, page_size: int = 1000) -> ReconcileReport:
     """The whole reconciliation in one process (the Spark job distributes the listing and anti-join).
 
     Holds the listing in memory. Records are appended in batches of APPEND_BATCH (each batch all or
     nothing); a dry run appends and aborts nothing and reports what it would do."""
-    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    rep, locs = start(ws, as_of_ms, grace_ms, dry_run)
     clock = time.perf_counter
-    t0 = clock()
-    locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
-    rep.locations = [loc.label for loc in locs]
-    rep.timings["locations"] = round(clock() - t0, 6)
 
     # 1. list every location first (before any reference is read: see the package docstring)
     t0 = clock()
