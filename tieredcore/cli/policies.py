@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.policies import DRIVERS
+from tieredcore.lifecycle.policies import DRIVERS, OFFLOAD_MODES
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.names import NamespaceName, TopicName
@@ -42,6 +42,11 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--read-priority", choices=READ_PRIORITIES)
     s.add_argument("--max-block-size", help="e.g. 64M")
     s.add_argument("--read-buffer-size", help="e.g. 1M")
+    s.add_argument("--offload-mode", choices=OFFLOAD_MODES,
+                   help="ledger: one object pair per sealed ledger; streaming: PIP-76 segments, open ledger included")
+    s.add_argument("--max-segment-size", help="streaming: cut a segment at this size, e.g. 256M")
+    s.add_argument("--max-segment-rollover", help="streaming: close a smaller segment this long after its oldest entry, e.g. 10m")
+    s.add_argument("--streaming-block-size", help="streaming: blocks are padded to this size, e.g. 5M")
     s.add_argument("--store-driver", choices=DRIVERS, help="offload to this store instead of the workspace's")
     for flag in _STORE_FLAGS:
         s.add_argument(flag, help="with --store-driver")
@@ -66,7 +71,11 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
                             ("retention_size_mb", "retention_size_mb", _count),
                             ("read_priority", "read_priority", str),
                             ("max_block_size", "max_block_size", size_bytes),
-                            ("read_buffer_size", "read_buffer_size", size_bytes)):
+                            ("read_buffer_size", "read_buffer_size", size_bytes),
+                            ("offload_mode", "offload_mode", str),
+                            ("max_segment_size", "max_segment_size", size_bytes),
+                            ("max_segment_rollover", "max_segment_rollover_ms", duration_ms),
+                            ("streaming_block_size", "streaming_block_size", size_bytes)):
         v = getattr(a, cli)
         if v is not None:
             try:

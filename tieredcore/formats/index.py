@@ -283,10 +283,13 @@ class LedgerSection:
     size: int  # LedgerInfo.size (payload bytes)
     index_entries: tuple[IndexEntry, ...]
     timestamp: int = 0  # LedgerInfo.timestamp when present
+    # LedgerInfo.properties (Pulsar's reader ignores them): this project's checkpoints and checksums
+    properties: tuple[tuple[str, str], ...] = ()
     _ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index_entries", tuple(self.index_entries))
+        object.__setattr__(self, "properties", tuple(tuple(kv) for kv in self.properties))
         object.__setattr__(self, "_ids", tuple(e.first_entry_id for e in self.index_entries))
 
     @property
@@ -306,6 +309,14 @@ class LedgerSection:
             length=self.size,
             ctime=self.timestamp,
         )
+
+    @property
+    def first_entry_id(self) -> int:
+        """The first entry of this ledger in this segment (a ledger may span segments)."""
+        return self._ids[0] if self._ids else 0
+
+    def property(self, key: str) -> str | None:
+        return next((v for k, v in self.properties if k == key), None)
 
     def lookup(self, entry_id: int) -> IndexEntry:
         """Floor block of ``entry_id`` within this ledger's blocks."""
@@ -353,6 +364,8 @@ def _encode_ledger_info(s: LedgerSection) -> bytes:
     li.size = s.size
     if s.timestamp:
         li.timestamp = s.timestamp
+    for k, v in s.properties:
+        li.properties.add(key=k, value=v)
     return li.SerializeToString()
 
 
@@ -410,6 +423,7 @@ def _parse_v2(buf: memoryview) -> SegmentIndex:
             size=li.size,
             index_entries=entries,
             timestamp=li.timestamp,
+            properties=tuple((kv.key, kv.value) for kv in li.properties),
         )
     return SegmentIndex(
         data_object_length=data_length,

@@ -11,7 +11,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from tieredcore.errors import ValidationError
-from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
+from tieredcore.formats.constants import (
+    DEFAULT_MAX_BLOCK_SIZE,
+    DEFAULT_READ_BUFFER_SIZE,
+    STREAMING_MIN_BLOCK_SIZE,
+)
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.stores.location import StoreLocation, check_bucket_name, parse_store_url
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
@@ -20,6 +24,11 @@ from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
 DRIVERS = ("filesystem", "aws-s3")
+MODE_LEDGER = "ledger"  # one V1 object pair per sealed ledger (Pulsar's offloader)
+MODE_STREAMING = "streaming"  # PIP-76: multi-ledger V2 segments cut by size or time, open ledger included
+OFFLOAD_MODES = (MODE_LEDGER, MODE_STREAMING)
+DEFAULT_MAX_SEGMENT_SIZE = 256 * 1024 * 1024
+DEFAULT_MAX_SEGMENT_ROLLOVER_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,15 @@ class OffloadPolicy:
     store: StoreSpec | None = None  # None: the workspace's configured object store
     max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
     read_buffer_size: int = DEFAULT_READ_BUFFER_SIZE
+    # PIP-76 streaming offload (docs/formats.md "Streaming segments")
+    offload_mode: str = MODE_LEDGER
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE  # a segment is cut at this many data-object bytes
+    max_segment_rollover_ms: int = DEFAULT_MAX_SEGMENT_ROLLOVER_MS  # a smaller tail is closed this long after its oldest entry
+    streaming_block_size: int = STREAMING_MIN_BLOCK_SIZE  # blocks are padded to this (Pulsar: every block a part)
+
+    @property
+    def streaming(self) -> bool:
+        return self.offload_mode == MODE_STREAMING
 
     @property
     def offload_enabled(self) -> bool:
@@ -108,6 +126,25 @@ class OffloadPolicy:
             )
         if not isinstance(self.read_buffer_size, int) or self.read_buffer_size <= 0:
             raise ValidationError(f"{where}: read buffer size must be positive, got {self.read_buffer_size!r}")
+        if self.offload_mode not in OFFLOAD_MODES:
+            raise ValidationError(f"{where}: offload mode {self.offload_mode!r} is not one of {', '.join(OFFLOAD_MODES)}")
+        if isinstance(self.streaming_block_size, bool) or not isinstance(self.streaming_block_size, int) \
+                or self.streaming_block_size < min_block:
+            raise ValidationError(
+                f"{where}: streaming block size {self.streaming_block_size!r} is below the minimum {min_block}"
+                + (" (S3 parts must be at least 5 MiB)" if s3 else "")
+            )
+        if isinstance(self.max_segment_size, bool) or not isinstance(self.max_segment_size, int) \
+                or self.max_segment_size < self.streaming_block_size:
+            raise ValidationError(
+                f"{where}: max segment size {self.max_segment_size!r} must be at least the streaming block size "
+                f"{self.streaming_block_size}"
+            )
+        if isinstance(self.max_segment_rollover_ms, bool) or not isinstance(self.max_segment_rollover_ms, int) \
+                or self.max_segment_rollover_ms < 0:
+            raise ValidationError(
+                f"{where}: max segment rollover must be a non-negative duration, got {self.max_segment_rollover_ms!r}"
+            )
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ a reference added later (segments, compaction) is honoured everywhere at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tieredcore.errors import ValidationError
@@ -24,6 +25,13 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 
 __all__ = [
     "ABANDONED_PREFIX",
+    "SegmentPiece",
+    "SegmentRef",
+    "covered_through",
+    "incomplete_segment_uuids",
+    "is_offloaded",
+    "segment_pieces",
+    "segment_refs",
     "REPLACEMENT_PREFIX",
     "LedgerInfo",
     "abandoned_uuids",
@@ -32,6 +40,7 @@ __all__ = [
     "driver_dict",
     "driver_metadata_from_dict",
     "is_complete",
+    "is_sealed",
     "referenced_uuids",
     "replacement_uuids",
     "segment_uuids",
@@ -82,6 +91,71 @@ def segment_uuids(li: LedgerInfo) -> list[str]:
         return []
     return [uuid_from_halves(s.uidMsb, s.uidLsb) for s in li.offloadContext.offloadSegment
             if s.HasField("uidMsb") or s.HasField("uidLsb")]
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """One ``OffloadContext.offloadSegment`` entry of a ledger: a segment holding some of its entries
+    (up to ``end_entry``); ``complete`` false = assigned, its upload in flight or abandoned."""
+
+    uuid: str
+    complete: bool
+    end_entry: int
+    assigned_ms: int
+    offloaded_ms: int
+
+
+@dataclass(frozen=True)
+class SegmentPiece:
+    """Entries ``first..last`` of a ledger lie in segment ``uuid``."""
+
+    uuid: str
+    first: int
+    last: int
+
+
+def segment_refs(li: LedgerInfo) -> list[SegmentRef]:
+    if not li.HasField("offloadContext"):
+        return []
+    return [SegmentRef(uuid_from_halves(s.uidMsb, s.uidLsb), s.complete, s.endEntryId, s.assignedTimestamp,
+                       s.offloadedTimestamp)
+            for s in li.offloadContext.offloadSegment if s.HasField("uidMsb") or s.HasField("uidLsb")]
+
+
+def segment_pieces(li: LedgerInfo) -> list[SegmentPiece]:
+    """The completed segments holding the ledger's entries from 0 on, contiguous, in entry order (a
+    gap ends the list: entries after it are not readable from segments)."""
+    done = sorted((r for r in segment_refs(li) if r.complete), key=lambda r: r.end_entry)
+    out: list[SegmentPiece] = []
+    nxt = 0
+    for r in done:
+        if r.end_entry < nxt:
+            continue  # covered already (a duplicate would be a bug; never read twice)
+        out.append(SegmentPiece(r.uuid, nxt, r.end_entry))
+        nxt = r.end_entry + 1
+    return out
+
+
+def covered_through(li: LedgerInfo) -> int:
+    """The last entry id readable from completed segments (-1: none)."""
+    pieces = segment_pieces(li)
+    return pieces[-1].last if pieces else -1
+
+
+def incomplete_segment_uuids(li: LedgerInfo) -> list[str]:
+    return [r.uuid for r in segment_refs(li) if not r.complete]
+
+
+def is_sealed(li: LedgerInfo) -> bool:
+    return li.timestamp > 0
+
+
+def is_offloaded(li: LedgerInfo) -> bool:
+    """The ledger has a complete object-store copy: its V1 offload is complete, or it is sealed and
+    completed segments hold every entry of it (PIP-76)."""
+    if is_complete(li):
+        return True
+    return is_sealed(li) and li.HasField("entries") and li.entries > 0 and covered_through(li) >= li.entries - 1
 
 
 def referenced_uuids(li: LedgerInfo) -> set[str]:

@@ -1,0 +1,349 @@
+"""Streaming segment objects (PIP-76, docs/formats.md "Streaming segments"): writing one, opening a
+ledger whose entries lie in one or several segments, deleting one.
+
+The topic-level protocol (which entries go into which segment, the compare-and-set steps) is
+:mod:`tieredcore.offload.streaming`; this module only moves bytes.
+
+Writing streams blocks as multipart parts (each at least the S3 minimum part size except the last),
+holding one part in memory; the V2 index is written last and is the commit point. Reads reuse the V1
+read handle over one ledger's section of a segment: exact offsets from the section's checkpoints,
+chunk-verified ranged GETs, the same request economy.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tieredcore.errors import (
+    BadRangeError,
+    CorruptObjectError,
+    FormatError,
+    LedgerStateError,
+    NoSuchObjectError,
+    OffloadedLedgerNotFoundError,
+    ValidationError,
+)
+from tieredcore.formats import constants as C
+from tieredcore.formats.block import encode_frames
+from tieredcore.formats.index import IndexEntry, LedgerSection, SegmentIndex, encode_index_v2, parse_index
+from tieredcore.formats.keys import segment_data_key, segment_index_key
+from tieredcore.formats.segment import (
+    PROP_CHECKPOINTS,
+    LedgerRun,
+    SegmentPlan,
+    block_pieces,
+    decode_checkpoints_property,
+    plan_segment,
+    segment_checksums,
+    segment_sections,
+)
+from tieredcore.formats.trailer import ChunkChecksums, ChunkCrcWriter, IndexTrailer
+from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata, ReadHandle
+from tieredcore.offload.context import SegmentPiece
+from tieredcore.offload.offloader import LedgerOffloader, _check_version, _entry_sizes, _quietly
+from tieredcore.offload.reader import OffloadedLedgerHandle
+from tieredcore.stores.blob import FileSlice
+from tieredcore.stores.hot_tier import FrameSource
+
+S3_MIN_PART_SIZE = 5 * 1024 * 1024
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    """Entries ``first_entry..last_entry`` of an open hot-tier ledger handle, to go into a segment."""
+
+    handle: ReadHandle
+    first_entry: int
+    last_entry: int
+    size_through: int = -1  # LedgerInfo.size for the section: payload bytes of entries 0..last_entry
+    timestamp: int = 0  # the ledger's close time when last_entry is its last entry (sealed)
+
+    @property
+    def ledger_id(self) -> int:
+        return self.handle.ledger_id
+
+
+@dataclass(frozen=True)
+class OffloadedSegment:
+    uuid: str
+    data_key: str
+    index_key: str
+    data_length: int
+    blocks: int
+    parts: int
+    entries: int
+    payload_bytes: int
+    ledgers: tuple[tuple[int, int, int], ...]  # (ledger id, first entry, last entry)
+
+
+class SegmentOffloader:
+    """Writes, opens and deletes segments in the store of a :class:`LedgerOffloader` (whose prefix,
+    user metadata, checkpoints, checksums and read settings it shares)."""
+
+    def __init__(self, offloader: LedgerOffloader, block_size: int = C.STREAMING_MIN_BLOCK_SIZE,
+                 min_part_size: int = S3_MIN_PART_SIZE) -> None:
+        if block_size < C.MIN_BLOCK_SIZE:
+            raise ValidationError(f"streaming block size {block_size} is below the {C.MIN_BLOCK_SIZE}-byte minimum")
+        self.off = offloader
+        self.store = offloader.store
+        self.prefix = offloader.prefix
+        self.block_size = block_size
+        self.min_part_size = min_part_size
+
+    def keys(self, uuid: str) -> tuple[str, str]:
+        return segment_data_key(self.prefix, uuid), segment_index_key(self.prefix, uuid)
+
+    # -- write --------------------------------------------------------------------------------
+
+    def plan(self, sources: Sequence[SegmentSource]) -> SegmentPlan:
+        runs = []
+        for s in sources:
+            if not 0 <= s.first_entry <= s.last_entry <= s.handle.last_add_confirmed:
+                raise LedgerStateError(f"ledger {s.ledger_id}: entries {s.first_entry}..{s.last_entry} are not "
+                                       f"within 0..{s.handle.last_add_confirmed}")
+            sizes = s.handle.entry_sizes() if isinstance(s.handle, FrameSource) else _entry_sizes(s.handle)
+            runs.append(LedgerRun(s.ledger_id, s.first_entry, list(sizes[s.first_entry: s.last_entry + 1])))
+        return plan_segment(runs, self.block_size, self.min_part_size)
+
+    def write(self, sources: Sequence[SegmentSource], uuid: uuidlib.UUID | str,
+              extra_metadata: Mapping[str, str] | None = None, progress: ProgressFn | None = None,
+              plan: SegmentPlan | None = None) -> OffloadedSegment:
+        """Write the data object (multipart) then the V2 index. Leaves nothing behind on failure."""
+        uuid = str(uuid)
+        if not sources:
+            raise ValidationError("a segment needs at least one ledger's entries")
+        plan = plan if plan is not None else self.plan(sources)
+        dkey, ikey = self.keys(uuid)
+        off, store = self.off, self.store
+        if off.before_write is not None:
+            off.before_write()
+        crcs = ChunkCrcWriter(off.checksum_chunk) if off.checksum_chunk else None
+        zero_copy = store.copies_file_slices
+        upload_id = store.initiate_multipart(dkey, off.user_metadata("data", extra_metadata))
+        try:
+            done, parts = 0, []
+            for number, (a, b) in enumerate(plan.parts, 1):
+                pieces: list = []
+                for blk in plan.blocks[a: b + 1]:
+                    src = sources[blk.run]
+                    h = src.handle
+                    if isinstance(h, FrameSource):
+                        frames = memoryview(bytearray(blk.frames_length))
+                        h.read_frames_into(blk.first_entry, blk.last_entry, frames)  # CRC-verified
+                    else:
+                        frames = memoryview(encode_frames(h.read(blk.first_entry, blk.last_entry)))
+                    header, body, pad = block_pieces(blk, frames)
+                    if crcs is not None:
+                        for p in (header, body, pad):
+                            crcs.update(p)
+                    if zero_copy and isinstance(h, FrameSource) and h.is_closed:
+                        # the verified frames are copied from the hot-tier file by the store (in the kernel)
+                        slice_: FileSlice = h.frames_slice(blk.first_entry, blk.last_entry)
+                        pieces += [header, slice_, pad]
+                    else:
+                        pieces += [header, body, pad]
+                    done += blk.block_size
+                parts.append(store.upload_part(dkey, upload_id, number, pieces))
+                if progress is not None:
+                    progress(done, plan.length)
+            store.complete_multipart(dkey, upload_id, parts)
+        except BaseException:
+            _quietly(f"abort upload {upload_id} of {dkey}", store.abort_multipart, dkey, upload_id)
+            raise
+        checksums = None
+        index_md = off.user_metadata("index", extra_metadata)
+        if crcs is not None:
+            chunk_crcs = crcs.finish()
+            if crcs.length != plan.length:
+                _quietly(f"delete {dkey}", store.delete, [dkey])
+                raise FormatError(f"segment {uuid}: checksummed {crcs.length} bytes, uploaded {plan.length}")
+            checksums = (off.checksum_chunk, chunk_crcs)
+            index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{off.checksum_chunk}"
+        sections = segment_sections(
+            plan,
+            sizes=[s.size_through if s.size_through >= 0 else r.payload_bytes
+                   for s, r in zip(sources, plan.runs, strict=True)],
+            timestamps=[s.timestamp for s in sources],
+            checkpoint_interval=off.checkpoint_interval,
+            checksums=checksums,
+        )
+        index = encode_index_v2(plan.length, sections)
+        try:
+            store.put(ikey, index, index_md)
+        except BaseException:
+            _quietly(f"delete {dkey} after failed index write", store.delete, [dkey])
+            raise
+        return OffloadedSegment(
+            uuid, dkey, ikey, plan.length, len(plan.blocks), len(plan.parts),
+            sum(len(r.entry_sizes) for r in plan.runs), sum(r.payload_bytes for r in plan.runs),
+            tuple((r.ledger_id, r.first_entry, r.last_entry) for r in plan.runs),
+        )
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def open_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str]]:
+        """The segment's parsed index, its chunk checksums (None for objects without them) and the
+        data object's user metadata. OffloadedLedgerNotFoundError when an object is missing."""
+        dkey, ikey = self.keys(uuid)
+        try:
+            info = self.store.head(ikey)
+            _check_version(info.metadata, ikey)
+            raw = self.store.get(ikey)
+            data_info = self.store.head(dkey)
+        except NoSuchObjectError as e:
+            raise OffloadedLedgerNotFoundError(f"segment {uuid} not found: {e}") from e
+        _check_version(data_info.metadata, dkey)
+        index = parse_index(raw)
+        if not isinstance(index, SegmentIndex):
+            raise FormatError(f"{ikey}: a single-ledger (V1) index where a segment's V2 index was expected")
+        if index.data_object_length != data_info.size:
+            raise CorruptObjectError(f"{dkey}: size {data_info.size} differs from the index's data object length "
+                                     f"{index.data_object_length}")
+        checksums = segment_checksums(index, ikey)
+        if checksums is None and info.metadata.get(C.METADATA_CHECKSUMS_KEY):
+            raise CorruptObjectError(f"{ikey}: its metadata declares checksums but the index records none")
+        return index, checksums, data_info.metadata
+
+    def open_piece(self, uuid: str, ledger_id: int, first: int, last: int,
+                   topic: str | None = None) -> OffloadedLedgerHandle:
+        """A handle on ledger ``ledger_id`` inside segment ``uuid``, which must hold exactly its entries
+        ``first..last`` (what the topic's metadata says): FormatError otherwise."""
+        index, checksums, data_md = self.open_index(uuid)
+        dkey, ikey = self.keys(uuid)
+        section = index.section(ledger_id)
+        if section.first_entry_id != first or section.last_entry_id != last:
+            raise FormatError(f"{ikey}: holds entries {section.first_entry_id}..{section.last_entry_id} of ledger "
+                              f"{ledger_id}, the topic's metadata says {first}..{last}")
+        owner = data_md.get(C.METADATA_MANAGED_LEDGER_NAME_KEY)
+        if topic is not None and owner is not None and owner != topic:
+            raise FormatError(f"{dkey}: a segment of managed ledger {owner!r}, not {topic!r}")
+        trailer = IndexTrailer(checksums=checksums)
+        cp = section.property(PROP_CHECKPOINTS)
+        if cp is not None:
+            trailer.checkpoint_ids, trailer.checkpoint_offsets = decode_checkpoints_property(cp, ikey)
+        return OffloadedLedgerHandle(self.store, dkey, ledger_id, _SectionView(index, section),  # type: ignore[arg-type]
+                                     self.off.read_buffer, self.off.offset_cache, trailer=trailer,
+                                     verify=self.off.verify_reads)
+
+    def open_ledger(self, ledger_id: int, pieces: Sequence[SegmentPiece], *, closed: bool,
+                    size: int | None = None, topic: str | None = None) -> SegmentLedgerHandle:
+        """A read handle on a ledger whose entries ``0..`` lie in ``pieces`` (in entry order, contiguous)."""
+        if not pieces:
+            raise OffloadedLedgerNotFoundError(f"ledger {ledger_id} has no completed segment")
+        expect = 0
+        for p in pieces:
+            if p.first != expect or p.last < p.first:
+                raise FormatError(f"ledger {ledger_id}: its segments do not cover its entries contiguously "
+                                  f"(segment {p.uuid} holds {p.first}..{p.last}, expected to start at {expect})")
+            expect = p.last + 1
+        return SegmentLedgerHandle(self, ledger_id, list(pieces), closed=closed, size=size, topic=topic)
+
+    # -- delete -------------------------------------------------------------------------------
+
+    def delete(self, uuid: str) -> None:
+        """Delete both objects and abort unfinished uploads of the segment. Idempotent."""
+        dkey, ikey = self.keys(uuid)
+        for up in self.store.list_multipart_uploads(dkey):
+            if up.key == dkey:
+                self.store.abort_multipart(dkey, up.upload_id)
+        self.store.delete([ikey])
+        self.store.delete([dkey])
+
+
+class _SectionView:
+    """One ledger's section of a segment index, shaped like a V1 :class:`LedgerIndex` for the read handle."""
+
+    def __init__(self, index: SegmentIndex, section: LedgerSection) -> None:
+        self.data_object_length = index.data_object_length
+        self._s = section
+
+    @property
+    def last_entry_id(self) -> int:
+        return self._s.last_entry_id
+
+    @property
+    def length(self) -> int:
+        return self._s.size
+
+    @property
+    def is_closed(self) -> bool:
+        return True
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._s.metadata
+
+    def lookup(self, entry_id: int) -> IndexEntry:
+        return self._s.lookup(entry_id)
+
+
+class SegmentLedgerHandle:
+    """A ledger read from its segments: each read is split at segment boundaries."""
+
+    def __init__(self, segments: SegmentOffloader, ledger_id: int, pieces: list[SegmentPiece], *, closed: bool,
+                 size: int | None, topic: str | None) -> None:
+        self._segments = segments
+        self._ledger_id = ledger_id
+        self.pieces = pieces
+        self._closed = closed
+        self._size = size
+        self._topic = topic
+        self._handles: dict[str, OffloadedLedgerHandle] = {}
+
+    def _handle(self, p: SegmentPiece) -> OffloadedLedgerHandle:
+        h = self._handles.get(p.uuid)
+        if h is None:
+            h = self._handles[p.uuid] = self._segments.open_piece(p.uuid, self._ledger_id, p.first, p.last,
+                                                                  self._topic)
+        return h
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.pieces[-1].last
+
+    @property
+    def length(self) -> int:
+        if self._size is not None:
+            return self._size
+        return self._handle(self.pieces[-1]).length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return LedgerMetadata(self._ledger_id, STATE_CLOSED if self._closed else STATE_OPEN,
+                              self.last_add_confirmed, self.length)
+
+    @property
+    def requests(self) -> int:
+        return sum(h.requests for h in self._handles.values())
+
+    @property
+    def bytes_fetched(self) -> int:
+        return sum(h.bytes_fetched for h in self._handles.values())
+
+    def read(self, first: int, last: int) -> list[Entry]:
+        lac = self.last_add_confirmed
+        if first < 0 or first > last or last > lac:
+            raise BadRangeError(f"ledger {self._ledger_id}: bad read range {first}..{last} (last add confirmed {lac})")
+        out: list[Entry] = []
+        for p in self.pieces:
+            if p.last < first or p.first > last:
+                continue
+            out += self._handle(p).read(max(first, p.first), min(last, p.last))
+        return out
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.close()
+        self._handles.clear()
