@@ -283,3 +283,24 @@ def test_upto_limits_a_manual_streaming_offload(make_ws):
     info, _ = ws.ml.get_topic(TOPIC)
     assert covered_through(info.ledgerInfo[1]) == 4
     assert all(kv.key != WATERMARK_KEY for kv in info.properties)  # a partial manual run sets no watermark
+
+
+def test_a_backlog_is_worked_off_over_several_runs_without_small_segments(make_ws, monkeypatch):
+    import tieredcore.offload.streaming as streaming
+
+    monkeypatch.setattr(streaming, "MAX_SEGMENTS_PER_RUN", 1)
+    ws = make_ws(ledgers=4, entries=40, entry_size="500")
+    seg, so = _setup(ws)
+    runs = []
+    for _ in range(20):
+        res = so.offload_topic(TOPIC, max_segment_size=SEG, rollover_ms=ROLL, as_of_ms=END_MS, force_tail=True)
+        if not res:
+            break
+        runs.append(res)
+    assert len(runs) > 2
+    *middle, last = [r for res in runs for r in res]
+    assert all(r.outcome == "offloaded" for r in middle + [last])
+    # only the very last segment (the forced tail) may be smaller than the cap allows
+    assert all(r.bytes + BLOCK > SEG for r in middle)
+    info, _ = ws.ml.get_topic(TOPIC)
+    assert all(covered_through(li) == li.entries - 1 for li in info.ledgerInfo[:-1])

@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 
 WATERMARK_KEY = "tiered.streamingWatermark"
 MAX_ROUNDS = 10
+MAX_SEGMENTS_PER_RUN = 64  # a backlog larger than this many segments is worked off over several runs
 
 OUTCOME_HELD = "held"  # the tail waits for its rollover time (not a failure)
 
@@ -175,30 +176,36 @@ class StreamingOffloader:
         runs: list[LedgerRun] = []
         lac: Position | None = None
         tail_ctime: dict[int, int] = {}
+        budget = max_segment_size * MAX_SEGMENTS_PER_RUN  # payload bytes planned per run (memory bound)
+        planned = 0
+        truncated = False
         for i, li in enumerate(info.ledgerInfo):
             if upto is not None and li.ledgerId > upto.ledger_id:
                 break
             open_ledger = i == len(info.ledgerInfo) - 1 and not is_sealed(li)
-            try:
-                h = self.hot.open_ledger(li.ledgerId)
-            except HotLedgerNotFoundError:
-                if is_complete(li) or covered_through(li) >= li.entries - 1:
-                    continue  # offloaded, hot copy already gone
-                raise
+            if not open_ledger and li.HasField("entries") and (
+                    is_complete(li) or covered_through(li) >= li.entries - 1):
+                if li.entries > 0:
+                    lac = Position(li.ledgerId, li.entries - 1)
+                continue  # offloaded already: its hot copy is not even opened
+            if truncated:
+                continue
+            h = self.hot.open_ledger(li.ledgerId)
             try:
                 last = h.last_add_confirmed if open_ledger or not li.HasField("entries") else li.entries - 1
                 if last >= 0:
                     lac = Position(li.ledgerId, last)
                 if upto is not None and li.ledgerId == upto.ledger_id:
                     last = min(last, upto.entry_id)
-                if is_complete(li):
-                    continue
                 first = covered_through(li) + 1
-                if last < first:
+                if last < first or is_complete(li):
                     continue
                 sizes = h.entry_sizes() if isinstance(h, FrameSource) else _sizes(h, last)
-                runs.append(LedgerRun(li.ledgerId, first, list(sizes[first: last + 1])))
+                run = LedgerRun(li.ledgerId, first, list(sizes[first: last + 1]))
+                runs.append(run)
                 tail_ctime[li.ledgerId] = h.metadata.ctime
+                planned += run.payload_bytes
+                truncated = planned >= budget
             finally:
                 h.close()
         out = StreamingPlan([], lac=lac)
@@ -209,6 +216,11 @@ class StreamingOffloader:
         for seg in cuts[:-1]:
             out.segments.append(seg)
         tail = cuts[-1]
+        if truncated:  # more is pending than one run plans: the unfilled last segment continues next run
+            if tail.full:
+                out.segments.append(tail)
+            out.lac = None
+            return out
         if tail.full or force_tail:
             out.segments.append(tail)
             return out
