@@ -569,3 +569,23 @@ def test_iter_segment_rejects():
     with pytest.raises(FormatError, match="no entry there"):  # a shifted offset
         _iter(data, [_with(s1, (e1[0], IndexEntry(1, 2, 174), e1[2])), s2])
 
+
+def test_iter_segment_rejects_index_entries_out_of_order():
+    """A section listing its blocks out of order was accepted (the walk goes by offset) while lookups,
+    which bisect the stored order, found the wrong block."""
+    data, (s1, s2) = _two_ledgers()
+    e = s1.index_entries
+    swapped = _with(s1, (e[0], e[2], e[1]))
+    idx = parse_index(encode_index_v2(len(data), [swapped, s2]))
+    assert idx.lookup(1, 1).offset == 0  # block 0 holds only entry 0
+    with pytest.raises(FormatError, match="does not follow"):
+        list(iter_segment(data, idx))
+
+
+def test_iter_segment_rejects_two_index_entries_at_one_offset():
+    """A section claiming another ledger's block (an entry beyond its own last entry) was accepted: the
+    later index entry at that offset silently replaced the earlier one."""
+    data, (s1, s2) = _two_ledgers()
+    claims = _with(s1, (*s1.index_entries, IndexEntry(3, 4, 510)))  # 510: ledger 2's first block
+    with pytest.raises(FormatError, match="ledgers 1 and 2 both have a block at offset 510"):
+        _iter(data, [claims, s2])
