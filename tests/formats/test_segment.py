@@ -163,6 +163,15 @@ def test_decode_streaming_block_rejects(buf, error, message):
         decode_streaming_block(buf)
 
 
+def test_negative_offset_is_refused():
+    """Not read counting from the buffer's end (an offset comes from an index)."""
+    with pytest.raises(FormatError, match="negative offset -160"):
+        parse_block_header(BLOCK, -160)
+    for offset in (-160, -128, -1):
+        with pytest.raises(FormatError, match=f"negative offset {offset}"):
+            decode_streaming_block(BLOCK + BLOCK, offset)
+
+
 def test_truncation_at_every_length_is_an_error():
     for n in range(len(BLOCK)):
         with pytest.raises(TruncatedError):

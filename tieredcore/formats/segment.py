@@ -305,6 +305,8 @@ class StreamingBlock:
 def parse_block_header(buf: Buffer, offset: int = 0) -> tuple[int, int, int]:
     """``(ledger id, first entry id, block length)`` of the streaming block at ``offset``."""
     mv = memoryview(buf)
+    if offset < 0:  # an offset read from an index: never count from the buffer's end
+        raise FormatError(f"streaming block at negative offset {offset}")
     if len(mv) - offset < BLOCK_HEADER_LENGTH:
         raise TruncatedError(f"streaming block at {offset}: header needs {BLOCK_HEADER_LENGTH} bytes")
     magic, hlen, blen, first, lid = _HEADER.unpack_from(mv, offset)
