@@ -1,5 +1,5 @@
 """Fuzzing of the offload format decoders: V1/V2 index, index trailer (checkpoints, checksums), data
-blocks and frames, whole data objects, BookKeeper ledger metadata and ManagedLedgerInfo records.
+blocks and frames, whole data objects, streaming segments (blocks, data + V2 index, LedgerInfo properties), BookKeeper ledger metadata and ManagedLedgerInfo records.
 
 Contract: any input gives a result or a TieredError, never another exception, a hang (hypothesis
 deadline) or unbounded memory (tests/fuzz/test_memory_bounds.py). Results are checked for sanity where
@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from tests.support.v2_checker import V2CheckError, check_v2_segment
 from tieredcore.errors import TieredError
 from tieredcore.formats.block import (
     DecodedBlock,
@@ -51,6 +52,20 @@ from tieredcore.formats.index import (
 from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
 from tieredcore.formats.mlinfo import decode_managed_ledger_info, encode_managed_ledger_info
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.formats.segment import (
+    LedgerRun,
+    StreamingBlock,
+    build_streaming_block,
+    decode_checkpoints_property,
+    decode_checksums_property,
+    decode_streaming_block,
+    encode_checkpoints_property,
+    encode_checksums_property,
+    iter_segment,
+    plan_segment,
+    segment_sections,
+    streaming_block_header,
+)
 from tieredcore.formats.trailer import (
     ChunkChecksums,
     ChunkCrcWriter,
@@ -322,6 +337,87 @@ def test_data_object(data: bytes, index_bytes: bytes, raw_entries: list[IndexEnt
         checked = outcome(check_data_object, data, index, MAX_BLOCK)
         if checked is None and true_blocks:
             assert [e for e, _ in iter_data_object(data, index)] == list(range(len(PAYLOADS)))
+
+
+# --- streaming segments (PIP-76) ------------------------------------------------------------------------
+
+
+SEG_RUNS = [LedgerRun(11, 3, [0, 5, 40, 17, 90]), LedgerRun(4, 0, [60, 0, 2])]
+SEG_PLAN = plan_segment(SEG_RUNS, 160)
+_SEG_FRAMES = [encode_consecutive_frames(r.first_entry, [bytes([r.ledger_id]) * n for n in r.entry_sizes])
+               for r in SEG_RUNS]
+SEG_DATA = b"".join(build_streaming_block(b, _SEG_FRAMES[b.run][b.frames_start : b.frames_start + b.frames_length])
+                    for b in SEG_PLAN.blocks)
+SEG_INDEX = encode_index_v2(len(SEG_DATA), segment_sections(SEG_PLAN, checkpoint_interval=20)[::-1])
+SEG_BLOCK_FIELDS = [(b.offset + f, w) for b in SEG_PLAN.blocks
+                    for f, w in ((4, 8), (12, 8), (20, 8), (28, 8), (128, 4), (132, 8))]
+SEG_INDEX_FIELDS = [(4, 4), (8, 8), (16, 8), (24, 8), (32, 4), (36, 4)]
+MD = {"s3managedledgeroffloaderformatversion": "1"}
+
+
+def _reencode_streaming(block: StreamingBlock) -> bytes:
+    frames = encode_frames(block.entries)
+    return streaming_block_header(block.ledger_id, block.first_entry_id, block.block_size) + frames + padding(
+        block.block_size - 128 - len(frames))
+
+
+@FUZZ
+@given(fuzz_input(SEG_DATA[:160], SEG_BLOCK_FIELDS[:6], max_size=400), st.integers(-300, 400))
+@example(SEG_DATA[:160], 0)
+@example(SEG_DATA[:320], -160)  # negative offset: read the header counting from the end
+def test_decode_streaming_block(buf: bytes, offset: int) -> None:
+    got = outcome(decode_streaming_block, buf, offset)
+    if isinstance(got, TieredError):
+        return
+    assert offset >= 0
+    assert _reencode_streaming(got) == buf[offset : offset + got.block_size]
+    assert [e for e, _ in got.entries] == list(range(got.first_entry_id, got.first_entry_id + len(got.entries)))
+
+
+def _segment_entries(data: bytes, index: SegmentIndex) -> list[tuple[int, int, bytes]]:
+    return list(iter_segment(data, index))
+
+
+@FUZZ
+@given(
+    st.one_of(st.just(SEG_DATA), fuzz_input(SEG_DATA, SEG_BLOCK_FIELDS, max_size=1200)),
+    st.one_of(st.just(SEG_INDEX), mutated(SEG_INDEX, SEG_INDEX_FIELDS)),
+)
+@example(SEG_DATA, SEG_INDEX)
+def test_segment(data: bytes, index_bytes: bytes) -> None:
+    """iter_segment over damaged data or a damaged V2 index: a TieredError or a result; whatever the
+    independent conformance checker accepts, iter_segment reads the same way."""
+    idx = outcome(parse_index, index_bytes)
+    got = outcome(_segment_entries, data, idx) if isinstance(idx, SegmentIndex) else idx
+    try:
+        per_ledger = check_v2_segment(data, index_bytes, MD, MD)
+    except V2CheckError:
+        return
+    assert isinstance(got, list), got
+    assert sorted(got) == sorted((lid, e, p) for lid, entries in per_ledger.items() for e, p in entries)
+
+
+_CHECKPOINTS = encode_checkpoints_property([(1, 140), (3, 200), (9, 800)])
+_CHECKSUMS = encode_checksums_property(64, [1, 2, 3])
+
+
+def _text(base: str) -> st.SearchStrategy[str]:
+    return st.one_of(st.text(max_size=80), mutated(base.encode()).map(lambda b: b.decode("latin-1")))
+
+
+@FUZZ
+@given(_text(_CHECKPOINTS), _text(_CHECKSUMS), st.sampled_from((0, 1, 150, 192, 2**40)))
+@example(_CHECKPOINTS, _CHECKSUMS, 150)
+def test_segment_properties(checkpoints: str, checksums: str, length: int) -> None:
+    cp = outcome(decode_checkpoints_property, checkpoints, "fuzz")
+    if not isinstance(cp, TieredError):
+        ids, offs = cp
+        assert len(ids) == len(offs)
+        assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+        assert all(a < b for a, b in zip(offs, offs[1:], strict=False))
+    sums = outcome(decode_checksums_property, checksums, length, "fuzz")
+    if not isinstance(sums, TieredError):
+        assert sums.chunk_size > 0 and len(sums.crcs) == -(-length // sums.chunk_size)
 
 
 # --- BookKeeper ledger metadata ---------------------------------------------------------------------------

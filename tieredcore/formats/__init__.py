@@ -1,5 +1,6 @@
-"""Pulsar-compatible offload formats: V1 data blocks and index (docs/formats.md), V2 segment index
-(docs/formats.md), BookKeeper ledger metadata (docs/metadata.md) and Java UUID halves."""
+"""Pulsar-compatible offload formats: V1 data blocks and index (docs/formats.md), V2 segment index and
+streaming (PIP-76) segment blocks (docs/formats.md), BookKeeper ledger metadata (docs/metadata.md) and
+Java UUID halves."""
 
 from tieredcore.formats.block import (
     BlockPlan,
@@ -33,23 +34,58 @@ from tieredcore.formats.index import (
     parse_index_v1,
 )
 from tieredcore.formats.ledger_metadata import decode_ledger_metadata, encode_ledger_metadata
+from tieredcore.formats.segment import (
+    PROP_CHECKPOINTS,
+    PROP_CHECKSUMS,
+    LedgerRun,
+    SegmentBlock,
+    SegmentPlan,
+    StreamingBlock,
+    block_pieces,
+    build_streaming_block,
+    decode_checkpoints_property,
+    decode_checksums_property,
+    decode_streaming_block,
+    encode_checkpoints_property,
+    encode_checksums_property,
+    iter_segment,
+    parse_block_header,
+    plan_segment,
+    segment_checkpoints,
+    segment_checksums,
+    segment_sections,
+    streaming_block_header,
+)
 from tieredcore.formats.uuids import msb_lsb_to_uuid, uuid_to_msb_lsb
 
 __all__ = [
+    "PROP_CHECKPOINTS",
+    "PROP_CHECKSUMS",
     "BlockPlan",
     "DecodedBlock",
     "FrameScan",
     "IndexEntry",
     "LedgerIndex",
+    "LedgerRun",
     "LedgerSection",
+    "SegmentBlock",
     "SegmentIndex",
+    "SegmentPlan",
+    "StreamingBlock",
     "block_header",
     "block_offsets",
+    "block_pieces",
     "build_block",
+    "build_streaming_block",
     "check_data_object",
     "check_index_v1",
     "decode_block",
+    "decode_checkpoints_property",
+    "decode_checksums_property",
     "decode_ledger_metadata",
+    "decode_streaming_block",
+    "encode_checkpoints_property",
+    "encode_checksums_property",
     "encode_consecutive_frames",
     "encode_data_object",
     "encode_frames",
@@ -59,12 +95,19 @@ __all__ = [
     "frames_offsets",
     "index_entries_for",
     "iter_data_object",
+    "iter_segment",
     "msb_lsb_to_uuid",
     "padding",
+    "parse_block_header",
     "parse_frames",
     "parse_index",
     "parse_index_v1",
     "plan_blocks",
+    "plan_segment",
     "scan_frames",
+    "segment_checkpoints",
+    "segment_checksums",
+    "segment_sections",
+    "streaming_block_header",
     "uuid_to_msb_lsb",
 ]

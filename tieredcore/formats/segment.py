@@ -305,6 +305,8 @@ class StreamingBlock:
 def parse_block_header(buf: Buffer, offset: int = 0) -> tuple[int, int, int]:
     """``(ledger id, first entry id, block length)`` of the streaming block at ``offset``."""
     mv = memoryview(buf)
+    if offset < 0:  # an offset read from an index: never count from the buffer's end
+        raise FormatError(f"streaming block at negative offset {offset}")
     if len(mv) - offset < BLOCK_HEADER_LENGTH:
         raise TruncatedError(f"streaming block at {offset}: header needs {BLOCK_HEADER_LENGTH} bytes")
     magic, hlen, blen, first, lid = _HEADER.unpack_from(mv, offset)
@@ -342,11 +344,22 @@ def decode_streaming_block(buf: Buffer, offset: int = 0) -> StreamingBlock:
 def iter_segment(data: Buffer, index: SegmentIndex) -> Iterator[tuple[int, int, bytes]]:
     """``(ledger id, entry id, payload)`` of every entry, in object order, checked against the index:
     blocks tile the object, each where the index says, of the ledger it says, each ledger's entries
-    consecutive from its section's first entry to ``entries - 1``."""
+    consecutive from its section's first entry to ``entries - 1``, each section's index entries
+    increasing (lookups bisect them) and no two index entries at one offset."""
     mv = memoryview(data)
     if len(mv) != index.data_object_length:
         raise FormatError(f"segment data object is {len(mv)} bytes, the index says {index.data_object_length}")
-    at = {e.offset: (lid, e) for lid, s in index.sections.items() for e in s.index_entries}
+    at: dict[int, tuple[int, IndexEntry]] = {}
+    for lid, s in index.sections.items():
+        for prev, e in zip(s.index_entries, s.index_entries[1:], strict=False):
+            if e.first_entry_id <= prev.first_entry_id or e.offset <= prev.offset:
+                raise FormatError(f"segment index, ledger {lid}: index entry {e} does not follow {prev} "
+                                  f"(entry ids and offsets increase within a ledger)")
+        for e in s.index_entries:
+            if e.offset in at:
+                raise FormatError(f"segment index: ledgers {at[e.offset][0]} and {lid} both have a block at "
+                                  f"offset {e.offset}")
+            at[e.offset] = (lid, e)
     nxt: dict[int, int] = {lid: s.first_entry_id for lid, s in index.sections.items()}
     pos = 0
     while pos < len(mv):
