@@ -579,16 +579,15 @@ def test_iter_segment_rejects():
         _iter(data, [_with(s1, (e1[0], IndexEntry(1, 2, 174), e1[2])), s2])
 
 
-def test_iter_segment_rejects_index_entries_out_of_order():
-    """A section listing its blocks out of order was accepted (the walk goes by offset) while lookups,
-    which bisect the stored order, found the wrong block."""
+def test_index_entries_out_of_order_are_read_in_entry_order():
+    """A section listing its blocks out of order reads like Pulsar's sorted map reads it: lookups find
+    the right block and the whole object reads back."""
     data, (s1, s2) = _two_ledgers()
     e = s1.index_entries
     swapped = _with(s1, (e[0], e[2], e[1]))
     idx = parse_index(encode_index_v2(len(data), [swapped, s2]))
-    assert idx.lookup(1, 1).offset == 0  # block 0 holds only entry 0
-    with pytest.raises(FormatError, match="does not follow"):
-        list(iter_segment(data, idx))
+    assert idx.lookup(1, 1) == e[1]
+    assert list(iter_segment(data, idx)) == list(iter_segment(data, parse_index(encode_index_v2(len(data), [s1, s2]))))
 
 
 def test_iter_segment_rejects_two_index_entries_at_one_offset():
@@ -598,3 +597,16 @@ def test_iter_segment_rejects_two_index_entries_at_one_offset():
     claims = _with(s1, (*s1.index_entries, IndexEntry(3, 4, 510)))  # 510: ledger 2's first block
     with pytest.raises(FormatError, match="ledgers 1 and 2 both have a block at offset 510"):
         _iter(data, [claims, s2])
+
+
+def test_a_section_listing_its_blocks_out_of_order_is_read_in_entry_order_like_pulsars_sorted_map():
+    from tieredcore.formats.index import IndexEntry, LedgerSection, encode_index_v2, parse_index
+
+    shuffled = LedgerSection(ledger_id=7, entries=30, size=300,
+                             index_entries=(IndexEntry(20, 3, 2000), IndexEntry(0, 1, 0), IndexEntry(10, 2, 1000),
+                                            IndexEntry(10, 9, 9999)))
+    idx = parse_index(encode_index_v2(3000, [shuffled]))
+    sec = idx.section(7)
+    assert [e.first_entry_id for e in sec.index_entries] == [0, 10, 20]
+    assert sec.lookup(15) == IndexEntry(10, 2, 1000)  # the first of two entries for one id wins
+    assert sec.lookup(25).offset == 2000 and sec.first_entry_id == 0

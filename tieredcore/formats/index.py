@@ -416,6 +416,12 @@ def _parse_v2(buf: memoryview) -> SegmentIndex:
             raise FormatError(f"{swhat}: LedgerInfo misses required fields")
         pos += meta_len
         entries = _parse_entries(buf, pos, n, swhat)
+        if any(b.first_entry_id <= a.first_entry_id for a, b in zip(entries, entries[1:], strict=False)):
+            # Pulsar's reader keys a section's blocks by first entry id (a sorted map, first one wins)
+            seen: dict[int, IndexEntry] = {}
+            for e in entries:
+                seen.setdefault(e.first_entry_id, e)
+            entries = tuple(sorted(seen.values(), key=lambda e: e.first_entry_id))
         pos += INDEX_ENTRY_LENGTH * n
         sections[ledger_id] = LedgerSection(
             ledger_id=ledger_id,
