@@ -177,13 +177,13 @@ def drain_and_reconcile(ws: Workspace, as_of_ms: int) -> None:
 
 
 def assert_segments_clean(ws: Workspace, before: Snapshot, topic: str = TOPIC, *,
-                          everything_offloaded: bool = True, v1: set[int] = frozenset()) -> None:
+                          v1: set[int] = frozenset(), hot_only: set[int] = frozenset()) -> None:
     """The end state after any crash or failure, once rerun and drained:
 
     - no incomplete ``offloadSegment`` entry remains; no uuid is recorded twice on a ledger and no two
       completed segments hold the same entry of a ledger;
-    - (``everything_offloaded``) every entry of every ledger but those offloaded as V1 objects (``v1``)
-      lies in exactly one completed segment;
+    - every entry of every ledger lies in exactly one completed segment, but for the ledgers offloaded
+      as V1 objects (``v1``: no segment) and those not offloaded (``hot_only``: no segment);
     - the store holds exactly the two objects of every completed segment and nothing else (no orphan, no
       unfinished multipart upload), and each segment's V2 index describes exactly the pieces the topic
       records for it;
@@ -208,7 +208,9 @@ def assert_segments_clean(ws: Workspace, before: Snapshot, topic: str = TOPIC, *
         last = len(before[li.ledgerId]) - 1
         if li.ledgerId in v1:
             assert is_complete(li) and refs == [], f"ledger {li.ledgerId}: expected a V1 offload only"
-        elif everything_offloaded:
+        elif li.ledgerId in hot_only:
+            assert not is_complete(li) and refs == [], f"ledger {li.ledgerId}: expected no offload"
+        else:
             assert covered_through(li) == last, (f"ledger {li.ledgerId}: segments hold entries through "
                                                  f"{covered_through(li)}, the ledger holds 0..{last}")
         if ps:
