@@ -198,3 +198,16 @@ def test_retries_ride_through_faults_and_decisions_are_seeded(moto_endpoint: str
             sequences.append([fault for _m, _t, fault in proxy.events])
             assert set(proxy.faults) == set(FAULT_KINDS)
     assert sequences[0] == sequences[1]  # same seed, same requests: the same faults
+
+
+def test_an_injected_fault_hits_exactly_the_matching_request(moto_endpoint: str, bucket: str) -> None:
+    with FaultyS3Proxy(moto_endpoint, rate=0.0) as proxy:
+        s3 = client_for(proxy.url, attempts=1)
+        proxy.inject(lambda method, target: method == "PUT" and target.split("?")[0].endswith("/k2"))
+        s3.put_object(Bucket=bucket, Key="k1", Body=b"1")
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="k2", Body=b"2")
+        assert e.value.response["Error"]["Code"] == "InternalError"
+        s3.put_object(Bucket=bucket, Key="k2", Body=b"2")  # once only
+        assert [f for _m, _t, f in proxy.events] == ["", INTERNAL_ERROR, ""]
+        assert proxy.forwarded == 2

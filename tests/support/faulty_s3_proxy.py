@@ -16,6 +16,10 @@ bodies framed by Content-Length or chunked transfer encoding (chunk framing and 
 server's status line, headers and body. Each request goes to the server on a fresh connection; the
 client's connection is kept alive as HTTP/1.1 allows. Bodies are held in memory (test-sized objects).
 
+Besides the random faults, :meth:`inject` targets one request: the first one (from now on) that a
+predicate over (method, target) accepts gets the given fault, whatever the rate (for tests that need
+one exact call to fail, e.g. the second UploadPart of an upload or a CompleteMultipartUpload).
+
 ``requests`` counts every request read, ``faults`` every fault injected by kind, ``forwarded`` the
 requests that reached the server; ``events`` lists (method, target, fault or "") in arrival order.
 """
@@ -30,7 +34,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -184,6 +188,7 @@ class FaultyS3Proxy:
         self.forwarded = 0
         self.faults: Counter[str] = Counter()
         self.events: list[tuple[str, str, str]] = []
+        self._targeted: list[tuple[Callable[[str, str], bool], str]] = []
         self._clients: set[socket.socket] = set()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
@@ -241,11 +246,25 @@ class FaultyS3Proxy:
         with self._lock:
             return {"requests": self.requests, "forwarded": self.forwarded, "faults": dict(self.faults)}
 
+    def inject(self, match: Callable[[str, str], bool], fault: str = INTERNAL_ERROR) -> None:
+        """Give ``fault`` to the first request from now on for which ``match(method, target)`` is true
+        (once; the random faults' draws are not consumed by it)."""
+        if fault not in FAULT_KINDS:
+            raise ValueError(f"fault must be one of {FAULT_KINDS}, got {fault!r}")
+        with self._lock:
+            self._targeted.append((match, fault))
+
     def _decide(self, method: str, target: str) -> tuple[str, float]:
         with self._lock:
             self.requests += 1
             fault, delay = "", 0.0
-            if self.rate > 0 and self._rng.random() < self.rate:
+            hit = next((i for i, (match, _f) in enumerate(self._targeted) if match(method, target)), None)
+            if hit is not None:
+                fault = self._targeted.pop(hit)[1]
+                self.faults[fault] += 1
+                if fault == DELAY:
+                    delay = self._rng.uniform(*self.delay_range)
+            elif self.rate > 0 and self._rng.random() < self.rate:
                 if not self._bag:
                     self._bag = list(self.kinds)
                     self._rng.shuffle(self._bag)

@@ -152,6 +152,7 @@ class StreamingOffloader:
         deletion_log: DeletionLog | None = None,
         leases: TopicLeases | None = None,
         progress: Callable[[str, int, int, int], None] | None = None,
+        on_step: Callable[[str, str], None] | None = None,
     ) -> None:
         self.ml = ml
         self.hot = hot
@@ -161,6 +162,9 @@ class StreamingOffloader:
         self.deletion_log = deletion_log if deletion_log is not None else DeletionLog(ml.store)
         self.leases = leases
         self.progress = progress  # (topic, first ledger, bytes done, bytes total)
+        # (step, segment uuid) once a step of the protocol is done: "assigned" (step-1 CAS landed),
+        # "written" (data object and index written), "completed" (step-3 CAS landed). For crash tests.
+        self.on_step = on_step
 
     def _driver(self) -> pb.OffloadDriverMetadata:
         return self.segments.off.location.driver_metadata()
@@ -352,6 +356,7 @@ class StreamingOffloader:
             res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
             return self._finish(res, started)
         res.uuid = new_uuid
+        self._step("assigned", new_uuid)
 
         # step 2: the objects
         handles: list[ReadHandle] = []
@@ -381,6 +386,7 @@ class StreamingOffloader:
             for h in handles:
                 h.close()
         res.bytes, res.blocks, res.entries, res.payload_bytes = obj.data_length, obj.blocks, obj.entries, obj.payload_bytes
+        self._step("written", new_uuid)
 
         # step 3: complete only where our uuid is still assigned
         def complete(info) -> bool:
@@ -411,9 +417,14 @@ class StreamingOffloader:
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
         res.outcome = OUTCOME_OFFLOADED
+        self._step("completed", new_uuid)
         return self._finish(res, started)
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _step(self, step: str, uuid: str) -> None:
+        if self.on_step is not None:
+            self.on_step(step, uuid)
 
     def _advance_watermark(self, t: TopicName, lac: Position, as_of_ms: int, rollover_ms: int) -> None:
         """Everything up to ``lac`` is offloaded at ``as_of_ms``: later entries are younger than that.
