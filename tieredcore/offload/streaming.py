@@ -376,10 +376,12 @@ class StreamingOffloader:
             obj: OffloadedSegment = self.segments.write(sources, new_uuid, {"managedledgername": name}, progress=cb)
         except (HotLedgerNotFoundError, StaleHandleError) as e:
             res.outcome, res.error = OUTCOME_CONFLICT, f"hot-tier ledger gone: {e}"
+            self._unassign(t, msb, lsb)
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
         except Exception as e:
             res.error, res.error_type = f"{type(e).__name__}: {e}", type(e).__name__
+            self._unassign(t, msb, lsb)
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
         finally:
@@ -453,6 +455,26 @@ class StreamingOffloader:
                            driver=driver_dict(dm))
             for u, lid in uuids.items()
         ])
+
+    def _unassign(self, t: TopicName, msb: int, lsb: int) -> None:
+        """Take our failed attempt's (incomplete) entries off the ledgers before its deletion record is
+        appended, so the drain does not find it still in use. If this fails the next run's step 1 cleans
+        up; if the process dies before the record, reconciliation finds the unreferenced objects."""
+        def drop(info) -> bool:
+            changed = False
+            for li in info.ledgerInfo:
+                segs = li.offloadContext.offloadSegment
+                keep = [s for s in segs if s.complete or (s.uidMsb, s.uidLsb) != (msb, lsb)]
+                if len(keep) != len(segs):
+                    del segs[:]
+                    segs.extend(keep)
+                    changed = True
+            return changed
+
+        try:
+            self.ml.update_topic(t, drop)
+        except TieredError as e:
+            log.warning("%s: could not take back a failed segment assignment: %s", t.managed_ledger_name, e)
 
     def _discard_own(self, name: str, ledger_id: int, uuid: str, driver: pb.OffloadDriverMetadata) -> None:
         try:
