@@ -13,6 +13,7 @@ from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_ledger
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, _excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
 from tieredcore.names import TopicName
+from tieredcore.offload.context import is_offloaded
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo
 from tieredcore.stores.ownership import foreign_reason
 from tieredcore.workspace import Workspace
@@ -195,9 +196,9 @@ def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE
         if name not in topics:
             try:
                 info, _ = ws.ml.get_topic(name)
-                # the drain's rule: a listed hot copy is dropped only once complete and bookkeeperDeleted
-                topics[name] = {li.ledgerId: bool(li.HasField("offloadContext") and li.offloadContext.complete
-                                                  and li.offloadContext.bookkeeperDeleted)
+                # the drain's rule: a listed hot copy is dropped only once offloaded (a complete V1 copy or
+                # completed segments holding every entry) and bookkeeperDeleted
+                topics[name] = {li.ledgerId: bool(is_offloaded(li) and li.offloadContext.bookkeeperDeleted)
                                 for li in info.ledgerInfo}
             except NotFoundError:
                 topics[name] = None

@@ -1,0 +1,229 @@
+"""The lifecycle over ledgers held by PIP-76 streaming segments, on real workspaces and real streaming
+offloads: offload selection and the deletion lag (with its proof read back from the segments),
+retention and topic deletion (segment records, shared segments kept until their last ledger goes),
+orphan reconciliation of segment objects, and the scrub."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.workspaces import END_MS, sealed, stream
+from tieredcore.formats.keys import segment_data_key, segment_index_key
+from tieredcore.lifecycle.drain import drain
+from tieredcore.lifecycle.planner import ManualOffload, deletion_lag_due
+from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
+from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork, policy_store
+from tieredcore.model import Position
+from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
+from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.stores.blob import iter_objects
+from tieredcore.stores.deletion_log import DeletionLog
+from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.topic.writer import TopicWriter
+
+HOUR = 3600 * 1000
+T = "persistent://t/a/topic-0000"
+ML = "t/a/persistent/topic-0000"
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def set_ns(ws, ns="t/a", **fields):
+    return policy_store(ws).set_namespace(ns, fields)
+
+
+def ledger_infos(ws, topic=T):
+    info, _ = ws.ml.get_topic(topic)
+    return list(info.ledgerInfo)
+
+
+def run(ws, plan):
+    return [LedgerResult(**r) for r in run_work(ws.config, [w.as_dict() for w in plan])]
+
+
+def pending(ws, typ=None):
+    return sorted((e.record for e in DeletionLog(ws.metadata).pending() if typ is None or e.record.type == typ),
+                  key=lambda r: (r.type, r.ledger_id, r.uuid))
+
+
+def drain_ok(ws, as_of) -> dict:
+    """Phase 2: every due record processed, none left, nothing failed or refused."""
+    rep = drain(ws, as_of)
+    assert rep.retrying == rep.dead_lettered == rep.refused_mismatch == rep.refused_foreign == rep.malformed == 0, \
+        rep.rows
+    assert DeletionLog(ws.metadata).pending() == []
+    return rep.counts()
+
+
+def read_all(ws, topic=T, priority=TIERED_FIRST):
+    r = ws.reader(priority)
+    try:
+        return [(str(p), d) for p, d in r.read(topic)]
+    finally:
+        r.close()
+
+
+def object_keys(store) -> set[str]:
+    return {o.key for o in iter_objects(store) if "tiered-owner." not in o.key}
+
+
+def seg_keys(u: str, prefix: str = "") -> set[str]:
+    return {segment_data_key(prefix, u), segment_index_key(prefix, u)}
+
+
+def flip(store, key: str, pos: int) -> None:
+    md, data = store.head(key).metadata, bytearray(store.get(key))
+    data[pos] ^= 0x20
+    store.put(key, bytes(data), md)
+
+
+def first_block(ws, uuid: str, lid: int) -> int:
+    index, _, _ = SegmentOffloader(ws.offloader).open_index(uuid)
+    return index.section(lid).index_entries[0].offset
+
+
+def streamed_open_ledger(ws, early: int, late: int, t1: int, t2: int) -> int:
+    """Append `early` entries to a new open ledger, stream them at `t1`, append `late` more, seal it and
+    stream the rest at `t2`: a sealed ledger whose segments completed at two times. Its id."""
+    w = TopicWriter(ws.ml, ws.hot, T, clock_ms=lambda: t1)
+    try:
+        lid = w.append_many([b"early-%d-" % i * 20 for i in range(early)])[0].ledger_id
+        stream(ws, T, as_of=t1)
+        w.append_many([b"late-%d-" % i * 20 for i in range(late)])
+        w.rollover()
+    finally:
+        w.close(seal=False)
+    if t2:
+        stream(ws, T, as_of=t2)
+    return lid
+
+
+@pytest.fixture
+def ws(make_ws):
+    """4 sealed ledgers of 50 entries of ~1 KiB: 64 KiB segments hold one ledger each, 16 KiB ones a
+    quarter of a ledger, 256 KiB ones all four."""
+    return make_ws(["t/a"], entries=50, entry_size="1000-1100")
+
+
+# -- offload selection ----------------------------------------------------------------------------
+
+
+def test_segment_held_ledgers_are_not_offloaded_again_in_ledger_mode(ws):
+    set_ns(ws, offload_threshold_bytes=0)
+    ids = sealed(ws, T)
+    assert [w.ledgers for w in plan_offload(ws, None, END_MS)] == [ids]
+    stream(ws, T, max_segment_size=16 * 1024)
+    assert all(is_offloaded(li) and not is_complete(li) for li in ledger_infos(ws)[:-1])
+    assert plan_offload(ws, None, END_MS) == []
+    infos = ledger_infos(ws)
+    assert ManualOffload(up_to=Position(infos[-1].ledgerId, 0)).select(infos) == []
+    assert ManualOffload(keep_bytes=0).select(infos) == []
+    # and asked anyway, the ledger-mode protocol skips them: no V1 object is written
+    before = object_keys(ws.store)
+    res = run(ws, [TopicWork(T, KIND_OFFLOAD, ids, END_MS)])
+    assert [r.outcome for r in res] == ["skipped"] * 4
+    assert object_keys(ws.store) == before and not any(is_complete(li) for li in ledger_infos(ws))
+
+
+def test_a_sealed_ledger_only_partly_in_segments_is_still_offloaded(make_ws):
+    ws = make_ws(["t/a"], ledgers=2, entries=10)
+    set_ns(ws, offload_threshold_bytes=0)
+    lid = streamed_open_ledger(ws, 30, 10, END_MS + 1, 0)
+    li = ledger_infos(ws)[-2]
+    assert li.ledgerId == lid and covered_through(li) == 29 and li.entries == 40 and not is_offloaded(li)
+    assert [w.ledgers for w in plan_offload(ws, None, END_MS + 2)] == [[lid]]
+
+
+# -- the deletion lag -----------------------------------------------------------------------------
+
+
+def test_deletion_lag_counts_from_the_last_covering_segment(make_ws):
+    ws = make_ws(["t/a"], ledgers=2, entries=10)
+    set_ns(ws, deletion_lag_ms=HOUR)
+    t1, t2 = END_MS + 1000, END_MS + 2 * HOUR
+    lid = streamed_open_ledger(ws, 30, 10, t1, t2)
+    li = ledger_infos(ws)[-2]
+    assert is_offloaded(li) and len(segment_pieces(li)) == 2
+    assert not deletion_lag_due(li, HOUR, t1 + HOUR + 1)  # only the first segment is that old
+    assert not deletion_lag_due(li, HOUR, t2 + HOUR)  # exactly the lag: not yet
+    assert deletion_lag_due(li, HOUR, t2 + HOUR + 1)
+    assert lid not in [x for w in plan_lag_cleanup(ws, None, t2 + HOUR) for x in w.ledgers]
+    assert lid in [x for w in plan_lag_cleanup(ws, None, t2 + HOUR + 1) for x in w.ledgers]
+    # the generated ledgers were streamed at t1: due one lag after it
+    assert [w.ledgers for w in plan_lag_cleanup(ws, None, t1 + HOUR + 1)] == [sealed(ws, T)[:2]]
+
+
+@pytest.mark.parametrize("max_segment_size", [16 * 1024, 256 * 1024], ids=["ledger-over-segments",
+                                                                           "ledgers-share-a-segment"])
+def test_cleanup_proves_the_segments_then_marks_and_the_drain_deletes_the_hot_copies(ws, max_segment_size):
+    set_ns(ws, deletion_lag_ms=HOUR)
+    ids = sealed(ws, T)
+    before = read_all(ws, priority=HOT_FIRST)
+    stream(ws, T, max_segment_size=max_segment_size)
+    as_of = END_MS + HOUR + 1
+    plan = plan_lag_cleanup(ws, None, as_of)
+    assert [w.ledgers for w in plan] == [ids]
+    dry = run(ws, [TopicWork(w.topic, w.kind, w.ledgers, as_of, dry_run=True) for w in plan])
+    assert [r.outcome for r in dry] == ["planned"] * 4 and pending(ws) == []
+
+    res = run(ws, plan)
+    assert [(r.ledger, r.outcome) for r in res] == [(i, "marked") for i in ids], res
+    lis = ledger_infos(ws)
+    assert [r.uuid for r in res] == [",".join(p.uuid for p in segment_pieces(li)) for li in lis[:-1]]
+    assert all(r.entries == 50 and r.bytes == li.size for r, li in zip(res, lis, strict=False))
+    assert [(r.ledger_id, r.reason) for r in pending(ws)] == [(i, "deletion-lag") for i in ids]
+    assert [li.offloadContext.bookkeeperDeleted for li in lis] == [True] * 4 + [False]
+    assert all(ws.hot.exists(i) for i in ids)
+    for priority in (TIERED_FIRST, HOT_FIRST):  # readers already use the segments
+        assert read_all(ws, priority=priority) == before
+
+    counts = drain_ok(ws, as_of)
+    assert counts["deleted"] == 4 and counts["still_in_use"] == 0
+    assert not any(ws.hot.exists(i) for i in ids)
+    for priority in (TIERED_FIRST, HOT_FIRST):
+        assert read_all(ws, priority=priority) == before
+    assert plan_lag_cleanup(ws, None, as_of) == []
+
+
+@pytest.mark.parametrize("how", ["payload-byte", "payload-byte-no-checksums", "segment-lost", "foreign-ledger"])
+def test_cleanup_never_deletes_a_hot_copy_whose_segments_fail_the_proof(make_ws, how):
+    """The proof is every frame read back from the segments against the hot tier's CRCs (chunk
+    checksums too, when the segment has them), never a count."""
+    no_checksums = how in ("payload-byte-no-checksums", "foreign-ledger")  # only the walk itself can tell
+    ws = make_ws(["t/a"], entries=50, entry_size="1000-1100",
+                 config_overrides={"checksum_chunk": 0} if no_checksums else None)
+    set_ns(ws, deletion_lag_ms=HOUR)
+    ids = sealed(ws, T)
+    stream(ws, T, max_segment_size=64 * 1024)  # one segment per ledger
+    victim = ledger_infos(ws)[1]
+    (piece,) = segment_pieces(victim)
+    dkey = segment_data_key("", piece.uuid)
+    if how.startswith("payload-byte"):
+        flip(ws.store, dkey, first_block(ws, piece.uuid, victim.ledgerId) + 128 + 12 + 50)  # entry 0's payload
+    elif how == "segment-lost":
+        ws.store.delete([dkey])
+    else:  # the block headers name another ledger (the bytes are otherwise intact)
+        data, md = bytearray(ws.store.get(dkey)), ws.store.head(dkey).metadata
+        index, _, _ = SegmentOffloader(ws.offloader).open_index(piece.uuid)
+        for e in index.section(victim.ledgerId).index_entries:
+            data[e.offset + 28: e.offset + 36] = (999).to_bytes(8, "big")
+        ws.store.put(dkey, bytes(data), md)
+    if how == "payload-byte-no-checksums":  # a reader cannot tell (no chunk checksums): the hot CRCs can
+        assert read_all(ws) != read_all(ws, priority=HOT_FIRST)
+
+    as_of = END_MS + HOUR + 1
+    res = {r.ledger: r for r in run(ws, plan_lag_cleanup(ws, None, as_of))}
+    bad = res[victim.ledgerId]
+    assert bad.outcome == "verify-failed" and bad.failed and "hot copy kept" in bad.error, bad
+    assert piece.uuid in bad.error
+    expected_error = {"payload-byte": "CorruptObjectError", "payload-byte-no-checksums": "differs from the hot copy",
+                      "segment-lost": "OffloadedLedgerNotFoundError", "foreign-ledger": "ledger 999"}[how]
+    assert expected_error in bad.error
+    assert [res[i].outcome for i in ids if i != victim.ledgerId] == ["marked"] * 3
+    assert not ledger_infos(ws)[1].offloadContext.bookkeeperDeleted
+    assert [r.ledger_id for r in pending(ws, "ledger")] == [i for i in ids if i != victim.ledgerId]
+    drain_ok(ws, as_of)
+    assert [ws.hot.exists(i) for i in ids] == [False, True, False, False]
+    assert len(read_all(ws, priority=HOT_FIRST)) == 200
