@@ -227,3 +227,64 @@ def test_cleanup_never_deletes_a_hot_copy_whose_segments_fail_the_proof(make_ws,
     drain_ok(ws, as_of)
     assert [ws.hot.exists(i) for i in ids] == [False, True, False, False]
     assert len(read_all(ws, priority=HOT_FIRST)) == 200
+
+
+# -- retention and topic deletion -----------------------------------------------------------------
+
+
+def test_retention_sends_segments_to_the_log_and_a_shared_segment_goes_with_its_last_ledger(ws):
+    """96 KiB segments: S1 = ledger 0 + the start of ledger 1, S2 = the rest of ledger 1 + (part of)
+    ledger 2, ... Trimming ledger 0 keeps S1 (ledger 1 still reads from it); trimming ledger 1
+    then deletes S1 and keeps S2."""
+    ids = sealed(ws, T)
+    stream(ws, T, max_segment_size=96 * 1024)
+    lis = ledger_infos(ws)
+    pieces = {li.ledgerId: [p.uuid for p in segment_pieces(li)] for li in lis[:-1]}
+    s1, s2 = pieces[ids[1]]
+    assert pieces[ids[0]] == [s1] and pieces[ids[2]][0] == s2
+    expected = read_all(ws, priority=HOT_FIRST)
+    set_ns(ws, retention_time_minutes=25)
+
+    from tieredcore.lifecycle.retention import trim_topic
+
+    rows = trim_topic(ws, T, END_MS)  # ledger 0 is 30 min old, ledger 1 20 min
+    assert [(r.ledger, r.outcome) for r in rows] == [(ids[0], "trimmed")]
+    assert [(r.type, r.ledger_id, r.uuid, r.reason) for r in pending(ws)] == [
+        ("ledger", ids[0], "", "retention"), ("segment", ids[0], s1, "retention")]
+    assert pending(ws, "segment")[0].driver["name"] == "filesystem"
+    counts = drain_ok(ws, END_MS)
+    assert counts["deleted"] == 1 and counts["still_in_use"] == 1  # the hot copy; S1 is ledger 1's too
+    assert not ws.hot.exists(ids[0]) and seg_keys(s1) <= object_keys(ws.store)
+    for h in ids[1:]:
+        ws.hot.delete_ledger(h)  # ledger 1 must now read from S1 and S2
+    assert read_all(ws) == expected[50:]
+
+    rows = trim_topic(ws, T, END_MS + 10 * 60_000)
+    assert [(r.ledger, r.outcome) for r in rows] == [(ids[1], "trimmed")]
+    assert {(r.type, r.uuid) for r in pending(ws, "segment")} == {("segment", s1), ("segment", s2)}
+    counts = drain_ok(ws, END_MS + 10 * 60_000)
+    assert counts["deleted"] == 1 and counts["still_in_use"] == 1  # S1 deleted; S2 still ledger 2's
+    assert counts["already_deleted"] == 1  # ledger 1's hot copy
+    keys = object_keys(ws.store)
+    assert not seg_keys(s1) & keys and seg_keys(s2) <= keys
+    assert read_all(ws) == expected[100:]
+
+
+def test_topic_deletion_sends_every_segment_to_the_log_and_the_drain_deletes_them(make_ws):
+    ws = make_ws(["t/a"], ledgers=3, entries=10)
+    w = TopicWriter(ws.ml, ws.hot, T, clock_ms=lambda: END_MS + 1)
+    try:
+        w.append_many([b"open-%d" % i for i in range(5)])  # the open ledger, streamed up to entry 4
+        stream(ws, T, max_segment_size=16 * 1024, as_of=END_MS + 2)
+    finally:
+        w.close(seal=False)
+    uuids = {p.uuid for li in ledger_infos(ws) for p in segment_pieces(li)}
+    assert len(uuids) == 2 and covered_through(ledger_infos(ws)[-1]) == 4
+    from tieredcore.lifecycle.retention import delete_topic
+
+    res = delete_topic(ws, T, END_MS + 3)
+    assert res.deleted and res.records == {"ledger": 4, "offloaded": 0, "segment": 4}
+    assert {r.uuid for r in pending(ws, "segment")} == uuids
+    counts = drain_ok(ws, END_MS + 3)
+    assert counts["deleted"] == 8
+    assert object_keys(ws.store) == set() and ws.hot.list_ledgers() == []
