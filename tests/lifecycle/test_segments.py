@@ -5,20 +5,31 @@ orphan reconciliation of segment objects, and the scrub."""
 
 from __future__ import annotations
 
+import os
+import time
+import uuid as uuidlib
+from pathlib import Path
+
 import pytest
 
 from tests.support.workspaces import END_MS, sealed, stream
 from tieredcore.formats.keys import segment_data_key, segment_index_key
+from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.planner import ManualOffload, deletion_lag_due
+from tieredcore.lifecycle.reconcile.orphans import find_hot_orphans
+from tieredcore.lifecycle.reconcile.run import reconcile, store_locations
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork, policy_store
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
-from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.segments import SegmentOffloader, SegmentSource
 from tieredcore.stores.blob import iter_objects
 from tieredcore.stores.deletion_log import DeletionLog
+from tieredcore.stores.location import parse_store_url
+from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.writer import TopicWriter
 
@@ -288,3 +299,102 @@ def test_topic_deletion_sends_every_segment_to_the_log_and_the_drain_deletes_the
     counts = drain_ok(ws, END_MS + 3)
     assert counts["deleted"] == 8
     assert object_keys(ws.store) == set() and ws.hot.list_ledgers() == []
+
+
+# -- orphan reconciliation ------------------------------------------------------------------------
+
+
+GRACE = HOUR
+
+
+def age_keys(ws, keys, ms: int) -> None:
+    """Last-modified time of objects of the filesystem store (and their metadata sidecars)."""
+    root = Path(ws.store.root)
+    for k in keys:
+        for p in (root / k, root / ".tiered" / "meta" / k):
+            if p.exists():
+                os.utime(p, ns=(ms * 1_000_000, ms * 1_000_000))
+
+
+def write_segment(ws, seg: SegmentOffloader, lid: int, u: str) -> None:
+    h = ws.hot.open_ledger(lid)
+    try:
+        seg.write([SegmentSource(h, 0, h.last_add_confirmed)], u, {"managedledgername": ML})
+    finally:
+        h.close()
+
+
+def test_reconcile_records_unreferenced_segments_and_never_referenced_ones(make_ws):
+    ws = make_ws(["t/a"], ledgers=3, entries=10)
+    stream(ws, T, max_segment_size=16 * 1024)
+    referenced = {p.uuid for li in ledger_infos(ws) for p in segment_pieces(li)}
+    assert len(referenced) == 2
+    lid = sealed(ws, T)[0]
+    seg = SegmentOffloader(ws.offloader, block_size=8192, min_part_size=0)
+    assigned, orphan, young, foreign = (str(uuidlib.uuid4()) for _ in range(4))
+    for u in (assigned, orphan, young):
+        write_segment(ws, seg, lid, u)
+    write_segment(ws, SegmentOffloader(LedgerOffloader(ws.store, cluster="east"), block_size=8192, min_part_size=0),
+                  lid, foreign)  # another cluster sharing the store: never ours to delete
+    msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(assigned))
+
+    def assign(info):  # an upload in flight (or abandoned by a crash): assigned, not complete
+        s = info.ledgerInfo[-1].offloadContext.offloadSegment.add(uidMsb=msb, uidLsb=lsb, complete=False)
+        s.endEntryId = 0
+        return True
+
+    ws.ml.update_topic(T, assign)
+    stale_upload = segment_data_key("", str(uuidlib.uuid4()))
+    ws.store.initiate_multipart(stale_upload)  # a segment upload nobody completed
+
+    as_of = max(int(time.time() * 1000), END_MS) + 3 * GRACE
+    age_keys(ws, object_keys(ws.store), as_of - 2 * GRACE)
+    age_keys(ws, seg_keys(young), as_of - GRACE // 2)
+    rep = reconcile(ws, as_of, GRACE)
+    assert rep.errors == []
+    assert [(r.type, r.uuid, r.topic, r.ledger_id, r.reason) for r in pending(ws)] == [
+        ("segment", orphan, ML, 0, "orphan")]
+    pending(ws)[0].validate()
+    assert (rep.orphan_groups, rep.orphan_segments, rep.orphan_objects) == (1, 1, 2)
+    assert rep.orphan_bytes == sum(ws.store.head(k).size for k in seg_keys(orphan))
+    assert rep.by_namespace["t/a"]["segment"]["count"] == 1
+    assert rep.young_unreferenced == 2 and rep.foreign_cluster_groups == 1
+    assert rep.segment_keys == 2 * (len(referenced) + 4) and rep.foreign_keys == 0
+    assert (rep.stale_uploads, rep.uploads_aborted, rep.foreign_uploads) == (1, 1, 0)
+    assert ws.store.list_multipart_uploads() == []
+
+    counts = drain_ok(ws, as_of)
+    assert counts["deleted"] == 1
+    keys = object_keys(ws.store)
+    assert not seg_keys(orphan) & keys
+    assert all(seg_keys(u) <= keys for u in (*referenced, assigned, young, foreign))
+    assert reconcile(ws, as_of, GRACE).orphan_groups == 0
+
+
+def test_reconcile_lists_the_stores_only_segments_name(make_ws, tmp_path):
+    ws = make_ws(["t/a"], ledgers=2, entries=10)
+    other = ws.offloader_at(parse_store_url(f"file://{tmp_path / 'elsewhere'}?prefix=seg"))
+    stream(ws, T, offloader=other)  # no policy names that store: only the segments' driver metadata
+    assert other.location.label in {loc.where.label for loc in store_locations(ws)}
+    u = str(uuidlib.uuid4())
+    write_segment(ws, SegmentOffloader(other, block_size=8192, min_part_size=0), sealed(ws, T)[0], u)
+    as_of = max(int(time.time() * 1000), END_MS) + 3 * GRACE
+    rep = reconcile(ws, as_of, GRACE)
+    assert rep.errors == [] and other.location.label in rep.locations
+    (rec,) = pending(ws)
+    assert (rec.type, rec.uuid, rec.driver["properties"]["prefix"]) == ("segment", u, "seg/")
+    drain_ok(ws, as_of)
+    assert not seg_keys(u, "seg/") & object_keys(other.store)
+
+
+def test_a_marked_segment_held_ledger_whose_hot_copy_was_left_behind_is_a_hot_orphan(ws):
+    stream(ws, T)
+    lid = sealed(ws, T)[0]
+
+    def mark(info):  # bookkeeperDeleted recorded, the hot copy's record lost (an older version's crash)
+        find_ledger(info, lid).offloadContext.bookkeeperDeleted = True
+        return True
+
+    ws.ml.update_topic(T, mark)
+    h = find_hot_orphans(ws, END_MS + 100 * HOUR, GRACE)
+    assert [(o.ledger_id, o.reason) for o in h.orphans] == [(lid, "bookkeeper-deleted")]
