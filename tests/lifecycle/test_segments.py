@@ -20,6 +20,7 @@ from tieredcore.lifecycle.planner import ManualOffload, deletion_lag_due
 from tieredcore.lifecycle.reconcile.orphans import find_hot_orphans
 from tieredcore.lifecycle.reconcile.run import reconcile, store_locations
 from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork, policy_store
 from tieredcore.model import Position
@@ -398,3 +399,61 @@ def test_a_marked_segment_held_ledger_whose_hot_copy_was_left_behind_is_a_hot_or
     ws.ml.update_topic(T, mark)
     h = find_hot_orphans(ws, END_MS + 100 * HOUR, GRACE)
     assert [(o.ledger_id, o.reason) for o in h.orphans] == [(lid, "bookkeeper-deleted")]
+
+
+# -- scrub ----------------------------------------------------------------------------------------
+
+
+def scrub(ws, *, deep=False, repair=False) -> dict[int, LedgerResult]:
+    work = plan_scrub(ws, None, END_MS + HOUR, deep=deep, repair=repair)
+    return {r.ledger: r for r in run(ws, work)}
+
+
+def test_scrub_checks_segment_held_ledgers_and_a_streamed_prefix(make_ws):
+    ws = make_ws(["t/a"], ledgers=3, entries=50, entry_size="1000-1100")
+    w = TopicWriter(ws.ml, ws.hot, T, clock_ms=lambda: END_MS + 1)
+    try:
+        w.append_many([b"open-%d-" % i * 100 for i in range(20)])
+        stream(ws, T, max_segment_size=16 * 1024, as_of=END_MS + 2)  # the open ledger up to entry 19
+        lis = ledger_infos(ws)
+        assert covered_through(lis[-1]) == 19 and not is_offloaded(lis[-1])
+        shallow = scrub(ws)
+        assert sorted(shallow) == [li.ledgerId for li in lis]
+        assert {r.outcome for r in shallow.values()} == {"ok"}, shallow
+        for li in lis:
+            r = shallow[li.ledgerId]
+            assert r.uuid == ",".join(p.uuid for p in segment_pieces(li)) and r.bytes > 0
+        assert [shallow[li.ledgerId].entries for li in lis] == [50, 50, 50, 20]
+        deep = scrub(ws, deep=True)
+        assert {r.outcome for r in deep.values()} == {"ok"}
+        assert all(deep[x].bytes > shallow[x].bytes and deep[x].blocks >= 1 for x in deep)
+    finally:
+        w.close(seal=False)
+
+
+def test_scrub_reports_damaged_segments_and_data_loss_without_deleting_anything(make_ws):
+    ws = make_ws(["t/a"], entries=50, entry_size="1000-1100", config_overrides={"checksum_chunk": 0})
+    stream(ws, T, max_segment_size=64 * 1024)  # one segment per ledger
+    lis = ledger_infos(ws)
+    lost, flipped, gone_hot = lis[0], lis[1], lis[2]
+    (p_lost,), (p_flipped,), (p_gone,) = (segment_pieces(li) for li in (lost, flipped, gone_hot))
+    ws.store.delete([segment_index_key("", p_lost.uuid)])
+    flip(ws.store, segment_data_key("", p_flipped.uuid), first_block(ws, p_flipped.uuid, flipped.ledgerId) + 200)
+    ws.hot.delete_ledger(gone_hot.ledgerId)
+    before = object_keys(ws.store)
+
+    shallow = scrub(ws)  # a lost index shows; flipped payload bytes (no chunk checksums) do not
+    assert shallow[lost.ledgerId].outcome == "damaged" and "OffloadedLedgerNotFoundError" in shallow[lost.ledgerId].error
+    assert [shallow[li.ledgerId].outcome for li in (flipped, gone_hot, lis[3])] == ["ok"] * 3
+    deep = scrub(ws, deep=True, repair=True)
+    assert deep[lost.ledgerId].outcome == "damaged" and "not repaired" in deep[lost.ledgerId].error
+    assert deep[flipped.ledgerId].outcome == "damaged" and "differs from the hot copy" in deep[flipped.ledgerId].error
+    r = deep[gone_hot.ledgerId]  # read back whole (no hot copy to compare with)
+    assert r.outcome == "ok" and r.blocks >= 1 and r.bytes > shallow[gone_hot.ledgerId].bytes
+    assert deep[lis[3].ledgerId].outcome == "ok"
+    ws.store.delete([segment_data_key("", p_gone.uuid)])
+    r = scrub(ws)[gone_hot.ledgerId]
+    assert r.outcome == "unrecoverable" and r.failed and r.error.startswith("DATA LOSS")
+    assert DeletionLog(ws.metadata).pending() == []
+    assert object_keys(ws.store) == before - {segment_data_key("", p_gone.uuid)}
+    assert [segment_pieces(li) for li in ledger_infos(ws)] == [segment_pieces(li) for li in lis]
