@@ -166,3 +166,20 @@ def test_segments_of_one_ledger_in_two_stores_are_read_where_their_driver_metada
     got, r = read(ws)
     assert got == expected and r.fallbacks == 0 and len(got) == 20 + 40
     assert not ws.hot.exists(lid)
+
+
+def test_segment_handles_are_cached_like_v1_handles(ws):
+    stream(ws, T, max_segment_size=16 * 1024)
+    r = ws.reader(TIERED_FIRST)
+    try:
+        first = list(r.read(T))
+        handles = dict(r._offloaded)
+        assert sorted(lid for lid, _ in handles) == sealed(ws, T)
+        requests = sum(h.requests for h in handles.values())
+        assert list(r.read(T)) == first
+        assert all(r._offloaded[k] is h for k, h in handles.items()) and len(r._offloaded) == 4
+        # the same handles: no index opened again, their buffered windows served the second read
+        assert sum(h.requests for h in handles.values()) == requests
+    finally:
+        r.close()
+    assert r._offloaded == {}
