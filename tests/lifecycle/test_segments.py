@@ -199,7 +199,8 @@ def test_cleanup_proves_the_segments_then_marks_and_the_drain_deletes_the_hot_co
     assert plan_lag_cleanup(ws, None, as_of) == []
 
 
-@pytest.mark.parametrize("how", ["payload-byte", "payload-byte-no-checksums", "segment-lost", "foreign-ledger"])
+@pytest.mark.parametrize("how", ["payload-byte", "payload-byte-no-checksums", "segment-lost", "foreign-ledger",
+                                 "size-mismatch"])
 def test_cleanup_never_deletes_a_hot_copy_whose_segments_fail_the_proof(make_ws, how):
     """The proof is every frame read back from the segments against the hot tier's CRCs (chunk
     checksums too, when the segment has them), never a count."""
@@ -216,6 +217,13 @@ def test_cleanup_never_deletes_a_hot_copy_whose_segments_fail_the_proof(make_ws,
         flip(ws.store, dkey, first_block(ws, piece.uuid, victim.ledgerId) + 128 + 12 + 50)  # entry 0's payload
     elif how == "segment-lost":
         ws.store.delete([dkey])
+    elif how == "size-mismatch":  # the topic's record and the segment disagree on the ledger's size
+
+        def grow(info):
+            find_ledger(info, victim.ledgerId).size += 1
+            return True
+
+        ws.ml.update_topic(T, grow)
     else:  # the block headers name another ledger (the bytes are otherwise intact)
         data, md = bytearray(ws.store.get(dkey)), ws.store.head(dkey).metadata
         index, _, _ = SegmentOffloader(ws.offloader).open_index(piece.uuid)
@@ -231,7 +239,8 @@ def test_cleanup_never_deletes_a_hot_copy_whose_segments_fail_the_proof(make_ws,
     assert bad.outcome == "verify-failed" and bad.failed and "hot copy kept" in bad.error, bad
     assert piece.uuid in bad.error
     expected_error = {"payload-byte": "CorruptObjectError", "payload-byte-no-checksums": "differs from the hot copy",
-                      "segment-lost": "OffloadedLedgerNotFoundError", "foreign-ledger": "ledger 999"}[how]
+                      "segment-lost": "OffloadedLedgerNotFoundError", "foreign-ledger": "ledger 999",
+                      "size-mismatch": "the topic's metadata says"}[how]
     assert expected_error in bad.error
     assert [res[i].outcome for i in ids if i != victim.ledgerId] == ["marked"] * 3
     assert not ledger_infos(ws)[1].offloadContext.bookkeeperDeleted
