@@ -380,17 +380,21 @@ def test_find_object_orphans_pure():
         row(data_key("", u[2], 3), 100), row(index_key("", u[2], 3), 950),  # index young: whole group young
         row(index_key("", u[3], 4), 200),  # lone index orphan
         row(data_key("", u[1], 9), 120),  # same uuid, another ledger: its own group
-        row("notes/readme.txt", 0), row(u[4], 0), row(u[4] + "-index", 0),
+        row("notes/readme.txt", 0), row(u[4], 300), row(u[4] + "-index", 300),  # an unreferenced segment
     ]
     r = find_object_orphans(rows, {u[0]}, as_of_ms=1000, grace_ms=100)
     assert [(g.uuid, g.ledger_id, g.keys, g.bytes) for g in r.groups] == [
         (u[1], 2, sorted([data_key("", u[1], 2), index_key("", u[1], 2)]), 20),
         (u[1], 9, [data_key("", u[1], 9)], 10),
         (u[3], 4, [index_key("", u[3], 4)], 10),
+        (u[4], None, [u[4], u[4] + "-index"], 20),
     ]
     assert r.groups[2].has_index and not r.groups[2].has_data
+    assert r.groups[3].is_segment and r.groups[3].has_data and r.groups[3].has_index
     assert (r.foreign_keys, r.young_unreferenced, r.referenced_objects, r.rows) == (1, 2, 2, len(rows))
-    assert r.segment_keys == 2  # {uuid} / {uuid}-index keys: recognised, never flagged
+    assert r.segment_keys == 2  # {uuid} / {uuid}-index keys: one segment group per uuid
+    # a referenced segment (assigned or complete on some ledger) is never flagged
+    assert [g.uuid for g in find_object_orphans(rows, {u[0], u[4]}, 1000, 100).groups] == [u[1], u[1], u[3]]
     assert r.oldest_age_ms(1000) == 900
     # parse_row agrees with keys.parse_ledger_key on ledger keys, and is strict where it is lenient
     for k in (data_key("x/", u[0], 12), index_key("x/", u[0], 0)):

@@ -11,6 +11,8 @@ from typing import Any
 from tieredcore.cli import main as cli
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult, StreamingOffloader
 from tieredcore.workspace import Workspace
 
 # the newest sealed ledger of every generated topic closes at END; the others INTERVAL earlier each
@@ -68,3 +70,18 @@ def offload(ws: Workspace, topic: str, ledgers: Iterable[int], as_of: int | None
 def offload_one(ws: Workspace, topic: str, ledger: int, offloader: LedgerOffloader | None = None) -> str:
     """Offload one ledger; its uuid."""
     return offload(ws, topic, [ledger], offloader=offloader)[ledger]
+
+
+def stream(ws: Workspace, topic: str, *, max_segment_size: int = 64 * 1024, as_of: int = END_MS,
+           block_size: int = 8192, force_tail: bool = True, offloader: LedgerOffloader | None = None,
+           rollover_ms: int = 600_000) -> list[SegmentOffloadResult]:
+    """Streaming offload (PIP-76) of the topic's pending entries into segments of at most
+    `max_segment_size` bytes (blocks of `block_size`, one block per multipart part), at logical time
+    `as_of` (also the clock of its assigned/offloaded timestamps); every segment must land."""
+    seg = SegmentOffloader(offloader or ws.offloader, block_size=block_size, min_part_size=0)
+    so = StreamingOffloader(ws.ml, ws.hot, seg, deletion_log=ws.deletion_log, leases=ws.leases,
+                            clock_ms=lambda: as_of)
+    res = so.offload_topic(topic, max_segment_size=max_segment_size, rollover_ms=rollover_ms, as_of_ms=as_of,
+                           force_tail=force_tail)
+    assert all(r.outcome in ("offloaded", OUTCOME_HELD) for r in res), res
+    return [r for r in res if r.outcome == "offloaded"]

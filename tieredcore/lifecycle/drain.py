@@ -9,7 +9,8 @@ For each due record, in this order:
    ``bookkeeperDeleted`` is never cleared, so "not in use" cannot turn into "in use" meanwhile):
 
    - ``ledger``: the topic exists, lists the ledger, and its hot copy is still the one the topic relies
-     on, i.e. not (offload complete and ``bookkeeperDeleted``);
+     on, i.e. not (offloaded and ``bookkeeperDeleted``; offloaded: a complete V1 offload, or every entry
+     in completed PIP-76 segments);
    - ``offloaded``: the topic exists, lists the ledger and the record's uuid is the ledger's current
      OffloadContext uuid (complete or in flight);
    - ``segment``: the topic exists and some ledger's offload segments name the uuid.
@@ -63,7 +64,13 @@ from tieredcore.errors import (
 )
 from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
 from tieredcore.names import TopicName, namespace_of
-from tieredcore.offload.context import context_uuid, driver_dict, driver_metadata_from_dict, segment_uuids
+from tieredcore.offload.context import (
+    context_uuid,
+    driver_dict,
+    driver_metadata_from_dict,
+    is_offloaded,
+    segment_uuids,
+)
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.reports import Totals, totals
 from tieredcore.stores.blob import BlobStore
@@ -289,8 +296,8 @@ def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
     if li is None:
         return None
     if rec.type == TYPE_LEDGER:
-        ctx = li.offloadContext if li.HasField("offloadContext") else None
-        if ctx is not None and ctx.complete and ctx.bookkeeperDeleted:
+        # complete: a V1 offload, or every entry in completed segments (PIP-76)
+        if is_offloaded(li) and li.offloadContext.bookkeeperDeleted:
             return None
         return "ledger is listed and the topic still relies on its hot copy"
     if context_uuid(li) == uuid:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tieredcore.errors import ValidationError
 from tieredcore.model import Position
+from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.units import parse_keep_bytes
 
 
@@ -16,7 +17,9 @@ def _is_sealed(li, is_last: bool) -> bool:
 
 
 def _complete(li) -> bool:
-    return li.HasField("offloadContext") and li.offloadContext.complete
+    """Has a complete object-store copy: a complete V1 offload, or completed PIP-76 segments holding
+    every entry (never offloaded again)."""
+    return is_offloaded(li)
 
 
 def select_prefix(ledgers: Sequence, position: Position) -> list[int]:
@@ -113,11 +116,17 @@ def select_by_threshold(
 
 
 def deletion_lag_due(li, lag_ms: int | None, now_ms: int) -> bool:
-    """Hot copy may be deleted: complete, not yet deleted, and completed strictly more than lag ago."""
+    """Hot copy may be deleted: complete, not yet deleted, and completed strictly more than lag ago. A
+    ledger held by PIP-76 segments is complete once it is sealed and completed segments hold every entry
+    of it; it completed when the last of those segments did (their latest offloadedTimestamp)."""
     if lag_ms is None or not li.HasField("offloadContext"):
         return False
     ctx = li.offloadContext
-    return ctx.complete and not ctx.bookkeeperDeleted and now_ms - ctx.timestamp > lag_ms
+    if ctx.bookkeeperDeleted:
+        return False
+    if ctx.complete:
+        return now_ms - ctx.timestamp > lag_ms
+    return is_offloaded(li) and now_ms - covering_offloaded_ms(li) > lag_ms
 
 
 def ledgers_as_of(ledgers: Sequence, as_of_ms: int) -> list:

@@ -1,7 +1,8 @@
 """Scrub and repair: find damaged or lost offloaded copies before a reader does, repair them from the hot
 copy, and report loudly what cannot be repaired.
 
-For every ledger of the chosen topics whose offload is complete (one unit each):
+For every ledger of the chosen topics whose offload is complete, or with entries in completed PIP-76
+segments (one unit each):
 
 - **shallow** (every run): both objects exist (HEAD), the index object is read and parsed, its checksum
   holds (this project's objects), its structure is sound, its data length is the data object's size, and
@@ -17,6 +18,13 @@ A damaged copy whose hot copy still exists (even one marked for deletion but not
 copy and swapped in by CAS; the damaged attempt goes to the deletion log
 (:meth:`tieredcore.offload.managed.TopicOffloader.replace_offload`). Without a hot copy the damage is
 **data loss**: reported (outcome ``unrecoverable``, the run fails and names the ledgers), never deleted.
+
+A ledger held by segments is checked the same way over its segments: shallow, every segment's index is
+read and parsed and must hold exactly the entries the topic's metadata says (and, for a sealed ledger
+fully held by segments, its size); deep, its blocks in each segment are read back
+(:func:`tieredcore.offload.verify.verify_segments`), against the hot CRCs when the hot copy exists.
+Segments are shared by several ledgers and are not repaired here: a damaged one is reported (damaged
+while a hot copy exists, unrecoverable without one).
 
 Outcomes per ledger: ok, damaged (found, not repaired: no ``repair``, or the repair did not land),
 repaired, unrecoverable, failed (the store failed: nothing could be decided), skipped (no longer complete
@@ -34,6 +42,7 @@ from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
+from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offloaded
 from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
@@ -63,7 +72,8 @@ def plan_scrub(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, *, topics: Iterable[str] | None = None,
     deep: bool = False, repair: bool = True, dry_run: bool = False,
 ) -> list[TopicWork]:
-    """Topics (named, or every topic of the namespaces: all by default) with complete offloads."""
+    """Topics (named, or every topic of the namespaces: all by default) with complete offloads or
+    completed segments."""
     if topics:
         names = [TopicName.parse(t) for t in topics]
     else:
@@ -74,7 +84,7 @@ def plan_scrub(
             info, _ = ws.ml.get_topic(t)
         except NotFoundError:
             continue  # deleted since listing
-        ids = [li.ledgerId for li in info.ledgerInfo if is_complete(li)]
+        ids = [li.ledgerId for li in info.ledgerInfo if has_offloaded_copy(li)]
         if ids:
             out.append(TopicWork(t.full, KIND_SCRUB, ids, as_of_ms, dry_run,
                                  options={"deep": deep, "repair": repair and not dry_run}))
@@ -94,9 +104,11 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
                repair: bool) -> str:
     info, _ = ws.ml.get_topic(t)
     li = find_ledger(info, lid)
-    if li is None or not is_complete(li):
+    if li is None or not has_offloaded_copy(li):
         row.outcome = "skipped"  # trimmed or replaced since planned
         return ""
+    if not is_complete(li):
+        return _scrub_segments(ws, t, li, row, deep)
     uuid = context_uuid(li)
     assert uuid is not None
     row.uuid, row.entries = uuid, li.entries
@@ -138,6 +150,41 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     else:
         row.outcome, row.error = OUTCOME_DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
         return r.error_type
+    return ""
+
+
+def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bool) -> str:
+    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
+    lid = li.ledgerId
+    uuids = copy_uuids(li)
+    row.uuid = ",".join(uuids)
+    problem = None
+    try:
+        h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
+        row.entries = h.last_add_confirmed + 1
+        try:
+            h.open_all()  # every index: exists, parses, holds what the topic's metadata says
+            row.bytes = h.index_bytes
+            if deep:
+                rep = verify_offloaded(h, _hot_crcs(ws, lid))
+                row.bytes += rep.bytes_read
+                row.blocks = rep.blocks
+        finally:
+            h.close()
+    except BlobStoreError as e:
+        row.outcome, row.error = "failed", f"could not check the segments: {e}"
+        return type(e).__name__
+    except (FormatError, NotFoundError) as e:
+        problem = f"{type(e).__name__}: {e}"
+    if problem is None:
+        row.outcome = OUTCOME_OK
+        return ""
+    if not ws.hot.exists(lid):
+        row.outcome = OUTCOME_UNRECOVERABLE
+        row.error = f"DATA LOSS: the segments of ledger {lid} are damaged ({problem}) and there is no hot copy"
+        return ""
+    row.outcome = OUTCOME_DAMAGED
+    row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"
     return ""
 
 

@@ -13,6 +13,11 @@ memory) and every frame compared with the CRC32C the hot tier recorded for that 
 ``verify-failed``) and is replaced by a verified re-offload under a new uuid; the damaged attempt goes to
 the deletion log.
 
+A sealed ledger whose every entry lies in completed PIP-76 segments is due once the lag has passed since
+the last of them completed; its proof reads the ledger back from its segments (its blocks in each, every
+frame against the hot CRCs). A segment that fails keeps the hot copy (``verify-failed``); segments are
+shared by several ledgers, so it is not re-offloaded here.
+
 Runners hold a per-topic lease (a second runner skips the topic: outcome ``busy``), and a run stops
 trying after ``store_failure_limit`` consecutive object-store failures (the rest: ``aborted``).
 """
@@ -46,9 +51,9 @@ from tieredcore.lifecycle.work import (
     resolve_namespaces,
 )
 from tieredcore.names import TopicName
-from tieredcore.offload.context import context_uuid
+from tieredcore.offload.context import is_complete, is_offloaded
+from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
 from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
-from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
@@ -145,9 +150,13 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     if li is None or not deletion_lag_due(li, pol.deletion_lag, w.as_of_ms):
         row.outcome = "skipped"  # trimmed, already done, or not due (re-checked on current metadata)
         return ""
-    uuid = context_uuid(li)
-    assert uuid is not None  # complete
-    row.uuid, row.bytes, row.entries = uuid, li.size, li.entries
+    v1 = is_complete(li)  # else every entry lies in completed PIP-76 segments
+    uuids = copy_uuids(li)
+    copy = copy_key(li)
+    assert uuids  # complete
+    uuid = uuids[0]
+    row.uuid, row.bytes, row.entries = ",".join(uuids), li.size, li.entries
+    what = f"offloaded copy {uuid}" if v1 else f"segment copy ({', '.join(uuids)})"
     off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
     try:
         hot = ws.hot.open_ledger(lid)
@@ -160,7 +169,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     # the proof: every frame of the offloaded copy hashes to the CRC32C the hot tier recorded for it
     try:
         try:
-            h = off.read_offloaded(lid, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
+            h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
             try:
                 verify_offloaded(h, hot.entry_crcs() if hot is not None else None)
             finally:
@@ -170,12 +179,15 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
             return type(e).__name__
         except (FormatError, NotFoundError) as e:
             row.outcome = OUTCOME_VERIFY_FAILED
-            row.error = f"offloaded copy {uuid} does not read back correctly ({type(e).__name__}: {e})"
+            row.error = f"{what} does not read back correctly ({type(e).__name__}: {e})"
             if hot is None:
                 row.error += "; there is no hot copy either: data at risk (see `tiered scrub`)"
                 return ""
             row.error += "; hot copy kept"
             if w.dry_run:
+                return ""
+            if not v1:  # segments are shared by several ledgers: no re-offload here
+                row.error += " (damaged segments are not repaired yet: see `tiered scrub`)"
                 return ""
             hot.close()
             hot = None
@@ -197,8 +209,9 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
                                            reason=REASON_DELETION_LAG, created_ms=w.as_of_ms)])
 
     def mark(info) -> bool:
+        # only if the copy proven is still the ledger's complete copy (same uuid, or the same segments)
         cur = find_ledger(info, lid)
-        if cur is None or context_uuid(cur) != uuid or not cur.offloadContext.complete \
+        if cur is None or not is_offloaded(cur) or is_complete(cur) != v1 or copy_key(cur) != copy \
                 or cur.offloadContext.bookkeeperDeleted:
             return False
         cur.offloadContext.bookkeeperDeleted = True

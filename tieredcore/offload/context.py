@@ -28,8 +28,11 @@ __all__ = [
     "SegmentPiece",
     "SegmentRef",
     "covered_through",
+    "covering_offloaded_ms",
+    "held_by_segments",
     "incomplete_segment_uuids",
     "is_offloaded",
+    "segment_drivers",
     "segment_pieces",
     "segment_refs",
     "REPLACEMENT_PREFIX",
@@ -156,6 +159,32 @@ def is_offloaded(li: LedgerInfo) -> bool:
     if is_complete(li):
         return True
     return is_sealed(li) and li.HasField("entries") and li.entries > 0 and covered_through(li) >= li.entries - 1
+
+
+def held_by_segments(li: LedgerInfo) -> bool:
+    """Offloaded (:func:`is_offloaded`) through its segments only: no complete V1 copy."""
+    return not is_complete(li) and is_offloaded(li)
+
+
+def covering_offloaded_ms(li: LedgerInfo) -> int:
+    """When the last of the completed segments holding the ledger's entries (:func:`segment_pieces`)
+    completed: the latest ``offloadedTimestamp`` among them (0: none)."""
+    pieces = {p.uuid for p in segment_pieces(li)}
+    return max((r.offloaded_ms for r in segment_refs(li) if r.complete and r.uuid in pieces), default=0)
+
+
+def segment_drivers(li: LedgerInfo) -> dict[str, pb.OffloadDriverMetadata]:
+    """uuid -> a copy of the driver metadata recorded with that ``offloadSegment`` entry (entries
+    without any are left out: the caller falls back to its default store)."""
+    out: dict[str, pb.OffloadDriverMetadata] = {}
+    if not li.HasField("offloadContext"):
+        return out
+    for s in li.offloadContext.offloadSegment:
+        if (s.HasField("uidMsb") or s.HasField("uidLsb")) and s.HasField("driverMetadata"):
+            dm = pb.OffloadDriverMetadata()
+            dm.CopyFrom(s.driverMetadata)
+            out.setdefault(uuid_from_halves(s.uidMsb, s.uidLsb), dm)
+    return out
 
 
 def referenced_uuids(li: LedgerInfo) -> set[str]:

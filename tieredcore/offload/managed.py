@@ -51,6 +51,7 @@ from tieredcore.offload.context import (
     driver_dict,
     drop_properties,
     is_complete,
+    is_offloaded,
     replacement_uuids,
 )
 from tieredcore.offload.offloader import LedgerOffloader
@@ -162,7 +163,7 @@ class TopicOffloader:
                 state["conflict"] = f"ledger {ledger_id} of {name} is the open ledger"
                 return False
             ctx = li.offloadContext
-            if ctx.complete:
+            if is_offloaded(li):  # complete, or every entry in completed segments (PIP-76)
                 state["skipped"] = context_uuid(li)
                 return False
             replaced = list(dict.fromkeys(

@@ -188,6 +188,11 @@ class SegmentOffloader:
     def open_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str]]:
         """The segment's parsed index, its chunk checksums (None for objects without them) and the
         data object's user metadata. OffloadedLedgerNotFoundError when an object is missing."""
+        index, checksums, data_md, _ = self._open_index(uuid)
+        return index, checksums, data_md
+
+    def _open_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int]:
+        """:meth:`open_index` and the size of the index object read."""
         dkey, ikey = self.keys(uuid)
         try:
             info = self.store.head(ikey)
@@ -206,13 +211,13 @@ class SegmentOffloader:
         checksums = segment_checksums(index, ikey)
         if checksums is None and info.metadata.get(C.METADATA_CHECKSUMS_KEY):
             raise CorruptObjectError(f"{ikey}: its metadata declares checksums but the index records none")
-        return index, checksums, data_info.metadata
+        return index, checksums, data_info.metadata, len(raw)
 
     def open_piece(self, uuid: str, ledger_id: int, first: int, last: int,
                    topic: str | None = None) -> OffloadedLedgerHandle:
         """A handle on ledger ``ledger_id`` inside segment ``uuid``, which must hold exactly its entries
         ``first..last`` (what the topic's metadata says): FormatError otherwise."""
-        index, checksums, data_md = self.open_index(uuid)
+        index, checksums, data_md, index_bytes = self._open_index(uuid)
         dkey, ikey = self.keys(uuid)
         section = index.section(ledger_id)
         if section.first_entry_id != first or section.last_entry_id != last:
@@ -225,13 +230,19 @@ class SegmentOffloader:
         cp = section.property(PROP_CHECKPOINTS)
         if cp is not None:
             trailer.checkpoint_ids, trailer.checkpoint_offsets = decode_checkpoints_property(cp, ikey)
-        return OffloadedLedgerHandle(self.store, dkey, ledger_id, _SectionView(index, section),  # type: ignore[arg-type]
-                                     self.off.read_buffer, self.off.offset_cache, trailer=trailer,
-                                     verify=self.off.verify_reads)
+        h = OffloadedLedgerHandle(self.store, dkey, ledger_id, _SectionView(index, section),  # type: ignore[arg-type]
+                                  self.off.read_buffer, self.off.offset_cache, trailer=trailer,
+                                  verify=self.off.verify_reads)
+        h.index_bytes = index_bytes
+        return h
 
     def open_ledger(self, ledger_id: int, pieces: Sequence[SegmentPiece], *, closed: bool,
-                    size: int | None = None, topic: str | None = None) -> SegmentLedgerHandle:
-        """A read handle on a ledger whose entries ``0..`` lie in ``pieces`` (in entry order, contiguous)."""
+                    size: int | None = None, topic: str | None = None,
+                    stores: Mapping[str, SegmentOffloader] | None = None) -> SegmentLedgerHandle:
+        """A read handle on a ledger whose entries ``0..`` lie in ``pieces`` (in entry order, contiguous).
+        ``stores``: segments written to another store than this one (a policy changed between them),
+        by uuid. ``closed`` with ``size``: the last segment's section must hold exactly ``size`` payload
+        bytes of the ledger (its LedgerInfo.size), else FormatError when it is opened."""
         if not pieces:
             raise OffloadedLedgerNotFoundError(f"ledger {ledger_id} has no completed segment")
         expect = 0
@@ -240,7 +251,8 @@ class SegmentOffloader:
                 raise FormatError(f"ledger {ledger_id}: its segments do not cover its entries contiguously "
                                   f"(segment {p.uuid} holds {p.first}..{p.last}, expected to start at {expect})")
             expect = p.last + 1
-        return SegmentLedgerHandle(self, ledger_id, list(pieces), closed=closed, size=size, topic=topic)
+        return SegmentLedgerHandle(self, ledger_id, list(pieces), closed=closed, size=size, topic=topic,
+                                   stores=stores)
 
     # -- delete -------------------------------------------------------------------------------
 
@@ -259,7 +271,12 @@ class _SectionView:
 
     def __init__(self, index: SegmentIndex, section: LedgerSection) -> None:
         self.data_object_length = index.data_object_length
+        self.segment_index = index  # the whole segment's index (where each block ends: verification)
         self._s = section
+
+    @property
+    def section(self) -> LedgerSection:
+        return self._s
 
     @property
     def last_entry_id(self) -> int:
@@ -285,8 +302,10 @@ class SegmentLedgerHandle:
     """A ledger read from its segments: each read is split at segment boundaries."""
 
     def __init__(self, segments: SegmentOffloader, ledger_id: int, pieces: list[SegmentPiece], *, closed: bool,
-                 size: int | None, topic: str | None) -> None:
+                 size: int | None, topic: str | None,
+                 stores: Mapping[str, SegmentOffloader] | None = None) -> None:
         self._segments = segments
+        self._stores = dict(stores or {})
         self._ledger_id = ledger_id
         self.pieces = pieces
         self._closed = closed
@@ -294,12 +313,35 @@ class SegmentLedgerHandle:
         self._topic = topic
         self._handles: dict[str, OffloadedLedgerHandle] = {}
 
+    def segment_offloader(self, uuid: str) -> SegmentOffloader:
+        """The store segment ``uuid`` of this ledger lies in."""
+        return self._stores.get(uuid, self._segments)
+
     def _handle(self, p: SegmentPiece) -> OffloadedLedgerHandle:
         h = self._handles.get(p.uuid)
         if h is None:
-            h = self._handles[p.uuid] = self._segments.open_piece(p.uuid, self._ledger_id, p.first, p.last,
-                                                                  self._topic)
+            h = self.segment_offloader(p.uuid).open_piece(p.uuid, self._ledger_id, p.first, p.last, self._topic)
+            if self._closed and self._size is not None and p is self.pieces[-1] and h.length != self._size:
+                h.close()
+                raise FormatError(f"{h.key}-index: ledger {self._ledger_id} holds {h.length} bytes through entry "
+                                  f"{p.last}, the topic's metadata says {self._size}")
+            self._handles[p.uuid] = h
         return h
+
+    def piece_handle(self, p: SegmentPiece) -> OffloadedLedgerHandle:
+        """The handle on this ledger's section of segment ``p`` (opened on first use, then kept)."""
+        return self._handle(p)
+
+    def open_all(self) -> None:
+        """Open every segment's index now (what a shallow check wants): each must exist, parse, pass
+        its checks and hold the entries the topic's metadata says."""
+        for p in self.pieces:
+            self._handle(p)
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the index objects read so far."""
+        return sum(h.index_bytes for h in self._handles.values())
 
     @property
     def ledger_id(self) -> int:

@@ -8,6 +8,9 @@ frame: 12-byte header + payload), every frame against the hot copy. Counts are n
 payload byte, a cut tail or a changed frame length all fail here with CorruptObjectError naming the
 object and byte range.
 
+A ledger held by streaming segments (PIP-76) is proven the same way over its blocks in each segment
+(:func:`verify_segments`).
+
 Used before a hot copy is marked for deletion (deletion-lag cleanup), after a repair writes a
 replacement copy, and by the deep scrub.
 """
@@ -23,13 +26,18 @@ import crc32c
 from tieredcore.errors import CorruptObjectError
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import padding
+from tieredcore.formats.index import LedgerSection, SegmentIndex
 from tieredcore.offload.reader import OffloadedLedgerHandle
+from tieredcore.offload.segments import SegmentLedgerHandle
 
 DEFAULT_WINDOW = 8 * 1024 * 1024
 
 _FRAME = struct.Struct(">iq")
 _HEADER = struct.Struct(">Iqqq")  # magic, header length, block length, first entry id
 _ZEROS = bytes(C.BLOCK_HEADER_ZEROS)
+_SEG_HEADER = struct.Struct(">Iqqqq")  # streaming block: ... and the ledger id
+_SEG_ZEROS_LEN = C.BLOCK_HEADER_LENGTH - _SEG_HEADER.size
+_SEG_ZEROS = bytes(_SEG_ZEROS_LEN)
 _crc = crc32c.crc32c
 
 
@@ -43,15 +51,16 @@ class VerifyReport:
 
 
 class _Stream:
-    """Sequential views of a data object, fetched window by window (each fetch chunk-verified by the
-    handle). Views never go backwards; every byte of the object is fetched exactly once."""
+    """Sequential views of ``[start, stop)`` of a data object (default: all of it), fetched window by
+    window (each fetch chunk-verified by the handle). Views never go backwards; every byte of the range
+    is fetched exactly once."""
 
-    def __init__(self, h: OffloadedLedgerHandle, window: int) -> None:
+    def __init__(self, h: OffloadedLedgerHandle, window: int, start: int = 0, stop: int | None = None) -> None:
         self.h = h
         self.window = window
-        self.length = h.index.data_object_length
+        self.length = h.index.data_object_length if stop is None else stop
         self.buf = memoryview(b"")
-        self.start = 0  # object offset of buf[0]
+        self.start = start  # object offset of buf[0]
 
     @property
     def end(self) -> int:
@@ -75,11 +84,66 @@ class _Stream:
         return self.buf[pos - self.start : pos - self.start + n]
 
 
+@dataclass
+class _Walk:
+    """Where a walk over one ledger's blocks stands."""
+
+    next_id: int  # the entry the next frame must hold
+    last_id: int  # the last entry the object may hold
+    payload: int = 0  # payload bytes seen
+    blocks: int = 0
+
+
+def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end: int, w: _Walk,
+                        expected_crcs: Sequence[int] | None) -> None:
+    """The frames of block ``i`` from ``pos`` to ``end``, then its padding (shared by V1 and streaming
+    blocks, whose bodies are the same)."""
+    first = w.next_id
+    while pos + C.ENTRY_HEADER_SIZE <= end:
+        flen, eid = _FRAME.unpack(s.view(pos, C.ENTRY_HEADER_SIZE))
+        if flen < 0:
+            break
+        stop = pos + C.ENTRY_HEADER_SIZE + flen
+        if stop > end:
+            raise CorruptObjectError(f"{key}: frame at bytes {pos}-{stop - 1} (entry {eid}, length {flen}) "
+                                     f"overruns block {i} ending at {end}")
+        if eid != w.next_id:
+            raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, expected {w.next_id}")
+        if eid > w.last_id:  # a frame after the last entry (room left in the last block)
+            raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, the index ends at "
+                                     f"entry {w.last_id}")
+        frame = s.view(pos, stop - pos)
+        if expected_crcs is not None:
+            got = _crc(frame)
+            if got != expected_crcs[eid]:
+                raise CorruptObjectError(
+                    f"{key}: entry {eid} at bytes {pos}-{stop - 1} differs from the hot copy "
+                    f"(CRC32C {got:08x}, hot {expected_crcs[eid]:08x})")
+        w.payload += flen
+        w.next_id += 1
+        pos = stop
+    if w.next_id == first:
+        raise CorruptObjectError(f"{where}: holds no entries")
+    pad_start = pos
+    while pos < end:  # padding (the FE DC DE AD cycle from its first byte), a window at a time
+        n = min(end - pos, s.window)
+        phase = (pos - pad_start) % 4
+        if s.view(pos, n) != padding(n + phase)[phase:]:
+            raise CorruptObjectError(f"{key}: bytes {pos}-{pos + n - 1} of block {i} are not padding")
+        pos += n
+    w.blocks += 1
+
+
 def verify_offloaded(
-    h: OffloadedLedgerHandle, expected_crcs: Sequence[int] | None = None, *, window: int = DEFAULT_WINDOW
+    h: OffloadedLedgerHandle | SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
+    window: int = DEFAULT_WINDOW,
 ) -> VerifyReport:
     """Read the whole data object of ``h`` back and check it (see the module docstring).
-    ``expected_crcs``: the hot copy's CRC32C per entry (frame header + payload), index = entry id."""
+    ``expected_crcs``: the hot copy's CRC32C per entry (frame header + payload), index = entry id.
+    A ledger held by streaming segments (:class:`SegmentLedgerHandle`) is checked the same way, over
+    its blocks in each segment (:func:`verify_segments`)."""
+    if isinstance(h, SegmentLedgerHandle):
+        return verify_segments(h, expected_crcs, window=window)
     idx = h.index
     key = h.key
     rep = VerifyReport(against_hot=expected_crcs is not None)
@@ -90,60 +154,91 @@ def verify_offloaded(
     s = _Stream(h, window)
     blocks = idx.entries
     length = idx.data_object_length
-    next_id = 0
-    payload_total = 0
+    w = _Walk(0, n_entries - 1)
     for i, e in enumerate(blocks):
         end = blocks[i + 1].offset if i + 1 < len(blocks) else length
         magic, hl, size, first = _HEADER.unpack(s.view(e.offset, _HEADER.size))
         where = f"{key}: block {i} at bytes {e.offset}-{end - 1}"
         if magic != C.DATA_BLOCK_MAGIC:
             raise CorruptObjectError(f"{where}: magic 0x{magic:08x}, expected 0x{C.DATA_BLOCK_MAGIC:08x}")
-        if hl != C.BLOCK_HEADER_LENGTH or size != end - e.offset or first != e.first_entry_id or first != next_id:
+        if hl != C.BLOCK_HEADER_LENGTH or size != end - e.offset or first != e.first_entry_id or first != w.next_id:
             raise CorruptObjectError(f"{where}: header says length {size}, header {hl}, first entry {first} "
                                      f"(index: length {end - e.offset}, first entry {e.first_entry_id}; "
-                                     f"expected entry {next_id})")
+                                     f"expected entry {w.next_id})")
         if s.view(e.offset + C.BLOCK_HEADER_USED, C.BLOCK_HEADER_ZEROS) != _ZEROS:
             raise CorruptObjectError(f"{where}: header bytes 28..127 are not zero")
-        pos = e.offset + C.BLOCK_HEADER_LENGTH
-        while pos + C.ENTRY_HEADER_SIZE <= end:
-            flen, eid = _FRAME.unpack(s.view(pos, C.ENTRY_HEADER_SIZE))
-            if flen < 0:
-                break
-            stop = pos + C.ENTRY_HEADER_SIZE + flen
-            if stop > end:
-                raise CorruptObjectError(f"{key}: frame at bytes {pos}-{stop - 1} (entry {eid}, length {flen}) "
-                                         f"overruns block {i} ending at {end}")
-            if eid != next_id:
-                raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, expected {next_id}")
-            if eid >= n_entries:  # a frame after the last entry (room left in the last block)
-                raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, the index ends at "
-                                         f"entry {n_entries - 1}")
-            frame = s.view(pos, stop - pos)
-            if expected_crcs is not None:
-                got = _crc(frame)
-                if got != expected_crcs[eid]:
-                    raise CorruptObjectError(
-                        f"{key}: entry {eid} at bytes {pos}-{stop - 1} differs from the hot copy "
-                        f"(CRC32C {got:08x}, hot {expected_crcs[eid]:08x})")
-            payload_total += flen
-            next_id += 1
-            pos = stop
-        if next_id == first:
-            raise CorruptObjectError(f"{where}: holds no entries")
-        pad_start = pos
-        while pos < end:  # padding (the FE DC DE AD cycle from its first byte), a window at a time
-            n = min(end - pos, s.window)
-            phase = (pos - pad_start) % 4
-            if s.view(pos, n) != padding(n + phase)[phase:]:
-                raise CorruptObjectError(f"{key}: bytes {pos}-{pos + n - 1} of block {i} are not padding")
-            pos += n
-        rep.blocks += 1
+        _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, expected_crcs)
     if s.end != length:
         raise CorruptObjectError(f"{key}: data object has {length - s.end} bytes after its last block")
-    if next_id != n_entries or payload_total != idx.length:
-        raise CorruptObjectError(f"{key}: holds {next_id} entries / {payload_total} bytes, its index says "
+    if w.next_id != n_entries or w.payload != idx.length:
+        raise CorruptObjectError(f"{key}: holds {w.next_id} entries / {w.payload} bytes, its index says "
                                  f"{n_entries} / {idx.length}")
-    rep.entries = next_id
+    rep.blocks = w.blocks
+    rep.entries = w.next_id
     rep.requests = h.requests - req0
     rep.bytes_read = h.bytes_fetched - bytes0
+    return rep
+
+
+def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
+                    window: int = DEFAULT_WINDOW) -> VerifyReport:
+    """Read back every block of the ledger in each of its segments and check it as
+    :func:`verify_offloaded` checks a V1 object: the streaming block header (magic, header length, block
+    length up to where the index says the next block starts, first entry, **ledger id**, zero bytes),
+    consecutive entry ids from the segment's first entry to its last, the padding, every chunk checksum
+    of the bytes read, and, given the hot tier's CRCs, every frame against the hot copy. Each segment's
+    section must hold the ledger's payload bytes through its last entry (its ``size``), the last one
+    the LedgerInfo's size for a sealed ledger. Only this ledger's blocks are read (other ledgers'
+    blocks of a shared segment are theirs to check)."""
+    rep = VerifyReport(against_hot=expected_crcs is not None)
+    n_entries = h.last_add_confirmed + 1
+    if expected_crcs is not None and (len(expected_crcs) != n_entries if h.is_closed
+                                      else len(expected_crcs) < n_entries):
+        raise CorruptObjectError(f"ledger {h.ledger_id}: its segments hold {n_entries} entries, the hot copy "
+                                 f"{len(expected_crcs)}")
+    w = _Walk(0, -1)
+    for p in h.pieces:
+        ph = h.piece_handle(p)
+        req0, bytes0 = ph.requests, ph.bytes_fetched
+        view = ph.index
+        seg_index: SegmentIndex = view.segment_index  # type: ignore[attr-defined]
+        section: LedgerSection = view.section  # type: ignore[attr-defined]
+        key = ph.key
+        length = seg_index.data_object_length
+        offsets = sorted(e.offset for sec in seg_index.sections.values() for e in sec.index_entries)
+        ends = dict(zip(offsets, [*offsets[1:], length], strict=True))
+        w.last_id = p.last
+        blocks = section.index_entries
+        # the ledger's blocks are consecutive in a segment; should another ledger's lie in between,
+        # each run of consecutive blocks is streamed on its own (never reading the others' bytes)
+        run_end: dict[int, int] = {}
+        for e in reversed(blocks):
+            run_end[e.offset] = run_end.get(ends[e.offset], ends[e.offset])
+        s: _Stream | None = None
+        for i, e in enumerate(blocks):
+            end = ends[e.offset]
+            if s is None or e.offset >= s.length:  # the first block of a run
+                s = _Stream(ph, window, e.offset, run_end[e.offset])
+            magic, hl, size, first, lid = _SEG_HEADER.unpack(s.view(e.offset, _SEG_HEADER.size))
+            where = f"{key}: block {i} of ledger {h.ledger_id} at bytes {e.offset}-{end - 1}"
+            if magic != C.STREAMING_BLOCK_MAGIC:
+                raise CorruptObjectError(f"{where}: magic 0x{magic:08x}, expected 0x{C.STREAMING_BLOCK_MAGIC:08x}")
+            if hl != C.BLOCK_HEADER_LENGTH or size != end - e.offset or first != e.first_entry_id \
+                    or first != w.next_id or lid != h.ledger_id:
+                raise CorruptObjectError(f"{where}: header says length {size}, header {hl}, first entry {first}, "
+                                         f"ledger {lid} (index: length {end - e.offset}, first entry "
+                                         f"{e.first_entry_id}; expected entry {w.next_id})")
+            if s.view(e.offset + _SEG_HEADER.size, _SEG_ZEROS_LEN) != _SEG_ZEROS:
+                raise CorruptObjectError(f"{where}: header bytes {_SEG_HEADER.size}..127 are not zero")
+            _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, expected_crcs)
+        if w.next_id != p.last + 1 or w.payload != section.size:
+            raise CorruptObjectError(f"{key}: holds entries through {w.next_id - 1} / {w.payload} bytes of ledger "
+                                     f"{h.ledger_id}, its index says {p.last} / {section.size}")
+        rep.requests += ph.requests - req0
+        rep.bytes_read += ph.bytes_fetched - bytes0
+    if h.is_closed and w.payload != h.length:
+        raise CorruptObjectError(f"ledger {h.ledger_id}: its segments hold {w.payload} bytes, the topic's metadata "
+                                 f"says {h.length}")
+    rep.blocks = w.blocks
+    rep.entries = w.next_id
     return rep

@@ -1,7 +1,11 @@
 """Cross-tier topic reader (read priority: docs/metadata.md), falling back to the other copy when one cannot be read.
 
-`tiered-storage-first` (default): a ledger whose offload is complete is read from the object store,
-others from the hot tier. `bookkeeper-first`: the hot copy while it exists. The topic record is read
+`tiered-storage-first` (default): a ledger with a complete object-store copy is read from the object
+store, others from the hot tier. `bookkeeper-first`: the hot copy while it exists. A complete copy is a
+complete V1 offload or, for a sealed ledger, completed PIP-76 segments holding every entry of it
+(:func:`tieredcore.offload.copies.open_offloaded`). A ledger only partly held by segments (the open
+ledger streamed up to some entry) is read from the hot tier, its covered entries falling back to the
+segments. The topic record is read
 afresh for every ledger so a hot copy removed by the deletion lag is never read through a stale handle:
 if a hot read fails because the ledger is gone, the reader re-reads the record and switches tier.
 
@@ -33,9 +37,10 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.model import Entry, Position, ReadHandle
 from tieredcore.names import TopicName
-from tieredcore.offload.context import context_uuid, is_complete
+from tieredcore.offload.context import is_offloaded
+from tieredcore.offload.copies import copy_key, has_offloaded_copy, open_offloaded
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.segments import SegmentLedgerHandle
 from tieredcore.stores.hot_tier import HotTier
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
@@ -71,7 +76,7 @@ class TopicReader:
         self.offloader_for_driver = offloader_for_driver
         self.read_priority = read_priority
         self.batch_entries = batch_entries
-        self._offloaded: dict[tuple[int, str], ReadHandle] = {}
+        self._offloaded: dict[tuple[int, Any], ReadHandle] = {}  # (ledger id, copy_key): its current copy
         self.tier_reads = {TIER_HOT: 0, TIER_OFFLOADED: 0}  # ledgers read per tier (observability)
         self.fallbacks = 0  # times a read went on from the other copy because one could not be read
         self.fallback_notes: list[str] = []  # what happened, for reports (the first MAX_FALLBACK_NOTES)
@@ -86,8 +91,9 @@ class TopicReader:
     def _tiers(self, li: LedgerInfo) -> list[str]:
         """The copies to try, in order. A hot copy marked deleted is still tried last: until the drain
         removes it, it can rescue a read of a damaged offloaded copy."""
-        if not is_complete(li):
-            return [TIER_HOT]
+        if not is_offloaded(li):
+            # no complete copy: the hot one, then the segments for the entries they hold (if any)
+            return [TIER_HOT, TIER_OFFLOADED] if has_offloaded_copy(li) else [TIER_HOT]
         if self.read_priority == TIERED_FIRST or li.offloadContext.bookkeeperDeleted:
             return [TIER_OFFLOADED, TIER_HOT]
         return [TIER_HOT, TIER_OFFLOADED]
@@ -104,16 +110,14 @@ class TopicReader:
         return h
 
     def _offloaded_handle(self, t: TopicName, li: LedgerInfo) -> ReadHandle:
-        uuid = context_uuid(li)
-        assert uuid is not None
-        k = (li.ledgerId, uuid)
+        k = (li.ledgerId, copy_key(li))
         h = self._offloaded.get(k)
         if h is None:
-            off = self.offloader
-            if self.offloader_for_driver is not None and li.offloadContext.HasField("driverMetadata"):
-                off = self.offloader_for_driver(li.offloadContext.driverMetadata)
-            h = self._offloaded[k] = off.read_offloaded(
-                li.ledgerId, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
+            h = open_offloaded(li, self.offloader, t.managed_ledger_name, self.offloader_for_driver)
+            # a copy replaced since (a repair, one more segment of a streamed ledger) is not read again
+            for old in [x for x in self._offloaded if x[0] == li.ledgerId]:
+                self._offloaded.pop(old).close()
+            self._offloaded[k] = h
         return h
 
     def _note(self, text: str) -> None:
@@ -225,6 +229,12 @@ class _LedgerSession:
         while True:
             assert self.handle is not None and self.tier is not None
             try:
+                if isinstance(self.handle, SegmentLedgerHandle) and not self.handle.is_closed \
+                        and last > self.handle.last_add_confirmed:
+                    # segments holding a prefix of the ledger, reached after its hot copy failed
+                    raise LedgerStateError(
+                        f"ledger {self.li.ledgerId}: the offloaded segments hold entries 0.."
+                        f"{self.handle.last_add_confirmed} only, not {first}..{last}")
                 return self.handle.read(first, last)
             except COPY_FAILURES as e:
                 self.tried.append((self.tier, e))

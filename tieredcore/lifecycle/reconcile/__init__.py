@@ -22,6 +22,11 @@ error. Every orphan candidate is HEADed (candidates are few) and never recorded 
 another cluster or another workspace: those are counted (``foreign_cluster_*``) and left alone. Owner
 markers are not listed.
 
+Streaming segments (PIP-76, ``{uuid}`` / ``{uuid}-index``) are one group per uuid: referenced while any
+ledger names the uuid in its ``offloadSegment`` entries (assigned or complete) or the deletion log has it;
+an unreferenced one older than the grace period becomes a ``segment`` record; their unfinished multipart
+uploads are aborted like a ledger offload's. (The Spark job anti-joins ledger keys only.)
+
 Ordering makes a run safe against concurrent writers without any lock: objects are listed first, then
 the topic records are read, then the deletion log. An offload records its uuid before writing any
 object, so an object seen by the listing has its uuid in the later metadata read unless the attempt
@@ -48,7 +53,13 @@ from tieredcore.lifecycle.reconcile.orphans import (
     managed_ledger_of,
 )
 from tieredcore.lifecycle.reconcile.references import referenced_uuids
-from tieredcore.lifecycle.reconcile.report import KIND_LEDGER, KIND_OFFLOADED, KIND_UPLOAD, ReconcileReport
+from tieredcore.lifecycle.reconcile.report import (
+    KIND_LEDGER,
+    KIND_OFFLOADED,
+    KIND_SEGMENT,
+    KIND_UPLOAD,
+    ReconcileReport,
+)
 from tieredcore.lifecycle.reconcile.run import (
     owned_locations,
     plan_and_apply,
@@ -63,6 +74,7 @@ __all__ = [
     "HOT_TOPIC_MISSING",
     "KIND_LEDGER",
     "KIND_OFFLOADED",
+    "KIND_SEGMENT",
     "KIND_UPLOAD",
     "ObjectOrphans",
     "ObjectRow",

@@ -9,10 +9,11 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_ledger_key
+from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_key
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, _excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
 from tieredcore.names import TopicName
+from tieredcore.offload.context import is_offloaded
 from tieredcore.stores.blob import BlobStore, MultipartUploadInfo
 from tieredcore.stores.ownership import foreign_reason
 from tieredcore.workspace import Workspace
@@ -34,10 +35,11 @@ _MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the o
 
 @dataclass
 class OrphanGroup:
-    """The objects of one offload attempt of one ledger: what one `offloaded` record deletes."""
+    """The objects of one offload attempt of one ledger (what one `offloaded` record deletes), or of one
+    streaming segment (``ledger_id`` None: what one `segment` record deletes)."""
 
     uuid: str
-    ledger_id: int
+    ledger_id: int | None
     keys: list[str] = field(default_factory=list)
     bytes: int = 0
     oldest_modified_ms: int = 0
@@ -47,19 +49,23 @@ class OrphanGroup:
     sizes: dict[str, int] = field(default_factory=dict)  # per key, for report detail rows
     modified: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def is_segment(self) -> bool:
+        return self.ledger_id is None
+
     def age_ms(self, as_of_ms: int) -> int:
         return as_of_ms - self.oldest_modified_ms
 
 
 @dataclass
 class ObjectOrphans:
-    groups: list[OrphanGroup] = field(default_factory=list)  # sorted by (uuid, ledger id)
+    groups: list[OrphanGroup] = field(default_factory=list)  # sorted by (uuid, ledger id; a segment first)
     rows: int = 0
     bytes_listed: int = 0
     referenced_objects: int = 0
     foreign_keys: int = 0  # keys this project did not write: counted, never touched
     foreign_bytes: int = 0
-    segment_keys: int = 0  # `{uuid}[-index]` keys: this project writes none; counted, never touched
+    segment_keys: int = 0  # `{uuid}[-index]` keys (streaming segments), referenced or not
     young_unreferenced: int = 0  # unreferenced objects within the grace period
     young_bytes: int = 0
 
@@ -77,14 +83,15 @@ class ObjectOrphans:
 
 def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozenset[str], as_of_ms: int,
                         grace_ms: int = DEFAULT_GRACE_MS) -> ObjectOrphans:
-    """Anti-join of listed objects against referenced uuids. A group (uuid, ledger id) is an orphan
-    only when its uuid is referenced nowhere and **every** object of it was last modified before
-    `as_of_ms - grace_ms` (a group with one young object may be an offload in flight: all its objects
-    are counted as young). Pure: no I/O."""
+    """Anti-join of listed objects against referenced uuids. A group (uuid, ledger id) — or (uuid, None),
+    the `{uuid}` / `{uuid}-index` objects of a streaming segment — is an orphan only when its uuid is
+    referenced nowhere (a segment assigned or completed on any ledger is referenced) and **every** object
+    of it was last modified before `as_of_ms - grace_ms` (a group with one young object may be an
+    offload in flight: all its objects are counted as young). Pure: no I/O."""
     if grace_ms < 0:
         raise ValidationError(f"grace period must be >= 0 ms, got {grace_ms}")
     out = ObjectOrphans()
-    groups: dict[tuple[str, int], OrphanGroup] = {}
+    groups: dict[tuple[str, int], OrphanGroup] = {}  # (uuid, ledger id or -1 for a segment)
     for r in rows:
         out.rows += 1
         out.bytes_listed += r.size
@@ -95,11 +102,10 @@ def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozen
             continue
         if r.ledger_id is None:
             out.segment_keys += 1
-            continue
         if u in referenced:
             out.referenced_objects += 1
             continue
-        k = (u, r.ledger_id)
+        k = (u, -1 if r.ledger_id is None else r.ledger_id)
         g = groups.get(k)
         if g is None:
             g = groups[k] = OrphanGroup(u, r.ledger_id, oldest_modified_ms=r.last_modified_ms,
@@ -195,9 +201,9 @@ def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE
         if name not in topics:
             try:
                 info, _ = ws.ml.get_topic(name)
-                # the drain's rule: a listed hot copy is dropped only once complete and bookkeeperDeleted
-                topics[name] = {li.ledgerId: bool(li.HasField("offloadContext") and li.offloadContext.complete
-                                                  and li.offloadContext.bookkeeperDeleted)
+                # the drain's rule: a listed hot copy is dropped only once offloaded (a complete V1 copy or
+                # completed segments holding every entry) and bookkeeperDeleted
+                topics[name] = {li.ledgerId: bool(is_offloaded(li) and li.offloadContext.bookkeeperDeleted)
                                 for li in info.ledgerInfo}
             except NotFoundError:
                 topics[name] = None
@@ -246,8 +252,8 @@ def abort_stale_uploads(store: BlobStore, prefix: str, as_of_ms: int, grace_ms: 
     for up in store.list_multipart_uploads(p):
         if exclude_prefixes and _excluded(up.key, exclude_prefixes):
             continue
-        parsed = parse_ledger_key(up.key, p)
-        if parsed is None:  # not an offloaded-ledger data/index key
+        parsed = parse_key(up.key, p)
+        if parsed is None:  # not an offloaded-ledger or segment data/index key
             out.foreign += 1
             continue
         if int(up.initiated * 1000) >= cutoff:

@@ -12,11 +12,12 @@ from tieredcore.names import UNKNOWN_NAMESPACE
 from tieredcore.reports import Totals, totals
 
 KIND_OFFLOADED = "offloaded"  # object-store copy of one offload attempt (uuid, ledger id)
+KIND_SEGMENT = "segment"  # a streaming segment's objects (uuid)
 KIND_LEDGER = "ledger"  # hot-tier ledger
 KIND_UPLOAD = "upload"  # incomplete multipart upload
 MAX_SAMPLE_KEYS = 10
 # the report's counters a run summary shows as its outcomes
-OUTCOME_COUNTERS = ("orphan_groups", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
+OUTCOME_COUNTERS = ("orphan_groups", "orphan_segments", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
                     "uploads_aborted", "foreign_keys", "foreign_cluster_groups", "young_unreferenced",
                     "young_hot_ledgers")
 # the report's detail.parquet (Spark DDL): one row per orphan object, hot ledger or stale upload
@@ -38,7 +39,8 @@ class ReconcileReport:
     bytes_listed: int = 0
     referenced_uuids: int = 0
     referenced_objects: int = 0
-    orphan_groups: int = 0  # = offloaded records (appended, or to append in a dry run)
+    orphan_groups: int = 0  # = offloaded + segment records (appended, or to append in a dry run)
+    orphan_segments: int = 0  # of which streaming segments (segment records)
     orphan_objects: int = 0
     orphan_bytes: int = 0
     hot_ledgers: int = 0
@@ -62,7 +64,8 @@ class ReconcileReport:
     scheduled_hot_ledgers: int = 0
     oldest_orphan_age_ms: int | None = None
     sample_keys: list[str] = field(default_factory=list)
-    # namespace -> kind (offloaded | ledger | upload) -> {"count": records/uploads, "objects": n, "bytes": n}
+    # namespace -> kind (offloaded | segment | ledger | upload) -> {"count": records/uploads, "objects": n,
+    # "bytes": n}
     by_namespace: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     records_appended: int = 0
     records: list[dict] = field(default_factory=list)  # the records (appended, or planned in a dry run)

@@ -25,14 +25,22 @@ from tieredcore.lifecycle.reconcile.references import _iter_topics, referenced_u
 from tieredcore.lifecycle.reconcile.report import (
     KIND_LEDGER,
     KIND_OFFLOADED,
+    KIND_SEGMENT,
     KIND_UPLOAD,
     MAX_SAMPLE_KEYS,
     ReconcileReport,
     namespace_of,
 )
 from tieredcore.names import UNKNOWN_NAMESPACE
+from tieredcore.offload.context import segment_drivers
 from tieredcore.stores.blob import BlobStore
-from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog, DeletionRecord
+from tieredcore.stores.deletion_log import (
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    TYPE_SEGMENT,
+    DeletionLog,
+    DeletionRecord,
+)
 from tieredcore.stores.location import StoreLocation
 from tieredcore.stores.ownership import read_marker
 from tieredcore.workspace import Workspace
@@ -95,18 +103,21 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
     seen_drivers: set[bytes] = set()
     for t, info in _iter_topics(ws):
         for li in info.ledgerInfo:
-            if not li.HasField("offloadContext") or not li.offloadContext.HasField("driverMetadata"):
+            if not li.HasField("offloadContext"):
                 continue
-            dm = li.offloadContext.driverMetadata
-            sig = dm.SerializeToString(deterministic=True)
-            if sig in seen_drivers:
-                continue
-            seen_drivers.add(sig)
-            try:
-                add(ws.offloader_for_driver(dm))
-            except TieredError as e:
-                if errors is not None:
-                    errors.append(f"{t.full} ledger {li.ledgerId}: cannot open its offload driver: {e}")
+            dms = list(segment_drivers(li).values())  # streaming segments record their own
+            if li.offloadContext.HasField("driverMetadata"):
+                dms.insert(0, li.offloadContext.driverMetadata)
+            for dm in dms:
+                sig = dm.SerializeToString(deterministic=True)
+                if sig in seen_drivers:
+                    continue
+                seen_drivers.add(sig)
+                try:
+                    add(ws.offloader_for_driver(dm))
+                except TieredError as e:
+                    if errors is not None:
+                        errors.append(f"{t.full} ledger {li.ledgerId}: cannot open its offload driver: {e}")
     locs = list(found.values())
     for a in locs:
         for b in locs:  # b nested in a on the same store: a's listings skip b's keys
@@ -120,8 +131,10 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
 def plan_object_records(
     loc: Location, orphans: ObjectOrphans, as_of_ms: int, cluster: str, identity: str
 ) -> tuple[list[tuple[OrphanGroup, DeletionRecord]], list[tuple[OrphanGroup, str]]]:
-    """One `offloaded` record per orphan group that is ours (a HEAD per group: its topic, its owner);
-    returns (group, record) pairs and the (group, reason) of those left alone as not ours."""
+    """One `offloaded` record per orphan group that is ours (a HEAD per group: its topic, its owner), a
+    `segment` record for a streaming segment's group (ledger id 0: no topic record names it any more;
+    the drain matches segment records by uuid); returns (group, record) pairs and the (group, reason)
+    of those left alone as not ours."""
     planned: list[tuple[OrphanGroup, DeletionRecord]] = []
     skipped: list[tuple[OrphanGroup, str]] = []
     for g in orphans.groups:
@@ -130,7 +143,8 @@ def plan_object_records(
             skipped.append((g, owner.foreign))
             continue
         planned.append((g, DeletionRecord(
-            topic=owner.topic, ledger_id=g.ledger_id, type=TYPE_OFFLOADED, reason=REASON_ORPHAN,
+            topic=owner.topic, ledger_id=0 if g.ledger_id is None else g.ledger_id,
+            type=TYPE_SEGMENT if g.is_segment else TYPE_OFFLOADED, reason=REASON_ORPHAN,
             created_ms=as_of_ms, uuid=g.uuid, driver={"name": loc.driver["name"],
                                                       "properties": dict(loc.driver["properties"])},
         )))
@@ -198,14 +212,16 @@ def plan_and_apply(
         recs = [r for _, r in pairs]
         for g, r in pairs:
             ns = namespace_of(r.topic)
+            kind = KIND_SEGMENT if g.is_segment else KIND_OFFLOADED
             rep.orphan_groups += 1
+            rep.orphan_segments += int(g.is_segment)
             rep.orphan_objects += len(g.keys)
             rep.orphan_bytes += g.bytes
-            rep.add(ns, KIND_OFFLOADED, 1, len(g.keys), g.bytes)
+            rep.add(ns, kind, 1, len(g.keys), g.bytes)
             oldest.append(g.age_ms(as_of_ms))
             for k in g.keys:
                 rep.sample(k)
-                emit((loc.label, KIND_OFFLOADED, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
+                emit((loc.label, kind, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
                       r.topic, ns))
         records.extend(recs)
     rep.hot_ledgers = hot.ledgers
