@@ -119,8 +119,6 @@ def test_mixed_history_reads_back_identical(mixed):
     assert_segments_clean(ws, {lid: before[lid] for lid in lids}, v1=done["v1"], hot_only={done["open"]})
 
 
-@pytest.mark.xfail(strict=True, reason="TopicReader reads only ledgers whose V1 offload is complete from the "
-                   "object store; reading streaming segments is the lifecycle/reader helper's work (seg-lifecycle)")
 def test_reader_reads_segment_offloaded_ledgers_from_the_store(mixed):
     """tiered-storage-first: a sealed ledger whose entries all lie in completed segments has a complete
     object-store copy (context.is_offloaded) and is read from it; only the open ledger from the hot tier."""
