@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--prefix", default="topic", help="topic name prefix")
     s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
     s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
+    s.add_argument("--open-entries", type=int, default=0,
+                   help="entries written to the newest ledger, which stays open (default 0: empty, as after a "
+                        "rollover); they are written at --end-time")
 
     s = sub.add_parser("verify", parents=parents, help="read every entry and check it against the generator's digest")
     s.add_argument("topic", nargs="*")
@@ -67,6 +70,8 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
     lo, hi = parse_size_range(args.entry_size)
     if args.topics <= 0 or args.ledgers <= 0 or args.entries <= 0:
         raise ValidationError("--topics, --ledgers and --entries must be positive")
+    if args.open_entries < 0:
+        raise ValidationError(f"--open-entries {args.open_entries}: must be 0 or more")
     end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
     interval = int(args.ledger_interval * 1000)
     namespaces = [NamespaceName.parse(n).name for n in args.namespace]
@@ -81,7 +86,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         # ledger i of N is closed at end - (N - i) * interval: a realistic age spread for policies
         clock = {"now": end_ms - args.ledgers * interval}
         digest = Digest()
-        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=args.entries, max_bytes=1 << 62,
+        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=max(args.entries, args.open_entries), max_bytes=1 << 62,
                              clock_ms=lambda c=clock: c["now"])
         seq = 0
         for _ in range(args.ledgers):
@@ -92,7 +97,13 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
             seq += args.entries
             clock["now"] += interval
             writer.rollover()
-        writer.close(seal=False)  # the newest ledger stays open and empty, as on a live broker
+        if args.open_entries:  # entries of the ledger a live broker is writing (streaming offload takes them)
+            batch = list(gen.payloads(seq, args.open_entries))
+            writer.append_many(batch)
+            digest.update_many(batch)
+            total_bytes += sum(map(len, batch))
+            seq += args.open_entries
+        writer.close(seal=False)  # the newest ledger stays open, as on a live broker
         total_entries += seq
 
         def mark(info, gen=gen, digest=digest) -> bool:
@@ -109,7 +120,8 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         el = time.monotonic() - started
         progress(f"generate: {n}/{len(topics)} topics, {total_entries:,} entries, {mib(total_bytes)} "
                  f"({total_bytes / max(el, 1e-9) / 2**20:,.1f} MiB/s)", force=n == len(topics))
-    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "entries": total_entries,
+    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "open_entries_per_topic": args.open_entries,
+            "entries": total_entries,
             "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3)}
 
 
