@@ -109,8 +109,11 @@ def test_status_shows_segments_and_partly_streamed_ledgers(cli: Cli) -> None:
     assert code == 0
     assert "    segments: 4 holding 12,800 bytes of 4 ledger(s)" in out
     assert "    partially streamed: 3 (open) through entry 7 of 24" in out
+    cli.json("offload", "--streaming", T0, "--as-of", END_ISO)  # the tail too: the open ledger is all streamed
+    code, out, _ = cli("status", T0)
+    assert code == 0 and "    partially streamed: 3 (open) through its last confirmed entry 24" in out
     by_ns = cli.json("status", "--by-namespace")["namespaces"][NS]
-    assert by_ns["segments"] == 4 and by_ns["segment_bytes"] == 12_800 and by_ns["both"] == LEDGERS
+    assert by_ns["segments"] == 5 and by_ns["segment_bytes"] == 14_500 and by_ns["both"] == LEDGERS
     code, out, _ = cli("status", "--by-namespace")
     assert code == 0 and "segments" in out.splitlines()[0]
 

@@ -277,6 +277,8 @@ def _store_totals(ws: Workspace) -> dict[str, Any]:
 
 
 def _partial_text(p: dict[str, Any]) -> str:
+    if p["open"] and p["streamed_through"] == p["last_entry"]:
+        return f"{p['ledger']} (open) through its last confirmed entry {p['last_entry']}"
     last = "?" if p["last_entry"] is None else p["last_entry"]
     return f"{p['ledger']}{' (open)' if p['open'] else ''} through entry {p['streamed_through']} of {last}"
 
