@@ -211,13 +211,25 @@ def _run_ids(planned: Any) -> list[str]:
     return out
 
 
+# streaming offload (PIP-76) totals of a report: segments written, their bytes, tails held for their rollover
+SEGMENT_KEYS = ("segments", "segment_bytes", "segments_held")
+
+
+def segments_text(d: dict[str, Any]) -> str:
+    """'; N segment(s) (B bytes), H tail(s) held for their rollover' when a report has streaming totals."""
+    if not any(d.get(k) for k in SEGMENT_KEYS):
+        return ""
+    return (f"; {d.get('segments', 0)} segment(s) ({d.get('segment_bytes', 0):,} bytes), "
+            f"{d.get('segments_held', 0)} tail(s) held for their rollover")
+
+
 def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
     """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs (each report's
     ``totals``: the same shape for every job, tieredcore.reports.Totals); a job without a report (it
     failed before writing one) counts in `failed_jobs`."""
     totals: dict[str, Any] = {"job": job, "jobs": len(run_ids), "topics": 0, "ledgers": 0, "bytes": 0,
                               "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
-                              "reports": [], "data_loss": []}
+                              "reports": [], "data_loss": [], **dict.fromkeys(SEGMENT_KEYS, 0)}
     for rid in run_ids:
         path = Path(reports_dir) / job / rid / "summary.json"
         try:
@@ -226,7 +238,7 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
             totals["failed_jobs"].append(rid)
             continue
         totals["reports"].append(str(path))
-        for k in ("topics", "ledgers", "bytes", "failures"):
+        for k in ("topics", "ledgers", "bytes", "failures", *SEGMENT_KEYS):
             totals[k] += int(s.get(k, 0))
         for k, v in s.get("outcomes", {}).items():
             totals["outcomes"][k] = totals["outcomes"].get(k, 0) + v
@@ -238,6 +250,9 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
             acc = totals["namespaces"].setdefault(ns, {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
             for k in ("ledgers", "bytes", "failures"):
                 acc[k] += int(d.get(k, 0))
+            for k in SEGMENT_KEYS:  # streaming namespaces only
+                if k in d:
+                    acc[k] = acc.get(k, 0) + int(d[k])
             for k, v in (d.get("outcomes") or {}).items():
                 acc["outcomes"][k] = acc["outcomes"].get(k, 0) + int(v)
     return totals
@@ -248,10 +263,12 @@ def combine_totals(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     job's own totals under `by_job`."""
     out: dict[str, Any] = {"job": "+".join(p["job"] for p in parts), "jobs": 0, "topics": 0, "ledgers": 0,
                            "bytes": 0, "failures": 0, "failed_jobs": [], "outcomes": {}, "namespaces": {},
-                           "reports": [], "by_job": {p["job"]: p for p in parts}}
+                           "reports": [], "by_job": {p["job"]: p for p in parts}, **dict.fromkeys(SEGMENT_KEYS, 0)}
     for p in parts:
         for k in ("jobs", "topics", "ledgers", "bytes", "failures"):
             out[k] += p[k]
+        for k in SEGMENT_KEYS:
+            out[k] += p.get(k, 0)
         out["failed_jobs"] += [f"{p['job']}/{rid}" for rid in p["failed_jobs"]]
         out["reports"] += p["reports"]
         for k, v in p["outcomes"].items():
@@ -284,7 +301,8 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
 
     @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
     def summary() -> dict[str, Any]:
-        """Totals of the run's reports (topics, ledgers, bytes, failures): the run's XCom and log."""
+        """Totals of the run's reports (topics, ledgers, bytes, failures; segments of streaming
+        namespaces): the run's XCom and log."""
         ctx = get_current_context()
         parts = []
         config = None
@@ -305,10 +323,10 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
             print(f"{p['job']} summary: {p['jobs']} job(s), {p['topics']} topic(s), {p['ledgers']} "
                   f"ledger(s)/record(s), {p['bytes']:,} bytes, {p['failures']} failure(s), "
                   f"failed jobs: {p['failed_jobs'] or 'none'}; outcomes {p['outcomes']}"
-                  + (f"; counters {p['counters']}" if p.get("counters") else ""))
+                  + (f"; counters {p['counters']}" if p.get("counters") else "") + segments_text(p))
             for ns, d in sorted(p["namespaces"].items()):
                 print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)"
-                      + (f"; {d['outcomes']}" if d.get("outcomes") else ""))
+                      + (f"; {d['outcomes']}" if d.get("outcomes") else "") + segments_text(d))
             for what in p.get("data_loss", []):
                 print(f"DATA LOSS: {what}: no copy of it can be read")
         return totals

@@ -2,7 +2,10 @@
 ### Offload sweep (PIP-17 / PIP-76 by namespace policy)
 
 Every 15 minutes (env `TIERED_SWEEP_SCHEDULE`: a cron expression or preset, `none` to disable), offload
-the sealed ledgers that the namespaces' offload policies make due at the run's logical time.
+the sealed ledgers that the namespaces' offload policies make due at the run's logical time. A namespace
+in streaming mode (`offload_mode = streaming`) has its topics' new entries, the open ledger's included,
+written as PIP-76 segments: full ones at once, the last, smaller one once its rollover time has passed
+(until then it is *held*, not a failure).
 
 1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
 2. **plan** — the namespaces with offload enabled (from the metadata store's policies; or the
@@ -10,7 +13,8 @@ the sealed ledgers that the namespaces' offload policies make due at the run's l
    `--run-id` the run id plus the namespace.
 3. **offload** — one mapped `spark-submit spark_jobs/offload_sweep.py` per namespace (labelled by it).
 4. **summary** (runs even when jobs failed) — totals of the run reports (topics, ledgers, bytes,
-   failures) as XCom and log; **verdict** fails the run when any namespace job failed.
+   failures; segments written, their bytes and tails held, for streaming namespaces) as XCom and log;
+   **verdict** fails the run when any namespace job failed.
 
 Idempotent: a retry or a rerun for the same logical date offloads only what is left; an older logical
 date never offloads more (the job's only clock is `--as-of`). Params: `config` (tiered.toml),
@@ -38,7 +42,8 @@ JOB = "offload_sweep"
 
 with tiered_dag(
     "tiered_offload_sweep",
-    description="Offload sealed ledgers to the object store by namespace policy (Spark)",
+    description="Offload sealed ledgers (or, in streaming mode, PIP-76 segments) to the object store by namespace "
+                "policy (Spark)",
     schedule=schedule_from_env("TIERED_SWEEP_SCHEDULE", "*/15 * * * *"),
     tags=["offload"],
     doc_md=__doc__,

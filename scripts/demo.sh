@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on embedded defaults: SQLite metadata, a local hot tier, a filesystem object store,
-# Spark local[2], Airflow on SQLite. Generates a workload in four namespaces with different policies,
-# runs the offload-sweep DAG and then the deletion-lag-cleanup DAG with `airflow dags test`, prints the
-# tiers before and after, and reads every entry back through the cross-tier reader.
+# Spark local[2], Airflow on SQLite. Generates a workload in five namespaces with different policies (one
+# in PIP-76 streaming mode, whose topics' open ledgers hold entries), runs the offload-sweep DAG and then
+# the deletion-lag-cleanup DAG with `airflow dags test`, prints the tiers before and after, reads the
+# streaming namespace back from the object store alone, and every entry through the cross-tier reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WS=$(realpath -m "${1:-workspace}")
@@ -23,11 +24,17 @@ gen --namespace public/default --entries 400 --entry-size 64-4096
 gen --namespace acme/payments --entries 300 --entry-size 512-8192
 gen --namespace acme/audit --entries 2000 --entry-size 16-256
 gen --namespace sandbox/dev --entries 200 --entry-size 1K-16K
+# streaming: the open ledgers hold entries too (written 15 minutes before the sweep)
+gen --namespace public/streaming --ledgers 10 --entries 200 --entry-size 64-2048 --open-entries 300
 
 step "namespace policies"
 tiered policies set public/default --offload-threshold-bytes 0 --deletion-lag 1h >/dev/null
 tiered policies set acme/payments --offload-threshold-bytes 8M --deletion-lag 8h >/dev/null
 tiered policies set acme/audit --offload-threshold-seconds 3600 --deletion-lag 2h --retention-time-minutes 10080 >/dev/null
+# PIP-76: every entry, the open ledgers' included, in segments of at most 1 MiB (64 KiB blocks); a smaller
+# last segment is closed 10 minutes after its oldest entry was written
+tiered policies set public/streaming --offload-mode streaming --max-segment-size 1M --streaming-block-size 64K \
+    --max-segment-rollover 10m --deletion-lag 1h >/dev/null
 tiered policies list
 
 step "before"
@@ -37,9 +44,22 @@ step "airflow: tiered_offload_sweep at $SWEEP_AT"
 airflow db migrate >/dev/null 2>&1
 airflow dags test tiered_offload_sweep "$SWEEP_AT" > "$WS/sweep.log" 2>&1 || { tail -40 "$WS/sweep.log"; exit 1; }
 grep -h "TIERED_RUN_SUMMARY" "$WS/sweep.log" | sed 's/.*TIERED_RUN_SUMMARY /  /' | cut -c1-220
+grep -h "offload_sweep summary:" "$WS/sweep.log" | sed 's/.*offload_sweep summary:/  summary:/' | cut -c1-400
 
 step "after the sweep"
 tiered status --by-namespace
+
+step "streaming namespace public/streaming: its segments, and every entry read back from the object store alone"
+tiered status --namespace public/streaming
+tiered verify --offloaded-only --namespace public/streaming
+# the open ledgers' entries included: nothing of the namespace may be left in the hot tier only
+tiered --json verify --offloaded-only --namespace public/streaming | python -c '
+import json, sys
+r = json.load(sys.stdin)
+failed, hot_only, n = r["failed"], r["hot_only_entries"], r["entries"]
+if failed or hot_only or not n:
+    sys.exit("streaming: %d topic(s) failed, %d entries in the hot tier only" % (failed, hot_only))
+print("streaming: all %d entries of public/streaming, the open ledgers included, read from the object store" % n)'
 
 step "airflow: tiered_deletion_lag_cleanup at $CLEANUP_AT"
 airflow dags test tiered_deletion_lag_cleanup "$CLEANUP_AT" > "$WS/cleanup.log" 2>&1 || { tail -40 "$WS/cleanup.log"; exit 1; }

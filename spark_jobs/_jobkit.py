@@ -182,7 +182,9 @@ def run_ledger_job(
     report goes into the run summary under ``drain``, the failures add to the run's."""
 
     def describe(work: list[TopicWork]) -> str:
-        return f"{len(work)} topic(s), {sum(len(w.ledgers) for w in work)} ledger(s) planned"
+        streaming = sum(1 for w in work if w.options.get("streaming"))
+        return (f"{len(work)} topic(s){f' ({streaming} streaming)' if streaming else ''}, "
+                f"{sum(len(w.ledgers) for w in work)} ledger(s) planned")
 
     def execute(spark, run: Run, work: list[TopicWork]) -> JobReport:
         rows = distribute(spark, run.config, work)

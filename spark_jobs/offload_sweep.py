@@ -2,6 +2,10 @@
 
     spark-submit spark_jobs/offload_sweep.py --config tiered.toml --as-of 2026-11-22T03:00:00Z
     spark-submit spark_jobs/offload_sweep.py --as-of ... --topic public/default/t --keep-bytes 64M
+
+Namespaces in streaming mode (PIP-76) get one unit per topic with entries not yet offloaded; the executor
+writes its segments under the topic's lease on the --as-of clock (tieredcore.lifecycle.sweep.stream_topic),
+one report row per segment; the summary's totals carry ``segments``, ``segment_bytes``, ``segments_held``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ class Totals(TypedDict):
     namespaces: dict[str, dict[str, Any]]  # namespace -> {"ledgers", "bytes", "failures", "outcomes"}
     counters: dict[str, int]  # job-specific counters (the drain's PIP-186 counters)
     data_loss: list[str]  # ledgers no copy of which can be read
+    # streaming offload (PIP-76): segments written, their data-object bytes (also in ``bytes``), tails
+    # held back until their rollover time (not failures); 0 for every other job
+    segments: int
+    segment_bytes: int
+    segments_held: int
 
 
 class JobReport(Protocol):
@@ -52,7 +57,7 @@ class JobReport(Protocol):
 def totals(**kw: Any) -> Totals:
     """A Totals with every key (defaults: zero, empty)."""
     base: dict[str, Any] = {"topics": 0, "ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}, "namespaces": {},
-                            "counters": {}, "data_loss": []}
+                            "counters": {}, "data_loss": [], "segments": 0, "segment_bytes": 0, "segments_held": 0}
     base.update(kw)
     return base  # type: ignore[return-value]
 

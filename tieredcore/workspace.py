@@ -12,6 +12,8 @@ from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.streaming import StreamingOffloader
 from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
@@ -35,6 +37,9 @@ class OffloadPolicyLike(Protocol):
 
     @property
     def read_buffer_size(self) -> int: ...
+
+    @property
+    def streaming_block_size(self) -> int: ...
 
 
 class StoreSpecLike(Protocol):
@@ -125,6 +130,18 @@ class Workspace:
     ) -> TopicOffloader:
         return TopicOffloader(self.ml, self.hot, offloader or self.offloader, clock_ms=clock_ms, progress=progress,
                               deletion_log=self.deletion_log, leases=self.leases)
+
+    def streaming_offloader(
+        self,
+        policy: OffloadPolicyLike,
+        clock_ms: Callable[[], int] = now_ms,
+        progress: Callable[[str, int, int, int], None] | None = None,
+    ) -> StreamingOffloader:
+        """PIP-76 streaming offload into the store a namespace policy names, with its streaming block
+        size (segment size and rollover are arguments of each offload_topic call)."""
+        segments = SegmentOffloader(self.offloader_for_policy(policy), block_size=policy.streaming_block_size)
+        return StreamingOffloader(self.ml, self.hot, segments, clock_ms=clock_ms, deletion_log=self.deletion_log,
+                                  leases=self.leases, progress=progress)
 
     def offloader_at(self, location: StoreLocation, max_block_size: int | None = None,
                      read_buffer: int | None = None) -> LedgerOffloader:

@@ -1,7 +1,7 @@
 """The Spark jobs: argument handling in-process; real spark-submit runs (slow) end to end.
 
-spark-submit invocations in this module: 5 (sweep with a failing namespace + its rerun, lag cleanup,
-two concurrent sweeps against moto's S3 server)."""
+spark-submit invocations in this module: 6 (sweep with a failing namespace + its rerun, lag cleanup,
+two concurrent sweeps against moto's S3 server, a streaming sweep with a failing namespace)."""
 
 from __future__ import annotations
 
@@ -411,3 +411,49 @@ def test_concurrent_sweeps_on_s3_offload_every_ledger_exactly_once(tmp_path, mot
     assert sorted(keys) == sorted(expected | {"pfx/tiered-owner.standalone"})  # + the owner marker
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     verify_all(cfg_path)
+
+
+# -- (f): streaming mode (PIP-76): one row per segment, a failing namespace fails the run at the end ------
+
+
+@pytest.mark.slow
+def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest(tmp_path):
+    from tieredcore.offload.context import covered_through, is_offloaded
+
+    cfg_path = build_workspace(tmp_path / "ws", ["t/s", "t/bad"], topics=2, ledgers=2, entries=40,
+                               entry_size="100", open_entries=25)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where t/bad's store root should be")
+    streaming = {"offload_mode": "streaming", "max_segment_size": 4096, "streaming_block_size": 1024,
+                 "max_segment_rollover_ms": 10 * 60 * 1000}
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        ps = policy_store(ws)
+        ps.set_namespace("t/s", streaming)
+        ps.set_namespace("t/bad", {**streaming, "store": {"driver": "filesystem", "root": str(blocker / "cold")}})
+
+    # at END the open ledgers' entries (written at END) are younger than the rollover: their tails are held
+    rc, log = spark_submit("offload_sweep", "--config", str(cfg_path), "--as-of", END_ISO, "--run-id", "s1",
+                           log=tmp_path / "s1.log")
+    assert rc == 1, log[-3000:]
+    assert "4 topic(s) (4 streaming)" in log
+    for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
+        assert f"FAILED {t} segment" in log
+    summary, rows = load_report(tmp_path / "ws" / "reports", "offload_sweep", "s1")
+    assert summary_line(log) == summary
+    good = [r for r in rows if r["namespace"] == "t/s"]
+    assert {r["unit"] for r in rows} == {"segment"}
+    assert {r["outcome"] for r in good} == {"offloaded", "held"}
+    done = [r for r in good if r["outcome"] == "offloaded"]
+    assert all(r["bytes"] <= 4096 and r["covers"] and len(r["uuid"]) == 36 for r in done)
+    assert summary["segments"] == len(done) and summary["segments_held"] == 2
+    assert summary["segment_bytes"] == sum(r["bytes"] for r in done) == summary["totals"]["segment_bytes"]
+    assert summary["failures"] == 2 and summary["ledgers"] == 0
+    assert summary["namespaces"]["t/bad"]["failures"] == 2
+    with Workspace(Config.load(cfg_path, env={})) as ws:
+        for t in ws.ml.list_topics("t/s"):
+            *sealed, newest = ledgers(ws, t)
+            assert all(is_offloaded(li) for li in sealed)
+            held = [r for r in good if r["topic"] == t.full and r["outcome"] == "held"]
+            assert covered_through(newest) < 24 and len(held) == 1
+    verify_all(cfg_path)
+

@@ -32,18 +32,20 @@ def build_workspace(
     entry_size: str = "100",
     end: str = END_ISO,
     interval_s: float = INTERVAL_S,
+    open_entries: int = 0,
     store_url: str | None = None,
     config_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """`topics` topics per namespace with `ledgers` sealed ledgers each (the newest ledger of a topic
-    stays open); sealed ledger i of N closes at `end` - (N - 1 - i) * `interval_s`. Returns tiered.toml."""
+    stays open, holding `open_entries` entries written at `end`); sealed ledger i of N closes at
+    `end` - (N - 1 - i) * `interval_s`. Returns tiered.toml."""
     if config_overrides:
         root.mkdir(parents=True, exist_ok=True)
         (root / CONFIG_FILE_NAME).write_text(Config.for_workspace(root, **config_overrides).to_toml())
     assert cli.main(["init", str(root)] + (["--store-url", store_url] if store_url else [])) == 0
     args = ["--workspace", str(root), "generate", "--topics", str(topics), "--ledgers", str(ledgers),
             "--entries", str(entries), "--entry-size", entry_size, "--end-time", end,
-            "--ledger-interval", str(interval_s)]
+            "--ledger-interval", str(interval_s)] + (["--open-entries", str(open_entries)] if open_entries else [])
     for ns in namespaces:
         args += ["--namespace", ns]
     assert cli.main(args) == 0

@@ -28,9 +28,19 @@ from tieredcore.cli.workload import (
     parse_size_range,
 )
 from tieredcore.clock import now_ms, parse_time_ms
-from tieredcore.errors import TieredError, ValidationError
-from tieredcore.model import INT64_MAX, Position
+from tieredcore.errors import HotLedgerNotFoundError, TieredError, ValidationError
+from tieredcore.model import INT64_MAX, Position, ReadHandle
 from tieredcore.names import NamespaceName, TopicName
+from tieredcore.offload.context import (
+    context_uuid,
+    is_complete,
+    is_offloaded,
+    is_sealed,
+    segment_pieces,
+    uuid_from_halves,
+)
+from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
 from tieredcore.workspace import Workspace
 
@@ -48,11 +58,17 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--prefix", default="topic", help="topic name prefix")
     s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
     s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
+    s.add_argument("--open-entries", type=int, default=0,
+                   help="entries written to the newest ledger, which stays open (default 0: empty, as after a "
+                        "rollover); they are written at --end-time")
 
     s = sub.add_parser("verify", parents=parents, help="read every entry and check it against the generator's digest")
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
+    s.add_argument("--offloaded-only", action="store_true",
+                   help="read every ledger from its object-store copy only (V1 objects, streaming segments) and "
+                        "check each entry it holds; entries only in the hot tier are counted, not read")
 
 
 def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -67,6 +83,8 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
     lo, hi = parse_size_range(args.entry_size)
     if args.topics <= 0 or args.ledgers <= 0 or args.entries <= 0:
         raise ValidationError("--topics, --ledgers and --entries must be positive")
+    if args.open_entries < 0:
+        raise ValidationError(f"--open-entries {args.open_entries}: must be 0 or more")
     end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
     interval = int(args.ledger_interval * 1000)
     namespaces = [NamespaceName.parse(n).name for n in args.namespace]
@@ -81,7 +99,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         # ledger i of N is closed at end - (N - i) * interval: a realistic age spread for policies
         clock = {"now": end_ms - args.ledgers * interval}
         digest = Digest()
-        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=args.entries, max_bytes=1 << 62,
+        writer = TopicWriter(ws.ml, ws.hot, t, max_entries=max(args.entries, args.open_entries), max_bytes=1 << 62,
                              clock_ms=lambda c=clock: c["now"])
         seq = 0
         for _ in range(args.ledgers):
@@ -92,7 +110,13 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
             seq += args.entries
             clock["now"] += interval
             writer.rollover()
-        writer.close(seal=False)  # the newest ledger stays open and empty, as on a live broker
+        if args.open_entries:  # entries of the ledger a live broker is writing (streaming offload takes them)
+            batch = list(gen.payloads(seq, args.open_entries))
+            writer.append_many(batch)
+            digest.update_many(batch)
+            total_bytes += sum(map(len, batch))
+            seq += args.open_entries
+        writer.close(seal=False)  # the newest ledger stays open, as on a live broker
         total_entries += seq
 
         def mark(info, gen=gen, digest=digest) -> bool:
@@ -109,7 +133,8 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         el = time.monotonic() - started
         progress(f"generate: {n}/{len(topics)} topics, {total_entries:,} entries, {mib(total_bytes)} "
                  f"({total_bytes / max(el, 1e-9) / 2**20:,.1f} MiB/s)", force=n == len(topics))
-    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "entries": total_entries,
+    return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "open_entries_per_topic": args.open_entries,
+            "entries": total_entries,
             "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -200,8 +225,119 @@ def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, 
              "trimmed_entries": trimmed}, nbytes)
 
 
+class _PiecesHandle:
+    """A ledger whose segments lie in different stores (its namespace's store changed while it was being
+    streamed): one SegmentOffloader.open_piece per segment, read in entry order."""
+
+    def __init__(self, ws: Workspace, t: TopicName, li, pieces, drivers) -> None:
+        self._parts = [(p, _segments_at(ws, drivers[p.uuid]), ) for p in pieces]
+        self._t, self._li = t, li
+        self.last_add_confirmed = pieces[-1].last
+
+    def read(self, first: int, last: int) -> list:
+        out = []
+        for p, segs in self._parts:
+            if p.last < first or p.first > last:
+                continue
+            h = segs.open_piece(p.uuid, self._li.ledgerId, p.first, p.last, self._t.managed_ledger_name)
+            try:
+                out += h.read(max(first, p.first), min(last, p.last))
+            finally:
+                h.close()
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _segments_at(ws: Workspace, driver) -> SegmentOffloader:
+    return SegmentOffloader(ws.offloader_for_driver(driver))
+
+
+def open_offloaded_copy(ws: Workspace, t: TopicName, li) -> ReadHandle | None:
+    """A read handle on the ledger's object-store copy: its complete V1 object, else the completed
+    streaming segments holding its entries from 0 on (all of them once it is sealed and fully streamed,
+    a prefix otherwise); None when no entry of it is in the object store."""
+    if is_complete(li):
+        ctx = li.offloadContext
+        off = ws.offloader_for_driver(ctx.driverMetadata) if ctx.HasField("driverMetadata") else ws.offloader
+        return off.read_offloaded(li.ledgerId, context_uuid(li), ExpectedLedger.of(li, t.managed_ledger_name))
+    pieces = segment_pieces(li)
+    if not pieces:
+        return None
+    drivers = {uuid_from_halves(s.uidMsb, s.uidLsb): s.driverMetadata for s in li.offloadContext.offloadSegment}
+    if len({drivers[p.uuid].SerializeToString(deterministic=True) for p in pieces}) > 1:
+        return _PiecesHandle(ws, t, li, pieces, drivers)  # type: ignore[return-value]
+    whole = is_offloaded(li)
+    return _segments_at(ws, drivers[pieces[0].uuid]).open_ledger(
+        li.ledgerId, pieces, closed=whole, size=li.size if whole else None, topic=t.managed_ledger_name)
+
+
+def _hot_last_entry(ws: Workspace, li) -> int | None:
+    if is_sealed(li) and li.HasField("entries"):
+        return li.entries - 1
+    try:
+        h = ws.hot.open_ledger(li.ledgerId)
+    except HotLedgerNotFoundError:
+        return None
+    try:
+        return h.last_add_confirmed
+    finally:
+        h.close()
+
+
+def _verify_offloaded_copies(ws: Workspace, t: TopicName, info, props: dict[str, str], gen: PayloadGenerator,
+                             progress: Progress) -> tuple[dict[str, Any], int]:
+    """`verify --offloaded-only`: every entry the object store holds of each ledger, read from there only
+    (V1 objects and streaming segments) and compared with the payload generated for it; entries only the
+    hot tier holds are counted (``hot_only_entries``). One bad ledger does not stop the others."""
+    expected_count = int(props[PROP_COUNT])
+    bad: list[dict[str, Any]] = []
+    nbytes = read = hot_only = offloaded_ledgers = 0
+    for li in info.ledgerInfo:
+        first_seq = int(properties_of(li)[PROP_FIRST_SEQ])
+        got, reason = 0, None
+        h = None
+        try:
+            h = open_offloaded_copy(ws, t, li)
+            last = -1 if h is None else h.last_add_confirmed
+            if h is not None:
+                offloaded_ledgers += 1
+            e = 0
+            while e <= last:
+                hi = min(e + 999, last)
+                for entry in h.read(e, hi):  # type: ignore[union-attr]
+                    seq = first_seq + entry.entry_id
+                    if reason is None and (seq >= expected_count or entry.data != gen.payload(seq)):
+                        reason = (f"entry {li.ledgerId}:{entry.entry_id} (#{seq}) of the offloaded copy "
+                                  + ("is beyond the generated entries" if seq >= expected_count
+                                     else "differs from the generated payload"))
+                    got += 1
+                    nbytes += len(entry.data)
+                e = hi + 1
+                progress(f"verify: {t.full}: ledger {li.ledgerId}: {got:,} offloaded entries")
+        except TieredError as ex:  # unreadable offloaded copy: this ledger only
+            reason = reason or f"{type(ex).__name__}: {ex}"
+            last = got - 1
+        finally:
+            if h is not None:
+                h.close()
+        read += got
+        hot_last = _hot_last_entry(ws, li)
+        if hot_last is not None and hot_last > last:
+            hot_only += hot_last - max(last, -1)
+        if reason is not None:
+            bad.append({"ledger": li.ledgerId, "reason": reason})
+    reason = (f"{len(bad)} bad ledger(s): " + "; ".join(f"ledger {b['ledger']}: {b['reason']}" for b in bad)
+              if bad else "")
+    return ({"topic": t.full, "ok": not bad, "entries": read, "reason": reason, "bad_ledgers": bad,
+             "offloaded_ledgers": offloaded_ledgers, "hot_only_entries": hot_only}, nbytes)
+
+
 def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = select_topics(ws, args.namespace, args.topic)
+    if getattr(args, "offloaded_only", False):
+        return _cmd_verify_offloaded(args, ws, topics, progress)
     reader = ws.reader(args.read_priority)
     rows = []
     started = time.monotonic()
@@ -236,6 +372,36 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
             "_exit": EXIT_FAILED if failures or reader.fallbacks else EXIT_OK}
 
 
+def _cmd_verify_offloaded(args: argparse.Namespace, ws: Workspace, topics: list[TopicName],
+                         progress: Progress) -> dict[str, Any]:
+    if args.read_priority != TIERED_FIRST:
+        raise ValidationError("--offloaded-only reads the object-store copies only: --read-priority does not apply")
+    rows = []
+    started = time.monotonic()
+    total_bytes = 0
+    for t in topics:
+        info, _ = ws.ml.get_topic(t)
+        props = properties_of(info)
+        if PROP_SHA not in props:
+            rows.append({"topic": t.full, "ok": None, "reason": "not generated by `tiered generate`",
+                         "bad_ledgers": []})
+            continue
+        if not all(PROP_FIRST_SEQ in properties_of(li) for li in info.ledgerInfo):
+            rows.append({"topic": t.full, "ok": None, "bad_ledgers": [],
+                         "reason": "generated before per-ledger sequence numbers were recorded: verify it whole"})
+            continue
+        gen = PayloadGenerator(int(props[PROP_SEED]), t.managed_ledger_name, int(props[PROP_MIN]), int(props[PROP_MAX]))
+        row, n = _verify_offloaded_copies(ws, t, info, props, gen, progress)
+        rows.append(row)
+        total_bytes += n
+    failures = sum(r["ok"] is False for r in rows)
+    return {"topics": rows, "offloaded_only": True, "verified": sum(1 for r in rows if r["ok"]),
+            "failed": failures, "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3),
+            "entries": sum(r.get("entries", 0) for r in rows),
+            "hot_only_entries": sum(r.get("hot_only_entries", 0) for r in rows),
+            "_exit": EXIT_FAILED if failures else EXIT_OK}
+
+
 def print_human(cmd: str, res: dict[str, Any]) -> None:
     if cmd == "generate":
         for k, v in res.items():
@@ -245,11 +411,18 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         status = {True: "OK", False: "FAILED", None: "SKIPPED"}[r["ok"]]
         bad = r["bad_ledgers"]
         reason = f"{len(bad)} bad ledger(s)" if bad else r.get("reason", "")
-        print(f"{status:<8} {r['topic']} {r.get('entries', '')} {reason}".rstrip())
+        where = (f" from {r['offloaded_ledgers']} offloaded ledger(s), {r['hot_only_entries']:,} hot-only entries"
+                 if "offloaded_ledgers" in r else "")
+        print(f"{status:<8} {r['topic']} {r.get('entries', '')}{where} {reason}".rstrip())
         for b in bad:
             print(f"    ledger {b['ledger']}: {b['reason']}")
         for note in r.get("damaged_copies", []):
             print(f"    DAMAGED COPY: {note}")
+    if res.get("offloaded_only"):
+        print(f"verified the object-store copies of {res['verified']} topic(s), {res['failed']} failed: "
+              f"{res['entries']:,} entries, {mib(res['bytes'])} in {res['seconds']}s; "
+              f"{res['hot_only_entries']:,} entries are in the hot tier only")
+        return
     print(f"verified {res['verified']} topic(s), {res['failed']} failed, {mib(res['bytes'])} "
           f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
     if res["fallbacks"]:

@@ -1,4 +1,5 @@
-"""`tiered offload` (a prefix, or keep at most N bytes hot) and `tiered status` (what lives in which tier)."""
+"""`tiered offload` (a prefix, or keep at most N bytes hot; or, with ``--streaming``, PIP-76 segments of
+every entry not yet offloaded) and `tiered status` (what lives in which tier, segments included)."""
 
 
 from __future__ import annotations
@@ -14,11 +15,23 @@ from tieredcore.cli.common import (
     mib,
     select_topics,
 )
-from tieredcore.errors import ValidationError
+from tieredcore.clock import now_ms, parse_time_ms
+from tieredcore.errors import HotLedgerNotFoundError, NotFoundError, ValidationError
 from tieredcore.lifecycle.planner import ManualOffload
-from tieredcore.lifecycle.work import policy_store
+from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
+from tieredcore.lifecycle.work import LedgerResult, policy_store
 from tieredcore.names import TopicName
-from tieredcore.offload.context import context_uuid
+from tieredcore.offload.context import (
+    context_uuid,
+    covered_through,
+    incomplete_segment_uuids,
+    is_complete,
+    is_offloaded,
+    is_sealed,
+    segment_pieces,
+    segment_refs,
+)
+from tieredcore.stores.hot_tier import FrameSource
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("offload", "status")
@@ -31,6 +44,15 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--up-to", help="offload sealed ledgers before this position LEDGER:ENTRY")
     s.add_argument("--keep-bytes", metavar="SIZE",
                    help="keep at most SIZE bytes hot (e.g. 0, 1048576, 512K, 64M, 1G): like `topics offload -s`")
+    s.add_argument("--streaming", action="store_true",
+                   help="PIP-76 streaming offload: every entry not yet in the object store, the open ledger's up to "
+                        "its last confirmed entry, as segments of the policy's segment and block size; the last, "
+                        "smaller segment is closed now (see --respect-rollover)")
+    s.add_argument("--respect-rollover", action="store_true",
+                   help="with --streaming: keep the last, smaller segment back until its rollover time has passed "
+                        "(the sweep's rule) instead of closing it now")
+    s.add_argument("--as-of", help="the offload's logical time (ISO 8601 or epoch ms; default now): its recorded "
+                                   "timestamps, and the rollover clock of --respect-rollover")
 
     s = sub.add_parser("status", parents=parents, help="per-topic (and per-ledger) tier table")
     s.add_argument("--by-namespace", action="store_true", help="totals per namespace and object-store totals")
@@ -46,13 +68,19 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
 
 
 def _tier(li, is_last: bool) -> str:
-    ctx = li.offloadContext if li.HasField("offloadContext") else None
-    if ctx is not None and ctx.complete:
-        return "offloaded" if ctx.bookkeeperDeleted else "both"
+    """hot / both / offloaded; a ledger's object-store copy is its V1 object or, once sealed, the
+    streaming segments holding all its entries."""
+    if is_offloaded(li):
+        return "offloaded" if li.offloadContext.bookkeeperDeleted else "both"
     return "hot"
 
 
 def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
+    as_of = parse_time_ms(args.as_of, "--as-of") if args.as_of else None
+    if args.streaming:
+        return cmd_offload_streaming(args, ws, progress, now_ms() if as_of is None else as_of)
+    if args.respect_rollover:
+        raise ValidationError("--respect-rollover goes with --streaming")
     manual = ManualOffload.parse(args.up_to, args.keep_bytes)
     if manual.up_to is not None and not args.topic:
         raise ValidationError("--up-to needs explicit topic names")
@@ -65,7 +93,9 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
     # each topic goes where its effective policy says (store, block size), as in the Spark sweep;
     # resolved for every topic before the first offload so a bad policy changes nothing
     ps = policy_store(ws)
-    offloaders = [ws.topic_offloader(progress=on_progress, offloader=ws.offloader_for_policy(ps.for_topic(t)))
+    clock = {} if as_of is None else {"clock_ms": lambda: as_of}
+    offloaders = [ws.topic_offloader(progress=on_progress, offloader=ws.offloader_for_policy(ps.for_topic(t)),
+                                     **clock)
                   for t in topics]
     results = []
     started = time.monotonic()
@@ -84,6 +114,100 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
             "results": [r.as_dict() for r in results], "_exit": EXIT_FAILED if failed else EXIT_OK}
 
 
+# what a streaming offload (`--streaming`) reports: segments that did not land fail the command
+STREAMING_FAILED = ("failed", "conflict", "unknown", "aborted")
+
+
+def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Progress, as_of: int) -> dict[str, Any]:
+    """Every selected topic's entries not yet offloaded, as segments (the sweep's streaming unit,
+    tieredcore.lifecycle.sweep.stream_topic) under the topic's lease; the tail closed now unless
+    --respect-rollover."""
+    if args.up_to is not None or args.keep_bytes is not None:
+        raise ValidationError("--streaming offloads every entry up to the last confirmed one; --up-to and "
+                              "--keep-bytes select sealed ledgers of a ledger-mode offload")
+    if not args.topic and not args.namespace:
+        raise ValidationError("--streaming: name the topics, or a --namespace")
+    if args.topic and args.namespace:
+        raise ValidationError("give topic names or --namespace, not both")
+    topics = select_topics(ws, args.namespace, args.topic)
+    ps = policy_store(ws)
+    policies = [ps.for_topic(t) for t in topics]  # all resolved first: a bad policy changes nothing
+
+    def on_progress(topic: str, lid: int, done: int, total: int) -> None:
+        progress(f"offload: {topic} segment from ledger {lid}: {mib(done)} / {mib(total)}")
+
+    budget = ws.failure_budget()
+    rows: list[LedgerResult] = []
+    started = time.monotonic()
+    for t, pol in zip(topics, policies, strict=True):
+        try:
+            info, _ = ws.ml.get_topic(t)
+        except NotFoundError:
+            continue  # deleted meanwhile
+        w = plan_streaming(ws, t, info, as_of, force_tail=not args.respect_rollover)
+        if w is None:
+            continue  # every entry is in the object store already
+        for r in stream_topic(ws, pol, t, w, budget, progress=on_progress):
+            progress(f"offload: {r.topic} {r.what}: {r.outcome} {mib(r.bytes)} in {r.seconds:.2f}s"
+                     + (f" — {r.error}" if r.error else ""), force=True)
+            rows.append(r)
+    done = [r for r in rows if r.outcome == "offloaded"]
+    failed = [r for r in rows if r.outcome in STREAMING_FAILED]
+    return {"mode": "streaming", "as_of_ms": as_of, "topics": len(topics), "segments": len(done),
+            "held": sum(r.outcome == "held" for r in rows), "busy": sum(r.outcome == "busy" for r in rows),
+            "failed": len(failed), "bytes": sum(r.bytes for r in done), "entries": sum(r.entries for r in done),
+            "seconds": round(time.monotonic() - started, 3), "results": [r.__dict__ for r in rows],
+            "_exit": EXIT_FAILED if failed else EXIT_OK}
+
+
+def _segment_status(ws: Workspace, info, row: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per topic: completed segments (count), the payload bytes they hold, the ledgers they cover and the
+    ledgers only partly in them; per ledger (for --ledgers): its segments and how far they reach.
+    A partly streamed ledger's hot copy gives its last confirmed entry and entry sizes."""
+    uuids: set[str] = set()
+    in_flight: set[str] = set()
+    per_ledger: dict[int, dict[str, Any]] = {}
+    row.update(segments=0, segment_bytes=0, segment_ledgers=0, partially_streamed=[], segments_in_flight=0)
+    for i, li in enumerate(info.ledgerInfo):
+        in_flight.update(incomplete_segment_uuids(li))
+        pieces = segment_pieces(li)
+        if not pieces:
+            continue
+        uuids.update(p.uuid for p in pieces)
+        row["segment_ledgers"] += 1
+        through = covered_through(li)
+        per_ledger[li.ledgerId] = {"segments": [p.uuid for p in pieces], "streamed_through": through}
+        if is_sealed(li) and li.HasField("entries") and through >= li.entries - 1:
+            row["segment_bytes"] += li.size
+            continue
+        is_open = i == len(info.ledgerInfo) - 1 and not is_sealed(li)
+        last, nbytes = (li.entries - 1 if li.HasField("entries") else None), None
+        try:
+            h = ws.hot.open_ledger(li.ledgerId)
+        except HotLedgerNotFoundError:
+            h = None
+        if h is not None:
+            try:
+                last = h.last_add_confirmed if is_open or last is None else last
+                if isinstance(h, FrameSource):
+                    nbytes = sum(h.entry_sizes()[: through + 1])
+            finally:
+                h.close()
+        row["segment_bytes"] += nbytes or 0
+        row["partially_streamed"].append({"ledger": li.ledgerId, "open": is_open, "streamed_through": through,
+                                          "last_entry": last})
+    row["segments"] = len(uuids)
+    row["segments_in_flight"] = len(in_flight - uuids)
+    return per_ledger
+
+
+def _offloaded_at(li) -> int:
+    """When the ledger's object-store copy was complete: its V1 offload, or its last segment."""
+    if is_complete(li):
+        return li.offloadContext.timestamp
+    return max((r.offloaded_ms for r in segment_refs(li) if r.complete), default=0)
+
+
 def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = select_topics(ws, args.namespace, args.topic)
     rows = []
@@ -92,6 +216,7 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
         row = {"topic": t.full, "version": version, "ledgers": len(info.ledgerInfo),
                "hot_bytes": 0, "offloaded_bytes": 0, "hot_only": 0, "both": 0, "offloaded_only": 0,
                "open": 0, "entries": 0, "ledger_detail": []}
+        per_ledger = _segment_status(ws, info, row)
         for i, li in enumerate(info.ledgerInfo):
             is_last = i == len(info.ledgerInfo) - 1
             tier = _tier(li, is_last)
@@ -108,7 +233,9 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
                     "ledger": li.ledgerId, "entries": li.entries, "size": li.size,
                     "state": "open" if is_open else "sealed", "tier": tier,
                     "uuid": context_uuid(li),
-                    "offloaded_at": li.offloadContext.timestamp if tier != "hot" else None,
+                    "offloaded_at": _offloaded_at(li) if tier != "hot" else None,
+                    "segments": per_ledger.get(li.ledgerId, {}).get("segments", []),
+                    "streamed_through": per_ledger.get(li.ledgerId, {}).get("streamed_through", -1),
                 })
         if not args.ledgers:
             del row["ledger_detail"]
@@ -122,7 +249,8 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
 
 def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    keys = ("ledgers", "hot_only", "both", "offloaded_only", "hot_bytes", "offloaded_bytes", "entries")
+    keys = ("ledgers", "hot_only", "both", "offloaded_only", "hot_bytes", "offloaded_bytes", "entries", "segments",
+            "segment_bytes")
     for r in rows:
         ns = TopicName.parse(r["topic"]).namespace_name
         agg = out.setdefault(ns, {"topics": 0, **dict.fromkeys(keys, 0)})
@@ -148,17 +276,34 @@ def _store_totals(ws: Workspace) -> dict[str, Any]:
     return {"url": ws.config.store_url, "objects": n, "bytes": size}
 
 
+def _partial_text(p: dict[str, Any]) -> str:
+    if p["open"] and p["streamed_through"] == p["last_entry"]:
+        return f"{p['ledger']} (open) through its last confirmed entry {p['last_entry']}"
+    last = "?" if p["last_entry"] is None else p["last_entry"]
+    return f"{p['ledger']}{' (open)' if p['open'] else ''} through entry {p['streamed_through']} of {last}"
+
+
 def print_human(cmd: str, res: dict[str, Any]) -> None:
     if cmd == "offload":
+        if res.get("mode") == "streaming":
+            print(f"offloaded {res['segments']} segment(s) of {res['topics']} topic(s), {res['entries']:,} entries, "
+                  f"{mib(res['bytes'])} in {res['seconds']}s; {res['held']} held until their rollover, "
+                  f"{res['busy']} busy, {res['failed']} failed")
+            for r in res["results"]:
+                if r["outcome"] in STREAMING_FAILED:
+                    print(f"FAILED {r['topic']} segment {r['uuid'] or '-'} [{r['covers']}]: {r['outcome']}: "
+                          f"{r['error']}")
+            return
         print(f"offloaded {res['offloaded']} ledger(s) of {res['topics']} topic(s), {mib(res['bytes'])} "
               f"in {res['seconds']}s; {res['failed']} failed")
         return
     if "namespaces" in res:
         print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
-              f"{'hot MiB':>10} {'cold MiB':>10}")
+              f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8}")
         for ns, a in sorted(res["namespaces"].items()):
             print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
-                  f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f}")
+                  f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
+                  f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f}")
         st = res["store"]
         print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
         return
@@ -167,6 +312,12 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
     for r in res["topics"]:
         print(f"{r['topic']:<48} {r['ledgers']:>7} {r['hot_only']:>6} {r['both']:>5} {r['offloaded_only']:>5} "
               f"{r['hot_bytes']:>14,} {r['offloaded_bytes']:>14,}")
+        if r["segments"] or r["segments_in_flight"]:
+            print(f"    segments: {r['segments']} holding {r['segment_bytes']:,} bytes of {r['segment_ledgers']} "
+                  f"ledger(s)" + (f"; {r['segments_in_flight']} in flight or abandoned" if r["segments_in_flight"] else ""))
+            if r["partially_streamed"]:
+                print("    partially streamed: " + "; ".join(_partial_text(p) for p in r["partially_streamed"]))
         for d in r.get("ledger_detail", []):
+            seg = (f" segments={len(d['segments'])} through={d['streamed_through']}" if d["segments"] else "")
             print(f"    ledger {d['ledger']:>8} {d['state']:<6} {d['tier']:<9} entries={d['entries']:<8} "
-                  f"size={d['size']:<12,} uuid={d['uuid'] or '-'}")
+                  f"size={d['size']:<12,} uuid={d['uuid'] or '-'}{seg}")

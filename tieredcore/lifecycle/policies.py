@@ -87,7 +87,10 @@ class OffloadPolicy:
 
     @property
     def offload_enabled(self) -> bool:
-        return self.offload_threshold_bytes >= 0 or self.offload_threshold_seconds >= 0
+        """The offload sweep offloads this namespace's (or topic's) data: streaming mode always (PIP-76:
+        its segments are cut by size and rollover time, the thresholds do not apply), ledger mode when a
+        threshold is set."""
+        return self.streaming or self.offload_threshold_bytes >= 0 or self.offload_threshold_seconds >= 0
 
     @property
     def deletion_lag(self) -> int | None:

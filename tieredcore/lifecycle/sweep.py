@@ -20,12 +20,20 @@ shared by several ledgers, so it is not re-offloaded here.
 
 Runners hold a per-topic lease (a second runner skips the topic: outcome ``busy``), and a run stops
 trying after ``store_failure_limit`` consecutive object-store failures (the rest: ``aborted``).
+
+Streaming mode (PIP-76, a policy with ``offload_mode = "streaming"``): the sweep plans every topic with
+entries not yet in the object store (the open ledger's up to its last confirmed entry included) and runs
+:meth:`tieredcore.offload.streaming.StreamingOffloader.offload_topic` for it with the policy's segment
+size, rollover and block size, on the run's clock: full segments are written, the last, smaller one only
+once its rollover time has passed at ``as_of_ms`` (else it is reported ``held``, not a failure). One row
+per segment (``unit = "segment"``). A backfill (``as_of_ms`` before the topic's newest ledger was
+created) offloads nothing past the ledger that was open at that time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tieredcore.errors import (
     BlobStoreError,
@@ -44,16 +52,20 @@ from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import (
     KIND_LAG_CLEANUP,
     KIND_OFFLOAD,
+    UNIT_SEGMENT,
     LedgerResult,
     TopicWork,
+    format_covers,
     held_topic_rows,
     policy_store,
     resolve_namespaces,
 )
+from tieredcore.model import INT64_MAX, Position
 from tieredcore.names import TopicName
-from tieredcore.offload.context import is_complete, is_offloaded
+from tieredcore.offload.context import covered_through, is_complete, is_offloaded, is_sealed
 from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
 from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
+from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
@@ -62,6 +74,9 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
+OPTION_STREAMING = "streaming"  # TopicWork.options: a PIP-76 streaming offload of the topic
+OPTION_UPTO = "upto"  # TopicWork.options (streaming): [ledger, entry], offload nothing after it (backfills)
+OPTION_FORCE_TAIL = "force_tail"  # TopicWork.options (streaming): close the tail whatever its age
 REASON_DELETION_LAG = "deletion-lag"
 REASON_VERIFY_FAILED = "verify-failed"  # a damaged offloaded copy, replaced by a verified one
 OUTCOME_MARKED = "marked"  # lag cleanup: bookkeeperDeleted set, the hot copy's deletion pending in the log
@@ -84,15 +99,57 @@ def plan_offload(
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
                 continue  # deleted since listing
-            ids = select_by_threshold(
-                ledgers_as_of(info.ledgerInfo, as_of_ms),
-                pol.offload_threshold_bytes, pol.offload_threshold_seconds, as_of_ms,
-            )
-            if ids:
-                out.append(TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run))
+            if pol.streaming:
+                w = plan_streaming(ws, t, info, as_of_ms, dry_run)
+                if w is not None:
+                    out.append(w)
+            else:
+                view = ledgers_as_of(info.ledgerInfo, as_of_ms)
+                ids = select_by_threshold(view, pol.offload_threshold_bytes, pol.offload_threshold_seconds, as_of_ms)
+                # a ledger whose entries all lie in streaming segments already (the namespace was in
+                # streaming mode) has its object-store copy
+                done = {li.ledgerId for li in view if is_offloaded(li)}
+                ids = [i for i in ids if i not in done]
+                if ids:
+                    out.append(TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run))
             if max_topics is not None and len(out) >= max_topics:
                 return out
     return out
+
+
+def plan_streaming(ws: Workspace, t: TopicName, info, as_of_ms: int, dry_run: bool = False,
+                   force_tail: bool = False) -> TopicWork | None:
+    """The streaming offload unit of a topic, or None when every entry it held at `as_of_ms` is in the
+    object store. Its ledgers: those with entries not yet offloaded (the open ledger's last confirmed
+    entry read from the hot tier). A backfill (a ledger was created after `as_of_ms`) is bounded to
+    the ledgers of its time, as in ledger mode."""
+    view = ledgers_as_of(info.ledgerInfo, as_of_ms)
+    pending: list[int] = []
+    for i, li in enumerate(view):
+        if is_complete(li) or is_offloaded(li):
+            continue
+        open_ledger = i == len(info.ledgerInfo) - 1 and not is_sealed(li)
+        if open_ledger or not li.HasField("entries"):
+            try:
+                h = ws.hot.open_ledger(li.ledgerId)
+            except HotLedgerNotFoundError:
+                continue  # gone: the executor reports it if it still matters
+            try:
+                last = h.last_add_confirmed
+            finally:
+                h.close()
+        else:
+            last = li.entries - 1
+        if last > covered_through(li):
+            pending.append(li.ledgerId)
+    if not pending:
+        return None
+    options: dict = {OPTION_STREAMING: True}
+    if force_tail:
+        options[OPTION_FORCE_TAIL] = True
+    if len(view) < len(info.ledgerInfo):
+        options[OPTION_UPTO] = [view[-1].ledgerId, INT64_MAX]
+    return TopicWork(t.full, KIND_OFFLOAD, pending, as_of_ms, dry_run, options)
 
 
 def plan_manual_offload(
@@ -131,8 +188,42 @@ def _row(t: TopicName, kind: str, r: LedgerOffloadResult) -> LedgerResult:
                         r.seconds, r.uuid or "", r.error or "")
 
 
+def _segment_row(t: TopicName, kind: str, r: SegmentOffloadResult) -> LedgerResult:
+    return LedgerResult(t.full, t.namespace_name, r.ledger_id, kind, r.outcome, r.bytes, r.blocks, r.entries,
+                        r.seconds, r.uuid or "", r.error or "", UNIT_SEGMENT, format_covers(r.ledgers))
+
+
+def stream_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
+                 budget: StoreFailureBudget | None = None,
+                 progress: Callable[[str, int, int, int], None] | None = None) -> list[LedgerResult]:
+    """A streaming offload unit: the topic's segments (PIP-76) under its lease, on the run's clock; one
+    row per segment written (or not), the tail held for its rollover time included."""
+    try:
+        so = ws.streaming_offloader(pol, clock_ms=lambda: w.as_of_ms, progress=progress)
+    except TieredError as e:  # the policy's store cannot be opened: one failed row for the topic
+        row = LedgerResult(t.full, t.namespace_name, w.ledgers[0] if w.ledgers else -1, w.kind, OUTCOME_FAILED,
+                           error=f"{type(e).__name__}: {e}", unit=UNIT_SEGMENT)
+        if budget is not None:
+            budget.record(type(e).__name__, row.error)
+        return [row]
+    upto = Position(*w.options[OPTION_UPTO]) if w.options.get(OPTION_UPTO) else None
+    kw = {"max_segment_size": pol.max_segment_size, "rollover_ms": pol.max_segment_rollover_ms,
+          "as_of_ms": w.as_of_ms, "force_tail": bool(w.options.get(OPTION_FORCE_TAIL)), "upto": upto}
+    if w.dry_run:
+        plan = so.plan(t, **kw)
+        rows = [LedgerResult(t.full, t.namespace_name, seg.ranges[0][0], w.kind, "planned", seg.length,
+                             unit=UNIT_SEGMENT, covers=format_covers(seg.ranges)) for seg in plan.segments]
+        if plan.held is not None:
+            rows.append(LedgerResult(t.full, t.namespace_name, plan.held.ranges[0][0], w.kind, OUTCOME_HELD,
+                                     plan.held.length, unit=UNIT_SEGMENT, covers=format_covers(plan.held.ranges)))
+        return rows
+    return [_segment_row(t, w.kind, r) for r in so.offload_topic(t, budget=budget, **kw)]
+
+
 def offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                    budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
+    if w.options.get(OPTION_STREAMING):
+        return stream_topic(ws, pol, t, w, budget)
     if w.dry_run:
         return [LedgerResult(t.full, t.namespace_name, lid, w.kind, "planned") for lid in w.ledgers]
     tof = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=ws.offloader_for_policy(pol))

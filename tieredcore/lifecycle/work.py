@@ -1,6 +1,6 @@
 """What every lifecycle job's distributed work shares: the unit of work (one topic's ledgers), the row each
-ledger produces, the run summary and report, the policy lookup, and running a topic's ledgers under its
-lease with a budget of store failures. The jobs themselves: sweep (offload, deletion-lag cleanup),
+ledger (or, in a streaming offload sweep, each segment) produces, the run summary and report, the policy
+lookup, and running a topic's ledgers under its lease with a budget of store failures. The jobs themselves: sweep (offload, deletion-lag cleanup),
 retention, scrub; :func:`tieredcore.lifecycle.runner.run_work` runs their units on Spark executors."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from tieredcore.errors import LeaseHeldError, TieredError
 from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.managed import OUTCOME_ABORTED, OUTCOME_BUSY, OUTCOME_FAILED
+from tieredcore.offload.streaming import OUTCOME_HELD
 from tieredcore.reports import Totals, totals
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.workspace import Workspace
@@ -28,6 +29,12 @@ FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", OUTCOME_ABORT
                              "damaged", "unrecoverable"})
 # outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
 BYTES_OUTCOMES = ("offloaded", "marked", "ok", "damaged", "repaired", "unrecoverable")
+# what a row is about: one ledger (every job), or one streaming segment (PIP-76 offload sweep)
+UNIT_LEDGER = "ledger"
+UNIT_SEGMENT = "segment"
+# a segment that did not land stops its topic's streaming offload for this run: these fail the run too
+# (a held tail waits for its rollover time, a busy topic is offloaded by its lease holder: neither fails)
+SEGMENT_FAILED_OUTCOMES = FAILED_OUTCOMES | {"conflict"}
 
 
 @dataclass
@@ -48,13 +55,15 @@ class TopicWork:
 # LedgerResult's fields as the Parquet detail schema of run reports (Spark DDL)
 DETAIL_SCHEMA = (
     "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
-    "entries long, seconds double, uuid string, error string"
+    "entries long, seconds double, uuid string, error string, unit string, covers string"
 )
 
 
 @dataclass
 class LedgerResult:
-    """One row of a run report (also the Parquet detail schema, DETAIL_SCHEMA)."""
+    """One row of a run report (also the Parquet detail schema, DETAIL_SCHEMA). A segment row
+    (``unit == "segment"``): ``ledger`` is the first ledger it covers, ``covers`` every ledger's entry
+    range in it (``"LEDGER:FIRST-LAST,..."``, topic order), ``bytes`` its data object's size."""
 
     topic: str
     namespace: str
@@ -67,10 +76,37 @@ class LedgerResult:
     seconds: float = 0.0
     uuid: str = ""
     error: str = ""
+    unit: str = UNIT_LEDGER
+    covers: str = ""
+
+    @property
+    def is_segment(self) -> bool:
+        return self.unit == UNIT_SEGMENT
 
     @property
     def failed(self) -> bool:
-        return self.outcome in FAILED_OUTCOMES
+        return self.outcome in (SEGMENT_FAILED_OUTCOMES if self.is_segment else FAILED_OUTCOMES)
+
+    @property
+    def what(self) -> str:
+        """How a message names the row's unit."""
+        if self.is_segment:
+            return f"segment {self.uuid or '(not started)'} [{self.covers}]"
+        return f"ledger {self.ledger}"
+
+
+def format_covers(ranges) -> str:
+    """``[(ledger, first, last), ...]`` -> ``"LEDGER:FIRST-LAST,..."`` (LedgerResult.covers)."""
+    return ",".join(f"{lid}:{first}-{last}" for lid, first, last in ranges)
+
+
+def parse_covers(text: str) -> list[tuple[int, int, int]]:
+    out = []
+    for part in filter(None, text.split(",")):
+        lid, _, rng = part.partition(":")
+        first, _, last = rng.partition("-")
+        out.append((int(lid), int(first), int(last)))
+    return out
 
 
 def policy_store(ws: Workspace) -> PolicyStore:
@@ -137,9 +173,13 @@ class RunSummary:
     as_of_ms: int
     dry_run: bool
     topics: int = 0
-    ledgers: int = 0
+    ledgers: int = 0  # ledger rows (segment rows are counted under segments*)
     bytes: int = 0
     failures: int = 0
+    # streaming offload (PIP-76): segments written, their data-object bytes, tails held for their rollover
+    segments: int = 0
+    segment_bytes: int = 0
+    segments_held: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -151,15 +191,23 @@ class RunSummary:
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
         s = cls(job, run_id, as_of_ms, dry_run, seconds=round(seconds, 3))
         s.topics = len({r["topic"] for r in rows})
-        s.ledgers = len(rows)
         for r in rows:
+            row = LedgerResult(**r)
             s.outcomes[r["outcome"]] = s.outcomes.get(r["outcome"], 0) + 1
             ns = s.namespaces.setdefault(r["namespace"], {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
-            ns["ledgers"] += 1
             ns["outcomes"][r["outcome"]] = ns["outcomes"].get(r["outcome"], 0) + 1
+            if row.is_segment:
+                for k, v in (("segments", r["outcome"] == "offloaded"),
+                             ("segment_bytes", r["bytes"] if r["outcome"] == "offloaded" else 0),
+                             ("segments_held", r["outcome"] == OUTCOME_HELD)):
+                    setattr(s, k, getattr(s, k) + v)
+                    ns[k] = ns.get(k, 0) + v
+            else:
+                s.ledgers += 1
+                ns["ledgers"] += 1
             if r["outcome"] == "unrecoverable":
                 s.data_loss.append(f"{r['topic']} ledger {r['ledger']}")
-            failed = LedgerResult(**r).failed
+            failed = row.failed
             if r["outcome"] in BYTES_OUTCOMES:
                 s.bytes += r["bytes"]
                 ns["bytes"] += r["bytes"]
@@ -174,13 +222,14 @@ class RunSummary:
         counters = {k: int(v) for k, v in (self.drain or {}).items() if isinstance(v, int) and k != "as_of_ms"}
         return totals(topics=self.topics, ledgers=self.ledgers, bytes=self.bytes, failures=self.failures,
                       outcomes=dict(self.outcomes), namespaces=self.namespaces, counters=counters,
-                      data_loss=list(self.data_loss))
+                      data_loss=list(self.data_loss), segments=self.segments, segment_bytes=self.segment_bytes,
+                      segments_held=self.segments_held)
 
 
 @dataclass
 class LedgerRunReport:
     """The report of a run over ledgers (offload sweep, lag cleanup, retention, scrub): its summary and
-    one row per ledger (tieredcore.reports.JobReport)."""
+    one row per ledger, or per segment in a streaming offload sweep (tieredcore.reports.JobReport)."""
 
     summary_: RunSummary
     rows: list[dict]
@@ -197,12 +246,14 @@ class LedgerRunReport:
     def messages(self) -> list[str]:
         out = []
         for r in self.rows:
-            if LedgerResult(**r).failed:
-                out.append(f"FAILED {r['topic']} ledger {r['ledger']}: {r['outcome']}: {r['error']}")
+            row = LedgerResult(**r)
+            if row.failed:
+                out.append(f"FAILED {r['topic']} {row.what}: {r['outcome']}: {r['error']}")
             elif r["outcome"] == OUTCOME_BUSY:
-                out.append(f"BUSY {r['topic']} ledger {r['ledger']}: {r['error']}")
+                out.append(f"BUSY {r['topic']} {row.what}: {r['error']}")
         aborted = [r for r in self.rows if r["outcome"] == OUTCOME_ABORTED]
         if aborted:
-            out.append(f"STOPPED early: {len(aborted)} ledger(s) {aborted[0]['error']}")
+            units = "segment(s)" if all(LedgerResult(**r).is_segment for r in aborted) else "ledger(s)"
+            out.append(f"STOPPED early: {len(aborted)} {units} {aborted[0]['error']}")
         out += [f"DATA LOSS: {what}: no copy of it can be read (see the report)" for what in self.summary_.data_loss]
         return out

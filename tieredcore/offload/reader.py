@@ -146,7 +146,11 @@ class OffloadedLedgerHandle:
             if rel + 12 > len(buf):
                 raise FormatError(f"{key}: truncated frame header at offset {pos}")
             length, fid = unpack(buf, rel)
-            if length < 0:  # padding or the next block's magic: continue at the block holding eid
+            if length < 0 or (length == C.STREAMING_BLOCK_MAGIC and fid == C.BLOCK_HEADER_LENGTH
+                              and self.index.lookup(eid).offset == pos):
+                # padding, or the next block's header: continue at the block holding eid (a streaming
+                # block's magic is positive: after a full block, one without padding, the next block's
+                # [magic][header length 128] reads as a frame header)
                 block = self.index.lookup(eid)
                 nxt = block.offset + C.BLOCK_HEADER_LENGTH
                 if block.first_entry_id != eid or nxt <= pos:
