@@ -32,15 +32,9 @@ from tieredcore.errors import HotLedgerNotFoundError, TieredError, ValidationErr
 from tieredcore.model import INT64_MAX, Position, ReadHandle
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.context import (
-    context_uuid,
-    is_complete,
-    is_offloaded,
     is_sealed,
-    segment_pieces,
-    uuid_from_halves,
 )
-from tieredcore.offload.reader import ExpectedLedger
-from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.copies import has_offloaded_copy, open_offloaded
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
 from tieredcore.workspace import Workspace
 
@@ -225,52 +219,13 @@ def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, 
              "trimmed_entries": trimmed}, nbytes)
 
 
-class _PiecesHandle:
-    """A ledger whose segments lie in different stores (its namespace's store changed while it was being
-    streamed): one SegmentOffloader.open_piece per segment, read in entry order."""
-
-    def __init__(self, ws: Workspace, t: TopicName, li, pieces, drivers) -> None:
-        self._parts = [(p, _segments_at(ws, drivers[p.uuid]), ) for p in pieces]
-        self._t, self._li = t, li
-        self.last_add_confirmed = pieces[-1].last
-
-    def read(self, first: int, last: int) -> list:
-        out = []
-        for p, segs in self._parts:
-            if p.last < first or p.first > last:
-                continue
-            h = segs.open_piece(p.uuid, self._li.ledgerId, p.first, p.last, self._t.managed_ledger_name)
-            try:
-                out += h.read(max(first, p.first), min(last, p.last))
-            finally:
-                h.close()
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-def _segments_at(ws: Workspace, driver) -> SegmentOffloader:
-    return SegmentOffloader(ws.offloader_for_driver(driver))
-
-
 def open_offloaded_copy(ws: Workspace, t: TopicName, li) -> ReadHandle | None:
-    """A read handle on the ledger's object-store copy: its complete V1 object, else the completed
-    streaming segments holding its entries from 0 on (all of them once it is sealed and fully streamed,
-    a prefix otherwise); None when no entry of it is in the object store."""
-    if is_complete(li):
-        ctx = li.offloadContext
-        off = ws.offloader_for_driver(ctx.driverMetadata) if ctx.HasField("driverMetadata") else ws.offloader
-        return off.read_offloaded(li.ledgerId, context_uuid(li), ExpectedLedger.of(li, t.managed_ledger_name))
-    pieces = segment_pieces(li)
-    if not pieces:
+    """A read handle on the ledger's object-store copy alone (tieredcore.offload.copies): its complete
+    V1 object, else the completed segments holding its entries from 0 on, each in the store its driver
+    metadata names; None when no entry of it is in the object store."""
+    if not has_offloaded_copy(li):
         return None
-    drivers = {uuid_from_halves(s.uidMsb, s.uidLsb): s.driverMetadata for s in li.offloadContext.offloadSegment}
-    if len({drivers[p.uuid].SerializeToString(deterministic=True) for p in pieces}) > 1:
-        return _PiecesHandle(ws, t, li, pieces, drivers)  # type: ignore[return-value]
-    whole = is_offloaded(li)
-    return _segments_at(ws, drivers[pieces[0].uuid]).open_ledger(
-        li.ledgerId, pieces, closed=whole, size=li.size if whole else None, topic=t.managed_ledger_name)
+    return open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
 
 
 def _hot_last_entry(ws: Workspace, li) -> int | None:
