@@ -326,12 +326,15 @@ def _check_version(metadata: Mapping[str, str], key: str) -> None:
         )
 
 
-def _entry_sizes(ledger: ReadHandle) -> Sequence[int]:
-    """Entry sizes of a ledger that is not a FrameSource (read in batches)."""
+def _entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
+    """Entry sizes 0..last (default: the LAC) of a ledger: a FrameSource's own list, else read in batches."""
+    if isinstance(ledger, FrameSource):
+        return ledger.entry_sizes()
+    end = ledger.last_add_confirmed if last is None else last
     out: list[int] = []
     step = 1000
-    for first in range(0, ledger.last_add_confirmed + 1, step):
-        out.extend(len(e.data) for e in ledger.read(first, min(first + step - 1, ledger.last_add_confirmed)))
+    for first in range(0, end + 1, step):
+        out.extend(len(e.data) for e in ledger.read(first, min(first + step - 1, end)))
     return out
 
 

@@ -105,7 +105,7 @@ class SegmentOffloader:
             if not 0 <= s.first_entry <= s.last_entry <= s.handle.last_add_confirmed:
                 raise LedgerStateError(f"ledger {s.ledger_id}: entries {s.first_entry}..{s.last_entry} are not "
                                        f"within 0..{s.handle.last_add_confirmed}")
-            sizes = s.handle.entry_sizes() if isinstance(s.handle, FrameSource) else _entry_sizes(s.handle)
+            sizes = _entry_sizes(s.handle, s.last_entry)
             runs.append(LedgerRun(s.ledger_id, s.first_entry, list(sizes[s.first_entry: s.last_entry + 1])))
         return plan_segment(runs, self.block_size, self.min_part_size)
 

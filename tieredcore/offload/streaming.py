@@ -63,10 +63,11 @@ from tieredcore.offload.managed import (
     REASON_OFFLOAD_CLEANUP,
     REASON_OFFLOAD_CONFLICT,
 )
+from tieredcore.offload.offloader import _entry_sizes
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSource
 from tieredcore.stores.deletion_log import TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot_tier import FrameSource, HotTier
+from tieredcore.stores.hot_tier import HotTier
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
@@ -204,7 +205,7 @@ class StreamingOffloader:
                 first = covered_through(li) + 1
                 if last < first or is_complete(li):
                     continue
-                sizes = h.entry_sizes() if isinstance(h, FrameSource) else _sizes(h, last)
+                sizes = _entry_sizes(h, last)
                 run = LedgerRun(li.ledgerId, first, list(sizes[first: last + 1]))
                 runs.append(run)
                 tail_ctime[li.ledgerId] = h.metadata.ctime
@@ -367,7 +368,7 @@ class StreamingOffloader:
                 h = self.hot.open_ledger(lid)
                 handles.append(h)
                 li = find_ledger(info, lid)
-                sizes = h.entry_sizes() if isinstance(h, FrameSource) else _sizes(h, last)
+                sizes = _entry_sizes(h, last)
                 ts = li.timestamp if li is not None and is_sealed(li) and li.entries - 1 == last else 0
                 sources.append(SegmentSource(h, first, last, size_through=sum(sizes[: last + 1]), timestamp=ts))
             cb = None
@@ -488,13 +489,6 @@ class StreamingOffloader:
         (log.info if res.ok else log.warning)(
             "segment offload %s %s: %s%s", res.topic, res.ledgers, res.outcome, f" ({res.error})" if res.error else "")
         return res
-
-
-def _sizes(h: ReadHandle, last: int) -> list[int]:
-    out: list[int] = []
-    for first in range(0, last + 1, 1000):
-        out.extend(len(e.data) for e in h.read(first, min(first + 999, last)))
-    return out
 
 
 def _cut(plan: SegmentPlan, max_size: int, block_size: int) -> list[PlannedSegment]:
