@@ -161,6 +161,76 @@ def plan_segment(runs: Sequence[LedgerRun], block_size: int, min_part_size: int 
     return SegmentPlan(tuple(runs), tuple(blocks), tuple(parts), offset, tuple(cums))
 
 
+@dataclass
+class FormedBlock:
+    """A streaming block formed from entries as they were read (:class:`BlockFormer`)."""
+
+    ledger_id: int
+    first_entry: int
+    frames: bytearray  # [len][entryId][payload] of each entry, back to back
+    sizes: list[int]  # payload sizes
+    block_size: int = 0  # set when the block is closed: max(block size, 128 + frames)
+
+    @property
+    def last_entry(self) -> int:
+        return self.first_entry + len(self.sizes) - 1
+
+
+class BlockFormer:
+    """Streams entries into streaming blocks laid out exactly as :func:`plan_segment` lays out the same
+    entries (a block ends where the next entry would not fit or the ledger changes; an entry larger than
+    a block gets a block of its own), for writers that learn entry sizes only by reading the entries
+    (compaction reads them from older objects). Holds one block.
+
+    ``pad_last=False``: a ledger's last block (closed by :meth:`flush` or a ledger change) is not padded
+    (its length is the header plus its frames). Readers never read past a ledger's last entry, so the
+    next block's header right after it is never taken for a frame (blocks closed because the next entry
+    did not fit stay padded, as readers expect within a ledger); a small ledger then takes its bytes,
+    not a whole block. Every block length is in its header and the index, so any reader finds them."""
+
+    def __init__(self, block_size: int, *, pad_last: bool = True) -> None:
+        if block_size < BLOCK_HEADER_LENGTH + ENTRY_HEADER_SIZE:
+            raise ValidationError(f"streaming block size {block_size} is below the 140-byte minimum")
+        self.block_size = block_size
+        self.pad_last = pad_last
+        self._capacity = block_size - BLOCK_HEADER_LENGTH
+        self._cur: FormedBlock | None = None
+
+    def add(self, ledger_id: int, entry_id: int, payload: Buffer) -> FormedBlock | None:
+        """Add the next entry; returns the block it closed, if any."""
+        n = len(payload)
+        if n > MAX_ENTRY_SIZE:
+            raise ValidationError(f"ledger {ledger_id} entry {entry_id}: {n} bytes exceed the frame length limit")
+        cur = self._cur
+        closed = None
+        if cur is not None:
+            if cur.ledger_id == ledger_id and entry_id != cur.first_entry + len(cur.sizes):
+                raise ValidationError(f"ledger {ledger_id}: entry {entry_id} after entry {cur.last_entry}")
+            if cur.ledger_id != ledger_id:
+                closed = self.flush()
+                cur = None
+            elif len(cur.frames) + ENTRY_HEADER_SIZE + n > self._capacity:
+                closed = self._close(padded=True)
+                cur = None
+        if cur is None:
+            cur = self._cur = FormedBlock(ledger_id, entry_id, bytearray(), [])
+        cur.frames += _FRAME.pack(n, entry_id)
+        cur.frames += payload
+        cur.sizes.append(n)
+        return closed
+
+    def flush(self) -> FormedBlock | None:
+        """Close the current block, the last of its ledger here (None when there is none)."""
+        return self._close(padded=self.pad_last)
+
+    def _close(self, padded: bool) -> FormedBlock | None:
+        cur, self._cur = self._cur, None
+        if cur is not None:
+            frames = BLOCK_HEADER_LENGTH + len(cur.frames)
+            cur.block_size = max(self.block_size, frames) if padded else frames
+        return cur
+
+
 # ================================================================================================
 # encoding
 # ================================================================================================

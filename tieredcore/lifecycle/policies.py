@@ -29,6 +29,10 @@ MODE_STREAMING = "streaming"  # PIP-76: multi-ledger V2 segments cut by size or 
 OFFLOAD_MODES = (MODE_LEDGER, MODE_STREAMING)
 DEFAULT_MAX_SEGMENT_SIZE = 256 * 1024 * 1024
 DEFAULT_MAX_SEGMENT_ROLLOVER_MS = 10 * 60 * 1000
+# compaction (docs/compaction.md): runs of objects below the min size repacked into segments of the target size
+DEFAULT_COMPACTION_MIN_OBJECT_SIZE = 8 * 1024 * 1024
+DEFAULT_COMPACTION_TARGET_SIZE = 256 * 1024 * 1024
+DEFAULT_COMPACTION_DELETE_DELAY_MS = 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class OffloadPolicy:
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE  # a segment is cut at this many data-object bytes
     max_segment_rollover_ms: int = DEFAULT_MAX_SEGMENT_ROLLOVER_MS  # a smaller tail is closed this long after its oldest entry
     streaming_block_size: int = STREAMING_MIN_BLOCK_SIZE  # blocks are padded to this (Pulsar: every block a part)
+    # compaction: off unless enabled per namespace (or topic); old objects deleted after the delay
+    compaction_enabled: bool = False
+    compaction_min_object_size: int = DEFAULT_COMPACTION_MIN_OBJECT_SIZE
+    compaction_target_size: int = DEFAULT_COMPACTION_TARGET_SIZE
+    compaction_delete_delay_ms: int = DEFAULT_COMPACTION_DELETE_DELAY_MS
 
     @property
     def streaming(self) -> bool:
@@ -148,7 +157,21 @@ class OffloadPolicy:
             raise ValidationError(
                 f"{where}: max segment rollover must be a non-negative duration, got {self.max_segment_rollover_ms!r}"
             )
+        self.validate_compaction(where)
         return self
+
+    def validate_compaction(self, where: str = "policy") -> None:
+        if not isinstance(self.compaction_enabled, bool):
+            raise ValidationError(f"{where}: compaction must be true or false, got {self.compaction_enabled!r}")
+        for f in ("compaction_min_object_size", "compaction_target_size", "compaction_delete_delay_ms"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if f.endswith("_ms") else 1):
+                raise ValidationError(f"{where}: {f} must be a {'non-negative' if f.endswith('_ms') else 'positive'} "
+                                      f"integer, got {v!r}")
+        if self.compaction_min_object_size > self.compaction_target_size:
+            raise ValidationError(
+                f"{where}: compaction min object size {self.compaction_min_object_size} exceeds the target size "
+                f"{self.compaction_target_size} (objects would be rewritten into objects no larger)")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -224,6 +247,12 @@ class PolicyStore:
         effective = merge(self.for_namespace(t.namespace_name), new, where).validate(where, self.default_store_is_s3)
         self.ml.set_topic_policies(t, new)
         return effective
+
+    def namespaces_with_compaction(self) -> list[str]:
+        """Namespaces whose effective policy enables compaction, or with a topic that enables it."""
+        namespaces = set(self.ml.list_namespaces()) | set(self.ml.list_policy_namespaces())
+        return sorted(ns for ns in namespaces if self.for_namespace(ns).compaction_enabled
+                      or any(self.for_topic(t).compaction_enabled for t in self.ml.list_topic_policy_topics(ns)))
 
     def namespaces_with_offload(self) -> list[str]:
         """Namespaces whose effective policy enables automatic offload, plus namespaces whose topics

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from tieredcore.errors import (
     BadRangeError,
@@ -27,11 +28,14 @@ from tieredcore.errors import (
 )
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import encode_frames
+from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.index import IndexEntry, LedgerSection, SegmentIndex, encode_index_v2, parse_index
 from tieredcore.formats.keys import segment_data_key, segment_index_key
 from tieredcore.formats.segment import (
     PROP_CHECKPOINTS,
+    FormedBlock,
     LedgerRun,
+    SegmentBlock,
     SegmentPlan,
     block_pieces,
     decode_checkpoints_property,
@@ -78,6 +82,7 @@ class OffloadedSegment:
     entries: int
     payload_bytes: int
     ledgers: tuple[tuple[int, int, int], ...]  # (ledger id, first entry, last entry)
+    index_length: int = 0  # bytes of the index object
 
 
 class SegmentOffloader:
@@ -154,6 +159,16 @@ class SegmentOffloader:
         except BaseException:
             _quietly(f"abort upload {upload_id} of {dkey}", store.abort_multipart, dkey, upload_id)
             raise
+        return self._commit(uuid, plan, crcs, [s.size_through for s in sources], [s.timestamp for s in sources],
+                            extra_metadata)
+
+    def _commit(self, uuid: str, plan: SegmentPlan, crcs: ChunkCrcWriter | None, sizes: Sequence[int],
+                timestamps: Sequence[int], extra_metadata: Mapping[str, str] | None) -> OffloadedSegment:
+        """Write the V2 index of the data object ``plan`` describes (already complete in the store):
+        the commit point. ``sizes``: per run, LedgerInfo.size through its last entry (-1: the run's own
+        payload bytes). Deletes the data object when the index cannot be written."""
+        off, store = self.off, self.store
+        dkey, ikey = self.keys(uuid)
         checksums = None
         index_md = off.user_metadata("index", extra_metadata)
         if crcs is not None:
@@ -165,9 +180,8 @@ class SegmentOffloader:
             index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{off.checksum_chunk}"
         sections = segment_sections(
             plan,
-            sizes=[s.size_through if s.size_through >= 0 else r.payload_bytes
-                   for s, r in zip(sources, plan.runs, strict=True)],
-            timestamps=[s.timestamp for s in sources],
+            sizes=[sz if sz >= 0 else r.payload_bytes for sz, r in zip(sizes, plan.runs, strict=True)],
+            timestamps=list(timestamps),
             checkpoint_interval=off.checkpoint_interval,
             checksums=checksums,
         )
@@ -180,8 +194,12 @@ class SegmentOffloader:
         return OffloadedSegment(
             uuid, dkey, ikey, plan.length, len(plan.blocks), len(plan.parts),
             sum(len(r.entry_sizes) for r in plan.runs), sum(r.payload_bytes for r in plan.runs),
-            tuple((r.ledger_id, r.first_entry, r.last_entry) for r in plan.runs),
+            tuple((r.ledger_id, r.first_entry, r.last_entry) for r in plan.runs), len(index),
         )
+
+    def sink(self, uuid: uuidlib.UUID | str, extra_metadata: Mapping[str, str] | None = None) -> SegmentSink:
+        """A writer of one segment fed block by block (:class:`SegmentSink`)."""
+        return SegmentSink(self, str(uuid), extra_metadata)
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -265,6 +283,116 @@ class SegmentOffloader:
         self.store.delete([ikey])
         self.store.delete([dkey])
 
+
+
+class SegmentSink:
+    """Writes one segment from streaming blocks handed over in order as they are formed
+    (:class:`~tieredcore.formats.segment.BlockFormer`), for writers that learn entry sizes only while
+    reading the entries (compaction). Same layout, parts and index as :meth:`SegmentOffloader.write`
+    for the same entries; holds one part (at least the minimum part size, plus one block) in memory.
+
+    ``add`` blocks, then ``finish`` (complete the upload, write the index: the commit point) or
+    ``abort`` (nothing left behind). ``length`` is the data-object bytes so far: the caller cuts
+    segments by size before adding a block that would not fit."""
+
+    def __init__(self, segments: SegmentOffloader, uuid: str, extra_metadata: Mapping[str, str] | None) -> None:
+        off = segments.off
+        self.segments = segments
+        self.uuid = uuid
+        self.data_key, self.index_key = segments.keys(uuid)
+        self._extra = extra_metadata
+        self._store = segments.store
+        self._min_part = segments.min_part_size
+        if off.before_write is not None:
+            off.before_write()
+        self._crcs = ChunkCrcWriter(off.checksum_chunk) if off.checksum_chunk else None
+        self._upload_id = self._store.initiate_multipart(self.data_key, off.user_metadata("data", extra_metadata))
+        self.length = 0
+        self._runs: list[tuple[int, int, list[int]]] = []  # (ledger, first entry, payload sizes)
+        self._run_frames = 0
+        self._blocks: list[SegmentBlock] = []
+        self._parts: list[tuple[int, int]] = []
+        self._etags: list = []
+        self._pending: list = []
+        self._fill = 0
+        self._part_first = 0
+        self._done = False
+
+    @property
+    def empty(self) -> bool:
+        return not self._blocks
+
+    def ledgers(self) -> list[tuple[int, int, int]]:
+        """(ledger, first entry, last entry) of each ledger added so far, in order."""
+        return [(lid, first, first + len(sizes) - 1) for lid, first, sizes in self._runs]
+
+    def add(self, blk: FormedBlock) -> None:
+        if self._done:
+            raise ValidationError(f"segment {self.uuid}: already finished")
+        if not blk.sizes or blk.block_size < BLOCK_HEADER_LENGTH + len(blk.frames):
+            raise ValidationError(f"segment {self.uuid}: an empty or unclosed block of ledger {blk.ledger_id}")
+        if self._runs and self._runs[-1][0] == blk.ledger_id:
+            lid, first, sizes = self._runs[-1]
+            if blk.first_entry != first + len(sizes):
+                raise ValidationError(f"segment {self.uuid}: ledger {lid} continues at entry {blk.first_entry}, "
+                                      f"expected {first + len(sizes)}")
+        else:
+            if any(r[0] == blk.ledger_id for r in self._runs):
+                raise ValidationError(f"ledger {blk.ledger_id} appears twice in segment {self.uuid}")
+            self._runs.append((blk.ledger_id, blk.first_entry, []))
+            self._run_frames = 0
+        if self._fill and self._min_part and self._fill >= self._min_part:
+            self._upload_part()
+        block = SegmentBlock(blk.ledger_id, blk.first_entry, blk.last_entry, blk.block_size, len(blk.frames),
+                             self.length, len(self._parts) + 1, len(self._runs) - 1, self._run_frames)
+        pieces = block_pieces(block, blk.frames)
+        if self._crcs is not None:
+            for p in pieces:
+                self._crcs.update(p)
+        self._pending += pieces
+        self._blocks.append(block)
+        self._runs[-1][2].extend(blk.sizes)
+        self._run_frames += len(blk.frames)
+        self._fill += blk.block_size
+        self.length += blk.block_size
+        if not self._min_part:
+            self._upload_part()
+
+    def _upload_part(self) -> None:
+        number = len(self._parts) + 1
+        self._etags.append(self._store.upload_part(self.data_key, self._upload_id, number, self._pending))
+        self._parts.append((self._part_first, len(self._blocks) - 1))
+        self._pending, self._fill, self._part_first = [], 0, len(self._blocks)
+
+    def finish(self, sizes: Mapping[int, int] | None = None,
+               timestamps: Mapping[int, int] | None = None) -> OffloadedSegment:
+        """Complete the data object and write the index. ``sizes``: per ledger, its LedgerInfo.size
+        through its last entry here (default: the payload bytes here); ``timestamps``: per ledger
+        whose last entry is here, its close time."""
+        if self.empty:
+            raise ValidationError(f"segment {self.uuid}: no blocks to write")
+        try:
+            if self._pending:
+                self._upload_part()
+            self._store.complete_multipart(self.data_key, self._upload_id, self._etags)
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        runs = tuple(LedgerRun(lid, first, sizes_) for lid, first, sizes_ in self._runs)
+        cums = tuple(tuple(accumulate(map(C.ENTRY_HEADER_SIZE.__add__, r.entry_sizes), initial=0)) for r in runs)
+        plan = SegmentPlan(runs, tuple(self._blocks), tuple(self._parts), self.length, cums)
+        sizes = sizes or {}
+        timestamps = timestamps or {}
+        return self.segments._commit(self.uuid, plan, self._crcs, [sizes.get(r.ledger_id, -1) for r in runs],
+                                     [timestamps.get(r.ledger_id, 0) for r in runs], self._extra)
+
+    def abort(self) -> None:
+        """Abort the upload (idempotent; nothing of the segment is left in the store)."""
+        if not self._done:
+            self._done = True
+            _quietly(f"abort upload {self._upload_id} of {self.data_key}", self._store.abort_multipart,
+                     self.data_key, self._upload_id)
 
 class _SectionView:
     """One ledger's section of a segment index, shaped like a V1 :class:`LedgerIndex` for the read handle."""

@@ -1,0 +1,255 @@
+"""Compaction runs over a workspace (docs/compaction.md): which topics, with which thresholds, and the
+run report the CLI, the Spark job and the DAG share. The protocol itself is
+:mod:`tieredcore.lifecycle.compaction`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tieredcore.config import Config
+from tieredcore.errors import TieredError, ValidationError
+from tieredcore.lifecycle.compaction import (
+    BLOCK_SIZE,
+    OK_OUTCOMES,
+    OUTCOME_COMPACTED,
+    OUTCOME_WOULD_COMPACT,
+    CompactionResult,
+    Compactor,
+    CostModel,
+)
+from tieredcore.lifecycle.policies import OffloadPolicy
+from tieredcore.lifecycle.work import policy_store
+from tieredcore.names import NamespaceName, TopicName
+from tieredcore.offload.copies import open_offloaded
+from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.reports import Totals, totals
+from tieredcore.workspace import Workspace
+
+__all__ = [
+    "DETAIL_SCHEMA",
+    "CompactionReport",
+    "Thresholds",
+    "compactor_for",
+    "plan_topics",
+    "run_topics",
+]
+
+# detail.parquet: one row per batch (Spark DDL)
+DETAIL_SCHEMA = ("topic string, namespace string, outcome string, first_ledger long, last_ledger long, "
+                 "ledgers int, units int, objects_before int, bytes_before long, segments string, "
+                 "objects_after int, bytes_after long, entries long, bytes_read long, requests long, "
+                 "estimated boolean, seconds double, error string")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Overrides of the namespace policy's compaction thresholds for one run (None: the policy's)."""
+
+    min_object_size: int | None = None
+    target_size: int | None = None
+    delete_delay_ms: int | None = None
+
+    def apply(self, policy: OffloadPolicy, where: str) -> OffloadPolicy:
+        p = replace(policy, **{k: v for k, v in (("compaction_min_object_size", self.min_object_size),
+                                                 ("compaction_target_size", self.target_size),
+                                                 ("compaction_delete_delay_ms", self.delete_delay_ms))
+                               if v is not None})
+        p.validate_compaction(where)
+        return p
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {"min_object_size": self.min_object_size, "target_size": self.target_size,
+                "delete_delay_ms": self.delete_delay_ms}
+
+
+def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[], int],
+                  on_step: Callable[[str, str], None] | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> Compactor:
+    """A Compactor writing into the store the policy names, reading old objects wherever they lie."""
+    segments = SegmentOffloader(ws.offloader_for_policy(policy), block_size=BLOCK_SIZE)
+
+    def open_copy(li, topic: str):
+        return open_offloaded(li, ws.offloader, topic, ws.offloader_for_driver)
+
+    return Compactor(ws.ml, segments, open_copy, deletion_log=ws.deletion_log, leases=ws.leases, clock_ms=clock_ms,
+                     min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
+                     delete_delay_ms=policy.compaction_delete_delay_ms, on_step=on_step, progress=progress)
+
+
+def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: Sequence[str] | None = None, *,
+                require_enabled: bool = True) -> tuple[list[str], list[str]]:
+    """(topics to compact, notes on what was left out). ``topics``: these (each must exist); else the
+    topics of ``namespaces`` (default: every namespace with compaction enabled). With
+    ``require_enabled`` (every run that changes anything) topics whose policy has compaction off are
+    left out with a note; a dry run may look at any topic (what would enabling it save?)."""
+    ps = policy_store(ws)
+    notes: list[str] = []
+    if topics:
+        chosen = [TopicName.parse(t) for t in topics]
+        for t in chosen:
+            ws.ml.get_topic(t)  # TopicNotFoundError: bad input
+    else:
+        nss = [NamespaceName.parse(n).name for n in namespaces] if namespaces else ps.namespaces_with_compaction()
+        chosen = [t for ns in nss for t in ws.ml.list_topics(ns)]
+        if namespaces:
+            for ns in nss:
+                if not ws.ml.list_topics(ns):
+                    notes.append(f"namespace {ns}: no topics")
+    out = []
+    for t in chosen:
+        if require_enabled and not ps.for_topic(t).compaction_enabled:
+            notes.append(f"{t.full}: compaction is off in its policy (tiered policies set "
+                         f"{t.namespace_name} --compaction on)")
+            continue
+        out.append(t.managed_ledger_name)
+    return out, notes
+
+
+def run_topics(config: Config, topics: Iterable[str], *, as_of_ms: int, dry_run: bool,
+               thresholds: Thresholds | Mapping[str, Any] | None = None,
+               progress: Callable[[str, int, int], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Compact each topic (one workspace for all; a Spark partition's work). Rows as dicts."""
+    th = thresholds if isinstance(thresholds, Thresholds) else Thresholds(**(thresholds or {}))
+    with Workspace(config) as ws:
+        ps = policy_store(ws)
+        budget = ws.failure_budget()
+        for topic in topics:
+            t = TopicName.parse(topic)
+            try:
+                policy = th.apply(ps.for_topic(t), f"topic {t.full}")
+                c = compactor_for(ws, policy, clock_ms=lambda: as_of_ms, progress=progress)
+                rows = c.compact_topic(t, dry_run=dry_run, budget=budget)
+            except TieredError as e:
+                rows = [CompactionResult(t.managed_ledger_name, t.namespace_name, "failed",
+                                         error=f"{type(e).__name__}: {e}", error_type=type(e).__name__)]
+            for r in rows:
+                yield r.as_dict()
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _ns_block() -> dict[str, Any]:
+    return {"topics": 0, "batches": 0, "ledgers": 0, "objects_before": 0, "objects_after": 0, "bytes_before": 0,
+            "bytes_after": 0, "bytes_read": 0, "failures": 0, "outcomes": {}}
+
+
+@dataclass
+class CompactionReport:
+    """The run report of a compaction (CLI, Spark job, DAG summary): per namespace, objects and bytes
+    before → after (of the batches compacted, or planned in a dry run) and the cost change."""
+
+    as_of_ms: int
+    dry_run: bool
+    rows: list[dict[str, Any]]
+    topics: list[str] = field(default_factory=list)  # topics examined
+    notes: list[str] = field(default_factory=list)
+    cost: CostModel = field(default_factory=CostModel)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+
+    def _counted(self, r: dict[str, Any]) -> bool:
+        return r["outcome"] in (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT)
+
+    def namespaces(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for t in self.topics:
+            out.setdefault(TopicName.parse(t).namespace_name, _ns_block())["topics"] += 1
+        for r in self.rows:
+            ns = out.setdefault(r["namespace"], _ns_block())
+            ns["outcomes"][r["outcome"]] = ns["outcomes"].get(r["outcome"], 0) + 1
+            ns["bytes_read"] += r.get("bytes_read", 0)
+            if r["outcome"] not in OK_OUTCOMES:
+                ns["failures"] += 1
+            if self._counted(r):
+                ns["batches"] += 1
+                ns["ledgers"] += len(r["ledgers"])
+                for k in ("objects_before", "objects_after", "bytes_before", "bytes_after"):
+                    ns[k] += r[k]
+        for ns in out.values():
+            ns["cost"] = self.cost.estimate(ns["objects_before"], ns["objects_after"], ns["bytes_before"],
+                                            ns["bytes_after"])
+        return dict(sorted(out.items()))
+
+    def totals(self) -> Totals:
+        nss = self.namespaces()
+        done = [r for r in self.rows if r["outcome"] == OUTCOME_COMPACTED]
+        outcomes: dict[str, int] = {}
+        for r in self.rows:
+            outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+        return totals(
+            topics=len(set(self.topics) | {r["topic"] for r in self.rows}),
+            ledgers=sum(len(r["ledgers"]) for r in self.rows if self._counted(r)),
+            bytes=sum(r["bytes_after"] for r in done),
+            failures=sum(1 for r in self.rows if r["outcome"] not in OK_OUTCOMES),
+            outcomes=outcomes,
+            namespaces={ns: {"ledgers": v["ledgers"], "bytes": v["bytes_after"] if not self.dry_run else 0,
+                             "failures": v["failures"], "outcomes": v["outcomes"]} for ns, v in nss.items()},
+            counters={k: sum(v[k] for v in nss.values()) for k in ("objects_before", "objects_after",
+                                                                    "bytes_before", "bytes_after")},
+            segments=sum(len(r["segments"]) for r in done),
+            segment_bytes=sum(r["bytes_after"] for r in done),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        nss = self.namespaces()
+        before = sum(v["objects_before"] for v in nss.values())
+        after = sum(v["objects_after"] for v in nss.values())
+        b_before = sum(v["bytes_before"] for v in nss.values())
+        b_after = sum(v["bytes_after"] for v in nss.values())
+        return {"as_of_ms": self.as_of_ms, "dry_run": self.dry_run, "namespaces": nss,
+                "objects_before": before, "objects_after": after, "bytes_before": b_before, "bytes_after": b_after,
+                "cost": self.cost.estimate(before, after, b_before, b_after),
+                "prices": {"gb_month": self.cost.gb_month, "put_per_1000": self.cost.put_per_1000,
+                           "get_per_1000": self.cost.get_per_1000, "listings_per_month": self.cost.listings_per_month},
+                "thresholds": self.thresholds, "notes": self.notes,
+                "failed": [f"{r['topic']} {r['outcome']}: {r['error']}" for r in self.rows
+                           if r["outcome"] not in OK_OUTCOMES]}
+
+    def detail(self) -> tuple[list[tuple], str]:
+        rows = [(r["topic"], r["namespace"], r["outcome"], r["ledgers"][0] if r["ledgers"] else -1,
+                 r["ledgers"][-1] if r["ledgers"] else -1, len(r["ledgers"]), r["units"], r["objects_before"],
+                 r["bytes_before"], ",".join(r["segments"]), r["objects_after"], r["bytes_after"], r["entries"],
+                 r["bytes_read"], r["requests"], r["estimated"], float(r["seconds"]), r["error"] or "")
+                for r in self.rows]
+        return rows, DETAIL_SCHEMA
+
+    def messages(self) -> list[str]:
+        out = list(self.notes)
+        for ns, v in self.namespaces().items():
+            c = v["cost"]
+            out.append(f"{ns}: {v['topics']} topic(s), {v['batches']} batch(es) {'planned' if self.dry_run else 'compacted'}: "
+                       f"objects {v['objects_before']} → {v['objects_after']}, {_size(v['bytes_before'])} → "
+                       f"{_size(v['bytes_after'])}{' (estimated)' if self.dry_run else ''}; monthly cost change "
+                       f"{_usd(c['total_month'])} (storage {_usd(c['storage_month'])}, listings "
+                       f"{_usd(c['listing_month'])}), one-time {_usd(c['one_time'])}")
+        for r in self.rows:
+            if r["outcome"] not in OK_OUTCOMES:
+                out.append(f"{r['topic']} ledgers {_span(r['ledgers'])}: {r['outcome']}: {r['error']}")
+        return out
+
+
+def _span(ledgers: Sequence[int]) -> str:
+    return f"{ledgers[0]}..{ledgers[-1]}" if ledgers else "-"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _usd(v: float) -> str:
+    sign = "-" if v < 0 else "+"
+    return f"{sign}${abs(v):.4f}" if abs(v) < 1 else f"{sign}${abs(v):,.2f}"
+
+
+def check_prices(values: Mapping[str, Any]) -> CostModel:
+    try:
+        return CostModel(**dict(values)).validate()
+    except TypeError as e:
+        raise ValidationError(f"prices: {e}") from None
+
