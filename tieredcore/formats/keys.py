@@ -2,7 +2,9 @@
 
 - a ledger offload (docs/formats.md, "Object keys"): ``{prefix}{uuid}-ledger-{id}`` (data) and
   ``{prefix}{uuid}-ledger-{id}-index``;
-- a streaming segment (several ledgers in one object): ``{prefix}{uuid}`` and ``{prefix}{uuid}-index``.
+- a streaming segment (several ledgers in one object): ``{prefix}{uuid}`` and ``{prefix}{uuid}-index``;
+- a transformed (chunked) object of either kind has a manifest beside it: ``<key>.manifest``
+  (docs/formats.md "Chunked objects"), part of the same group.
 
 ``uuid`` is a lowercase canonical UUID, ``id`` ASCII decimal digits; anything else under a prefix was not
 written by an offloader (a foreign key).
@@ -19,9 +21,10 @@ from tieredcore.errors import ValidationError
 UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 LEDGER_INFIX = "-ledger-"
 INDEX_SUFFIX = "-index"
-# groups: 1 uuid, 2 ledger id (None for a segment key), 3 "-index" or None. ASCII digits only, matched
-# with fullmatch (so a trailing newline makes a key foreign).
-OBJECT_KEY = re.compile(rf"({UUID_PATTERN})(?:{LEDGER_INFIX}([0-9]+))?({INDEX_SUFFIX})?", re.ASCII)
+MANIFEST_SUFFIX = ".manifest"
+# groups: 1 uuid, 2 ledger id (None for a segment key), 3 "-index" or None, 4 ".manifest" or None. ASCII
+# digits only, matched with fullmatch (so a trailing newline makes a key foreign).
+OBJECT_KEY = re.compile(rf"({UUID_PATTERN})(?:{LEDGER_INFIX}([0-9]+))?({INDEX_SUFFIX})?(\.manifest)?", re.ASCII)
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -50,11 +53,18 @@ def segment_index_key(prefix: str, uuid: uuidlib.UUID | str) -> str:
     return f"{prefix}{uuid}{INDEX_SUFFIX}"
 
 
+def with_manifests(keys: list[str] | tuple[str, ...]) -> list[str]:
+    """Each key followed by the manifest a transformed object keeps beside it (what deleting an
+    object pair must remove, whatever its form: deleting an absent key is fine)."""
+    return [k2 for k in keys for k2 in (k + MANIFEST_SUFFIX, k)]
+
+
 @dataclass(frozen=True)
 class ParsedKey:
     uuid: str
     ledger_id: int | None  # None: a streaming segment's key
     is_index: bool
+    is_manifest: bool = False
 
     @property
     def is_segment(self) -> bool:
@@ -67,7 +77,7 @@ def parse_key(key: str, prefix: str = "") -> ParsedKey | None:
     m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
     if m is None:
         return None
-    return ParsedKey(m[1], int(m[2]) if m[2] is not None else None, m[3] is not None)
+    return ParsedKey(m[1], int(m[2]) if m[2] is not None else None, m[3] is not None, m[4] is not None)
 
 
 def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:

@@ -22,10 +22,10 @@ from typing import Any
 
 from tieredcore.errors import FormatError
 from tieredcore.formats.chunks import ChunkIndex, decode_index_text, encode_index_text
+from tieredcore.formats.keys import MANIFEST_SUFFIX
 
 __all__ = ["CIPHER", "MANIFEST_SUFFIX", "TRANSFORMED_FORMAT_VERSION", "Manifest"]
 
-MANIFEST_SUFFIX = ".manifest"
 TRANSFORMED_FORMAT_VERSION = "tiered-chunked-1"
 FORMAT = "tiered-chunked"
 VERSION = 1

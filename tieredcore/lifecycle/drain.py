@@ -62,7 +62,7 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
-from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
+from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key, with_manifests
 from tieredcore.names import TopicName, namespace_of
 from tieredcore.offload.context import (
     context_uuid,
@@ -483,7 +483,8 @@ class _Drain:
             return
         batch = self._batches.setdefault(id(off.store), _Batch(off.store))
         batch.prefixes.add(off.prefix)
-        batch.jobs.append(_ObjectJob(entry, row, [ikey, dkey], dkey, existed))
+        # manifests of transformed (chunked) objects go with them (absent keys are fine)
+        batch.jobs.append(_ObjectJob(entry, row, with_manifests([ikey, dkey]), dkey, existed))
 
     def _check_owner(self, store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
         """False when no object exists. Every existing object must be this cluster's and workspace's

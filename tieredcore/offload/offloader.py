@@ -44,7 +44,7 @@ from tieredcore.formats.block import (
     plan_blocks,
 )
 from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
-from tieredcore.formats.keys import data_key, index_key, normalize_prefix
+from tieredcore.formats.keys import data_key, index_key, normalize_prefix, with_manifests
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.model import LedgerMetadata, ReadHandle
@@ -252,9 +252,10 @@ class LedgerOffloader:
         for up in self.store.list_multipart_uploads(dkey):
             if up.key == dkey:
                 self.store.abort_multipart(dkey, up.upload_id)
-        # index first: the ledger stops being readable before its data disappears
-        self.store.delete([ikey])
-        self.store.delete([dkey])
+        # index first: the ledger stops being readable before its data disappears (manifests of a
+        # transformed pair before their chunks)
+        self.store.delete(with_manifests([ikey]))
+        self.store.delete(with_manifests([dkey]))
 
 
 class BufferPool:

@@ -30,7 +30,7 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.block import encode_frames
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.index import IndexEntry, LedgerSection, SegmentIndex, encode_index_v2, parse_index
-from tieredcore.formats.keys import segment_data_key, segment_index_key
+from tieredcore.formats.keys import segment_data_key, segment_index_key, with_manifests
 from tieredcore.formats.segment import (
     PROP_CHECKPOINTS,
     FormedBlock,
@@ -280,8 +280,8 @@ class SegmentOffloader:
         for up in self.store.list_multipart_uploads(dkey):
             if up.key == dkey:
                 self.store.abort_multipart(dkey, up.upload_id)
-        self.store.delete([ikey])
-        self.store.delete([dkey])
+        self.store.delete(with_manifests([ikey]))
+        self.store.delete(with_manifests([dkey]))
 
 
 
