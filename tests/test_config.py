@@ -136,6 +136,7 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_VERIFY_READS": "false",
         "TIERED_STORE_FAILURE_LIMIT": "2",
         "TIERED_LEASE_TTL_MS": "60000",
+        "TIERED_KEY_RING": "/keys/ring",
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
@@ -144,7 +145,7 @@ def test_env_overrides(tmp_path: Path) -> None:
                          store_url="s3://bkt/pre?region=eu-west-1", cluster="env", reports_dir="/reports",
                          spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
                          checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2,
-                         lease_ttl_ms=60000)
+                         lease_ttl_ms=60000, key_ring="/keys/ring")
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096

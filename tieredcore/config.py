@@ -53,6 +53,7 @@ ENV_OVERRIDES = {
     "TIERED_VERIFY_READS": "verify_reads",
     "TIERED_STORE_FAILURE_LIMIT": "store_failure_limit",
     "TIERED_LEASE_TTL_MS": "lease_ttl_ms",
+    "TIERED_KEY_RING": "key_ring",
 }
 
 
@@ -81,6 +82,9 @@ class Config:
     # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
     store_fsync: bool = True
     hot_fsync: bool = False
+    # directory of RSA key-encryption keys (PEM) for namespaces whose transform encrypts (docs/formats.md
+    # "Chunked objects"); '' = none configured
+    key_ring: str = ""
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -104,6 +108,8 @@ class Config:
             raise ValidationError("configuration: lease_ttl_ms must be positive")
         if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:
             raise ValidationError("configuration: checksum_chunk must be 0 (none) or at least 512 bytes")
+        if self.key_ring and not self.key_ring.startswith("/"):
+            raise ValidationError(f"configuration: key_ring {self.key_ring!r} must be an absolute directory")
 
     # -- loading ------------------------------------------------------------------------------
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import Protocol
 
 from tieredcore.clock import now_ms
 from tieredcore.config import Config
+from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.formats.transform import TransformSpec
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
@@ -18,11 +22,13 @@ from tieredcore.stores.blob import BlobStore
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot_tier import HotTier
+from tieredcore.stores.keyring import KeyRing
 from tieredcore.stores.leases import TopicLeases
 from tieredcore.stores.location import StoreLocation
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.metadata import MetadataStore
 from tieredcore.stores.ownership import claim_store, ensure_identity, read_identity
+from tieredcore.stores.transformed import TransformedBlobStore
 from tieredcore.topic.reader import TIERED_FIRST, TopicReader
 
 
@@ -49,7 +55,8 @@ class StoreSpecLike(Protocol):
 class Workspace:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._offloaders: dict[tuple[StoreLocation, int, int], LedgerOffloader] = {}
+        self._offloaders: dict[tuple, LedgerOffloader] = {}
+        self._key_rings: dict[str, KeyRing] = {}
 
     @cached_property
     def metadata(self) -> MetadataStore:
@@ -112,7 +119,8 @@ class Workspace:
 
         def before_write() -> None:
             if not off.owner:
-                self.claim(store, prefix)
+                # the owner marker is a plain object, also where objects are transformed
+                self.claim(store.inner if isinstance(store, TransformedBlobStore) else store, prefix)
                 off.owner = self.identity
 
         off = LedgerOffloader(
@@ -143,20 +151,45 @@ class Workspace:
         return StreamingOffloader(self.ml, self.hot, segments, clock_ms=clock_ms, deletion_log=self.deletion_log,
                                   leases=self.leases, progress=progress)
 
+    def key_ring(self, path: str = "") -> KeyRing:
+        """The key ring at ``path`` (default: the configuration's), loaded once per workspace."""
+        p = path or self.config.key_ring
+        if not p:
+            raise ValidationError("no key ring configured: set key_ring in the configuration "
+                                  "(create one with `tiered keys new`)")
+        ring = self._key_rings.get(p)
+        if ring is None:
+            ring = self._key_rings[p] = KeyRing.load(p)
+        return ring
+
     def offloader_at(self, location: StoreLocation, max_block_size: int | None = None,
-                     read_buffer: int | None = None) -> LedgerOffloader:
-        """The (cached) offloader of a location, with the workspace's or the given block and buffer sizes."""
-        k = (location, max_block_size or self.config.max_block_size, read_buffer or self.config.read_buffer)
+                     read_buffer: int | None = None, transform: TransformSpec | None = None,
+                     key_ring: str = "") -> LedgerOffloader:
+        """The (cached) offloader of a location, with the workspace's or the given block and buffer sizes.
+        ``transform`` (active): objects written are chunked and transformed (key ring ``key_ring`` or the
+        configuration's when it encrypts); a ``chunked`` location (from driver metadata) is read through
+        manifests, with its recorded key ring (or the configuration's) when there is one."""
+        active = transform if transform is not None and transform.active else None
+        k = (location, max_block_size or self.config.max_block_size, read_buffer or self.config.read_buffer,
+             active, key_ring)
         off = self._offloaders.get(k)
         if off is None:
-            off = self._offloaders[k] = self._new_offloader(location.open(self.config.store_fsync), location.prefix,
-                                                            k[1], k[2])
+            store = location.open(self.config.store_fsync)
+            if active is not None or location.chunked:
+                ring = None
+                ring_path = key_ring or location.key_ring or self.config.key_ring
+                if active is not None and active.encryption or ring_path and Path(ring_path).is_dir():
+                    ring = self.key_ring(ring_path)
+                store = TransformedBlobStore(store, active or TransformSpec("none"), ring, prefix=location.prefix)
+            off = self._offloaders[k] = self._new_offloader(store, location.prefix, k[1], k[2])
         return off
 
     def offloader_for_policy(self, policy: OffloadPolicyLike) -> LedgerOffloader:
-        """The offloader a namespace policy names (its own store, block and buffer sizes)."""
+        """The offloader a namespace policy names (its own store, block and buffer sizes, transform)."""
         loc = policy.store.location() if policy.store is not None else self.config.store_location
-        return self.offloader_at(loc, policy.max_block_size, policy.read_buffer_size)
+        spec = getattr(policy, "transform_spec", None)
+        return self.offloader_at(loc, policy.max_block_size, policy.read_buffer_size, spec,
+                                 getattr(policy, "key_ring", "") if spec is not None and spec.encryption else "")
 
     def offloader_for_driver(self, driver_metadata: pb.OffloadDriverMetadata) -> LedgerOffloader:
         """The offloader that can read objects described by an OffloadContext's driver metadata
@@ -167,7 +200,7 @@ class Workspace:
         if loc.same_objects(self.config.store_location):
             # the workspace's own store: opened with the configured URL, whose client settings (timeouts,
             # retry budget) driver metadata does not record
-            loc = self.config.store_location
+            loc = replace(self.config.store_location, chunked=loc.chunked, key_ring=loc.key_ring)
         return self.offloader_at(loc)
 
     def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:

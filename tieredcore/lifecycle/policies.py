@@ -16,6 +16,7 @@ from tieredcore.formats.constants import (
     DEFAULT_READ_BUFFER_SIZE,
     STREAMING_MIN_BLOCK_SIZE,
 )
+from tieredcore.formats.transform import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, TransformSpec
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.stores.location import StoreLocation, check_bucket_name, parse_store_url
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
@@ -89,6 +90,15 @@ class OffloadPolicy:
     compaction_min_object_size: int = DEFAULT_COMPACTION_MIN_OBJECT_SIZE
     compaction_target_size: int = DEFAULT_COMPACTION_TARGET_SIZE
     compaction_delete_delay_ms: int = DEFAULT_COMPACTION_DELETE_DELAY_MS
+    # chunked objects (docs/formats.md "Chunked objects"): none | zstd | aes | zstd+aes, per-chunk
+    transform: str = "none"
+    transform_chunk_size: int = DEFAULT_CHUNK_SIZE
+    compression_level: int = DEFAULT_LEVEL
+    key_ring: str = ""  # key-encryption keys for aes: a directory ('' = the configuration's key_ring)
+
+    @property
+    def transform_spec(self) -> TransformSpec:
+        return TransformSpec(self.transform, self.transform_chunk_size, self.compression_level)
 
     @property
     def streaming(self) -> bool:
@@ -105,7 +115,8 @@ class OffloadPolicy:
     def deletion_lag(self) -> int | None:
         return None if self.deletion_lag_ms < 0 else self.deletion_lag_ms
 
-    def validate(self, where: str = "policy", default_store_is_s3: bool = False) -> OffloadPolicy:
+    def validate(self, where: str = "policy", default_store_is_s3: bool = False,
+                 default_key_ring: str = "") -> OffloadPolicy:
         for f in ("offload_threshold_bytes", "offload_threshold_seconds", "deletion_lag_ms",
                   "retention_time_minutes", "retention_size_mb"):
             v = getattr(self, f)
@@ -158,6 +169,15 @@ class OffloadPolicy:
                 f"{where}: max segment rollover must be a non-negative duration, got {self.max_segment_rollover_ms!r}"
             )
         self.validate_compaction(where)
+        try:
+            spec = self.transform_spec
+        except ValidationError as e:
+            raise ValidationError(f"{where}: {e}") from None
+        if self.key_ring and not str(self.key_ring).startswith("/"):
+            raise ValidationError(f"{where}: key ring {self.key_ring!r} must be an absolute directory")
+        if spec.encryption and not (self.key_ring or default_key_ring):
+            raise ValidationError(f"{where}: transform {self.transform} encrypts and needs a key ring: set key_ring "
+                                  "in the configuration (or the policy's key ring)")
         return self
 
     def validate_compaction(self, where: str = "policy") -> None:
@@ -215,6 +235,7 @@ class PolicyStore:
     ml: ManagedLedgerStore
     defaults: OffloadPolicy = field(default_factory=OffloadPolicy)
     default_store_is_s3: bool = False
+    default_key_ring: str = ""  # the configuration's key ring
 
     def namespace_overrides(self, namespace: str) -> dict[str, Any]:
         return self.ml.get_policies(namespace) or {}
@@ -235,7 +256,8 @@ class PolicyStore:
         where = f"namespace {ns}"
         new = dict(updates) if replace_all else {**self.namespace_overrides(ns), **updates}
         new = {k: v for k, v in _check_overrides(new, where).items() if v is not None or k == "store"}
-        effective = merge(self.defaults, new, where).validate(where, self.default_store_is_s3)
+        effective = merge(self.defaults, new, where).validate(where, self.default_store_is_s3,
+                                                                     self.default_key_ring)
         self.ml.set_policies(ns, new)
         return effective
 
@@ -244,7 +266,8 @@ class PolicyStore:
         where = f"topic {t.full}"
         new = dict(updates) if replace_all else {**self.topic_overrides(t), **updates}
         _check_overrides(new, where)
-        effective = merge(self.for_namespace(t.namespace_name), new, where).validate(where, self.default_store_is_s3)
+        effective = merge(self.for_namespace(t.namespace_name), new, where).validate(
+            where, self.default_store_is_s3, self.default_key_ring)
         self.ml.set_topic_policies(t, new)
         return effective
 

@@ -112,7 +112,8 @@ def parse_covers(text: str) -> list[tuple[int, int, int]]:
 def policy_store(ws: Workspace) -> PolicyStore:
     # the workspace configuration is the cluster default under namespace and topic policies
     defaults = OffloadPolicy(max_block_size=ws.config.max_block_size, read_buffer_size=ws.config.read_buffer)
-    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"))
+    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"),
+                       default_key_ring=ws.config.key_ring)
 
 
 def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:

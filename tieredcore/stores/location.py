@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 DRIVER_FILESYSTEM = "filesystem"
 DRIVER_S3 = "aws-s3"  # Pulsar's name for its S3 offload driver
 DEFAULT_REGION = "us-east-1"
+# driver-metadata properties of chunked (transformed) objects; Pulsar ignores properties it does not know
+CHUNKED_PROPERTY = "tieredChunked"
+KEY_RING_PROPERTY = "tieredKeyRing"
 
 
 FILE_PARAMS = ("prefix",)
@@ -81,6 +84,10 @@ class StoreLocation:
     read_timeout: float = S3_READ_TIMEOUT
     max_attempts: int = S3_MAX_ATTEMPTS
     retry_mode: str = S3_RETRY_MODE
+    # objects here are chunked and transformed (TransformedBlobStore): read through their manifests,
+    # with the key ring at ``key_ring`` when encrypted. Recorded in driver metadata, not in URLs.
+    chunked: bool = False
+    key_ring: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
@@ -120,6 +127,10 @@ class StoreLocation:
                 props["serviceEndpoint"] = self.endpoint
         if self.prefix:
             props["prefix"] = self.prefix
+        if self.chunked:
+            props[CHUNKED_PROPERTY] = "true"
+            if self.key_ring:
+                props[KEY_RING_PROPERTY] = self.key_ring
         return props
 
     def driver_metadata(self) -> pb.OffloadDriverMetadata:
@@ -144,7 +155,10 @@ class StoreLocation:
                       endpoint=props.get("serviceEndpoint") or None, region=props.get("region") or None)
         else:
             raise ValidationError(f"offloaded with driver {dm.name!r} and properties {sorted(props)}: cannot open")
-        return parse_store_url(loc.url(), f"driver metadata {dm.name}")  # as strict as a configured URL
+        loc = parse_store_url(loc.url(), f"driver metadata {dm.name}")  # as strict as a configured URL
+        if props.get(CHUNKED_PROPERTY) == "true":
+            loc = replace(loc, chunked=True, key_ring=props.get(KEY_RING_PROPERTY, ""))
+        return loc
 
     @classmethod
     def of_store(cls, store: BlobStore, prefix: str = "") -> StoreLocation:

@@ -113,7 +113,13 @@ class TransformedBlobStore:
         self.requests = 0  # ranged GETs of chunks (observability and tests)
 
     def driver_properties(self) -> dict[str, str]:
-        return self.inner.driver_properties()
+        """The inner store's, marked chunked (readers must go through manifests) with the key ring."""
+        from tieredcore.stores.location import CHUNKED_PROPERTY, KEY_RING_PROPERTY
+
+        props = {**self.inner.driver_properties(), CHUNKED_PROPERTY: "true"}
+        if self.keyring is not None:
+            props[KEY_RING_PROPERTY] = str(self.keyring.path)
+        return props
 
     def object_id(self, key: str) -> str:
         return key[len(self.prefix):] if self.prefix and key.startswith(self.prefix) else key
@@ -173,7 +179,9 @@ class TransformedBlobStore:
 
     def _commit(self, up: _Upload, if_absent: bool = False) -> None:
         m = self._manifest(up)
-        self.inner.put(manifest_key(up.key), m.to_json(), _physical_metadata({}), if_absent=if_absent)
+        # the manifest carries the object's metadata too (owner, cluster, topic: ownership checks of any
+        # key of the group, e.g. by reconciliation, find them)
+        self.inner.put(manifest_key(up.key), m.to_json(), _physical_metadata(up.metadata), if_absent=if_absent)
         with self._lock:
             self._cache.pop(up.key, None)
 
@@ -330,7 +338,7 @@ class TransformedBlobStore:
             return False
         dek = self.keyring.unwrap(m.data_key or "")
         self.inner.put(manifest_key(key), m.with_data_key(self.keyring.wrap(dek, target)).to_json(),
-                       _physical_metadata({}))
+                       _physical_metadata(m.metadata))
         self.forget(key)
         try:  # deleted meanwhile (a drain): do not leave a manifest without its chunks
             self.inner.head(key)
