@@ -54,6 +54,9 @@ ENV_OVERRIDES = {
     "TIERED_STORE_FAILURE_LIMIT": "store_failure_limit",
     "TIERED_LEASE_TTL_MS": "lease_ttl_ms",
     "TIERED_KEY_RING": "key_ring",
+    "TIERED_CHUNK_CACHE": "chunk_cache",
+    "TIERED_CHUNK_CACHE_SIZE": "chunk_cache_size",
+    "TIERED_CHUNK_CACHE_PREFETCH": "chunk_cache_prefetch",
 }
 
 
@@ -85,6 +88,12 @@ class Config:
     # directory of RSA key-encryption keys (PEM) for namespaces whose transform encrypts (docs/formats.md
     # "Chunked objects"); '' = none configured
     key_ring: str = ""
+    # decoded chunks of transformed objects: none | memory | disk:/abs/dir (plaintext on disk!), bounded
+    # by bytes, entries expire this long after their last access; prefetch: bytes read ahead per access
+    chunk_cache: str = "memory"
+    chunk_cache_size: int = 256 * 1024 * 1024
+    chunk_cache_prefetch: int = 8 * 1024 * 1024
+    chunk_cache_ttl_ms: int = 10 * 60 * 1000
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -108,6 +117,11 @@ class Config:
             raise ValidationError("configuration: lease_ttl_ms must be positive")
         if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:
             raise ValidationError("configuration: checksum_chunk must be 0 (none) or at least 512 bytes")
+        if self.chunk_cache not in ("none", "memory") and not self.chunk_cache.startswith("disk:/"):
+            raise ValidationError(f"configuration: chunk_cache {self.chunk_cache!r}: none, memory or disk:/abs/dir")
+        if self.chunk_cache_size <= 0 or self.chunk_cache_prefetch < 0 or self.chunk_cache_ttl_ms <= 0:
+            raise ValidationError("configuration: chunk_cache_size and chunk_cache_ttl_ms must be positive, "
+                                  "chunk_cache_prefetch non-negative")
         if self.key_ring and not self.key_ring.startswith("/"):
             raise ValidationError(f"configuration: key_ring {self.key_ring!r} must be an absolute directory")
 

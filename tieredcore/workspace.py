@@ -19,6 +19,7 @@ from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
 from tieredcore.stores.blob import BlobStore
+from tieredcore.stores.chunk_cache import ChunkCache, open_chunk_cache
 from tieredcore.stores.deletion_log import DeletionLog
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.hot_tier import HotTier
@@ -151,6 +152,13 @@ class Workspace:
         return StreamingOffloader(self.ml, self.hot, segments, clock_ms=clock_ms, deletion_log=self.deletion_log,
                                   leases=self.leases, progress=progress)
 
+    @cached_property
+    def chunk_cache(self) -> ChunkCache | None:
+        """The cache of decoded chunks every transformed store of this workspace shares."""
+        c = self.config
+        return open_chunk_cache(c.chunk_cache, c.chunk_cache_size, ttl_s=c.chunk_cache_ttl_ms / 1000,
+                                prefetch=c.chunk_cache_prefetch)
+
     def key_ring(self, path: str = "") -> KeyRing:
         """The key ring at ``path`` (default: the configuration's), loaded once per workspace."""
         p = path or self.config.key_ring
@@ -180,7 +188,8 @@ class Workspace:
                 ring_path = key_ring or location.key_ring or self.config.key_ring
                 if active is not None and active.encryption or ring_path and Path(ring_path).is_dir():
                     ring = self.key_ring(ring_path)
-                store = TransformedBlobStore(store, active or TransformSpec("none"), ring, prefix=location.prefix)
+                store = TransformedBlobStore(store, active or TransformSpec("none"), ring, prefix=location.prefix,
+                                             chunk_cache=self.chunk_cache)
             off = self._offloaders[k] = self._new_offloader(store, location.prefix, k[1], k[2])
         return off
 
@@ -212,6 +221,8 @@ class Workspace:
             self.metadata.close()
         if "hot" in self.__dict__:
             self.hot.close()
+        if self.__dict__.get("chunk_cache") is not None:
+            self.chunk_cache.close()
 
     def __enter__(self) -> Workspace:
         return self

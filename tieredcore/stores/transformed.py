@@ -49,6 +49,7 @@ from tieredcore.stores.blob import (
     normalize_metadata,
     read_piece,
 )
+from tieredcore.stores.chunk_cache import ChunkCache
 from tieredcore.stores.keyring import KeyRing
 
 __all__ = ["TransformedBlobStore", "manifest_key"]
@@ -97,7 +98,8 @@ class TransformedBlobStore:
     copies_file_slices = False  # logical bytes are transformed here: the kernel copy fast path is off
 
     def __init__(self, inner: BlobStore, spec: TransformSpec, keyring: KeyRing | None = None, *, prefix: str = "",
-                 min_part_size: int = S3_MIN_PART, manifest_cache: int = DEFAULT_MANIFEST_CACHE) -> None:
+                 min_part_size: int = S3_MIN_PART, manifest_cache: int = DEFAULT_MANIFEST_CACHE,
+                 chunk_cache: ChunkCache | None = None) -> None:
         if spec.encryption and keyring is None:
             raise ValidationError(f"transform {spec.name} encrypts: a key ring is required")
         self.inner = inner
@@ -111,6 +113,8 @@ class TransformedBlobStore:
         self._cache: OrderedDict[str, _Opened] = OrderedDict()
         self._cache_size = manifest_cache
         self.requests = 0  # ranged GETs of chunks (observability and tests)
+        self.cache = chunk_cache
+        self._scope = f"{inner.driver}:{sorted(inner.driver_properties().items())}:"
 
     def driver_properties(self) -> dict[str, str]:
         """The inner store's, marked chunked (readers must go through manifests) with the key ring."""
@@ -297,19 +301,31 @@ class TransformedBlobStore:
         end = min(end, size - 1)
         idx = o.manifest.index
         ids = idx.chunk_ids(start, end + 1)
-        a, b = idx.physical_range(ids[0], ids[-1])
-        raw = self.inner.get_range(key, a, b - 1)  # adjacent chunks: one ranged GET
-        self.requests += 1
-        if len(raw) != b - a:
-            raise FormatError(f"{key}: short read of transformed bytes {a}-{b - 1}: {len(raw)} bytes")
-        mv = memoryview(raw)
-        out = bytearray()
-        for i in ids:
-            c = idx.chunk(i)
-            lo = c.transformed_position - a
-            out += o.transformer.invert(i, mv[lo: lo + c.transformed_size], c.original_size)
+
+        def load(run: Sequence[int]) -> dict[int, bytes]:
+            a, b = idx.physical_range(run[0], run[-1])
+            raw = self.inner.get_range(key, a, b - 1)  # adjacent chunks: one ranged GET
+            with self._lock:
+                self.requests += 1
+            if len(raw) != b - a:
+                raise FormatError(f"{key}: short read of transformed bytes {a}-{b - 1}: {len(raw)} bytes")
+            mv = memoryview(raw)
+            out = {}
+            for i in run:
+                c = idx.chunk(i)
+                lo = c.transformed_position - a
+                out[i] = bytes(o.transformer.invert(i, mv[lo: lo + c.transformed_size], c.original_size))
+            return out
+
+        if self.cache is not None:
+            # objects are immutable under their keys; the transformed size tells a re-written one apart
+            chunks = self.cache.get_chunks(f"{self._scope}{key}#{idx.transformed_size}", list(ids), load,
+                                           last_chunk=idx.count - 1, chunk_size=idx.chunk_size)
+        else:
+            chunks = load(list(ids))
         first = ids[0] * idx.chunk_size
-        return bytes(out[start - first: end + 1 - first])
+        joined = b"".join(chunks[i] for i in ids)
+        return joined[start - first: end + 1 - first]
 
     def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000, *,
              start_after: str | None = None) -> ListPage:
@@ -348,4 +364,7 @@ class TransformedBlobStore:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"manifests_cached": len(self._cache), "chunk_requests": self.requests}
+            out: dict[str, Any] = {"manifests_cached": len(self._cache), "chunk_requests": self.requests}
+        if self.cache is not None:
+            out["chunk_cache"] = self.cache.describe()
+        return out
