@@ -111,3 +111,27 @@ def test_encrypting_policy_without_a_key_ring_is_refused(make_ws):
         policy_store(ws).set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 10})
     assert policy_store(ws).for_namespace("t/a").transform == "none"
 
+
+
+def test_streaming_segments_honour_the_transform(make_ws, ring_dir):
+    ws = make_ws(["t/s"], ledgers=3, entries=60, entry_size="20-2000", open_entries=25,
+                 config_overrides={"key_ring": str(ring_dir)})
+    policy_store(ws).set_namespace("t/s", {"offload_mode": "streaming", "max_segment_size": 16 * 1024,
+                                           "streaming_block_size": 1024, "max_segment_rollover_ms": 0,
+                                           "transform": "zstd+aes", "transform_chunk_size": 4096})
+    topic = "persistent://t/s/topic-0000"
+    before = hot_snapshot(ws, topic)
+    res = [LedgerResult(**r) for r in run_work(ws.config, [w.as_dict() for w in plan_offload(ws, None, END_MS)])]
+    assert res and all(r.outcome in ("offloaded", "held") for r in res), res
+    store, keys = _raw_keys(ws)
+    segs = [k for k in keys if parse_key(k) and parse_key(k).is_segment and not parse_key(k).is_manifest
+            and not parse_key(k).is_index]
+    assert len(segs) >= 3 and all(k + ".manifest" in keys for k in segs)
+    assert all(Manifest.from_json(store.get(k + ".manifest"), k).kek_id == "kek-1" for k in segs)
+    info, _ = ws.ml.get_topic(topic)
+    for li in info.ledgerInfo:
+        want = before[li.ledgerId]
+        h = open_offloaded(li, ws.offloader, "t/s/persistent/topic-0000", ws.offloader_for_driver)
+        n = h.last_add_confirmed + 1
+        assert n > 0 and [bytes(e.data) for e in h.read(0, n - 1)] == want[:n]
+        h.close()
