@@ -223,6 +223,20 @@ def segments_text(d: dict[str, Any]) -> str:
             f"{d.get('segments_held', 0)} tail(s) held for their rollover")
 
 
+def counters_text(counters: dict[str, int] | None) -> str:
+    """'; objects 48 → 4, bytes 34,502 → 29,852, deleted_hot=2': ``X_before`` / ``X_after`` pairs as
+    before → after, other counters as name=value; '' without counters."""
+    if not counters:
+        return ""
+    parts = []
+    for k, v in counters.items():
+        if k.endswith("_before") and k[:-7] + "_after" in counters:
+            parts.append(f"{k[:-7]} {v:,} → {counters[k[:-7] + '_after']:,}")
+        elif not (k.endswith("_after") and k[:-6] + "_before" in counters):
+            parts.append(f"{k}={v}")
+    return "; " + ", ".join(parts)
+
+
 def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dict[str, Any]:
     """Totals over `<reports_dir>/<job>/<run_id>/summary.json` of the run's jobs (each report's
     ``totals``: the same shape for every job, tieredcore.reports.Totals); a job without a report (it
@@ -253,6 +267,8 @@ def summarize_reports(reports_dir: str, job: str, run_ids: Sequence[str]) -> dic
             for k in SEGMENT_KEYS:  # streaming namespaces only
                 if k in d:
                     acc[k] = acc.get(k, 0) + int(d[k])
+            for k, v in (d.get("counters") or {}).items():  # a job's own per-namespace counters (compaction)
+                acc.setdefault("counters", {})[k] = acc.get("counters", {}).get(k, 0) + int(v)
             for k, v in (d.get("outcomes") or {}).items():
                 acc["outcomes"][k] = acc["outcomes"].get(k, 0) + int(v)
     return totals
@@ -302,7 +318,8 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
     @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
     def summary() -> dict[str, Any]:
         """Totals of the run's reports (topics, ledgers, bytes, failures; segments of streaming
-        namespaces): the run's XCom and log."""
+        namespaces; a job's counters, e.g. compaction's objects and bytes before → after, per
+        namespace too): the run's XCom and log."""
         ctx = get_current_context()
         parts = []
         config = None
@@ -323,10 +340,11 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
             print(f"{p['job']} summary: {p['jobs']} job(s), {p['topics']} topic(s), {p['ledgers']} "
                   f"ledger(s)/record(s), {p['bytes']:,} bytes, {p['failures']} failure(s), "
                   f"failed jobs: {p['failed_jobs'] or 'none'}; outcomes {p['outcomes']}"
-                  + (f"; counters {p['counters']}" if p.get("counters") else "") + segments_text(p))
+                  + counters_text(p.get("counters")) + segments_text(p))
             for ns, d in sorted(p["namespaces"].items()):
                 print(f"  {ns}: {d['ledgers']} ledger(s), {d['bytes']:,} bytes, {d['failures']} failure(s)"
-                      + (f"; {d['outcomes']}" if d.get("outcomes") else "") + segments_text(d))
+                      + (f"; {d['outcomes']}" if d.get("outcomes") else "") + counters_text(d.get("counters"))
+                      + segments_text(d))
             for what in p.get("data_loss", []):
                 print(f"DATA LOSS: {what}: no copy of it can be read")
         return totals

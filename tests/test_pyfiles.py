@@ -55,6 +55,7 @@ def test_contains_exactly_the_packages_python_and_proto_files(built):
             "spark_jobs/_jobkit.py",
             "spark_jobs/offload_sweep.py",
             "spark_jobs/deletion_lag_cleanup.py",
+            "spark_jobs/compact_segments.py",
         ):
             assert key in files
         assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
@@ -104,9 +105,9 @@ def test_zip_alone_imports_the_jobs_modules(built, tmp_path):
         "zip_path, site_dirs = sys.argv[1], sys.argv[2:]\n"
         "sys.path[:] = [zip_path] + [p for p in sys.path if p and 'site-packages' not in p] + site_dirs\n"
         "import tieredcore.offload.offloader, spark_jobs.offload_sweep, spark_jobs.deletion_lag_cleanup\n"
-        "import tieredcore.formats.proto.DataFormats_pb2\n"
+        "import tieredcore.formats.proto.DataFormats_pb2, spark_jobs.compact_segments\n"
         "mods = [tieredcore.offload.offloader, spark_jobs.offload_sweep, spark_jobs.deletion_lag_cleanup,\n"
-        "        tieredcore.formats.proto.DataFormats_pb2]\n"
+        "        tieredcore.formats.proto.DataFormats_pb2, spark_jobs.compact_segments]\n"
         "bad = [m.__file__ for m in mods if not m.__file__.startswith(zip_path + '/')]\n"
         "assert not bad, bad\n"
         "print('ok', mods[0].__file__)\n"

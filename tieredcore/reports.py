@@ -26,8 +26,8 @@ class Totals(TypedDict):
     bytes: int
     failures: int
     outcomes: dict[str, int]
-    namespaces: dict[str, dict[str, Any]]  # namespace -> {"ledgers", "bytes", "failures", "outcomes"}
-    counters: dict[str, int]  # job-specific counters (the drain's PIP-186 counters)
+    namespaces: dict[str, dict[str, Any]]  # namespace -> {"ledgers", "bytes", "failures", "outcomes"[, "counters"]}
+    counters: dict[str, int]  # job-specific counters (the drain's PIP-186 counters; compaction's before/after)
     data_loss: list[str]  # ledgers no copy of which can be read
     # streaming offload (PIP-76): segments written, their data-object bytes (also in ``bytes``), tails
     # held back until their rollover time (not failures); 0 for every other job

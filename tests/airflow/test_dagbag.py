@@ -11,7 +11,7 @@ import pytest
 from .conftest import DAGS, REPO
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
-           "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub"}
+           "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction"}
 # Spark tasks per DAG (every other DAG has one)
 SPARK_TASKS = {"tiered_retention": 2}
 
@@ -56,6 +56,15 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
     assert set(scrub.params.keys()) == {"config", "dry_run", "deep", "repair", "namespaces"}
     assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
+    compaction = bag.get_dag("tiered_compaction")
+    assert compaction.max_active_runs == 1 and compaction.schedule == "@daily"
+    assert set(compaction.params.keys()) == {"config", "dry_run", "namespaces", "min_object_size", "target_size",
+                                             "delete_delay"}
+    compact = compaction.get_task("compact")
+    assert compact.partial_kwargs["application"].endswith("spark_jobs/compact_segments.py")
+    assert compact.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
+    assert [t.task_id for t in compaction.topological_sort()] == ["preflight", "plan", "compact", "summary",
+                                                                  "verdict"]
 
 
 def test_spark_task_is_built_in_one_place() -> None:

@@ -131,6 +131,10 @@ def run_topics(config: Config, topics: Iterable[str], *, as_of_ms: int, dry_run:
 # -- report ---------------------------------------------------------------------------------------
 
 
+# the totals' counters, per namespace too (the DAG summary shows objects and bytes before → after)
+_COUNTERS = ("objects_before", "objects_after", "bytes_before", "bytes_after")
+
+
 def _ns_block() -> dict[str, Any]:
     return {"topics": 0, "batches": 0, "ledgers": 0, "objects_before": 0, "objects_after": 0, "bytes_before": 0,
             "bytes_after": 0, "bytes_read": 0, "failures": 0, "outcomes": {}}
@@ -185,9 +189,9 @@ class CompactionReport:
             failures=sum(1 for r in self.rows if r["outcome"] not in OK_OUTCOMES),
             outcomes=outcomes,
             namespaces={ns: {"ledgers": v["ledgers"], "bytes": v["bytes_after"] if not self.dry_run else 0,
-                             "failures": v["failures"], "outcomes": v["outcomes"]} for ns, v in nss.items()},
-            counters={k: sum(v[k] for v in nss.values()) for k in ("objects_before", "objects_after",
-                                                                    "bytes_before", "bytes_after")},
+                             "failures": v["failures"], "outcomes": v["outcomes"],
+                             "counters": {k: v[k] for k in _COUNTERS}} for ns, v in nss.items()},
+            counters={k: sum(v[k] for v in nss.values()) for k in _COUNTERS},
             segments=sum(len(r["segments"]) for r in done),
             segment_bytes=sum(r["bytes_after"] for r in done),
         )
