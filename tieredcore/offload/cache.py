@@ -45,3 +45,39 @@ class OffsetCache:
 
 
 SHARED_OFFSET_CACHE = OffsetCache()
+
+
+class SegmentIndexCache:
+    """Parsed V2 indexes of segments, by data key, for a short while: a compacted segment holds many
+    ledgers, and a reader walking them would otherwise fetch and parse the same index once per ledger.
+    Only readers use it (opt-in); checks that must see the store as it is now (scrub, verification)
+    open indexes fresh."""
+
+    def __init__(self, max_entries: int = 256, ttl_seconds: float = 30.0) -> None:
+        self.max_entries = max_entries
+        self.ttl = ttl_seconds
+        self._d: OrderedDict[str, tuple[object, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> object | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is None or v[1] < time.monotonic():
+                self._d.pop(key, None)
+                self.misses += 1
+                return None
+            self._d.move_to_end(key)
+            self.hits += 1
+            return v[0]
+
+    def put(self, key: str, value: object) -> None:
+        with self._lock:
+            self._d[key] = (value, time.monotonic() + self.ttl)
+            self._d.move_to_end(key)
+            while len(self._d) > self.max_entries:
+                self._d.popitem(last=False)
+
+
+SHARED_SEGMENT_INDEX_CACHE = SegmentIndexCache()

@@ -58,12 +58,14 @@ def copy_key(li: LedgerInfo) -> str | tuple[str, ...]:
 
 
 def open_offloaded(li: LedgerInfo, offloader: LedgerOffloader, topic: str | None = None,
-                   offloader_for_driver: OffloaderFor | None = None) -> OffloadedCopy:
+                   offloader_for_driver: OffloaderFor | None = None, *, cached_index: bool = False) -> OffloadedCopy:
     """A read handle on the ledger's object-store copy (see the module docstring). ``offloader``: the
     store of copies recorded without driver metadata; ``offloader_for_driver``: the store a recorded
     driver metadata names (follow it: objects stay where they were written). ``topic``: the managed
     ledger name the objects must belong to. OffloadedLedgerNotFoundError when the ledger has no
-    object-store copy; FormatError when its segments do not add up to what the LedgerInfo says."""
+    object-store copy; FormatError when its segments do not add up to what the LedgerInfo says.
+    ``cached_index``: segment indexes parsed moments ago will do (readers of many ledgers of one
+    compacted segment); checks of the store as it is now leave it off."""
 
     def store_of(has: bool, dm: pb.OffloadDriverMetadata | None) -> LedgerOffloader:
         if has and dm is not None and offloader_for_driver is not None:
@@ -96,4 +98,5 @@ def open_offloaded(li: LedgerInfo, offloader: LedgerOffloader, topic: str | None
     first = stores[pieces[0].uuid]
     others = {u: s for u, s in stores.items() if s is not first}
     size = li.size if closed and li.HasField("size") else None
-    return first.open_ledger(li.ledgerId, pieces, closed=closed, size=size, topic=topic, stores=others or None)
+    return first.open_ledger(li.ledgerId, pieces, closed=closed, size=size, topic=topic, stores=others or None,
+                             cached_index=cached_index)

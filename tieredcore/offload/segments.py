@@ -45,6 +45,7 @@ from tieredcore.formats.segment import (
 )
 from tieredcore.formats.trailer import ChunkChecksums, ChunkCrcWriter, IndexTrailer
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata, ReadHandle
+from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
 from tieredcore.offload.offloader import LedgerOffloader, _check_version, _entry_sizes, _quietly
 from tieredcore.offload.reader import OffloadedLedgerHandle
@@ -209,8 +210,21 @@ class SegmentOffloader:
         index, checksums, data_md, _ = self._open_index(uuid)
         return index, checksums, data_md
 
-    def _open_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int]:
-        """:meth:`open_index` and the size of the index object read."""
+    def _open_index(self, uuid: str, cached: bool = False) -> tuple[SegmentIndex, ChunkChecksums | None,
+                                                                    Mapping[str, str], int]:
+        """:meth:`open_index` and the size of the index object read. ``cached``: a copy parsed moments
+        ago will do (readers; SHARED_SEGMENT_INDEX_CACHE), else the store is asked now."""
+        dkey, ikey = self.keys(uuid)
+        cache_key = f"{id(self.store)}:{dkey}"
+        if cached:
+            got = SHARED_SEGMENT_INDEX_CACHE.get(cache_key)
+            if got is not None:
+                return got  # type: ignore[return-value]
+        out = self._read_index(uuid)
+        SHARED_SEGMENT_INDEX_CACHE.put(cache_key, out)
+        return out
+
+    def _read_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int]:
         dkey, ikey = self.keys(uuid)
         try:
             info = self.store.head(ikey)
@@ -232,10 +246,21 @@ class SegmentOffloader:
         return index, checksums, data_info.metadata, len(raw)
 
     def open_piece(self, uuid: str, ledger_id: int, first: int, last: int,
-                   topic: str | None = None) -> OffloadedLedgerHandle:
+                   topic: str | None = None, *, cached_index: bool = False) -> OffloadedLedgerHandle:
         """A handle on ledger ``ledger_id`` inside segment ``uuid``, which must hold exactly its entries
         ``first..last`` (what the topic's metadata says): FormatError otherwise."""
-        index, checksums, data_md, index_bytes = self._open_index(uuid)
+        return self._piece(self._open_index(uuid, cached_index), uuid, ledger_id, first, last, topic)
+
+    def open_pieces(self, uuid: str, pieces: Sequence[tuple[int, int, int]],
+                    topic: str | None = None) -> list[OffloadedLedgerHandle]:
+        """Handles on several ledgers ``(ledger, first, last)`` of segment ``uuid``, its index read once
+        (fresh)."""
+        opened = self._open_index(uuid)
+        return [self._piece(opened, uuid, lid, first, last, topic) for lid, first, last in pieces]
+
+    def _piece(self, opened: tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int], uuid: str,
+               ledger_id: int, first: int, last: int, topic: str | None) -> OffloadedLedgerHandle:
+        index, checksums, data_md, index_bytes = opened
         dkey, ikey = self.keys(uuid)
         section = index.section(ledger_id)
         if section.first_entry_id != first or section.last_entry_id != last:
@@ -256,7 +281,8 @@ class SegmentOffloader:
 
     def open_ledger(self, ledger_id: int, pieces: Sequence[SegmentPiece], *, closed: bool,
                     size: int | None = None, topic: str | None = None,
-                    stores: Mapping[str, SegmentOffloader] | None = None) -> SegmentLedgerHandle:
+                    stores: Mapping[str, SegmentOffloader] | None = None,
+                    cached_index: bool = False) -> SegmentLedgerHandle:
         """A read handle on a ledger whose entries ``0..`` lie in ``pieces`` (in entry order, contiguous).
         ``stores``: segments written to another store than this one (a policy changed between them),
         by uuid. ``closed`` with ``size``: the last segment's section must hold exactly ``size`` payload
@@ -270,7 +296,7 @@ class SegmentOffloader:
                                   f"(segment {p.uuid} holds {p.first}..{p.last}, expected to start at {expect})")
             expect = p.last + 1
         return SegmentLedgerHandle(self, ledger_id, list(pieces), closed=closed, size=size, topic=topic,
-                                   stores=stores)
+                                   stores=stores, cached_index=cached_index)
 
     # -- delete -------------------------------------------------------------------------------
 
@@ -431,8 +457,9 @@ class SegmentLedgerHandle:
 
     def __init__(self, segments: SegmentOffloader, ledger_id: int, pieces: list[SegmentPiece], *, closed: bool,
                  size: int | None, topic: str | None,
-                 stores: Mapping[str, SegmentOffloader] | None = None) -> None:
+                 stores: Mapping[str, SegmentOffloader] | None = None, cached_index: bool = False) -> None:
         self._segments = segments
+        self._cached_index = cached_index
         self._stores = dict(stores or {})
         self._ledger_id = ledger_id
         self.pieces = pieces
@@ -448,7 +475,8 @@ class SegmentLedgerHandle:
     def _handle(self, p: SegmentPiece) -> OffloadedLedgerHandle:
         h = self._handles.get(p.uuid)
         if h is None:
-            h = self.segment_offloader(p.uuid).open_piece(p.uuid, self._ledger_id, p.first, p.last, self._topic)
+            h = self.segment_offloader(p.uuid).open_piece(p.uuid, self._ledger_id, p.first, p.last, self._topic,
+                                                          cached_index=self._cached_index)
             if self._closed and self._size is not None and p is self.pieces[-1] and h.length != self._size:
                 h.close()
                 raise FormatError(f"{h.key}-index: ledger {self._ledger_id} holds {h.length} bytes through entry "

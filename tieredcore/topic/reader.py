@@ -113,7 +113,8 @@ class TopicReader:
         k = (li.ledgerId, copy_key(li))
         h = self._offloaded.get(k)
         if h is None:
-            h = open_offloaded(li, self.offloader, t.managed_ledger_name, self.offloader_for_driver)
+            h = open_offloaded(li, self.offloader, t.managed_ledger_name, self.offloader_for_driver,
+                               cached_index=True)
             # a copy replaced since (a repair, one more segment of a streamed ledger) is not read again
             for old in [x for x in self._offloaded if x[0] == li.ledgerId]:
                 self._offloaded.pop(old).close()
