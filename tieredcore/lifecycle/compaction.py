@@ -454,7 +454,7 @@ class Compactor:
             return [CompactionResult(name, t.namespace_name, OUTCOME_FAILED, error=f"planning: {type(e).__name__}: {e}",
                                      error_type=type(e).__name__)]
         out: list[CompactionResult] = []
-        for b in batches:
+        for i, b in enumerate(batches):
             if budget is not None and budget.exhausted:
                 row = self._row(t, b, OUTCOME_ABORTED)
                 row.error = budget.reason
@@ -466,8 +466,15 @@ class Compactor:
             out.append(row)
             if not row.ok:
                 break
-            if renew is not None:
-                renew()
+            if renew is not None and i + 1 < len(batches):
+                try:
+                    renew()
+                except LeaseHeldError as e:  # expired and taken over: keep what landed, leave the rest
+                    for rest in batches[i + 1:]:
+                        busy = self._row(t, rest, OUTCOME_BUSY)
+                        busy.error = str(e)
+                        out.append(busy)
+                    break
         return out
 
     # -- one batch ----------------------------------------------------------------------------
