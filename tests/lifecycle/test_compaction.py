@@ -15,6 +15,8 @@ from pathlib import Path
 
 import boto3
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support.compaction import (
     AS_OF,
@@ -39,15 +41,20 @@ from tests.support.segments import (
     TOPIC,
     Snapshot,
     assert_segments_clean,
+    completed_segments,
     drain_and_reconcile,
     hot_snapshot,
+    segment_keys_of,
     store_keys,
 )
+from tests.support.v2_checker import check_v2_segment
 from tests.support.workspaces import END_MS, INTERVAL_MS
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import NotFoundError
+from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.formats.segment import BlockFormer
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.compaction import (
     BLOCK_SIZE,
@@ -62,9 +69,13 @@ from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.offload.context import covering_offloaded_ms, is_complete
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.managed import ABANDONED_PREFIX, REPLACEMENT_PREFIX
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.stores.deletion_log import TYPE_SEGMENT
+from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.workspace import Workspace
 
 MIN = 60_000
@@ -244,6 +255,54 @@ def test_plan_never_touches_an_unclean_ledger(kind):
 
 
 # ================================================================================================
+# the layout of a compacted segment (BlockFormer without padding a ledger's last block, SegmentSink)
+# ================================================================================================
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ledgers=st.lists(st.lists(st.integers(0, 700), min_size=1, max_size=25), min_size=1, max_size=5),
+       block=st.sampled_from([140, 300, 1024, 4096]), min_part=st.sampled_from([0, 1, 2000, 9000]))
+def test_a_compacted_segment_passes_the_v2_checker_and_reads_back(tmp_path_factory, ledgers, block, min_part):
+    """Empty entries, entries larger than a block, ledgers of one entry: every block but a ledger's last
+    is padded to the block size (or holds one larger entry), a ledger's last block is its header and
+    frames only; the independent checker accepts the segment, and every entry reads back, alone at each
+    block boundary and in ranges across it."""
+    off = LedgerOffloader(FilesystemBlobStore(tmp_path_factory.mktemp("seg")), "p", checksum_chunk=1000,
+                          checkpoint_interval=512)
+    segs = SegmentOffloader(off, block_size=block, min_part_size=min_part)
+    payloads = {100 + i: [bytes([(i + j) % 251]) * n for j, n in enumerate(sizes)] for i, sizes in enumerate(ledgers)}
+    u = str(uuidlib.uuid4())
+    former, sink = BlockFormer(block, pad_last=False), segs.sink(u, {"managedledgername": ML})
+    blocks: list[tuple[int, int, int, int, bool]] = []  # (ledger, first, last, length, last of its ledger)
+    for lid, ps in payloads.items():
+        formed = [former.add(lid, j, p) for j, p in enumerate(ps)] + [former.flush()]
+        formed = [b for b in formed if b is not None]
+        for k, b in enumerate(formed):
+            sink.add(b)
+            frames = BLOCK_HEADER_LENGTH + len(b.frames)
+            assert b.block_size == (frames if k == len(formed) - 1 else max(block, frames))
+            blocks.append((lid, b.first_entry, b.last_entry, b.block_size, k == len(formed) - 1))
+    seg = sink.finish(sizes={lid: sum(map(len, ps)) for lid, ps in payloads.items()},
+                      timestamps=dict.fromkeys(payloads, 7))
+    store = off.store
+    data, index = store.get(seg.data_key), store.get(seg.index_key)
+    assert seg.data_length == len(data) == sum(b[3] for b in blocks)
+    found = check_v2_segment(data, index, store.head(seg.data_key).metadata, store.head(seg.index_key).metadata)
+    assert found == {lid: list(enumerate(ps)) for lid, ps in payloads.items()}
+    for lid, ps in payloads.items():
+        h = segs.open_piece(u, lid, 0, len(ps) - 1, ML)
+        try:
+            assert [bytes(e.data) for e in h.read(0, len(ps) - 1)] == ps
+            for _l, first, last, _n, _end in (b for b in blocks if b[0] == lid):
+                assert [bytes(e.data) for e in h.read(first, first)] == ps[first: first + 1]
+                assert [bytes(e.data) for e in h.read(last, last)] == ps[last: last + 1]
+                hi = min(last + 1, len(ps) - 1)
+                assert [bytes(e.data) for e in h.read(max(0, first - 1), hi)] == ps[max(0, first - 1): hi + 1]
+        finally:
+            h.close()
+
+
+# ================================================================================================
 # end to end
 # ================================================================================================
 
@@ -278,11 +337,17 @@ def object_keys(ws: Workspace, units: dict[str, str], cps) -> set[str]:
     return out
 
 
+def offloaded_ms(li) -> int:
+    return li.offloadContext.timestamp if is_complete(li) else covering_offloaded_ms(li)
+
+
 def compact_and_check(ws: Workspace, before: Snapshot, c: Compactor, batches: int) -> list[str]:
     """Compact the topic (``batches`` planned, all landing) and check everything up to the drain and
     reconciliation that follow; the new segments' uuids."""
     old_layout = copies(ws)
     keys_before = set(store_keys(ws))
+    offloaded = {li.ledgerId: (offloaded_ms(li), li.offloadContext.bookkeeperDeleted)
+                 for li in ws.ml.get_topic(TOPIC)[0].ledgerInfo}
     planned = c.plan(TOPIC)
     assert len(planned) == batches, [b.ledgers for b in planned]
     covered = [lid for b in planned for lid in b.ledgers]
@@ -301,6 +366,9 @@ def compact_and_check(ws: Workspace, before: Snapshot, c: Compactor, batches: in
         else:
             assert layout[lid] == pieces, lid
     no_incomplete(ws)
+    # each ledger keeps when it was offloaded (the deletion lag counts from it) and its hot-copy mark
+    assert {li.ledgerId: (offloaded_ms(li), li.offloadContext.bookkeeperDeleted)
+            for li in ws.ml.get_topic(TOPIC)[0].ledgerInfo} == offloaded
     check_new_segments(ws, new, before)
     cuts = cut_points(old_layout, layout)
     read_everything(ws, before, cuts)
@@ -374,6 +442,42 @@ def test_a_topic_of_v1_objects_and_segments(tmp_path, env_clean, store, request)
         assert {u.kind for u in c.plan(TOPIC)[0].units} == {"ledger"}
         compact_and_check(ws, before, c, 2)
         assert_segments_clean(ws, before, hot_only={lids[-1]})
+
+
+@pytest.mark.parametrize("blocks", ["policy", "small-blocks"])
+def test_compacted_segments_compacted_again_with_a_larger_target(tmp_path, env_clean, blocks):
+    """The new segments (unpadded last blocks) as the old objects of a later run with larger thresholds."""
+    small = {} if blocks == "policy" else {"block_size": 8 * KiB, "min_part_size": 0}
+    with open_ws(v1_topic(tmp_path / "ws")) as ws:
+        before = hot_snapshot(ws)
+        first = compact_and_check(ws, before, compactor(ws, min_object_size=80 * KiB, target_size=160 * KiB,
+                                                        **small), 3)
+        again = compactor(ws, min_object_size=256 * KiB, target_size=512 * KiB, clock_ms=AS_OF, **small)
+        (b,) = again.plan(TOPIC)
+        assert {u.uuid for u in b.units} == set(first) and {u.kind for u in b.units} == {"segment"}
+        (new,) = compact_and_check(ws, before, again, 1)
+        assert set(completed_segments(ws)) == {new}
+        assert_segments_clean(ws, before, hot_only={list(before)[-1]})
+
+
+def test_a_segment_retention_left_half_referenced_is_compacted_away(tmp_path, env_clean):
+    """Retention trimmed ledger 0, whose last entry shares a segment with ledger 1's first ones: that
+    segment stays (ledger 1 reads from it) holding a section of a ledger gone. Compaction rewrites
+    ledger 1 from it and, after the delay, the drain deletes it."""
+    with open_ws(segment_topic(tmp_path / "ws")) as ws:
+        before = hot_snapshot(ws)
+        lids = list(before)
+        shared = copies(ws)[lids[0]][-1][1]
+        assert copies(ws)[lids[1]][0][1] == shared
+        policy_store(ws).set_namespace(NS, {"retention_time_minutes": 15})  # ledger 0 closed 20 min before END
+        assert [r.ledger for r in trim_topic(ws, TOPIC, END_MS)] == [lids[0]]
+        policy_store(ws).set_namespace(NS, {"retention_time_minutes": -1})
+        rep = drain(ws, END_MS)
+        assert rep.still_in_use == 1 and set(segment_keys_of(ws, shared)) and pending(ws) == []
+        rest = {lid: v for lid, v in before.items() if lid != lids[0]}
+        compact_and_check(ws, rest, compactor(ws, min_object_size=64 * KiB, target_size=160 * KiB), 2)
+        assert segment_keys_of(ws, shared) == []
+        assert_segments_clean(ws, rest)
 
 
 def test_deletion_lag_and_retention_keep_working_on_compacted_ledgers(tmp_path, env_clean):
@@ -469,3 +573,36 @@ def test_a_reader_that_opened_an_old_object_keeps_reading_it_until_the_delay_end
     with pytest.raises(NotFoundError):
         open_offloaded(old_li, ws.offloader, ML, ws.offloader_for_driver).read(0, 0)
     read_everything(ws, before, cut_points(copies(ws)))
+
+
+def test_new_segments_go_to_the_store_the_policy_names_now(tmp_path, env_clean):
+    """The namespace's policy moved to another store after the V1 offloads: the new segments are written
+    there (their driver metadata says so, readers follow it), the old objects are deleted from the store
+    they were written to, and reconciliation finds nothing in either."""
+    with open_ws(v1_topic(tmp_path / "ws")) as ws:
+        before = hot_snapshot(ws)
+        elsewhere = tmp_path / "elsewhere"
+        policy_store(ws).set_namespace(NS, {"store": {"driver": "filesystem", "root": str(elsewhere),
+                                                      "prefix": "cpt"}})
+        old_layout = copies(ws)
+        old_keys = set(store_keys(ws))
+        c = compactor(ws, min_object_size=80 * KiB, target_size=160 * KiB)
+        other = c.segments.off
+        assert other.store.driver_properties()["root"] == str(elsewhere) and other.prefix == "cpt/"
+        rows = c.compact_topic(TOPIC)
+        assert [r.outcome for r in rows] == ["compacted"] * 3
+        new = [u for r in rows for u in r.segments]
+        new_keys = {k for u in new for k in SegmentOffloader(other).keys(u)}
+        assert {o.key for o in other.store.list("cpt/").objects if "tiered-owner" not in o.key} == new_keys
+        info, _ = ws.ml.get_topic(TOPIC)
+        for li in info.ledgerInfo[:-1]:
+            (s,) = li.offloadContext.offloadSegment
+            assert dict((p.key, p.value) for p in s.driverMetadata.properties)["root"] == str(elsewhere)
+        read_everything(ws, before, cut_points(old_layout, copies(ws)))
+        rep = drain(ws, AS_OF + DELAY)
+        assert rep.deleted == 12 and set(store_keys(ws)) == set()  # from the workspace's store
+        assert old_keys and not old_keys & set(store_keys(ws))
+        drain_and_reconcile(ws, LATER)
+        assert {o.key for o in other.store.list("cpt/").objects if "tiered-owner" not in o.key} == new_keys
+        read_everything(ws, before, cut_points(copies(ws)))
+        assert c.compact_topic(TOPIC) == []
