@@ -1,15 +1,19 @@
-"""Compaction when the object store fails while the new segment is written, or the segment written
-does not read back as written (tieredcore/lifecycle/compaction.py).
+"""Compaction when a store fails under it (tieredcore/lifecycle/compaction.py).
 
 - S3 (moto behind tests/support/faulty_s3_proxy.py, one attempt per request) answers one request of the
   new segment with a 500 InternalError: its second UploadPart, its CompleteMultipartUpload or the PUT of
   its index (four small V1 objects, one batch).
-- On the filesystem store (the mixed topic of tests/support/compaction.py, two batches) a byte of the new segment's data object is flipped after it was written,
-  before it is verified (a store that corrupted it).
+- On the filesystem store (the mixed topic of tests/support/compaction.py, two batches) a byte of the new
+  segment's data object is flipped after it was written, before it is verified (a store that corrupted
+  it).
 
-The batch fails and nothing the topic references changes (its record is exactly as before); the attempt
-leaves no object or unfinished upload, its segment is in the deletion log (compaction-conflict); after the
-drain and reconciliation no orphan; every entry reads back; the next run compacts.
+In both the batch fails and nothing the topic references changes (its record is exactly as before); the
+attempt leaves no object or unfinished upload (or, written whole, only its recorded objects), its segment
+is in the deletion log (compaction-conflict); after the drain and reconciliation no orphan; every entry
+reads back; the next run compacts.
+
+- The metadata store fails the switch CAS (applied or not): the outcome is unknown, nothing is taken
+  back; the next run resolves it.
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ from tests.support.compaction import (
     copies,
     mixed_topic,
     pending,
+    units_of,
 )
 from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy
+from tests.support.offload_harness import FaultyMetadataStore, raiser
 from tests.support.segments import (
     NS,
     TOPIC,
     Snapshot,
+    completed_segments,
     drain_and_reconcile,
     hot_snapshot,
     incomplete_segments,
@@ -44,10 +51,14 @@ from tests.support.segments import (
 )
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
+from tieredcore.errors import MetadataStoreError
 from tieredcore.lifecycle.compaction import BLOCK_SIZE
+from tieredcore.lifecycle.drain import drain
+from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.stores.deletion_log import TYPE_SEGMENT
+from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.workspace import Workspace
 
 MIN_SIZE, TARGET = 80 * KiB, 160 * KiB
@@ -174,3 +185,47 @@ def test_a_segment_that_does_not_read_back_as_written_is_not_switched_to(tmp_pat
         failed_cleanly(ws, rows, hook.uuids[0], record_before,
                        "fail their CRC32C checksum" if checksums else "read back", objects=2)
         rerun_and_check(ws, before, 2)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not-landed", "landed"])
+def test_a_metadata_error_at_the_switch_leaves_the_outcome_to_the_next_run(tmp_path, env_clean, landed):
+    """The switch CAS raises MetadataStoreError (a wrapper around the real SQLite store: applied or not,
+    the client cannot tell). Outcome unknown: nothing taken back, nothing recorded beyond the old objects
+    (due after the delay, and kept by the drain while they are still referenced). The next run resolves
+    it: a switch that landed stays (nothing left to do), one that did not is a crashed attempt, recorded
+    and replaced."""
+    cfg, before = mixed_topic(tmp_path / "ws")
+    with Workspace(Config.load(cfg, env={})) as ws:
+        layout = copies(ws)
+        meta = FaultyMetadataStore(ws.metadata)
+
+        def arm(_uuid: str) -> None:  # the next topic-record write is the switch
+            nth = meta.faults.calls["put"] + 1
+            if landed:
+                meta.fail_after_put(nth)
+            else:
+                meta.faults.on("put", nth, raiser(MetadataStoreError("injected: connection lost at the switch")))
+
+        hook = First("recorded", arm)
+        c = compactor(ws, min_object_size=MIN_SIZE, target_size=TARGET, on_step=hook)
+        c.ml = ManagedLedgerStore(meta)
+        rows = c.compact_topic(TOPIC)
+        assert [r.outcome for r in rows] == ["unknown"], [(r.outcome, r.error) for r in rows]
+        ours = hook.uuids[0]
+        assert len(segment_keys_of(ws, ours)) == 2
+        old = units_of(layout, list(before)[:2])
+        assert [(t, r, u) for t, r, u, _n in pending(ws)] == sorted((t, "compaction", u) for u, t in old.items())
+        if landed:
+            assert incomplete_segments(ws) == {} and ours in {p[1] for p in copies(ws)[list(before)[0]]}
+        else:
+            assert copies(ws) == layout and list(incomplete_segments(ws)) == [ours]
+            rep = drain(ws, LATER)  # the old objects are still what the topic reads from
+            assert (rep.entries, rep.still_in_use, rep.deleted) == (2, 2, 0), rep.rows
+
+        rows = compactor(ws, min_object_size=MIN_SIZE, target_size=TARGET).compact_topic(TOPIC)
+        assert [r.outcome for r in rows] == ["compacted"] * (1 if landed else 2), [(r.outcome, r.error) for r in rows]
+        if not landed:
+            assert (TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, ours) in {(t, r, u) for t, r, u, _n in pending(ws)}
+        drain_and_reconcile(ws, LATER)
+        assert_clean(ws, before)
+        assert (ours in completed_segments(ws)) == landed and len(segment_keys_of(ws, ours)) == 2 * landed

@@ -7,7 +7,7 @@ Topics (all one topic, ``TOPIC`` of namespace ``t/a``):
   offloaded as a V1 object pair (ledger mode), and the open newest ledger holding 5 entries (hot only);
 - :func:`segment_topic`: the streaming topic of tests/support/segments.py (three ~64 KiB ledgers, two
   small ones, the open one holding 6 entries), streamed into segments of at most 32 KiB: segments span
-  ledgers and ledgers span segments; the last segment also holds the open ledger;
+  ledgers (0|1, 2|4, 4|5) and ledgers span segments; the open ledger's entries in a segment of their own;
 - :func:`mixed_topic`: the same topic, its two oldest ledgers offloaded as V1 objects whose hot copies
   the deletion-lag cleanup then deleted (only the old objects hold them), the next ones streamed into
   segments up to the last sealed ledger, the open ledger in the hot tier only.
