@@ -48,7 +48,7 @@ from tests.support.segments import (
     store_keys,
 )
 from tests.support.v2_checker import check_v2_segment
-from tests.support.workspaces import END_MS, INTERVAL_MS
+from tests.support.workspaces import END_MS, INTERVAL_MS, build_workspace, offload, sealed
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import NotFoundError
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
@@ -442,6 +442,35 @@ def test_a_topic_of_v1_objects_and_segments(tmp_path, env_clean, store, request)
         assert {u.kind for u in c.plan(TOPIC)[0].units} == {"ledger"}
         compact_and_check(ws, before, c, 2)
         assert_segments_clean(ws, before, hot_only={lids[-1]})
+
+
+@pytest.mark.parametrize("blocks", ["policy", "small-blocks"])
+def test_a_batch_larger_than_planned_is_not_rewritten_by_every_run(tmp_path, env_clean, blocks):
+    """Planning estimates a segment from the topic record (entry counts and bytes), without the padding
+    of blocks and, for segments, their headers; with the min object size equal to the target size a
+    batch planned just under the target can take more. Cut at the target into segments planning still
+    finds small, it would be rewritten by every later run; a segment is not cut before planning would
+    find it large enough, so the next run has nothing to do.
+
+    policy: two ledgers of four 1.5 MB entries in 4 MiB blocks (two entries a block: ~1.2 MiB of padding
+    in each ledger's first block), 12 MiB thresholds: planned 11.4 MiB, written 14.4 MiB.
+    small-blocks: the twelve V1 ledgers into 8 KiB blocks, 100 KiB thresholds: ~100 KiB planned, ~112
+    KiB written per batch of three ledgers."""
+    if blocks == "policy":
+        cfg = build_workspace(tmp_path / "ws", [NS], ledgers=2, entries=4, entry_size="1500000")
+        with open_ws(cfg) as ws:
+            offload(ws, TOPIC, sealed(ws, TOPIC), END_MS)
+        size, batches, extra = 12 << 20, 1, {}
+    else:
+        cfg = v1_topic(tmp_path / "ws")
+        size, batches, extra = 100 * KiB, 4, {"block_size": 8 * KiB, "min_part_size": 0}
+    with open_ws(cfg) as ws:
+        before = hot_snapshot(ws)
+        c = compactor(ws, min_object_size=size, target_size=size, **extra)
+        planned = c.plan(TOPIC)
+        assert len(planned) == batches and all(b.objects_after == 1 for b in planned)
+        new = compact_and_check(ws, before, c, batches)  # ends with a second run that does nothing
+        assert len(new) == batches
 
 
 @pytest.mark.parametrize("blocks", ["policy", "small-blocks"])

@@ -182,6 +182,13 @@ def _clean(li: LedgerInfo) -> bool:
     return referenced_uuids(li) == set(copy_uuids(li))
 
 
+def _piece_bytes(li: LedgerInfo, n: int) -> int:
+    """A segment's bytes for ``n`` entries of ``li`` as planning estimates them from the topic record
+    (the ledger's average entry, frame headers, a block header; no padding): what makes a segment small."""
+    share = li.size * n // li.entries if li.entries else 0
+    return share + ENTRY_HEADER_SIZE * n + BLOCK_HEADER_LENGTH
+
+
 def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[str]]]:
     """Every object pair the clean ledgers are read from (uuid -> Unit) and each ledger's uuids."""
     est: dict[str, int] = {}
@@ -202,10 +209,8 @@ def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[s
         segs = segment_drivers(li)
         of_ledger[li.ledgerId] = []
         for p in segment_pieces(li):
-            n = p.last - p.first + 1
-            share = li.size * n // li.entries if li.entries else 0
             kinds[p.uuid] = KIND_SEGMENT
-            est[p.uuid] = est.get(p.uuid, 0) + share + ENTRY_HEADER_SIZE * n + BLOCK_HEADER_LENGTH
+            est[p.uuid] = est.get(p.uuid, 0) + _piece_bytes(li, p.last - p.first + 1)
             members.setdefault(p.uuid, []).append(li.ledgerId)
             if p.uuid in segs:
                 drivers[p.uuid] = driver_dict(segs[p.uuid])
@@ -632,6 +637,7 @@ class Compactor:
         cur: dict[str, Any] = {"sink": None, "pieces": []}
         size_through: dict[int, int] = {}
         stamps = {li.ledgerId: li.timestamp for li in lis}
+        by_id = {li.ledgerId: li for li in lis}
         total = sum(compacted_bytes(li.entries, li.size, self.segments.block_size) for li in lis)
         done = 0
         measured: dict[str, int] = {}
@@ -648,7 +654,12 @@ class Compactor:
         def put(blk: FormedBlock) -> None:
             nonlocal done
             sink: SegmentSink | None = cur["sink"]
-            if sink is not None and not sink.empty and sink.length + blk.block_size > self.target_size:
+            # cut at the target size, but not before planning would take the segment for one at least the
+            # min object size: its estimate leaves out padding and block headers, and a batch cut into
+            # segments planning still finds small would be rewritten by every run
+            if sink is not None and not sink.empty and sink.length + blk.block_size > self.target_size \
+                    and sum(_piece_bytes(by_id[p.ledger], p.last - p.first + 1) for p in cur["pieces"]) \
+                    >= self.min_object_size:
                 finish_current()
                 sink = None
             if sink is None:
