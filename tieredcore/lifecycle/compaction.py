@@ -634,7 +634,7 @@ class Compactor:
         name = t.managed_ledger_name
         former = BlockFormer(self.segments.block_size, pad_last=False)
         out: list[_Written] = []
-        cur: dict[str, Any] = {"sink": None, "pieces": []}
+        cur: dict[str, Any] = {"sink": None, "pieces": [], "estimated": 0}  # estimated: of pieces but the last
         size_through: dict[int, int] = {}
         stamps = {li.ledgerId: li.timestamp for li in lis}
         by_id = {li.ledgerId: li for li in lis}
@@ -649,7 +649,10 @@ class Compactor:
                               timestamps={lid: stamps[lid] for lid in last if last[lid] == _entries(lis, lid) - 1})
             out.append(_Written(seg, cur["pieces"]))
             self._step("written", seg.uuid)
-            cur["sink"], cur["pieces"] = None, []
+            cur["sink"], cur["pieces"], cur["estimated"] = None, [], 0
+
+        def estimate(p: _Piece) -> int:
+            return _piece_bytes(by_id[p.ledger], p.last - p.first + 1)
 
         def put(blk: FormedBlock) -> None:
             nonlocal done
@@ -658,8 +661,7 @@ class Compactor:
             # min object size: its estimate leaves out padding and block headers, and a batch cut into
             # segments planning still finds small would be rewritten by every run
             if sink is not None and not sink.empty and sink.length + blk.block_size > self.target_size \
-                    and sum(_piece_bytes(by_id[p.ledger], p.last - p.first + 1) for p in cur["pieces"]) \
-                    >= self.min_object_size:
+                    and cur["estimated"] + estimate(cur["pieces"][-1]) >= self.min_object_size:
                 finish_current()
                 sink = None
             if sink is None:
@@ -669,6 +671,8 @@ class Compactor:
                 cur["sink"] = sink
             pieces: list[_Piece] = cur["pieces"]
             if not pieces or pieces[-1].ledger != blk.ledger_id:
+                if pieces:
+                    cur["estimated"] += estimate(pieces[-1])
                 pieces.append(_Piece(blk.ledger_id, blk.first_entry, blk.last_entry))
             p = pieces[-1]
             p.last = blk.last_entry
