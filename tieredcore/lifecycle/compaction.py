@@ -197,6 +197,15 @@ def _clean(li: LedgerInfo) -> bool:
     return referenced_uuids(li) == set(copy_uuids(li))
 
 
+def _piece_bytes(li: LedgerInfo, n: int) -> int:
+    """A segment's bytes for ``n`` entries of ``li`` as planning estimates them from the topic record
+    (the ledger's average entry, frame headers, a block header, its index section; no padding): what
+    makes a segment small."""
+    share = li.size * n // li.entries if li.entries else 0
+    frames = share + ENTRY_HEADER_SIZE * n
+    return frames + BLOCK_HEADER_LENGTH + _index_bytes(frames, 1, 112)
+
+
 def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[str]]]:
     """Every object pair the clean ledgers are read from (uuid -> Unit) and each ledger's uuids."""
     est: dict[str, int] = {}
@@ -217,11 +226,8 @@ def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[s
         segs = segment_drivers(li)
         of_ledger[li.ledgerId] = []
         for p in segment_pieces(li):
-            n = p.last - p.first + 1
-            share = li.size * n // li.entries if li.entries else 0
             kinds[p.uuid] = KIND_SEGMENT
-            frames = share + ENTRY_HEADER_SIZE * n
-            est[p.uuid] = est.get(p.uuid, 0) + frames + BLOCK_HEADER_LENGTH + _index_bytes(frames, 1, 112)
+            est[p.uuid] = est.get(p.uuid, 0) + _piece_bytes(li, p.last - p.first + 1)
             members.setdefault(p.uuid, []).append(li.ledgerId)
             if p.uuid in segs:
                 drivers[p.uuid] = driver_dict(segs[p.uuid])
@@ -470,7 +476,7 @@ class Compactor:
             return [CompactionResult(name, t.namespace_name, OUTCOME_FAILED, error=f"planning: {type(e).__name__}: {e}",
                                      error_type=type(e).__name__)]
         out: list[CompactionResult] = []
-        for b in batches:
+        for i, b in enumerate(batches):
             if budget is not None and budget.exhausted:
                 row = self._row(t, b, OUTCOME_ABORTED)
                 row.error = budget.reason
@@ -482,8 +488,15 @@ class Compactor:
             out.append(row)
             if not row.ok:
                 break
-            if renew is not None:
-                renew()
+            if renew is not None and i + 1 < len(batches):
+                try:
+                    renew()
+                except LeaseHeldError as e:  # expired and taken over: keep what landed, leave the rest
+                    for rest in batches[i + 1:]:
+                        busy = self._row(t, rest, OUTCOME_BUSY)
+                        busy.error = str(e)
+                        out.append(busy)
+                    break
         return out
 
     # -- one batch ----------------------------------------------------------------------------
@@ -638,9 +651,10 @@ class Compactor:
         name = t.managed_ledger_name
         former = BlockFormer(self.segments.block_size, pad_last=False)
         out: list[_Written] = []
-        cur: dict[str, Any] = {"sink": None, "pieces": []}
+        cur: dict[str, Any] = {"sink": None, "pieces": [], "estimated": 0}  # estimated: of pieces but the last
         size_through: dict[int, int] = {}
         stamps = {li.ledgerId: li.timestamp for li in lis}
+        by_id = {li.ledgerId: li for li in lis}
         total = sum(compacted_bytes(li.entries, li.size, self.segments.block_size) for li in lis)
         done = 0
         measured: dict[str, int] = {}
@@ -652,12 +666,19 @@ class Compactor:
                               timestamps={lid: stamps[lid] for lid in last if last[lid] == _entries(lis, lid) - 1})
             out.append(_Written(seg, cur["pieces"]))
             self._step("written", seg.uuid)
-            cur["sink"], cur["pieces"] = None, []
+            cur["sink"], cur["pieces"], cur["estimated"] = None, [], 0
+
+        def estimate(p: _Piece) -> int:
+            return _piece_bytes(by_id[p.ledger], p.last - p.first + 1)
 
         def put(blk: FormedBlock) -> None:
             nonlocal done
             sink: SegmentSink | None = cur["sink"]
-            if sink is not None and not sink.empty and sink.length + blk.block_size > self.target_size:
+            # cut at the target size, but not before planning would take the segment for one at least the
+            # min object size: its estimate leaves out padding and block headers, and a batch cut into
+            # segments planning still finds small would be rewritten by every run
+            if sink is not None and not sink.empty and sink.length + blk.block_size > self.target_size \
+                    and cur["estimated"] + estimate(cur["pieces"][-1]) >= self.min_object_size:
                 finish_current()
                 sink = None
             if sink is None:
@@ -667,6 +688,8 @@ class Compactor:
                 cur["sink"] = sink
             pieces: list[_Piece] = cur["pieces"]
             if not pieces or pieces[-1].ledger != blk.ledger_id:
+                if pieces:
+                    cur["estimated"] += estimate(pieces[-1])
                 pieces.append(_Piece(blk.ledger_id, blk.first_entry, blk.last_entry))
             p = pieces[-1]
             p.last = blk.last_entry
