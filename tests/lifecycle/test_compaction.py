@@ -211,6 +211,19 @@ def test_plan_leaves_a_single_object_alone():
     assert r2.plan(MIN, 1 << 20) == []
 
 
+def test_plan_runs_are_consecutive_in_topic_order():
+    """A ledger that cannot be repacked (here: not offloaded) ends a run; an empty ledger that nothing
+    references does not."""
+    r = Record()
+    a = [r.v1(), r.v1()]
+    r.ledger()  # sealed, not offloaded
+    b = [r.v1()]
+    r.ledger(entries=0, size=0)  # empty
+    b += [r.v1()]
+    r.ledger(sealed=False)
+    assert [x.ledgers for x in r.plan(MIN, 1 << 20)] == [tuple(a), tuple(b)]
+
+
 UNCLEAN = ["incomplete-segment", "replacement", "abandoned", "not-offloaded", "prefix-in-segments",
            "no-entries", "shares-a-segment-with-the-open-ledger"]
 

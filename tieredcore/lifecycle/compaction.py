@@ -252,11 +252,14 @@ def plan_topic(info: pb.ManagedLedgerInfo, *, min_object_size: int = DEFAULT_MIN
                     for lid in units[u].ledgers:
                         clean_ids.discard(lid)
     # groups: ledgers joined by a shared object, as intervals of the ledger list
+    # (a ledger that cannot be repacked — not offloaded, in flight, sharing an object with one in flight —
+    # ends a run: runs are consecutive in topic order; an empty ledger nothing references does not)
     groups: list[list[int]] = []
-    for li in clean:
+    for li in lis:
         lid = li.ledgerId
         if lid not in clean_ids:
-            groups.append([])  # a barrier: runs do not cross it
+            if not (li.HasField("entries") and li.entries == 0 and not referenced_uuids(li)):
+                groups.append([])  # a barrier: runs do not cross it
             continue
         first_of = [min(index[m] for m in units[u].ledgers) for u in of_ledger[lid]]
         if groups and groups[-1] and first_of and min(first_of) <= index[groups[-1][-1]]:
