@@ -216,7 +216,7 @@ def test_compaction_repacks_small_objects_and_every_entry_reads_the_same(cli: Cl
 
 def test_human_output_of_a_run_and_the_delete_delay_override(cli: Cli) -> None:
     enable(cli)
-    code, out, err = cli("compact", T0, "--delete-delay", "10m", "--as-of", AS_OF)
+    code, out, err = cli("compact", T0, f"persistent://{T0}", "--delete-delay", "10m", "--as-of", AS_OF)
     assert code == 0, err
     assert out.splitlines()[0].startswith("compaction as of 2026-01-01T01:00:00+00:00: 1 topic(s) in 1 namespace(s)")
     assert f"{NS}: 1 topic(s), 1 batch(es) compacted, objects 24 → 2" in out and "(estimated)" not in out
@@ -250,6 +250,21 @@ def test_a_failed_batch_exits_1_and_leaves_the_topic_as_it_was(cli: Cli) -> None
     res = cli.json("compact", "--namespace", NS, "--as-of", AS_OF, expect=1)
     assert [(r["topic"], r["outcome"]) for r in res["rows"]] == [(TopicName.parse(T0).managed_ledger_name, "failed")]
     assert res["failed"] and "ledger" in res["failed"][0]
+
+
+def test_a_topic_another_runner_holds_is_skipped_busy(cli: Cli) -> None:
+    enable(cli)
+    with Workspace(cli.config()) as ws:
+        lease = ws.leases.acquire(T0, "offload")  # an offload of T0 in progress elsewhere
+        before = copies(cli, T0)
+        code, out, err = cli("compact", "--namespace", NS, "--as-of", AS_OF)
+        assert code == 0, err  # busy is not a failure: the next run compacts it
+        assert f"  persistent://{T0}: 0 batch(es) of 0 ledger(s): objects 0 → 0, 0.0 MiB → 0.0 MiB (1 busy)" in out
+        assert f"  persistent://{T1}: 1 batch(es) of {LEDGERS} ledger(s)" in out
+        assert copies(cli, T0) == before
+        ws.leases.release(lease)
+    res = cli.json("compact", "--namespace", NS, "--as-of", AS_OF)
+    assert [(r["topic"], r["outcome"]) for r in res["rows"]] == [(TopicName.parse(T0).managed_ledger_name, "compacted")]
 
 
 # -- compaction off, bad input ----------------------------------------------------------------------

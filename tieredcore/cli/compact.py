@@ -116,6 +116,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Progress | None = None) 
     if a.dry_run and not a.topic and namespaces is None:
         namespaces = ws.ml.list_namespaces()  # what would compaction save anywhere?
     candidates, notes = plan_topics(ws, namespaces, a.topic or None, require_enabled=False)
+    candidates = list(dict.fromkeys(candidates))  # a topic named twice (in any spelling) is compacted once
     enabled = {t: ps.for_topic(t).compaction_enabled for t in candidates}
     if a.dry_run:
         topics = candidates
@@ -174,8 +175,11 @@ def _per_topic(topics: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[
 
 
 def _usd(v: float) -> str:
+    """Signed dollars; fractions of a cent shown (a small namespace's change is that small)."""
+    if v == 0:
+        return "$0"
     sign = "-" if v < 0 else "+"
-    return f"{sign}${abs(v):,.4f}"
+    return f"{sign}${abs(v):,.2f}" if abs(v) >= 1 else f"{sign}${abs(v):.6f}"
 
 
 def print_human(cmd: str, res: dict[str, Any]) -> None:
@@ -196,11 +200,14 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
               f"{v['objects_after']}, {mib(v['bytes_before'])} → {mib(v['bytes_after'])}{est}; monthly cost "
               f"{_usd(v['cost']['total_month'])}, one-time {_usd(v['cost']['one_time'])}{flag}")
         for t, d in by_ns.get(ns, []):
-            if not d["batches"] and set(d["outcomes"]) <= {OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT}:
+            # busy (another runner holds the lease), failed, conflict...: named after the counts
+            other = {k: n for k, n in d["outcomes"].items() if k not in (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT)}
+            more = f" ({', '.join(f'{n} {k}' for k, n in sorted(other.items()))})" if other else ""
+            if not d["batches"] and not other:
                 print(f"  {t}: nothing to compact")
                 continue
             print(f"  {t}: {d['batches']} batch(es) of {d['ledgers']} ledger(s): objects {d['objects_before']} → "
-                  f"{d['objects_after']}, {mib(d['bytes_before'])} → {mib(d['bytes_after'])}{est}")
+                  f"{d['objects_after']}, {mib(d['bytes_before'])} → {mib(d['bytes_after'])}{est}{more}")
     c = res["cost"]
     p = res["prices"]
     print(f"objects {res['objects_before']} → {res['objects_after']}, {mib(res['bytes_before'])} → "
