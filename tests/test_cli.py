@@ -512,7 +512,7 @@ def test_json_stdout_is_only_json_and_progress_goes_to_stderr(cli: Cli, monkeypa
 def test_human_output(gen: Cli) -> None:
     out = gen.ok("status", "--ledgers")
     assert out.splitlines()[0].split() == ["topic", "ledgers", "hot", "both", "cold", "hot", "bytes",
-                                           "cold", "bytes"]
+                                           "cold", "bytes", "objects"]
     assert out.count("    ledger ") == 4 * (LEDGERS + 1)
     out = gen.ok("offload", TA0, "--keep-bytes", "0")
     assert out.startswith(f"offloaded {LEDGERS} ledger(s) of 1 topic(s)")

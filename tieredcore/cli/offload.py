@@ -31,6 +31,7 @@ from tieredcore.offload.context import (
     segment_pieces,
     segment_refs,
 )
+from tieredcore.offload.copies import copy_uuids
 from tieredcore.stores.hot_tier import FrameSource
 from tieredcore.workspace import Workspace
 
@@ -217,6 +218,8 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
                "hot_bytes": 0, "offloaded_bytes": 0, "hot_only": 0, "both": 0, "offloaded_only": 0,
                "open": 0, "entries": 0, "ledger_detail": []}
         per_ledger = _segment_status(ws, info, row)
+        # object-store objects holding the topic's data (data + index per V1 copy or segment): what compaction shrinks
+        row["objects"] = 2 * len({u for li in info.ledgerInfo for u in copy_uuids(li)})
         for i, li in enumerate(info.ledgerInfo):
             is_last = i == len(info.ledgerInfo) - 1
             tier = _tier(li, is_last)
@@ -250,7 +253,7 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
 def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     keys = ("ledgers", "hot_only", "both", "offloaded_only", "hot_bytes", "offloaded_bytes", "entries", "segments",
-            "segment_bytes")
+            "segment_bytes", "objects")
     for r in rows:
         ns = TopicName.parse(r["topic"]).namespace_name
         agg = out.setdefault(ns, {"topics": 0, **dict.fromkeys(keys, 0)})
@@ -299,19 +302,20 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         return
     if "namespaces" in res:
         print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
-              f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8}")
+              f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8} {'objects':>8}")
         for ns, a in sorted(res["namespaces"].items()):
             print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
                   f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
-                  f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f}")
+                  f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f} {a['objects']:>8,}")
         st = res["store"]
         print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
         return
-    hdr = f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14}"
+    hdr = (f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14} "
+           f"{'objects':>8}")
     print(hdr)
     for r in res["topics"]:
         print(f"{r['topic']:<48} {r['ledgers']:>7} {r['hot_only']:>6} {r['both']:>5} {r['offloaded_only']:>5} "
-              f"{r['hot_bytes']:>14,} {r['offloaded_bytes']:>14,}")
+              f"{r['hot_bytes']:>14,} {r['offloaded_bytes']:>14,} {r['objects']:>8,}")
         if r["segments"] or r["segments_in_flight"]:
             print(f"    segments: {r['segments']} holding {r['segment_bytes']:,} bytes of {r['segment_ledgers']} "
                   f"ledger(s)" + (f"; {r['segments_in_flight']} in flight or abandoned" if r["segments_in_flight"] else ""))

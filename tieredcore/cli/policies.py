@@ -47,6 +47,12 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--max-segment-size", help="streaming: cut a segment at this size, e.g. 256M")
     s.add_argument("--max-segment-rollover", help="streaming: close a smaller segment this long after its oldest entry, e.g. 10m")
     s.add_argument("--streaming-block-size", help="streaming: blocks are padded to this size, e.g. 5M")
+    s.add_argument("--compaction", choices=("on", "off"),
+                   help="compaction of runs of small offloaded objects into segments (docs/compaction.md)")
+    s.add_argument("--compaction-min-object-size", help="compaction: objects below this are small, e.g. 8M")
+    s.add_argument("--compaction-target-size", help="compaction: new segments of up to this, e.g. 256M")
+    s.add_argument("--compaction-delete-delay",
+                   help="compaction: old objects are deleted this long after the switch (readers finish), e.g. 1h")
     s.add_argument("--store-driver", choices=DRIVERS, help="offload to this store instead of the workspace's")
     for flag in _STORE_FLAGS:
         s.add_argument(flag, help="with --store-driver")
@@ -62,6 +68,10 @@ def _count(text: str) -> int:
     return n
 
 
+def _on_off(text: str) -> bool:
+    return text == "on"  # argparse choices: on | off
+
+
 def _updates(a: argparse.Namespace) -> dict[str, Any]:
     u: dict[str, Any] = {}
     for cli, key, parse in (("offload_threshold_bytes", "offload_threshold_bytes", size_bytes),
@@ -75,7 +85,11 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
                             ("offload_mode", "offload_mode", str),
                             ("max_segment_size", "max_segment_size", size_bytes),
                             ("max_segment_rollover", "max_segment_rollover_ms", duration_ms),
-                            ("streaming_block_size", "streaming_block_size", size_bytes)):
+                            ("streaming_block_size", "streaming_block_size", size_bytes),
+                            ("compaction", "compaction_enabled", _on_off),
+                            ("compaction_min_object_size", "compaction_min_object_size", size_bytes),
+                            ("compaction_target_size", "compaction_target_size", size_bytes),
+                            ("compaction_delete_delay", "compaction_delete_delay_ms", duration_ms)):
         v = getattr(a, cli)
         if v is not None:
             try:
@@ -108,7 +122,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
         for ns in sorted(set(ws.ml.list_policy_namespaces()) | set(ws.ml.list_namespaces())):
             eff = ps.for_namespace(ns)
             rows.append({"namespace": ns, "overrides": ps.namespace_overrides(ns),
-                         "offload_enabled": eff.offload_enabled,
+                         "offload_enabled": eff.offload_enabled, "compaction_enabled": eff.compaction_enabled,
                          "topic_overrides": [t.full for t in ws.ml.list_topic_policy_topics(ns)]})
         return {"namespaces": rows}
     if a.topic:
@@ -134,6 +148,7 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         return
     for r in res["namespaces"]:
         flags = "on " if r["offload_enabled"] else "off"
+        compaction = "on " if r["compaction_enabled"] else "off"
         fields = ", ".join(f"{k}={v}" for k, v in sorted(r["overrides"].items())) or "(defaults)"
         more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
-        print(f"{r['namespace']:<28} offload {flags}  {fields}{more}")
+        print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  {fields}{more}")
