@@ -11,7 +11,8 @@ import pytest
 from .conftest import DAGS, REPO
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
-           "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction"}
+           "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
+           "tiered_key_rotation"}
 # Spark tasks per DAG (every other DAG has one)
 SPARK_TASKS = {"tiered_retention": 2}
 
@@ -65,6 +66,10 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert compact.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
     assert [t.task_id for t in compaction.topological_sort()] == ["preflight", "plan", "compact", "summary",
                                                                   "verdict"]
+    keys = bag.get_dag("tiered_key_rotation")
+    assert keys.schedule is None and keys.max_active_runs == 1  # manual trigger only
+    assert set(keys.params.keys()) == {"config", "dry_run", "target"}
+    assert keys.get_task("rotate").application.endswith("spark_jobs/rotate_keys.py")
 
 
 def test_spark_task_is_built_in_one_place() -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tieredcore.cli import compact, data, deletions, init, offload, policies, read, scrub, topics
+from tieredcore.cli import compact, data, deletions, init, keys, offload, policies, read, scrub, topics
 from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Progress, err, sqlite_path
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
 from tieredcore.workspace import Workspace
 
-GROUPS: tuple[ModuleType, ...] = (data, offload, read, policies, topics, deletions, scrub, compact)
+GROUPS: tuple[ModuleType, ...] = (data, offload, read, policies, topics, deletions, scrub, compact, keys)
 COMMANDS: dict[str, ModuleType] = {cmd: g for g in GROUPS for cmd in g.COMMANDS}
 
 
