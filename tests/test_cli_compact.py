@@ -314,7 +314,7 @@ def test_json_shape_and_prices(enabled: Cli) -> None:
     res = enabled.json("compact", "--dry-run", "--namespace", NS, "--price-gb-month", "0", "--price-put-1k", "0",
                    "--price-get-1k", "0", "--listings-per-month", "0", "--as-of", AS_OF)
     assert set(res) == {"as_of_ms", "as_of", "dry_run", "namespaces", "objects_before", "objects_after", "bytes_before",
-                        "bytes_after", "cost", "prices", "thresholds", "notes", "failed", "compaction_off", "topics",
+                        "bytes_after", "bytes_saved", "retransformed_batches", "cost", "prices", "thresholds", "notes", "failed", "compaction_off", "topics",
                         "rows"}
     assert res["as_of_ms"] == AS_OF_MS and res["dry_run"] is True
     assert res["prices"] == {"gb_month": 0.0, "put_per_1000": 0.0, "get_per_1000": 0.0, "listings_per_month": 0}

@@ -209,7 +209,8 @@ class Workspace:
         if loc.same_objects(self.config.store_location):
             # the workspace's own store: opened with the configured URL, whose client settings (timeouts,
             # retry budget) driver metadata does not record
-            loc = replace(self.config.store_location, chunked=loc.chunked, key_ring=loc.key_ring)
+            loc = replace(self.config.store_location, chunked=loc.chunked, key_ring=loc.key_ring,
+                          transform=loc.transform)
         return self.offloader_at(loc)
 
     def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:

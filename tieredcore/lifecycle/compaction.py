@@ -58,6 +58,7 @@ from tieredcore.formats.constants import (
     DEFAULT_MAX_BLOCK_SIZE,
     ENTRY_HEADER_SIZE,
 )
+from tieredcore.formats.keys import INDEX_SUFFIX
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import BlockFormer, FormedBlock, frame_header
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -86,7 +87,9 @@ from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.segments import S3_MIN_PART_SIZE, OffloadedSegment, SegmentOffloader, SegmentSink
 from tieredcore.stores.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
+from tieredcore.stores.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
 from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.stores.transformed import TransformedBlobStore
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +149,7 @@ class Unit:
     ledgers: tuple[int, ...]
     bytes: int  # estimated data-object bytes (from the topic record; exact ones are measured when read)
     driver: dict[str, Any]  # where it lies (a deletion record's driver)
+    transform: str = "none"  # what it was written with (driver metadata: tieredTransform)
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,16 @@ class Batch:
     bytes_before: int  # estimated
     bytes_after: int  # estimated
     objects_after: int  # estimated new segments (normally 1)
+    transform: str = "none"  # what the new segment is written with (the namespace policy's)
 
     @property
     def objects_before(self) -> int:
         return 2 * len(self.units)
+
+    @property
+    def retransform(self) -> bool:
+        """Some old object was written with another transform than the policy's now."""
+        return any(u.transform != self.transform for u in self.units)
 
 
 def _index_bytes(frames: int, blocks: int, base: int) -> int:
@@ -232,13 +242,24 @@ def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[s
             if p.uuid in segs:
                 drivers[p.uuid] = driver_dict(segs[p.uuid])
             of_ledger[li.ledgerId].append(p.uuid)
-    units = {u: Unit(kinds[u], u, tuple(members[u]), est[u], drivers.get(u, {})) for u in members}
+    units = {u: Unit(kinds[u], u, tuple(members[u]), est[u], drivers.get(u, {}), _transform_of(drivers.get(u, {})))
+             for u in members}
     return units, of_ledger
 
 
+def _transform_of(driver: dict[str, Any]) -> str:
+    props = driver.get("properties") or {}
+    if props.get(CHUNKED_PROPERTY) != "true":
+        return "none"
+    return props.get(TRANSFORM_PROPERTY) or "none"
+
+
 def plan_topic(info: pb.ManagedLedgerInfo, *, min_object_size: int = DEFAULT_MIN_OBJECT_SIZE,
-               target_size: int = DEFAULT_TARGET_SIZE, block_size: int = BLOCK_SIZE) -> list[Batch]:
-    """The batches a compaction of the topic record ``info`` would write (see the module docstring)."""
+               target_size: int = DEFAULT_TARGET_SIZE, block_size: int = BLOCK_SIZE,
+               transform: str = "none") -> list[Batch]:
+    """The batches a compaction of the topic record ``info`` would write (see the module docstring).
+    ``transform``: the namespace's transform now; objects written with another one are rewritten
+    whatever their size (e.g. compressed once compression is enabled)."""
     lis = list(info.ledgerInfo)
     clean = [li for li in lis if _clean(li)]
     units, of_ledger = _units(clean)
@@ -291,14 +312,16 @@ def plan_topic(info: pb.ManagedLedgerInfo, *, min_object_size: int = DEFAULT_MIN
                 us.setdefault(u, units[u])
         after = sum(compacted_bytes(by_id[lid].entries, by_id[lid].size, block_size) for lid in lids)
         objects_after = max(1, math.ceil(after / target_size))
-        if len(us) <= objects_after:
-            return  # no fewer objects: nothing to gain
+        if len(us) <= objects_after and all(u.transform == transform for u in us.values()):
+            return  # no fewer objects and nothing to re-transform: nothing to gain
         out.append(Batch(lids, tuple(us.values()), sum(by_id[lid].entries for lid in lids),
                          sum(by_id[lid].size for lid in lids), sum(u.bytes for u in us.values()), after,
-                         objects_after))
+                         objects_after, transform))
 
     for g in groups:
-        small = bool(g) and all(units[u].bytes < min_object_size for lid in g for u in of_ledger[lid])
+        # small objects, or objects to re-transform (written with another transform than the policy's)
+        small = bool(g) and all(units[u].bytes < min_object_size or units[u].transform != transform
+                                for lid in g for u in of_ledger[lid])
         if small:
             run.append(g)
             continue
@@ -374,6 +397,8 @@ class CompactionResult:
     bytes_read: int = 0  # old objects' bytes fetched, then the new segments' read back
     requests: int = 0  # ranged GETs issued reading
     estimated: bool = False  # bytes from the topic record (dry run)
+    transform: str = "none"  # of the new segment(s)
+    retransformed: bool = False  # some old object had another transform (rewritten whatever its size)
     seconds: float = 0.0
     error: str | None = None
     error_type: str = ""
@@ -421,7 +446,7 @@ class Compactor:
                  deletion_log: DeletionLog, leases=None, clock_ms: Callable[[], int] = now_ms,
                  uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
                  min_object_size: int = DEFAULT_MIN_OBJECT_SIZE, target_size: int = DEFAULT_TARGET_SIZE,
-                 delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS,
+                 delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS, transform: str = "none",
                  on_step: Callable[[str, str], None] | None = None,
                  progress: Callable[[str, int, int], None] | None = None) -> None:
         self.ml = ml
@@ -434,6 +459,7 @@ class Compactor:
         self.min_object_size = min_object_size
         self.target_size = target_size
         self.delete_delay_ms = delete_delay_ms
+        self.transform = transform
         # (step, uuid) after each step: assigned, written, verified, recorded, switched (crash tests)
         self.on_step = on_step
         self.progress = progress  # (topic, bytes written, bytes planned)
@@ -441,10 +467,17 @@ class Compactor:
     def _driver(self) -> pb.OffloadDriverMetadata:
         return self.segments.off.location.driver_metadata()
 
+    def _stored(self, seg: OffloadedSegment) -> int:
+        """Bytes a new segment takes in the store (transformed: chunks and manifests)."""
+        store = self.segments.store
+        return (_stored_bytes(store, seg.data_key, seg.data_length)
+                + _stored_bytes(store, seg.index_key, seg.index_length))
+
     def plan(self, topic: str | TopicName) -> list[Batch]:
         t = TopicName.parse(topic)
         info, _ = self.ml.get_topic(t)
         return plan_topic(info, min_object_size=self.min_object_size, target_size=self.target_size,
+                          transform=self.transform,
                           block_size=self.segments.block_size)
 
     def compact_topic(self, topic: str | TopicName, *, dry_run: bool = False,
@@ -467,7 +500,8 @@ class Compactor:
             t.managed_ledger_name, t.namespace_name, outcome, ledgers=list(b.ledgers), units=len(b.units),
             objects_before=b.objects_before, bytes_before=b.bytes_before,
             objects_after=2 * b.objects_after if estimated else 0, bytes_after=b.bytes_after if estimated else 0,
-            entries=b.entries, payload_bytes=b.payload_bytes, estimated=estimated)
+            entries=b.entries, payload_bytes=b.payload_bytes, estimated=estimated, transform=b.transform,
+            retransformed=b.retransform)
 
     def _compact(self, t: TopicName, budget: StoreFailureBudget | None,
                  renew: Callable[[], None] | None) -> list[CompactionResult]:
@@ -539,7 +573,7 @@ class Compactor:
             return self._finish(row, started)
         row.segments = [w.segment.uuid for w in written]
         row.objects_after = 2 * len(written)
-        row.bytes_after = sum(w.segment.data_length + w.segment.index_length for w in written)
+        row.bytes_after = sum(self._stored(w.segment) for w in written)
 
         # phase 1 of two-phase deletion, before the switch: the old objects, due after the delay
         now = self.clock_ms()
@@ -847,13 +881,17 @@ def _entries(lis: Sequence[LedgerInfo], lid: int) -> int:
 
 
 def _object_lengths(h: Any) -> list[tuple[str, int]]:
-    """(uuid, data object + index bytes) of the objects a copy handle read."""
+    """(data key, bytes stored) of the object pairs a copy handle read: data object and index, as
+    transformed chunks and manifests where the objects are transformed."""
     from tieredcore.offload.reader import OffloadedLedgerHandle
 
-    if isinstance(h, OffloadedLedgerHandle):
-        return [(h.key, h.index.data_object_length + h.index_bytes)]
-    out = []
-    for p in getattr(h, "pieces", []):
-        ph = h.piece_handle(p)
-        out.append((p.uuid, ph.index.data_object_length + ph.index_bytes))
-    return out
+    handles = [h] if isinstance(h, OffloadedLedgerHandle) else [h.piece_handle(p) for p in getattr(h, "pieces", [])]
+    return [(x.key, _stored_bytes(x.store, x.key, x.index.data_object_length)
+             + _stored_bytes(x.store, x.key + INDEX_SUFFIX, x.index_bytes)) for x in handles]
+
+
+def _stored_bytes(store: Any, key: str, logical: int) -> int:
+    """Bytes an object takes in its store (transformed: chunks + manifest; else its length)."""
+    if isinstance(store, TransformedBlobStore):
+        return store.stored_bytes(key)
+    return logical

@@ -75,7 +75,8 @@ def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[]
 
     return Compactor(ws.ml, segments, open_copy, deletion_log=ws.deletion_log, leases=ws.leases, clock_ms=clock_ms,
                      min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
-                     delete_delay_ms=policy.compaction_delete_delay_ms, on_step=on_step, progress=progress)
+                     delete_delay_ms=policy.compaction_delete_delay_ms, transform=policy.transform,
+                     on_step=on_step, progress=progress)
 
 
 def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: Sequence[str] | None = None, *,
@@ -204,6 +205,8 @@ class CompactionReport:
         b_after = sum(v["bytes_after"] for v in nss.values())
         return {"as_of_ms": self.as_of_ms, "dry_run": self.dry_run, "namespaces": nss,
                 "objects_before": before, "objects_after": after, "bytes_before": b_before, "bytes_after": b_after,
+                "bytes_saved": b_before - b_after,
+                "retransformed_batches": sum(1 for r in self.rows if r.get("retransformed") and self._counted(r)),
                 "cost": self.cost.estimate(before, after, b_before, b_after),
                 "prices": {"gb_month": self.cost.gb_month, "put_per_1000": self.cost.put_per_1000,
                            "get_per_1000": self.cost.get_per_1000, "listings_per_month": self.cost.listings_per_month},
@@ -225,13 +228,18 @@ class CompactionReport:
             c = v["cost"]
             out.append(f"{ns}: {v['topics']} topic(s), {v['batches']} batch(es) {'planned' if self.dry_run else 'compacted'}: "
                        f"objects {v['objects_before']} → {v['objects_after']}, {_size(v['bytes_before'])} → "
-                       f"{_size(v['bytes_after'])}{' (estimated)' if self.dry_run else ''}; monthly cost change "
+                       f"{_size(v['bytes_after'])}{' (estimated)' if self.dry_run else ''}"
+                       f"{_saved(v['bytes_before'], v['bytes_after'], self.dry_run)}; monthly cost change "
                        f"{_usd(c['total_month'])} (storage {_usd(c['storage_month'])}, listings "
                        f"{_usd(c['listing_month'])}), one-time {_usd(c['one_time'])}")
         for r in self.rows:
             if r["outcome"] not in OK_OUTCOMES:
                 out.append(f"{r['topic']} ledgers {_span(r['ledgers'])}: {r['outcome']}: {r['error']}")
         return out
+
+
+def _saved(before: int, after: int, dry_run: bool) -> str:
+    return f" (saved {_size(before - after)})" if after < before and not dry_run else ""
 
 
 def _span(ledgers: Sequence[int]) -> str:

@@ -38,6 +38,7 @@ DEFAULT_REGION = "us-east-1"
 # driver-metadata properties of chunked (transformed) objects; Pulsar ignores properties it does not know
 CHUNKED_PROPERTY = "tieredChunked"
 KEY_RING_PROPERTY = "tieredKeyRing"
+TRANSFORM_PROPERTY = "tieredTransform"  # the transform objects were written with (zstd, aes, zstd+aes)
 
 
 FILE_PARAMS = ("prefix",)
@@ -88,6 +89,7 @@ class StoreLocation:
     # with the key ring at ``key_ring`` when encrypted. Recorded in driver metadata, not in URLs.
     chunked: bool = False
     key_ring: str = ""
+    transform: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
@@ -131,6 +133,8 @@ class StoreLocation:
             props[CHUNKED_PROPERTY] = "true"
             if self.key_ring:
                 props[KEY_RING_PROPERTY] = self.key_ring
+            if self.transform:
+                props[TRANSFORM_PROPERTY] = self.transform
         return props
 
     def driver_metadata(self) -> pb.OffloadDriverMetadata:
@@ -157,7 +161,8 @@ class StoreLocation:
             raise ValidationError(f"offloaded with driver {dm.name!r} and properties {sorted(props)}: cannot open")
         loc = parse_store_url(loc.url(), f"driver metadata {dm.name}")  # as strict as a configured URL
         if props.get(CHUNKED_PROPERTY) == "true":
-            loc = replace(loc, chunked=True, key_ring=props.get(KEY_RING_PROPERTY, ""))
+            loc = replace(loc, chunked=True, key_ring=props.get(KEY_RING_PROPERTY, ""),
+                          transform=props.get(TRANSFORM_PROPERTY, ""))
         return loc
 
     @classmethod

@@ -118,12 +118,19 @@ class TransformedBlobStore:
 
     def driver_properties(self) -> dict[str, str]:
         """The inner store's, marked chunked (readers must go through manifests) with the key ring."""
-        from tieredcore.stores.location import CHUNKED_PROPERTY, KEY_RING_PROPERTY
+        from tieredcore.stores.location import CHUNKED_PROPERTY, KEY_RING_PROPERTY, TRANSFORM_PROPERTY
 
         props = {**self.inner.driver_properties(), CHUNKED_PROPERTY: "true"}
         if self.keyring is not None:
             props[KEY_RING_PROPERTY] = str(self.keyring.path)
+        if self.spec.active:  # what objects written here are (compaction re-transforms others)
+            props[TRANSFORM_PROPERTY] = self.spec.name
         return props
+
+    def stored_bytes(self, key: str) -> int:
+        """Bytes the object takes in the store: its transformed chunks and its manifest."""
+        m = self.open(key).manifest
+        return m.index.transformed_size + len(m.to_json())
 
     def object_id(self, key: str) -> str:
         return key[len(self.prefix):] if self.prefix and key.startswith(self.prefix) else key
