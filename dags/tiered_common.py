@@ -219,8 +219,9 @@ def segments_text(d: dict[str, Any]) -> str:
     """'; N segment(s) (B bytes), H tail(s) held for their rollover' when a report has streaming totals."""
     if not any(d.get(k) for k in SEGMENT_KEYS):
         return ""
-    return (f"; {d.get('segments', 0)} segment(s) ({d.get('segment_bytes', 0):,} bytes), "
-            f"{d.get('segments_held', 0)} tail(s) held for their rollover")
+    held = d.get("segments_held", 0)  # streaming only: compaction writes segments but holds no tail
+    return (f"; {d.get('segments', 0)} segment(s) ({d.get('segment_bytes', 0):,} bytes)"
+            + (f", {held} tail(s) held for their rollover" if held else ""))
 
 
 def counters_text(counters: dict[str, int] | None) -> str:
