@@ -4,8 +4,9 @@
 # in PIP-76 streaming mode, whose topics' open ledgers hold entries), runs the offload-sweep DAG and then
 # the deletion-lag-cleanup DAG with `airflow dags test`, prints the tiers before and after, reads the
 # streaming namespace back from the object store alone, and every entry through the cross-tier reader.
-# Ends with a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and
-# after, the old ones deleted once the delete delay has passed, every entry read back.
+# Then a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and after, the
+# old ones deleted once the delete delay has passed, every entry read back. Ends with chunked objects: a
+# compressed and an encrypted namespace of text, stored bytes vs logical bytes, read back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WS=$(realpath -m "${1:-workspace}")
@@ -102,6 +103,30 @@ tiered deletions drain --as-of "$(date -u -d '+2 hours' +%Y-%m-%dT%H:%M:%S+00:00
 objects $SMALL
 tiered verify --offloaded-only --namespace $SMALL
 tiered verify --namespace $SMALL
+
+# chunked objects (docs/formats.md "Chunked objects"): a compressed and a compressed + encrypted namespace of
+# log-like (compressible) text; the encrypted one's data keys wrapped by the key ring's active key
+LOGS=acme/logs VAULT=acme/vault
+step "transforms: $LOGS compressed (zstd), $VAULT compressed and encrypted (zstd+aes, key ring $WS/keys)"
+sed -i "s|^key_ring = .*|key_ring = \"$WS/keys\"|" "$WS/tiered.toml"
+tiered keys new demo-1 | grep -E '^(key_ring|created|active):' | sed 's/^/  /'
+gen --namespace $LOGS --namespace $VAULT --topics 2 --ledgers 4 --entries 200 --entry-size 1K-8K --payload text
+tiered policies set $LOGS --transform zstd --transform-chunk-size 1M >/dev/null
+tiered policies set $VAULT --transform zstd+aes --transform-chunk-size 1M >/dev/null
+TIERED_NO_PROGRESS=1 tiered offload --namespace $LOGS --keep-bytes 0
+TIERED_NO_PROGRESS=1 tiered offload --namespace $VAULT --keep-bytes 0
+# stored bytes (chunks + manifests) vs logical bytes (the Pulsar-format objects they hold), from the manifests
+tiered --json status --cache | python -c '
+import json, sys
+c = json.load(sys.stdin)["cache"]
+for ns in sys.argv[1:]:
+    a = c["namespaces"][ns]
+    print("  %s: %d objects, %.1f MiB logical, %.1f MiB stored (%.0f%%): %d compressed, %d encrypted" % (
+        ns, a["objects"], a["logical_bytes"] / 2**20, a["stored_bytes"] / 2**20,
+        100 * a["stored_bytes"] / a["logical_bytes"], a["compressed"], a["encrypted"]))' $LOGS $VAULT
+tiered keys status
+tiered verify --offloaded-only --namespace $LOGS
+tiered verify --offloaded-only --namespace $VAULT
 printf '\ndone in %ss; DAG logs: %s/sweep.log, %s/cleanup.log; reports under %s/reports\n' \
     "$((SECONDS - started))" "$WS" "$WS" "$WS"
 echo "see the DAGs in the UI: . scripts/airflow-env.sh $WS && airflow standalone"

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from tieredcore.clock import parse_time_ms
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.lifecycle.runner import run_work
+from tieredcore.lifecycle.runner import run_work, split_cache_records
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary, TopicWork
 from tieredcore.reports import EXIT_FAILED, EXIT_USAGE, JobReport, exit_code, report_name, summary_document
 
@@ -159,14 +159,16 @@ def run_job(
 # -- jobs over TopicWork units (offload sweep, lag cleanup, retention, scrub) ------------------------
 
 
-def distribute(spark, config: Config, work: Sequence[TopicWork]) -> list[dict]:
-    """One element per topic; each Spark task runs its topics' ledgers in order (docs/metadata.md)."""
+def distribute(spark, config: Config, work: Sequence[TopicWork]) -> tuple[list[dict], dict[str, int]]:
+    """One element per topic; each Spark task runs its topics' ledgers in order (docs/metadata.md).
+    Returns the rows and the tasks' chunk cache counters added up."""
     if not work:
-        return []
+        return [], {}
     sc = spark.sparkContext
     slices = max(1, min(len(work), sc.defaultParallelism * 2))
     units = [w.as_dict() for w in work]
-    return sc.parallelize(units, slices).mapPartitions(lambda it: run_work(config, it)).collect()
+    return split_cache_records(
+        sc.parallelize(units, slices).mapPartitions(lambda it: run_work(config, it, with_cache=True)).collect())
 
 
 def run_ledger_job(
@@ -187,9 +189,10 @@ def run_ledger_job(
                 f"{sum(len(w.ledgers) for w in work)} ledger(s) planned")
 
     def execute(spark, run: Run, work: list[TopicWork]) -> JobReport:
-        rows = distribute(spark, run.config, work)
+        rows, cache = distribute(spark, run.config, work)
         extra = after(run.config, run.as_of_ms, rows) if after is not None else None
         summary = RunSummary.of(job, run.run_id, run.as_of_ms, run.dry_run, rows, run.seconds())
+        summary.cache = cache
         if extra is not None:
             summary.drain, more_failures = extra
             summary.failures += more_failures

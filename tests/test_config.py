@@ -140,6 +140,7 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_CHUNK_CACHE": "disk:/var/cache/tiered",
         "TIERED_CHUNK_CACHE_SIZE": "1048576",
         "TIERED_CHUNK_CACHE_PREFETCH": "0",
+        "TIERED_CHUNK_CACHE_TTL_MS": "5000",
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
@@ -149,7 +150,7 @@ def test_env_overrides(tmp_path: Path) -> None:
                          spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
                          checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2,
                          lease_ttl_ms=60000, key_ring="/keys/ring", chunk_cache="disk:/var/cache/tiered",
-                         chunk_cache_size=1048576, chunk_cache_prefetch=0)
+                         chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096

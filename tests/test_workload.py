@@ -6,8 +6,17 @@ import hashlib
 import struct
 
 import pytest
+import zstandard
 
-from tieredcore.cli.workload import Digest, PayloadGenerator, parse_size_range
+from tieredcore.cli.workload import (
+    PROP_MAX,
+    PROP_MIN,
+    PROP_PAYLOAD,
+    PROP_SEED,
+    Digest,
+    PayloadGenerator,
+    parse_size_range,
+)
 from tieredcore.errors import ValidationError
 
 TOPIC = "public/default/persistent/t"
@@ -65,6 +74,31 @@ def test_header_encodes_seq() -> None:
     # shorter than the header: a prefix of it
     short = PayloadGenerator(2, TOPIC, 9, 9).payload(5)
     assert len(short) == 9 and short[:8] == struct.pack(">Q", 5)
+
+
+def _ratio(payloads: list[bytes]) -> float:
+    raw = b"".join(payloads)
+    return len(zstandard.ZstdCompressor(level=3).compress(raw)) / len(raw)
+
+
+def test_text_payloads_compress_and_random_ones_do_not() -> None:
+    text = PayloadGenerator(3, TOPIC, 1000, 9000, "text")
+    a = list(text.payloads(0, 300))
+    assert a == list(PayloadGenerator(3, TOPIC, 1000, 9000, "text").payloads(0, 300))  # deterministic
+    rnd = list(PayloadGenerator(3, TOPIC, 1000, 9000).payloads(0, 300))
+    assert [len(p) for p in a] == [len(p) for p in rnd]  # same sizes and headers, another pool
+    assert [p[:16] for p in a] == [p[:16] for p in rnd] and a != rnd
+    assert _ratio(a) < 0.5 and _ratio(rnd) > 0.95
+    body = b"".join(p[16:] for p in a)
+    assert body.count(b"\n") > 1000 and all(32 <= c < 127 or c == 10 for c in body)  # lines of ASCII words
+
+
+def test_generator_from_topic_properties() -> None:
+    props = {PROP_SEED: "3", PROP_MIN: "10", PROP_MAX: "20"}
+    assert PayloadGenerator.from_properties(props, TOPIC) == PayloadGenerator(3, TOPIC, 10, 20)
+    assert PayloadGenerator.from_properties({**props, PROP_PAYLOAD: "text"}, TOPIC).kind == "text"
+    with pytest.raises(ValidationError, match="payload kind 'gzip'"):
+        PayloadGenerator.from_properties({**props, PROP_PAYLOAD: "gzip"}, TOPIC)
 
 
 def test_generator_is_a_value() -> None:

@@ -57,6 +57,7 @@ ENV_OVERRIDES = {
     "TIERED_CHUNK_CACHE": "chunk_cache",
     "TIERED_CHUNK_CACHE_SIZE": "chunk_cache_size",
     "TIERED_CHUNK_CACHE_PREFETCH": "chunk_cache_prefetch",
+    "TIERED_CHUNK_CACHE_TTL_MS": "chunk_cache_ttl_ms",
 }
 
 

@@ -159,6 +159,11 @@ class Workspace:
         return open_chunk_cache(c.chunk_cache, c.chunk_cache_size, ttl_s=c.chunk_cache_ttl_ms / 1000,
                                 prefetch=c.chunk_cache_prefetch)
 
+    def opened_chunk_cache(self) -> ChunkCache | None:
+        """The chunk cache if something of this workspace opened it (a transformed store), else None
+        (never opens one: a disk cache wipes its directory when it opens)."""
+        return self.__dict__.get("chunk_cache")
+
     def key_ring(self, path: str = "") -> KeyRing:
         """The key ring at ``path`` (default: the configuration's), loaded once per workspace."""
         p = path or self.config.key_ring

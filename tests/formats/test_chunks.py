@@ -70,8 +70,11 @@ def test_size_list_round_trip(values):
     assert decode_sizes(encode_sizes(values)) == values
 
 
-@given(chunk=st.integers(1, 5000), size=st.integers(0, 40000), data=st.data())
-def test_index_round_trip(chunk, size, data):
+@given(chunk=st.integers(1, 5000), data=st.data())
+def test_index_round_trip(chunk, data):
+    # at most 8,000 chunks: Hypothesis refuses lists longer than 8,192 (drawn with a tiny chunk, the test
+    # failed with InvalidArgument now and then)
+    size = data.draw(st.integers(0, min(40000, 8000 * chunk)))
     n = -(-size // chunk)
     sizes = data.draw(st.lists(st.integers(1, 10000), min_size=n, max_size=n))
     idx = ChunkIndex.of(chunk, size, sizes)

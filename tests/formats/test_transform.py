@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import pytest
 import zstandard
@@ -89,3 +90,31 @@ def test_spec_validation():
             TransformSpec(**bad)
     with pytest.raises(ValidationError, match="data key"):
         ChunkTransformer("o", compress=False, data_key=b"short")
+
+
+def test_one_transformer_inverts_chunks_from_many_threads():
+    """A store caches one transformer per object; its readers and the chunk cache's prefetch threads
+    invert chunks concurrently (a shared zstd decompression context corrupted output, or crashed)."""
+    rnd = random.Random(7)
+    chunks = [b"".join(b"%06d %s\n" % (i, b"abcdefgh" * rnd.randrange(1, 9)) for i in range(8000)) for _ in range(4)]
+    t = ChunkTransformer("p/obj", compress=True, data_key=new_data_key())
+    stored = [t.apply(i, c) for i, c in enumerate(chunks)]
+    start = threading.Barrier(4)
+    failures: list[BaseException] = []
+
+    def work(k: int) -> None:
+        start.wait()
+        for n in range(60):
+            i = (k + n) % len(chunks)
+            try:
+                assert bytes(t.invert(i, stored[i], len(chunks[i]))) == chunks[i]
+            except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+                failures.append(e)
+                return
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert failures == []

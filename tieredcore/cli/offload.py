@@ -5,7 +5,9 @@ every entry not yet offloaded) and `tiered status` (what lives in which tier, se
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from tieredcore.cli.common import (
@@ -16,7 +18,10 @@ from tieredcore.cli.common import (
     select_topics,
 )
 from tieredcore.clock import now_ms, parse_time_ms
-from tieredcore.errors import HotLedgerNotFoundError, NotFoundError, ValidationError
+from tieredcore.errors import HotLedgerNotFoundError, NotFoundError, TieredError, ValidationError
+from tieredcore.formats.keys import INDEX_SUFFIX, LEDGER_INFIX, MANIFEST_SUFFIX, normalize_prefix
+from tieredcore.formats.manifest import Manifest
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
 from tieredcore.lifecycle.work import LedgerResult, policy_store
@@ -28,11 +33,13 @@ from tieredcore.offload.context import (
     is_complete,
     is_offloaded,
     is_sealed,
+    segment_drivers,
     segment_pieces,
     segment_refs,
 )
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.stores.hot_tier import FrameSource
+from tieredcore.stores.location import StoreLocation
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("offload", "status")
@@ -60,6 +67,10 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("topic", nargs="*")
     s.add_argument("--namespace")
     s.add_argument("--ledgers", action="store_true", help="one line per ledger")
+    s.add_argument("--cache", action="store_true",
+                   help="the chunk cache of transformed objects (configuration, this process's counters, the last "
+                        "runs' counters) and, per namespace, stored vs logical bytes of transformed objects (reads "
+                        "their manifests)")
 
 
 def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -247,7 +258,115 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
     if args.by_namespace:
         res["namespaces"] = _by_namespace(rows)
         res["store"] = _store_totals(ws)
+    if args.cache:
+        res["cache"] = cache_status(ws, topics)
     return res
+
+
+# -- status --cache -----------------------------------------------------------------------------
+
+
+def _disk_cache_usage(root: Path) -> dict[str, Any]:
+    """Bytes and entries in a disk cache's directory now (the files of whichever process uses it)."""
+    n = size = 0
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.suffix != ".tmp" and p.is_file():
+                n += 1
+                size += p.stat().st_size
+    return {"directory": str(root), "exists": root.is_dir(), "bytes": size, "entries": n}
+
+
+def _copies(li) -> list[tuple[pb.OffloadDriverMetadata | None, list[str]]]:
+    """(driver metadata, uuids) of the ledger's object-store copy: its V1 uuid, or its segments."""
+    if is_complete(li):
+        uuid = context_uuid(li)
+        dm = li.offloadContext.driverMetadata if li.offloadContext.HasField("driverMetadata") else None
+        return [(dm, [f"{uuid}{LEDGER_INFIX}{li.ledgerId}"])] if uuid else []
+    drivers = segment_drivers(li)
+    return [(drivers.get(p.uuid), [p.uuid]) for p in segment_pieces(li)]
+
+
+def transformed_bytes(ws: Workspace, topics: list[TopicName]) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Per namespace: the transformed (chunked) objects of its topics' object-store copies, their logical
+    bytes (the manifests' ``size``) and what the store holds for them (chunks + manifest). Manifests are
+    read from the plain store: no key is unwrapped and no chunk cache is opened (opening a disk cache
+    wipes its directory). Objects shared by several ledgers (segments) count once."""
+    stores: dict[tuple, tuple[Any, str] | None] = {}
+    seen: set[tuple] = set()
+    out: dict[str, dict[str, int]] = {}
+    errors: list[str] = []
+    for t in topics:
+        info, _ = ws.ml.get_topic(t)
+        agg = out.setdefault(t.namespace_name, {"objects": 0, "logical_bytes": 0, "stored_bytes": 0,
+                                                "compressed": 0, "encrypted": 0})
+        for li in info.ledgerInfo:
+            for dm, names in _copies(li):
+                try:
+                    loc = StoreLocation.from_driver_metadata(dm) if dm is not None and dm.name else None
+                except ValidationError as e:
+                    errors.append(f"{t.full} ledger {li.ledgerId}: {e}")
+                    continue
+                if loc is None or not loc.chunked:
+                    continue  # untransformed: stored as it is
+                if loc.same_objects(ws.config.store_location):  # the configured client settings
+                    loc = ws.config.store_location
+                opened = stores.get(loc.objects)
+                if opened is None:
+                    opened = stores[loc.objects] = (loc.open(ws.config.store_fsync), normalize_prefix(loc.prefix))
+                store, prefix = opened
+                for name in names:
+                    for key in (prefix + name, prefix + name + INDEX_SUFFIX):
+                        if (loc.objects, key) in seen:
+                            continue
+                        seen.add((loc.objects, key))
+                        mkey = key + MANIFEST_SUFFIX
+                        try:
+                            raw = store.get(mkey)
+                            m = Manifest.from_json(raw, mkey)
+                        except TieredError as e:
+                            errors.append(f"{t.full} ledger {li.ledgerId}: {type(e).__name__}: {e}")
+                            continue
+                        agg["objects"] += 1
+                        agg["logical_bytes"] += m.size
+                        agg["stored_bytes"] += m.index.transformed_size + len(raw)
+                        agg["compressed"] += m.compression != "none"
+                        agg["encrypted"] += m.encrypted
+    return {ns: a for ns, a in out.items() if a["objects"]}, errors
+
+
+def _last_runs(reports_dir: str) -> list[dict[str, Any]]:
+    """The chunk cache counters of each job's newest run report that has them."""
+    root = Path(reports_dir) if reports_dir else None
+    if root is None or not root.is_dir():
+        return []
+    out = []
+    for job in sorted(p for p in root.iterdir() if p.is_dir()):
+        summaries = sorted(job.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for sp in summaries:
+            try:
+                doc = json.loads(sp.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and doc.get("cache"):
+                out.append({"job": job.name, "run_id": doc.get("run_id", sp.parent.name), "cache": doc["cache"]})
+                break
+    return out
+
+
+def cache_status(ws: Workspace, topics: list[TopicName]) -> dict[str, Any]:
+    c = ws.config
+    kind = "disk" if c.chunk_cache.startswith("disk:") else c.chunk_cache
+    configured: dict[str, Any] = {"chunk_cache": c.chunk_cache, "kind": kind, "max_bytes": c.chunk_cache_size,
+                                  "prefetch_bytes": c.chunk_cache_prefetch, "ttl_ms": c.chunk_cache_ttl_ms}
+    if kind == "disk":  # looked at before anything could open (and wipe) it
+        configured.update(_disk_cache_usage(Path(c.chunk_cache[len("disk:"):])))
+    namespaces, errors = transformed_bytes(ws, topics)
+    # this process's cache: a memory cache is cheap to open; a disk cache only if this command opened it
+    opened = ws.opened_chunk_cache()
+    process = opened.describe() if opened is not None else ws.chunk_cache.describe() if kind == "memory" else None
+    return {"configured": configured, "process": process, "last_runs": _last_runs(c.reports_dir),
+            "namespaces": namespaces, "errors": errors}
 
 
 def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -301,15 +420,55 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
               f"in {res['seconds']}s; {res['failed']} failed")
         return
     if "namespaces" in res:
-        print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
-              f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8} {'objects':>8}")
-        for ns, a in sorted(res["namespaces"].items()):
-            print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
-                  f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
-                  f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f} {a['objects']:>8,}")
-        st = res["store"]
-        print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
-        return
+        _print_by_namespace(res)
+    else:
+        _print_topics(res)
+    if "cache" in res:
+        print_cache(res["cache"])
+
+
+def _counters_text(d: dict[str, Any]) -> str:
+    return (f"{d.get('hits', 0):,} hits, {d.get('misses', 0):,} misses, {d.get('loads', 0):,} loads (GETs), "
+            f"{d.get('evictions', 0):,} evictions, {d.get('expirations', 0):,} expirations, "
+            f"{d.get('prefetched', 0):,} chunks prefetched, {d.get('load_failures', 0):,} failed loads")
+
+
+def print_cache(c: dict[str, Any]) -> None:
+    cf = c["configured"]
+    print(f"chunk cache: {cf['chunk_cache']}" + ("" if cf["kind"] == "none" else
+          f", at most {mib(cf['max_bytes'])}, prefetch {mib(cf['prefetch_bytes'])}, entries expire "
+          f"{cf['ttl_ms'] / 1000:g} s after their last access"))
+    if cf["kind"] == "disk":
+        print(f"  directory {cf['directory']}: " + (f"{cf['entries']:,} entries, {mib(cf['bytes'])} (plaintext)"
+                                                    if cf["exists"] else "not created yet"))
+    p = c["process"]
+    if p is not None:
+        print(f"  this process: {p['entries']:,} entries, {mib(p['bytes'])}; {_counters_text(p)}")
+    for r in c["last_runs"]:
+        print(f"  last {r['job']} run {r['run_id']}: {_counters_text(r['cache'])}")
+    if c["namespaces"]:
+        print(f"{'transformed objects':<28} {'objects':>8} {'logical MiB':>12} {'stored MiB':>11} {'stored':>7} "
+              f"{'compressed':>10} {'encrypted':>9}")
+        for ns, a in sorted(c["namespaces"].items()):
+            ratio = a["stored_bytes"] / a["logical_bytes"] if a["logical_bytes"] else 0.0
+            print(f"{ns:<28} {a['objects']:>8,} {a['logical_bytes'] / 2**20:>12,.1f} "
+                  f"{a['stored_bytes'] / 2**20:>11,.1f} {ratio:>7.1%} {a['compressed']:>10,} {a['encrypted']:>9,}")
+    for e in c["errors"]:
+        print(f"ERROR {e}")
+
+
+def _print_by_namespace(res: dict[str, Any]) -> None:
+    print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
+          f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8} {'objects':>8}")
+    for ns, a in sorted(res["namespaces"].items()):
+        print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
+              f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
+              f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f} {a['objects']:>8,}")
+    st = res["store"]
+    print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
+
+
+def _print_topics(res: dict[str, Any]) -> None:
     hdr = (f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14} "
            f"{'objects':>8}")
     print(hdr)

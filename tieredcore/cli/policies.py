@@ -6,8 +6,9 @@ import argparse
 import json
 from typing import Any
 
-from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.policies import DRIVERS, OFFLOAD_MODES
+from tieredcore.errors import TieredError, ValidationError
+from tieredcore.formats.transform import TRANSFORMS
+from tieredcore.lifecycle.policies import DRIVERS, OFFLOAD_MODES, OffloadPolicy, PolicyStore, merge
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.names import NamespaceName, TopicName
@@ -53,6 +54,14 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--compaction-target-size", help="compaction: new segments of up to this, e.g. 256M")
     s.add_argument("--compaction-delete-delay",
                    help="compaction: old objects are deleted this long after the switch (readers finish), e.g. 1h")
+    s.add_argument("--transform", choices=TRANSFORMS,
+                   help="chunked objects (docs/formats.md \"Chunked objects\"): zstd compresses each chunk, aes "
+                        "encrypts it (AES-256-GCM, data keys wrapped by the key ring's active key); new objects only")
+    s.add_argument("--transform-chunk-size", help="logical bytes per chunk, 4K..64M (default 4M): a random read "
+                                                  "fetches at least one chunk")
+    s.add_argument("--compression-level", help="zstd level 1..22 (default 3)")
+    s.add_argument("--key-ring", help="directory of the key-encryption keys for aes (absolute; default: the "
+                                      "configuration's key_ring); '' drops the override")
     s.add_argument("--store-driver", choices=DRIVERS, help="offload to this store instead of the workspace's")
     for flag in _STORE_FLAGS:
         s.add_argument(flag, help="with --store-driver")
@@ -89,7 +98,11 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
                             ("compaction", "compaction_enabled", _on_off),
                             ("compaction_min_object_size", "compaction_min_object_size", size_bytes),
                             ("compaction_target_size", "compaction_target_size", size_bytes),
-                            ("compaction_delete_delay", "compaction_delete_delay_ms", duration_ms)):
+                            ("compaction_delete_delay", "compaction_delete_delay_ms", duration_ms),
+                            ("transform", "transform", str),
+                            ("transform_chunk_size", "transform_chunk_size", size_bytes),
+                            ("compression_level", "compression_level", _count),
+                            ("key_ring", "key_ring", str)):
         v = getattr(a, cli)
         if v is not None:
             try:
@@ -114,6 +127,30 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
     return u
 
 
+def _check_key_ring(ws: Workspace, ps: PolicyStore, a: argparse.Namespace, updates: dict[str, Any]) -> None:
+    """A policy set that names a key ring, or turns encryption on, must leave a key ring that loads (a
+    directory with an active key): otherwise every offload of the namespace would fail later. Checked on
+    the policy as it would be stored, before anything is."""
+    if "key_ring" not in updates and "transform" not in updates:
+        return
+    if a.topic:
+        t = TopicName.parse(a.target)
+        where, base, current = f"topic {t.full}", ps.for_namespace(t.namespace_name), ps.topic_overrides(t)
+    else:
+        ns = NamespaceName.parse(a.target).name
+        where, base, current = f"namespace {ns}", ps.defaults, ps.namespace_overrides(ns)
+    eff: OffloadPolicy = merge(base, updates if a.replace else {**current, **updates}, where)
+    eff.validate(where, ps.default_store_is_s3, ps.default_key_ring)
+    ring = eff.key_ring or ws.config.key_ring
+    if not (eff.transform_spec.encryption or updates.get("key_ring")) or not ring:
+        return
+    try:
+        ws.key_ring(ring)
+    except TieredError as e:
+        flag = "--key-ring" if updates.get("key_ring") else f"--transform {eff.transform}"
+        raise ValidationError(f"{flag}: {where} would encrypt with key ring {ring}, which does not load: {e}") from None
+
+
 def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     ps = policy_store(ws)  # the workspace configuration is the cluster default
     cmd = a.policies_cmd
@@ -123,6 +160,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
             eff = ps.for_namespace(ns)
             rows.append({"namespace": ns, "overrides": ps.namespace_overrides(ns),
                          "offload_enabled": eff.offload_enabled, "compaction_enabled": eff.compaction_enabled,
+                         "transform": eff.transform,
                          "topic_overrides": [t.full for t in ws.ml.list_topic_policy_topics(ns)]})
         return {"namespaces": rows}
     if a.topic:
@@ -131,14 +169,18 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
             return {"topic": t.full, "overrides": ps.topic_overrides(t), "effective": ps.for_topic(t).to_json()}
         if cmd == "delete":
             return {"topic": t.full, "deleted": ws.ml.delete_topic_policies(t)}
-        eff = ps.set_topic(t, _updates(a), replace_all=a.replace)
+        updates = _updates(a)
+        _check_key_ring(ws, ps, a, updates)
+        eff = ps.set_topic(t, updates, replace_all=a.replace)
         return {"topic": t.full, "overrides": ps.topic_overrides(t), "effective": eff.to_json()}
     ns = NamespaceName.parse(a.target).name
     if cmd == "get":
         return {"namespace": ns, "overrides": ps.namespace_overrides(ns), "effective": ps.for_namespace(ns).to_json()}
     if cmd == "delete":
         return {"namespace": ns, "deleted": ws.ml.delete_policies(ns)}
-    eff = ps.set_namespace(ns, _updates(a), replace_all=a.replace)
+    updates = _updates(a)
+    _check_key_ring(ws, ps, a, updates)
+    eff = ps.set_namespace(ns, updates, replace_all=a.replace)
     return {"namespace": ns, "overrides": ps.namespace_overrides(ns), "effective": eff.to_json()}
 
 
@@ -151,4 +193,5 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         compaction = "on " if r["compaction_enabled"] else "off"
         fields = ", ".join(f"{k}={v}" for k, v in sorted(r["overrides"].items())) or "(defaults)"
         more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
-        print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  {fields}{more}")
+        print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  transform {r['transform']:<8}  "
+              f"{fields}{more}")

@@ -1,9 +1,10 @@
 """Deterministic, verifiable workloads.
 
 Payload number `seq` of a topic (its position in topic order) is a pure function of (seed, topic, seq):
-a 16-byte header (seq, keyed tag) followed by a slice of a seeded random pool. `verify` recomputes each
-payload and a SHA-256 over the whole topic, which `generate` stores in the topic record's properties
-(and each ledger's first sequence number in the ledger's properties).
+a 16-byte header (seq, keyed tag) followed by a slice of a seeded pool: random bytes (incompressible),
+or log-like lines with the ``text`` kind (compressible; the kind is recorded in the topic's properties).
+`verify` recomputes each payload and a SHA-256 over the whole topic, which `generate` stores in the
+topic record's properties (and each ledger's first sequence number in the ledger's properties).
 """
 
 from __future__ import annotations
@@ -29,14 +30,33 @@ PROP_SHA = "tiered.workload.sha256"
 # on each LedgerInfo: the workload sequence number of the ledger's first entry, so a ledger can be
 # verified on its own (after a retention trim the topic no longer starts at #0)
 PROP_FIRST_SEQ = "tiered.workload.firstSeq"
+# the payload kind when not random bytes ("text": log-like lines that compress, for zstd namespaces)
+PROP_PAYLOAD = "tiered.workload.payload"
+PAYLOAD_RANDOM, PAYLOAD_TEXT = "random", "text"
+PAYLOADS = (PAYLOAD_RANDOM, PAYLOAD_TEXT)
 
-_pools: dict[int, bytes] = {}
+_pools: dict[tuple[int, str], bytes] = {}
 
 
-def _pool(seed: int) -> bytes:
-    p = _pools.get(seed)
+def _text_pool(rnd: random.Random) -> bytes:
+    """Log-like lines over a small seeded vocabulary: compresses about 3:1 with zstd, like real logs."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rnd.choices(letters, k=rnd.randint(2, 9))) for _ in range(400)]
+    vocab += [f"{rnd.randrange(10**6)}" for _ in range(100)] + ["INFO", "WARN", "DEBUG", "ERROR", "id=", "ms"]
+    words = rnd.choices(vocab, k=_POOL_SIZE // 5)
+    for i in range(0, len(words), 12):  # about a line per twelve words
+        words[i] = "\n" + words[i]
+    text = " ".join(words).encode()
+    while len(text) < _POOL_SIZE:
+        text += text[: _POOL_SIZE - len(text)]
+    return text[:_POOL_SIZE]
+
+
+def _pool(seed: int, kind: str = PAYLOAD_RANDOM) -> bytes:
+    p = _pools.get((seed, kind))
     if p is None:
-        p = _pools[seed] = random.Random(seed).randbytes(_POOL_SIZE)
+        rnd = random.Random(seed)
+        p = _pools[(seed, kind)] = _text_pool(rnd) if kind == PAYLOAD_TEXT else rnd.randbytes(_POOL_SIZE)
     return p
 
 
@@ -71,6 +91,17 @@ class PayloadGenerator:
     topic: str
     min_size: int
     max_size: int
+    kind: str = PAYLOAD_RANDOM  # or PAYLOAD_TEXT
+
+    def __post_init__(self) -> None:
+        if self.kind not in PAYLOADS:
+            raise ValidationError(f"payload kind {self.kind!r} is not one of {', '.join(PAYLOADS)}")
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], topic: str) -> PayloadGenerator:
+        """The generator of a topic `tiered generate` wrote (its topic record's properties)."""
+        return cls(int(props[PROP_SEED]), topic, int(props[PROP_MIN]), int(props[PROP_MAX]),
+                   props.get(PROP_PAYLOAD, PAYLOAD_RANDOM))
 
     @property
     def _key(self) -> int:
@@ -83,7 +114,7 @@ class PayloadGenerator:
         return self.min_size + (((seq + self._key) * _GOLDEN) & _MASK) % span
 
     def payloads(self, start: int, count: int) -> Iterator[bytes]:
-        pool, key = _pool(self.seed), self._key
+        pool, key = _pool(self.seed, self.kind), self._key
         lo, span = self.min_size, self.max_size - self.min_size + 1
         pack = _HDR.pack
         limit = _POOL_SIZE - 4096 - self.max_size

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from dataclasses import dataclass
 
 import zstandard
@@ -103,16 +104,37 @@ class ChunkTransformer:
             raise ValidationError(f"data key of {len(data_key)} bytes, AES-256 needs {DATA_KEY_SIZE}")
         self.object_id = object_id
         self.compress = compress
+        self.level = level
         self._aes = AESGCM(data_key) if data_key is not None else None
-        self._zc = zstandard.ZstdCompressor(level=level, write_content_size=True) if compress else None
-        self._zd = zstandard.ZstdDecompressor() if compress else None
+        # zstd contexts are not thread safe and one transformer serves concurrent readers (a store's
+        # cached object, the chunk cache's prefetch threads): one context per thread
+        self._local = threading.local()
+
+    @property
+    def _zc(self) -> zstandard.ZstdCompressor | None:
+        if not self.compress:
+            return None
+        zc = getattr(self._local, "zc", None)
+        if zc is None:
+            zc = self._local.zc = zstandard.ZstdCompressor(level=self.level, write_content_size=True)
+        return zc
+
+    @property
+    def _zd(self) -> zstandard.ZstdDecompressor | None:
+        if not self.compress:
+            return None
+        zd = getattr(self._local, "zd", None)
+        if zd is None:
+            zd = self._local.zd = zstandard.ZstdDecompressor()
+        return zd
 
     @property
     def identity(self) -> bool:
-        return self._zc is None and self._aes is None
+        return not self.compress and self._aes is None
 
     def apply(self, index: int, data: bytes | memoryview) -> bytes | memoryview:
-        out = self._zc.compress(bytes(data)) if self._zc is not None else data
+        zc = self._zc
+        out = zc.compress(bytes(data)) if zc is not None else data
         if self._aes is not None:
             nonce = os.urandom(NONCE_SIZE)
             out = nonce + self._aes.encrypt(nonce, bytes(out), chunk_aad(self.object_id, index))
@@ -132,9 +154,10 @@ class ChunkTransformer:
             except InvalidTag:
                 raise CorruptObjectError(f"{self.object_id}: chunk {index} failed authentication (tampered, "
                                          f"swapped or truncated data, or the wrong data key)") from None
-        if self._zd is not None:
+        zd = self._zd
+        if zd is not None:
             try:
-                out = self._zd.decompress(bytes(out), max_output_size=original_size)
+                out = zd.decompress(bytes(out), max_output_size=original_size)
             except zstandard.ZstdError as e:
                 raise CorruptObjectError(f"{self.object_id}: chunk {index} does not decompress: {e}") from None
         if len(out) != original_size:

@@ -1,6 +1,8 @@
 """Runs lifecycle work units (TopicWork dicts, one Spark partition's share) on an executor: each kind of
 unit to its job (offload and deletion-lag cleanup, retention, scrub). Never raises for a failing ledger
-or topic: failures are rows, so the other topics still run."""
+or topic: failures are rows, so the other topics still run. With ``with_cache`` a partition ends with one
+record of its chunk cache's counters (reads of transformed objects), which the job adds up
+(:func:`split_cache_records`) into its run summary."""
 
 from __future__ import annotations
 
@@ -25,10 +27,13 @@ from tieredcore.names import TopicName
 from tieredcore.offload.managed import OUTCOME_FAILED
 from tieredcore.workspace import Workspace
 
+CACHE_RECORD = "chunk_cache"  # the key of a partition's cache record (never a LedgerResult field)
 
-def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
+
+def run_work(config: Config, units: Iterable[dict], *, with_cache: bool = False) -> Iterator[dict]:
     """Executes TopicWork dicts (a Spark partition); yields LedgerResult dicts. Never raises for a
-    failing ledger or topic: failures are rows, so the other topics still run."""
+    failing ledger or topic: failures are rows, so the other topics still run. ``with_cache``: then one
+    ``{CACHE_RECORD: counters}`` record when the partition opened a chunk cache."""
     with Workspace(config) as ws:
         ps = policy_store(ws)
         budget = ws.failure_budget()  # per Spark task: a failing store stops this task's remaining work
@@ -52,3 +57,20 @@ def run_work(config: Config, units: Iterable[dict]) -> Iterator[dict]:
                                      error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
             for r in rows:
                 yield asdict(r)
+    cache = ws.opened_chunk_cache()  # read after close: its prefetches have ended
+    if with_cache and cache is not None:
+        yield {CACHE_RECORD: cache.stats.as_dict()}
+
+
+def split_cache_records(records: Iterable[dict]) -> tuple[list[dict], dict[str, int]]:
+    """(the LedgerResult rows, the partitions' chunk cache counters added up; {} when none read any
+    transformed object)."""
+    rows: list[dict] = []
+    cache: dict[str, int] = {}
+    for r in records:
+        if CACHE_RECORD in r:
+            for k, v in r[CACHE_RECORD].items():
+                cache[k] = cache.get(k, 0) + int(v)
+        else:
+            rows.append(r)
+    return rows, cache

@@ -187,6 +187,9 @@ class RunSummary:
     drain: dict[str, Any] | None = None  # deletion_lag_cleanup --drain: the drain pass's counters
     # ledgers whose data no copy holds any more (scrub: damaged offloaded copy, no hot copy)
     data_loss: list[str] = field(default_factory=list)
+    # the chunk cache counters of the run's partitions, added up (hits, misses, loads = GETs, evictions...;
+    # empty when no transformed object was read): tieredcore.stores.chunk_cache.CacheStats
+    cache: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
