@@ -109,6 +109,31 @@ def test_multipart_with_pieces(tmp_path, ring_path, transform):
         assert phys.size < len(data) // 2
 
 
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("compressible", [True, False])
+@pytest.mark.parametrize("min_part", [1, 1 << 30])
+def test_parts_from_a_reused_buffer(tmp_path, ring_path, transform, compressible, min_part):
+    """The offloader fills one buffer block after block: a part's bytes must be taken before
+    upload_part returns (whole chunks are transformed straight from the caller's buffer). Physical
+    parts of one chunk each (their buffers reused for later chunks) or all held until the end."""
+    s = _store(tmp_path, transform, ring_path, chunk=CHUNK)
+    s.min_part_size = min_part
+    data = _payload(5 * CHUNK + 123, compressible)
+    buf = bytearray(2 * CHUNK + 50)
+    uid = s.initiate_multipart("p/reuse")
+    parts, pos, n = [], 0, 1
+    while pos < len(data):
+        piece = data[pos: pos + len(buf)]
+        buf[: len(piece)] = piece
+        view = memoryview(buf)[: len(piece)]
+        parts.append(s.upload_part("p/reuse", uid, n, view))
+        view.release()
+        buf[:] = b"\xff" * len(buf)  # the caller reuses its buffer
+        pos, n = pos + len(piece), n + 1
+    s.complete_multipart("p/reuse", uid, parts)
+    assert s.get("p/reuse") == data
+
+
 def test_incompressible_objects_are_stored_uncompressed(tmp_path, ring_path):
     s = _store(tmp_path, "zstd", ring_path)
     data = os.urandom(3 * CHUNK)

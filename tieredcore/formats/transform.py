@@ -88,11 +88,11 @@ def new_data_key() -> bytes:
     return AESGCM.generate_key(bit_length=DATA_KEY_SIZE * 8)
 
 
-def worth_compressing(sample: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bool:
+def worth_compressing(sample: bytes | bytearray | memoryview, level: int = DEFAULT_LEVEL) -> bool:
     """Whether compressing pays off, measured on a sample (an object's first chunk)."""
     if len(sample) == 0:
         return False
-    packed = zstandard.ZstdCompressor(level=level).compress(bytes(sample))
+    packed = zstandard.ZstdCompressor(level=level).compress(sample)
     return len(packed) <= COMPRESS_MAX_RATIO * len(sample)
 
 
@@ -132,13 +132,21 @@ class ChunkTransformer:
     def identity(self) -> bool:
         return not self.compress and self._aes is None
 
-    def apply(self, index: int, data: bytes | memoryview) -> bytes | memoryview:
+    def apply(self, index: int, data: bytes | bytearray | memoryview, *,
+              into: bytearray | None = None) -> bytes | bytearray | memoryview:
+        """The chunk's stored bytes (``data`` itself when neither compressed nor encrypted). ``into``: a
+        buffer whose contents are no longer needed, reused for the encrypted chunk when its size fits."""
         zc = self._zc
-        out = zc.compress(bytes(data)) if zc is not None else data
-        if self._aes is not None:
-            nonce = os.urandom(NONCE_SIZE)
-            out = nonce + self._aes.encrypt(nonce, bytes(out), chunk_aad(self.object_id, index))
-        return out
+        out = zc.compress(data) if zc is not None else data
+        if self._aes is None:
+            return out
+        # nonce, ciphertext and tag written into one buffer (no copy of the chunk to prepend the nonce)
+        size = NONCE_SIZE + memoryview(out).nbytes + TAG_SIZE
+        sealed = into if into is not None and len(into) == size else bytearray(size)
+        nonce = os.urandom(NONCE_SIZE)
+        sealed[:NONCE_SIZE] = nonce
+        self._aes.encrypt_into(nonce, out, chunk_aad(self.object_id, index), memoryview(sealed)[NONCE_SIZE:])
+        return sealed
 
     def invert(self, index: int, data: bytes | memoryview, original_size: int) -> bytes | memoryview:
         """The chunk's original bytes; CorruptObjectError when it fails authentication or its size."""
@@ -149,15 +157,14 @@ class ChunkTransformer:
                                          f"its nonce and tag")
             mv = memoryview(data)
             try:
-                out = self._aes.decrypt(bytes(mv[:NONCE_SIZE]), bytes(mv[NONCE_SIZE:]),
-                                        chunk_aad(self.object_id, index))
+                out = self._aes.decrypt(mv[:NONCE_SIZE], mv[NONCE_SIZE:], chunk_aad(self.object_id, index))
             except InvalidTag:
                 raise CorruptObjectError(f"{self.object_id}: chunk {index} failed authentication (tampered, "
                                          f"swapped or truncated data, or the wrong data key)") from None
         zd = self._zd
         if zd is not None:
             try:
-                out = zd.decompress(bytes(out), max_output_size=original_size)
+                out = zd.decompress(out, max_output_size=original_size)
             except zstandard.ZstdError as e:
                 raise CorruptObjectError(f"{self.object_id}: chunk {index} does not decompress: {e}") from None
         if len(out) != original_size:

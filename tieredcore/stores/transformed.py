@@ -14,7 +14,8 @@ Reads of logical byte ranges fetch only the chunks overlapping them, adjacent ch
   manifests included (``<key>.manifest`` parses as part of ``<key>``'s group, formats/keys.py).
 - Manifests are cached (bounded, LRU) with the data key unwrapped once per miss.
 
-A write holds one chunk and one physical part in memory. Multipart uploads live in this process (the
+A write holds one chunk and one physical part in memory (once uploaded, the part's buffers hold the
+next chunks). Multipart uploads live in this process (the
 writer initiates, uploads and completes in one run, as every writer here does).
 """
 
@@ -78,6 +79,7 @@ class _Upload:
     next_part: int = 1
     pending: bytearray = field(default_factory=bytearray)  # logical bytes not yet a whole chunk
     out: list = field(default_factory=list)  # transformed chunks not yet uploaded
+    spare: list[bytearray] = field(default_factory=list)  # buffers of uploaded chunks, to be reused
     out_bytes: int = 0
     sizes: list[int] = field(default_factory=list)
     parts: list[CompletedPart] = field(default_factory=list)
@@ -146,21 +148,49 @@ class TransformedBlobStore:
         return up
 
     def _feed(self, up: _Upload, data: Buffer, final: bool) -> None:
-        up.pending += data
-        up.logical += len(memoryview(data))
+        """Cut ``data`` into chunks and transform them. Whole chunks are transformed straight from the
+        caller's buffer; only a chunk split across calls is gathered in ``pending`` (copying the whole
+        input through a bytearray and deleting from its front cost more than AES-GCM itself)."""
+        mv = memoryview(data)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        up.logical += len(mv)
         cs = self.spec.chunk_size
-        while len(up.pending) >= cs or (final and up.pending):
-            chunk = bytes(up.pending[:cs])
-            del up.pending[:cs]
-            if len(up.sizes) == 0:
-                self._decide(up, chunk)
-            assert up.transformer is not None
-            t = up.transformer.apply(len(up.sizes), chunk)
-            up.sizes.append(len(t))
-            up.out.append(t)
-            up.out_bytes += len(t)
+        pos = 0
+        if up.pending:  # first complete the chunk an earlier call began
+            pos = min(cs - len(up.pending), len(mv))
+            up.pending += mv[:pos]
+            if len(up.pending) < cs and not final:
+                return
+            self._emit(up, up.pending)
+            up.pending = bytearray()
+        while len(mv) - pos >= cs or (final and pos < len(mv)):
+            chunk = mv[pos: pos + cs]
+            self._emit(up, chunk)
+            pos += len(chunk)
+        if pos < len(mv):
+            up.pending += mv[pos:]
 
-    def _decide(self, up: _Upload, first_chunk: bytes) -> None:
+    def _emit(self, up: _Upload, chunk: memoryview | bytearray) -> None:
+        if len(up.sizes) == 0:
+            self._decide(up, chunk)
+        assert up.transformer is not None
+        spare = up.spare.pop() if up.spare else None
+        t = up.transformer.apply(len(up.sizes), chunk, into=spare)
+        if t is chunk and not isinstance(chunk, bytearray):
+            # untransformed: a view of the caller's buffer, which it reuses once we return
+            if spare is not None and len(spare) == len(chunk):
+                spare[:] = chunk
+                t = spare
+            else:
+                t = bytearray(chunk)  # a spare once uploaded
+        up.sizes.append(len(t))
+        up.out.append(t)
+        up.out_bytes += len(t)
+        if up.inner_id and up.out_bytes >= self.min_part_size:  # a multipart upload (put writes at the end)
+            self._flush_part(up)
+
+    def _decide(self, up: _Upload, first_chunk: Buffer) -> None:
         """Compress this object or not, measured on its first chunk (never double-compress)."""
         compress = self.spec.compression and worth_compressing(first_chunk, self.spec.level)
         up.transformer = ChunkTransformer(self.object_id(up.key), compress=compress, data_key=up.dek,
@@ -171,6 +201,9 @@ class TransformedBlobStore:
             return
         part = self.inner.upload_part(up.key, up.inner_id, len(up.parts) + 1, up.out)
         up.parts.append(part)
+        # the store has taken the bytes: their buffers hold the next chunks (allocating and faulting in
+        # fresh chunk-sized buffers costs about twice what AES-GCM takes to fill them)
+        up.spare = [b for b in up.out if isinstance(b, bytearray)]
         up.out, up.out_bytes = [], 0
 
     def _manifest(self, up: _Upload) -> Manifest:
@@ -185,7 +218,7 @@ class TransformedBlobStore:
         self._feed(up, data, final=True)
         if up.transformer is None:  # empty object
             self._decide(up, b"")
-        self.inner.put(key, b"".join(bytes(c) for c in up.out), _physical_metadata(up.metadata))
+        self.inner.put(key, b"".join(up.out), _physical_metadata(up.metadata))
         self._commit(up, if_absent)
 
     def _commit(self, up: _Upload, if_absent: bool = False) -> None:
@@ -223,8 +256,6 @@ class TransformedBlobStore:
             b = read_piece(p)
             n += len(memoryview(b))
             self._feed(up, b, final=False)
-            if up.out_bytes >= self.min_part_size:
-                self._flush_part(up)
         up.next_part += 1
         return CompletedPart(part_number, f"logical-{part_number}", n)
 
