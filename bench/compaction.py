@@ -129,8 +129,10 @@ class Bench:
                 names.append(t.managed_ledger_name)
         return names, payload
 
-    def store_walk(self) -> list[Path]:
-        return [p for p in self.cold.rglob("*") if p.is_file() and INTERNAL not in p.relative_to(self.cold).parts]
+    def store_walk(self, internal: bool = False) -> list[Path]:
+        """The store's files: its objects, and with ``internal`` its own files (metadata sidecars...)."""
+        return [p for p in self.cold.rglob("*")
+                if p.is_file() and (internal or INTERNAL not in p.relative_to(self.cold).parts)]
 
     def snapshot(self) -> None:
         """The metadata database (the workspace is closed: no connection holds its WAL) and the store's
@@ -139,18 +141,18 @@ class Bench:
         for f in META_FILES:
             if (self.root / f).exists():
                 shutil.copy2(self.root / f, self.snap / f)
-        self.store_files = set(self.store_walk())
+        self.store_files = set(self.store_walk(internal=True))
         prefix = self.config.store_location.prefix
-        self.objects = sorted(p for p in self.store_files
+        self.objects = sorted(p for p in self.store_walk()
                               if parse_key(p.relative_to(self.cold).as_posix(), prefix) is not None)
 
     def restore(self) -> None:
-        """Back to the snapshot: its metadata database; store files written since removed."""
-        for p in self.store_walk():
+        """Back to the snapshot: its metadata database; the store's files written since removed (the
+        new segments and their metadata sidecars, unfinished uploads)."""
+        for p in self.store_walk(internal=True):
             if p not in self.store_files:
                 p.unlink()
         shutil.rmtree(self.cold / INTERNAL / "uploads", ignore_errors=True)
-        shutil.rmtree(self.root / "reports", ignore_errors=True)
         for f in META_FILES:
             (self.root / f).unlink(missing_ok=True)
             if (self.snap / f).exists():
