@@ -20,9 +20,11 @@ Prints MB/s of old-object bytes (best and median of the rounds) and the ratio to
 in the same run (target >= x0.5) and to the packed copy; the peak RSS against what the write path's
 buffers can hold; objects per GiB of payload before and after (objects the topic records reference
 after the switch; objects left in the store once the deletion drain has run past the delete delay).
-Then, unless --spark-rounds 0, the same work through spark_jobs/compact_segments.py under spark-submit
-with --master local[1] and local[2] (alternating, the snapshot restored before each run): wall time,
-the job's own time from its summary.json, and the 2-vs-1 speed-up. --profile runs one more in-process
+The same work in --processes plain processes side by side against one (what the machine gains from
+parallel compactions, whatever runs them). Then, unless --spark-rounds 0, the same work through
+spark_jobs/compact_segments.py under spark-submit with --master local[1] and local[2] (alternating, the
+snapshot restored before each run): wall time, the job's own time from its summary.json, and the 2-vs-1
+speed-up. --profile runs one more in-process
 compaction under cProfile and prints the top costs.
 
 The issue's figure is --objects 10000 (~10 GiB of payload; the scratch directory then needs about three
@@ -234,14 +236,42 @@ def _compact_child(config_path: str, topics: list[str], q) -> None:
            "rss_first_topic_kib": first, "peak_rss_kib": _vm_kib("VmHWM")})
 
 
-def compact_in_child(b: Bench, topics: list[str]) -> dict:
+def compact_in_children(b: Bench, slices: list[list[str]]) -> tuple[float, list[dict]]:
+    """Compactions of ``slices`` of the topics, a spawned child each, all at once: (wall seconds from
+    the first start to the last report, interpreter start-ups included; each child's report)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_compact_child, args=(str(b.config_path), topics, q))
-    p.start()
-    m = q.get()
-    p.join()
-    return m
+    procs = [ctx.Process(target=_compact_child, args=(str(b.config_path), s, q)) for s in slices]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    got = [q.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return wall, got
+
+
+def compact_in_child(b: Bench, topics: list[str]) -> dict:
+    return compact_in_children(b, [topics])[1][0]
+
+
+def processes_compare(b: Bench, topics: list[str], n: int, old_bytes: int) -> dict:
+    """The same work in one process and in ``n`` processes (topics dealt round-robin): how much the
+    machine gains from running compactions side by side, whatever runs them (Spark's figure's frame)."""
+    b.restore()
+    os.sync()
+    one, got = compact_in_children(b, [topics])
+    check_rows(got[0]["rows"])
+    b.restore()
+    os.sync()
+    many, got = compact_in_children(b, [topics[i::n] for i in range(n)])
+    for m in got:
+        check_rows(m["rows"])
+    r = {"processes": n, "wall_1_s": one, f"wall_{n}_s": many, "speedup": one / many}
+    print(f"plain processes: 1 process {one:,.1f} s ({old_bytes / one / MB:,.0f} MB/s), {n} processes side by side "
+          f"{many:,.1f} s ({old_bytes / many / MB:,.0f} MB/s): x{r['speedup']:.2f} ({os.cpu_count()} CPUs)", flush=True)
+    return r
 
 
 def check_rows(rows: list[dict]) -> dict:
@@ -329,13 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics", type=int, default=8, help="topics the objects are spread over (Spark's parallelism)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of copy / compaction")
     ap.add_argument("--spark-rounds", type=int, default=1, help="rounds of spark-submit local[1] / local[2] (0: none)")
+    ap.add_argument("--processes", type=int, default=2,
+                    help="also compact in this many plain processes side by side vs 1 (0 or 1: skip)")
     ap.add_argument("--spark-job", default=str(SPARK_JOB), help="the compaction Spark job")
     ap.add_argument("--profile", action="store_true", help="cProfile one more in-process compaction")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    if a.objects < a.topics or a.topics <= 0 or a.entries <= 0 or a.rounds <= 0 or a.spark_rounds < 0:
-        ap.error("need --objects >= --topics > 0, --entries > 0, --rounds > 0, --spark-rounds >= 0")
+    if a.objects < a.topics or a.topics <= 0 or a.entries <= 0 or a.rounds <= 0 or a.spark_rounds < 0 \
+            or not 0 <= a.processes <= a.topics:
+        ap.error("need --objects >= --topics > 0, --entries > 0, --rounds > 0, --spark-rounds >= 0, "
+                 "0 <= --processes <= --topics")
     entry_size = human_size(a.entry_size)
     scratch = Path(tempfile.mkdtemp(prefix="bench-compaction-", dir=a.dir or Path(__file__).parent))
     b = Bench(scratch / "ws")
@@ -429,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
             print("  cProfile of one in-process compaction (top 15 by cumulative time, top 15 by own time):")
             pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+        if a.processes > 1:
+            res["processes"] = processes_compare(b, topics, a.processes, old_bytes)
 
         if a.spark_rounds:
             if not Path(a.spark_job).exists():
