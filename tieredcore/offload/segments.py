@@ -221,7 +221,8 @@ class SegmentOffloader:
             if got is not None:
                 return got  # type: ignore[return-value]
         out = self._read_index(uuid)
-        SHARED_SEGMENT_INDEX_CACHE.put(cache_key, out)
+        if cached:  # only readers' opens: a compaction verifying hundreds of segments must not fill it
+            SHARED_SEGMENT_INDEX_CACHE.put(cache_key, out)
         return out
 
     def _read_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int]:
