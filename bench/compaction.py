@@ -18,7 +18,8 @@ from the same layout. Then --rounds alternating rounds, each phase after a `sync
 
 Prints MB/s of old-object bytes (best and median of the rounds) and the ratio to the baseline measured
 in the same run (target >= x0.5) and to the packed copy; the peak RSS against what the write path's
-buffers can hold; objects per GiB of payload before and after (objects the topic records reference
+buffers can hold (on top of them: the batch's metadata, a few KiB per ledger, which matters only for
+batches of thousands of tiny ledgers); objects per GiB of payload before and after (objects the topic records reference
 after the switch; objects left in the store once the deletion drain has run past the delete delay).
 The same work in --processes plain processes side by side against one (what the machine gains from
 parallel compactions, whatever runs them). Then, unless --spark-rounds 0, the same work through
