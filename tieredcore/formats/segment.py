@@ -258,17 +258,17 @@ def build_streaming_block(block: SegmentBlock, frames: Buffer) -> bytes:
     return b"".join(block_pieces(block, frames))
 
 
-def segment_checkpoints(plan: SegmentPlan, run: int, interval: int) -> list[tuple[int, int]]:
+def segment_checkpoints(plan: SegmentPlan, run: int, interval: int,
+                        blocks: Sequence[SegmentBlock] | None = None) -> list[tuple[int, int]]:
     """``(entryId, frame offset in the object)`` every ``interval`` frame bytes inside the run's blocks
-    (as a V1 trailer's checkpoints): a random read walks at most that far from an exact offset."""
+    (as a V1 trailer's checkpoints): a random read walks at most that far from an exact offset.
+    ``blocks``: the run's blocks when the caller has them (default: picked from all the plan's)."""
     if interval <= 0:
         return []
     cum = plan.frame_cum(run)
     first = plan.runs[run].first_entry
     out: list[tuple[int, int]] = []
-    for b in plan.blocks:
-        if b.run != run:
-            continue
+    for b in blocks if blocks is not None else [b for b in plan.blocks if b.run == run]:
         lo, hi = b.first_entry - first, b.last_entry - first
         data_start = b.offset + BLOCK_HEADER_LENGTH
         base = last_cp = cum[lo]
@@ -330,10 +330,14 @@ def segment_sections(
     Pulsar's reader takes as the ledger's last entry there), ``size`` (default: the run's payload bytes),
     ``timestamp`` when given (a sealed ledger whose last entry is in this segment)."""
     out: list[LedgerSection] = []
+    # the blocks of each run, in one pass (a compacted segment holds thousands of runs)
+    by_run: list[list[SegmentBlock]] = [[] for _ in plan.runs]
+    for b in plan.blocks:
+        by_run[b.run].append(b)
     for r, run in enumerate(plan.runs):
-        entries = tuple(IndexEntry(b.first_entry, b.part_number, b.offset) for b in plan.blocks if b.run == r)
+        entries = tuple(IndexEntry(b.first_entry, b.part_number, b.offset) for b in by_run[r])
         props: list[tuple[str, str]] = []
-        cps = segment_checkpoints(plan, r, checkpoint_interval)
+        cps = segment_checkpoints(plan, r, checkpoint_interval, by_run[r])
         if cps:
             props.append((PROP_CHECKPOINTS, encode_checkpoints_property(cps)))
         if checksums is not None and r == 0:

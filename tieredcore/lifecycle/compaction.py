@@ -88,7 +88,6 @@ from tieredcore.offload.segments import S3_MIN_PART_SIZE, OffloadedSegment, Segm
 from tieredcore.stores.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.stores.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.stores.transformed import TransformedBlobStore
 
 log = logging.getLogger(__name__)
@@ -544,10 +543,11 @@ class Compactor:
         started = time.monotonic()
         row = self._row(t, batch, OUTCOME_FAILED)
         info, _ = self.ml.get_topic(t)
+        by_id = _by_id(info)
         expected: dict[int, tuple] = {}
         lis: list[LedgerInfo] = []
         for lid in batch.ledgers:
-            li = find_ledger(info, lid)
+            li = by_id.get(lid)
             if li is None or not _clean(li):
                 row.outcome, row.error = OUTCOME_CONFLICT, f"ledger {lid} changed since planned"
                 return self._finish(row, started)
@@ -601,8 +601,9 @@ class Compactor:
         def switch(info) -> bool:
             state.clear()
             now = self.clock_ms()
+            by_id = _by_id(info)
             for lid in batch.ledgers:
-                li = find_ledger(info, lid)
+                li = by_id.get(lid)
                 if li is None:
                     state["conflict"] = f"ledger {lid} is no longer in the topic (trimmed?)"
                     return False
@@ -615,7 +616,7 @@ class Compactor:
                     state["conflict"] = "our segment assignment is gone (cleaned up by another runner)"
                     return False
             for lid in batch.ledgers:
-                li = find_ledger(info, lid)
+                li = by_id[lid]
                 offloaded_ms = (li.offloadContext.timestamp if is_complete(li) else covering_offloaded_ms(li)) or now
                 ctx = li.offloadContext
                 if is_complete(li):
@@ -660,12 +661,13 @@ class Compactor:
 
         def assign(info) -> bool:
             state.clear()
+            by_id = _by_id(info)
             for lid, sig in expected.items():
-                li = find_ledger(info, lid)
+                li = by_id.get(lid)
                 if li is None or _signature_without(li, set(assigned)) != sig:
                     state["conflict"] = f"ledger {lid} changed since planned"
                     return False
-            li = find_ledger(info, first_ledger)
+            li = by_id[first_ledger]
             s = li.offloadContext.offloadSegment.add()
             s.uidMsb, s.uidLsb = msb, lsb
             s.complete = False
@@ -691,6 +693,7 @@ class Compactor:
         cur: dict[str, Any] = {"sink": None, "pieces": [], "estimated": 0}  # estimated: of pieces but the last
         size_through: dict[int, int] = {}
         stamps = {li.ledgerId: li.timestamp for li in lis}
+        counts = {li.ledgerId: li.entries for li in lis}
         by_id = {li.ledgerId: li for li in lis}
         total = sum(compacted_bytes(li.entries, li.size, self.segments.block_size) for li in lis)
         done = 0
@@ -700,7 +703,7 @@ class Compactor:
             sink: SegmentSink = cur["sink"]
             last = {p.ledger: p.last for p in cur["pieces"]}
             seg = sink.finish(sizes={lid: size_through[lid] for lid in last},
-                              timestamps={lid: stamps[lid] for lid in last if last[lid] == _entries(lis, lid) - 1})
+                              timestamps={lid: stamps[lid] for lid in last if last[lid] == counts[lid] - 1})
             out.append(_Written(seg, cur["pieces"]))
             self._step("written", seg.uuid)
             cur["sink"], cur["pieces"], cur["estimated"] = None, [], 0
@@ -873,11 +876,14 @@ def _signature_without(li: LedgerInfo, ours: set[str]) -> tuple:
     return _signature(c)
 
 
-def _entries(lis: Sequence[LedgerInfo], lid: int) -> int:
-    for li in lis:
-        if li.ledgerId == lid:
-            return li.entries
-    return 0
+def _by_id(info: pb.ManagedLedgerInfo) -> dict[int, LedgerInfo]:
+    """The topic record's LedgerInfos by id (live references, the first of an id as find_ledger): one
+    pass, where looking each ledger of a batch of thousands of small ledgers up in the list would be
+    quadratic."""
+    out: dict[int, LedgerInfo] = {}
+    for li in info.ledgerInfo:
+        out.setdefault(li.ledgerId, li)
+    return out
 
 
 def _object_lengths(h: Any) -> list[tuple[str, int]]:

@@ -221,7 +221,8 @@ class SegmentOffloader:
             if got is not None:
                 return got  # type: ignore[return-value]
         out = self._read_index(uuid)
-        SHARED_SEGMENT_INDEX_CACHE.put(cache_key, out)
+        if cached:  # only readers' opens: a compaction verifying hundreds of segments must not fill it
+            SHARED_SEGMENT_INDEX_CACHE.put(cache_key, out)
         return out
 
     def _read_index(self, uuid: str) -> tuple[SegmentIndex, ChunkChecksums | None, Mapping[str, str], int]:
@@ -335,6 +336,7 @@ class SegmentSink:
         self._upload_id = self._store.initiate_multipart(self.data_key, off.user_metadata("data", extra_metadata))
         self.length = 0
         self._runs: list[tuple[int, int, list[int]]] = []  # (ledger, first entry, payload sizes)
+        self._ledger_ids: set[int] = set()  # of the runs (a compacted segment holds thousands of ledgers)
         self._run_frames = 0
         self._blocks: list[SegmentBlock] = []
         self._parts: list[tuple[int, int]] = []
@@ -363,8 +365,9 @@ class SegmentSink:
                 raise ValidationError(f"segment {self.uuid}: ledger {lid} continues at entry {blk.first_entry}, "
                                       f"expected {first + len(sizes)}")
         else:
-            if any(r[0] == blk.ledger_id for r in self._runs):
+            if blk.ledger_id in self._ledger_ids:
                 raise ValidationError(f"ledger {blk.ledger_id} appears twice in segment {self.uuid}")
+            self._ledger_ids.add(blk.ledger_id)
             self._runs.append((blk.ledger_id, blk.first_entry, []))
             self._run_frames = 0
         if self._fill and self._min_part and self._fill >= self._min_part:
