@@ -21,8 +21,8 @@ in the same run (target >= x0.5) and to the packed copy; the peak RSS against wh
 buffers can hold (on top of them: the batch's metadata, a few KiB per ledger, which matters only for
 batches of thousands of tiny ledgers); objects per GiB of payload before and after (objects the topic records reference
 after the switch; objects left in the store once the deletion drain has run past the delete delay).
-The same work in --processes plain processes side by side against one (what the machine gains from
-parallel compactions, whatever runs them). Then, unless --spark-rounds 0, the same work through
+The same work in --processes plain processes side by side against one, --rounds alternating rounds
+(what the machine gains from parallel compactions, whatever runs them). Then, unless --spark-rounds 0, the same work through
 spark_jobs/compact_segments.py under spark-submit with --master local[1] and local[2] (alternating, the
 snapshot restored before each run): wall time, the job's own time from its summary.json, and the 2-vs-1
 speed-up. --profile runs one more in-process
@@ -257,21 +257,24 @@ def compact_in_child(b: Bench, topics: list[str]) -> dict:
     return compact_in_children(b, [topics])[1][0]
 
 
-def processes_compare(b: Bench, topics: list[str], n: int, old_bytes: int) -> dict:
-    """The same work in one process and in ``n`` processes (topics dealt round-robin): how much the
-    machine gains from running compactions side by side, whatever runs them (Spark's figure's frame)."""
-    b.restore()
-    os.sync()
-    one, got = compact_in_children(b, [topics])
-    check_rows(got[0]["rows"])
-    b.restore()
-    os.sync()
-    many, got = compact_in_children(b, [topics[i::n] for i in range(n)])
-    for m in got:
-        check_rows(m["rows"])
-    r = {"processes": n, "wall_1_s": one, f"wall_{n}_s": many, "speedup": one / many}
-    print(f"plain processes: 1 process {one:,.1f} s ({old_bytes / one / MB:,.0f} MB/s), {n} processes side by side "
-          f"{many:,.1f} s ({old_bytes / many / MB:,.0f} MB/s): x{r['speedup']:.2f} ({os.cpu_count()} CPUs)", flush=True)
+def processes_compare(b: Bench, topics: list[str], n: int, rounds: int, old_bytes: int) -> dict:
+    """The same work in one process and in ``n`` processes (topics dealt round-robin), alternating
+    which goes first (the first of a pair warms the page cache for the second): how much the machine
+    gains from running compactions side by side, whatever runs them (the frame of Spark's figure)."""
+    walls: dict[int, list[float]] = {1: [], n: []}
+    for rnd in range(rounds):
+        for k in (1, n) if rnd % 2 == 0 else (n, 1):
+            b.restore()
+            os.sync()
+            wall, got = compact_in_children(b, [topics[i::k] for i in range(k)])
+            for m in got:
+                check_rows(m["rows"])
+            walls[k].append(wall)
+    one, many = min(walls[1]), min(walls[n])
+    r = {"processes": n, "rounds": rounds, "wall_1_s": one, f"wall_{n}_s": many, "speedup": one / many}
+    print(f"plain processes, best of {rounds}: 1 process {one:,.1f} s ({old_bytes / one / MB:,.0f} MB/s), {n} "
+          f"processes side by side {many:,.1f} s ({old_bytes / many / MB:,.0f} MB/s): x{r['speedup']:.2f} "
+          f"({os.cpu_count()} CPUs)", flush=True)
     return r
 
 
@@ -466,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
         if a.processes > 1:
-            res["processes"] = processes_compare(b, topics, a.processes, old_bytes)
+            res["processes"] = processes_compare(b, topics, a.processes, a.rounds, old_bytes)
 
         if a.spark_rounds:
             if not Path(a.spark_job).exists():
