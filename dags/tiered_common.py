@@ -166,7 +166,32 @@ def spark_task_mapped(task_id: str, job: str, application_args: Any, **kw: Any):
     )
 
 
+def spark_task_per_namespace(task_id: str, job: str, planned: Any, **kw: Any):
+    """One Spark task per namespace planned (argument lists starting ``--namespace <ns>``), each mapped
+    task labelled by its namespace."""
+    return spark_task_mapped(task_id, job, planned, map_index_template="{{ task.application_args[1] }}", **kw)
+
+
 # -- run-time helpers (called inside tasks) ---------------------------------------------------------
+
+
+def planned_namespaces(params: dict[str, Any], config: Any, enabled: str, what: str) -> list[str]:
+    """The ``namespaces`` param, or every namespace whose policy enables ``enabled`` (``offload`` |
+    ``compaction``), read from the metadata store now (at run time, never at parse time)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import TieredError
+    from tieredcore.lifecycle.work import policy_store
+    from tieredcore.names import NamespaceName
+    from tieredcore.workspace import Workspace
+
+    try:
+        if params.get("namespaces"):
+            return sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
+        with Workspace(config) as ws:
+            return getattr(policy_store(ws), f"namespaces_with_{enabled}")()
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
 
 
 def load_config(params: dict[str, Any]):

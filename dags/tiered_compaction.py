@@ -43,9 +43,10 @@ from tiered_common import (
     job_args,
     load_config,
     namespaces_param,
+    planned_namespaces,
     preflight_task,
     schedule_from_env,
-    spark_task_mapped,
+    spark_task_per_namespace,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -91,11 +92,8 @@ with tiered_dag(
         """One job argument list per namespace to compact (params checked and policies read now)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tieredcore.errors import TieredError, ValidationError
-        from tieredcore.lifecycle.work import policy_store
-        from tieredcore.names import NamespaceName
+        from tieredcore.errors import ValidationError
         from tieredcore.units import non_negative_duration_ms, size_bytes
-        from tieredcore.workspace import Workspace
 
         ctx: Any = get_current_context()
         params = ctx["params"]
@@ -117,25 +115,14 @@ with tiered_dag(
         if low is not None and high is not None and low > high:
             raise AirflowFailException(f"min_object_size {params['min_object_size']} exceeds target_size "
                                        f"{params['target_size']}")
-        try:
-            if params.get("namespaces"):
-                namespaces = sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
-            else:
-                with Workspace(config) as ws:
-                    namespaces = policy_store(ws).namespaces_with_compaction()
-        except TieredError as e:
-            raise AirflowFailException(f"planning the compaction: {e}") from None
+        namespaces = planned_namespaces(params, config, "compaction", "compaction")
         print(f"compaction plan: {len(namespaces)} namespace(s): {', '.join(namespaces) or '-'}"
               + (f"; thresholds {' '.join(extra)}" if extra else "; thresholds of each namespace's policy"))
         return [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
 
     planned = plan()
     preflight_task() >> planned
-    compact = spark_task_mapped(
-        "compact", JOB, planned,
-        # application_args is ["--namespace", <ns>, ...]: each mapped task is labelled by its namespace
-        map_index_template="{{ task.application_args[1] }}",
-    )
+    compact = spark_task_per_namespace("compact", JOB, planned)
     summary = summary_task(JOB)
     compact >> summary
     [compact, summary] >> verdict_task()

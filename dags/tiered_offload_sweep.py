@@ -30,9 +30,10 @@ from tiered_common import (
     QUICK_TASK,
     job_args,
     load_config,
+    planned_namespaces,
     preflight_task,
     schedule_from_env,
-    spark_task_mapped,
+    spark_task_per_namespace,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -58,24 +59,9 @@ with tiered_dag(
     @task(task_id="plan", **QUICK_TASK)
     def plan() -> list[list[str]]:
         """One job argument list per namespace to sweep (policies read from the metadata store now)."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from tieredcore.errors import TieredError
-        from tieredcore.lifecycle.work import policy_store
-        from tieredcore.names import NamespaceName
-        from tieredcore.workspace import Workspace
-
         ctx: Any = get_current_context()
         params = ctx["params"]
-        config = load_config(params)
-        try:
-            if params.get("namespaces"):
-                namespaces = sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
-            else:
-                with Workspace(config) as ws:
-                    namespaces = policy_store(ws).namespaces_with_offload()
-        except TieredError as e:
-            raise AirflowFailException(f"planning the sweep: {e}") from None
+        namespaces = planned_namespaces(params, load_config(params), "offload", "sweep")
         extra = ["--max-topics", str(params["max_topics"])] if params.get("max_topics") else []
         planned = [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
         print(f"sweep plan: {len(namespaces)} namespace(s) with offload enabled: {', '.join(namespaces) or '-'}")
@@ -83,11 +69,7 @@ with tiered_dag(
 
     planned = plan()
     preflight_task() >> planned
-    offload = spark_task_mapped(
-        "offload", JOB, planned,
-        # application_args is ["--namespace", <ns>, ...]: each mapped task is labelled by its namespace
-        map_index_template="{{ task.application_args[1] }}",
-    )
+    offload = spark_task_per_namespace("offload", JOB, planned)
     summary = summary_task(JOB)
     offload >> summary
     [offload, summary] >> verdict_task()

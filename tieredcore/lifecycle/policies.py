@@ -7,6 +7,7 @@ on the merged result at set time, so a bad combination is refused before anythin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -273,17 +274,14 @@ class PolicyStore:
 
     def namespaces_with_compaction(self) -> list[str]:
         """Namespaces whose effective policy enables compaction, or with a topic that enables it."""
-        namespaces = set(self.ml.list_namespaces()) | set(self.ml.list_policy_namespaces())
-        return sorted(ns for ns in namespaces if self.for_namespace(ns).compaction_enabled
-                      or any(self.for_topic(t).compaction_enabled for t in self.ml.list_topic_policy_topics(ns)))
+        return self._namespaces_where(lambda p: p.compaction_enabled)
 
     def namespaces_with_offload(self) -> list[str]:
         """Namespaces whose effective policy enables automatic offload, plus namespaces whose topics
         override it on (their topics are swept too)."""
-        namespaces = set(self.ml.list_namespaces()) | set(self.ml.list_policy_namespaces())
-        return sorted(ns for ns in namespaces if self._offload_enabled_in(ns))
+        return self._namespaces_where(lambda p: p.offload_enabled)
 
-    def _offload_enabled_in(self, ns: str) -> bool:
-        if self.for_namespace(ns).offload_enabled:
-            return True
-        return any(self.for_topic(t).offload_enabled for t in self.ml.list_topic_policy_topics(ns))
+    def _namespaces_where(self, enabled: Callable[[OffloadPolicy], bool]) -> list[str]:
+        namespaces = set(self.ml.list_namespaces()) | set(self.ml.list_policy_namespaces())
+        return sorted(ns for ns in namespaces if enabled(self.for_namespace(ns))
+                      or any(enabled(self.for_topic(t)) for t in self.ml.list_topic_policy_topics(ns)))

@@ -35,7 +35,8 @@ are the bytes read to check the ledger.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
 from tieredcore.lifecycle.policies import OffloadPolicy
@@ -113,26 +114,15 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     assert uuid is not None
     row.uuid, row.entries = uuid, li.entries
     off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
-    problem = None
-    try:
+
+    def open_copy():
         h = off.read_offloaded(lid, uuid, ExpectedLedger.of(li, t.managed_ledger_name))
         row.bytes = h.index_bytes
-        try:
-            if deep:
-                crcs = _hot_crcs(ws, lid)
-                rep = verify_offloaded(h, crcs)
-                row.bytes += rep.bytes_read
-                row.blocks = rep.blocks
-        finally:
-            h.close()
-    except BlobStoreError as e:  # the store failed: nothing can be said about the copy this time
-        row.outcome, row.error = "failed", f"could not check the offloaded copy: {e}"
-        return type(e).__name__
-    except (FormatError, NotFoundError) as e:
-        problem = f"{type(e).__name__}: {e}"
-    if problem is None:
-        row.outcome = OUTCOME_OK
-        return ""
+        return h
+
+    problem, failed = _check_copy(ws, lid, row, deep, open_copy, "the offloaded copy")
+    if failed or problem is None:
+        return failed
     if not ws.hot.exists(lid):
         row.outcome = OUTCOME_UNRECOVERABLE
         row.error = f"DATA LOSS: the offloaded copy {uuid} is damaged ({problem}) and there is no hot copy"
@@ -153,18 +143,15 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     return ""
 
 
-def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bool) -> str:
-    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
-    lid = li.ledgerId
-    uuids = copy_uuids(li)
-    row.uuid = ",".join(uuids)
-    problem = None
+def _check_copy(ws: Workspace, lid: int, row: LedgerResult, deep: bool, open_copy: Callable[[], Any],
+                what: str) -> tuple[str | None, str]:
+    """Open a ledger's object-store copy (``open_copy`` checks what opening it can) and, when ``deep``,
+    read it all back against the hot CRCs. Returns (what is wrong with it or None, the error type of a
+    store failure or ''): a store failure says nothing about the copy; the row is then marked failed,
+    an intact copy ok."""
     try:
-        h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
-        row.entries = h.last_add_confirmed + 1
+        h = open_copy()
         try:
-            h.open_all()  # every index: exists, parses, holds what the topic's metadata says
-            row.bytes = h.index_bytes
             if deep:
                 rep = verify_offloaded(h, _hot_crcs(ws, lid))
                 row.bytes += rep.bytes_read
@@ -172,13 +159,34 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
         finally:
             h.close()
     except BlobStoreError as e:
-        row.outcome, row.error = "failed", f"could not check the segments: {e}"
-        return type(e).__name__
+        row.outcome, row.error = "failed", f"could not check {what}: {e}"
+        return None, type(e).__name__
     except (FormatError, NotFoundError) as e:
-        problem = f"{type(e).__name__}: {e}"
-    if problem is None:
-        row.outcome = OUTCOME_OK
-        return ""
+        return f"{type(e).__name__}: {e}", ""
+    row.outcome = OUTCOME_OK
+    return None, ""
+
+
+def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bool) -> str:
+    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
+    lid = li.ledgerId
+    uuids = copy_uuids(li)
+    row.uuid = ",".join(uuids)
+
+    def open_copy():
+        h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
+        row.entries = h.last_add_confirmed + 1
+        try:
+            h.open_all()  # every index: exists, parses, holds what the topic's metadata says
+        except BaseException:
+            h.close()
+            raise
+        row.bytes = h.index_bytes
+        return h
+
+    problem, failed = _check_copy(ws, lid, row, deep, open_copy, "the segments")
+    if failed or problem is None:
+        return failed
     if not ws.hot.exists(lid):
         row.outcome = OUTCOME_UNRECOVERABLE
         row.error = f"DATA LOSS: the segments of ledger {lid} are damaged ({problem}) and there is no hot copy"

@@ -23,6 +23,7 @@ import os
 import shutil
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,8 +67,10 @@ class _Flight:
     future: Future = field(default_factory=Future)
 
 
-class ChunkCache:
+class ChunkCache(ABC):
     """The shared logic; subclasses store the bytes (memory or disk)."""
+
+    kind = ""
 
     def __init__(self, max_bytes: int, *, ttl_s: float = 600.0, prefetch: int = 0,
                  clock: Callable[[], float] = time.monotonic, prefetch_workers: int = 2) -> None:
@@ -90,14 +93,14 @@ class ChunkCache:
 
     # -- storage (subclasses) ------------------------------------------------------------------
 
-    def _store(self, key: ChunkKey, data: bytes) -> _Entry:
-        raise NotImplementedError
+    @abstractmethod
+    def _store(self, key: ChunkKey, data: bytes) -> _Entry: ...
 
-    def _load_entry(self, e: _Entry) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def _load_entry(self, e: _Entry) -> bytes: ...
 
-    def _drop(self, e: _Entry) -> None:
-        pass
+    def _drop(self, e: _Entry) -> None:  # noqa: B027 - only the disk cache has something to remove
+        return None
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -264,8 +267,6 @@ class ChunkCache:
             return {"kind": self.kind, "max_bytes": self.max_bytes, "bytes": self._bytes,
                     "entries": len(self._entries), "prefetch": self.prefetch, "ttl_s": self.ttl_s,
                     **self.stats.as_dict()}
-
-    kind = "memory"
 
 
 class MemoryChunkCache(ChunkCache):
