@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Iterator
-from urllib.parse import parse_qs
 
 import boto3
 import pytest
@@ -35,7 +34,7 @@ from tests.support.compaction import (
     pending,
     units_of,
 )
-from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy
+from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy, segment_write_request
 from tests.support.offload_harness import FaultyMetadataStore, raiser
 from tests.support.segments import (
     NS,
@@ -84,29 +83,6 @@ def s3_ws(tmp_path, moto_endpoint: str, env_clean) -> Iterator[tuple[Workspace, 
             yield ws, hot_snapshot(ws), proxy
 
 
-def request_of(method: str, target: str) -> tuple[str, str, int]:
-    """(operation, key path, part number) of an S3 request as the proxy sees it."""
-    path, _, query = target.partition("?")
-    q = parse_qs(query, keep_blank_values=True)
-    if method == "PUT" and "uploadId" in q and "partNumber" in q:
-        return "upload_part", path, int(q["partNumber"][0])
-    if method == "POST" and "uploadId" in q:
-        return "complete_multipart", path, 0
-    if method == "PUT" and "uploadId" not in q and "uploads" not in q:
-        return "put", path, 0
-    return method, path, 0
-
-
-def of_segment(op: str, uuid: str):
-    def match(method: str, target: str) -> bool:
-        call, path, part = request_of(method, target)
-        if op == "upload_part":
-            return call == op and path.endswith(f"/{uuid}") and part == 2
-        if op == "complete_multipart":
-            return call == op and path.endswith(f"/{uuid}")
-        return call == "put" and path.endswith(f"/{uuid}-index")
-
-    return match
 
 
 class First:
@@ -149,7 +125,7 @@ def rerun_and_check(ws: Workspace, before: Snapshot, batches: int) -> None:
 def test_a_store_failure_while_writing_the_new_segment(s3_ws, op):
     ws, before, proxy = s3_ws
     record_before = ws.ml.get_topic(TOPIC)[0].SerializeToString()
-    hook = First("assigned", lambda u: proxy.inject(of_segment(op, u), INTERNAL_ERROR))
+    hook = First("assigned", lambda u: proxy.inject(segment_write_request(op, u), INTERNAL_ERROR))
     # 8 KiB blocks in parts of at least 16 KiB: the segment takes several parts
     c = compactor(ws, min_object_size=MIN_SIZE, target_size=TARGET, on_step=hook, block_size=8 * KiB,
                   min_part_size=16 * KiB)

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Iterator
-from urllib.parse import parse_qs
 
 import boto3
 import pytest
 
-from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy
+from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy, segment_write_request
 from tests.support.offload_harness import FaultyMetadataStore, raiser
 from tests.support.segments import (
     DAY_MS,
@@ -107,37 +106,13 @@ class OnSegment:
 # -- the object store failing -------------------------------------------------------------------
 
 
-def s3_call(method: str, target: str) -> tuple[str, str, int]:
-    """(operation, key path, part number) of an S3 request as the proxy sees it."""
-    path, _, query = target.partition("?")
-    q = parse_qs(query, keep_blank_values=True)
-    if method == "PUT" and "uploadId" in q and "partNumber" in q:
-        return "upload_part", path, int(q["partNumber"][0])
-    if method == "POST" and "uploadId" in q:
-        return "complete_multipart", path, 0
-    if method == "PUT" and "uploadId" not in q and "uploads" not in q:
-        return "put", path, 0
-    return method, path, 0
-
-
-def failing(op: str, uuid: str):
-    """The proxy predicate for the request of segment ``uuid`` that must fail."""
-    def match(method: str, target: str) -> bool:
-        call, path, part = s3_call(method, target)
-        if op == "upload_part":
-            return call == "upload_part" and path.endswith(f"/{uuid}") and part == 2
-        if op == "complete_multipart":
-            return call == "complete_multipart" and path.endswith(f"/{uuid}")
-        return call == "put" and path.endswith(f"/{uuid}-index")
-
-    return match
 
 
 @pytest.mark.parametrize("op", ["upload_part", "complete_multipart", "put_index"])
 def test_store_failure_while_writing_a_segment(s3_ws, op):
     ws, proxy = s3_ws
     before = hot_snapshot(ws)
-    hook = OnSegment(2, "assigned", lambda u: proxy.inject(failing(op, u), INTERNAL_ERROR))
+    hook = OnSegment(2, "assigned", lambda u: proxy.inject(segment_write_request(op, u), INTERNAL_ERROR))
 
     res = offload_everything(streaming(ws, on_step=hook))
 

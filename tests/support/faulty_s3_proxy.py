@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 DELAY = "delay"
 RESET = "reset"
@@ -358,3 +358,30 @@ class FaultyS3Proxy:
                 return resp, f.read(), True  # no framing: the body ends when the server closes
             finally:
                 f.close()
+
+
+def s3_request(method: str, target: str) -> tuple[str, str, int]:
+    """(operation, key path, part number) of an S3 request as the proxy sees it."""
+    path, _, query = target.partition("?")
+    q = parse_qs(query, keep_blank_values=True)
+    if method == "PUT" and "uploadId" in q and "partNumber" in q:
+        return "upload_part", path, int(q["partNumber"][0])
+    if method == "POST" and "uploadId" in q:
+        return "complete_multipart", path, 0
+    if method == "PUT" and "uploadId" not in q and "uploads" not in q:
+        return "put", path, 0
+    return method, path, 0
+
+
+def segment_write_request(op: str, uuid: str):
+    """The proxy predicate for one request writing segment ``uuid``: ``upload_part`` (its part 2),
+    ``complete_multipart``, or (anything else) the PUT of its index."""
+    def match(method: str, target: str) -> bool:
+        call, path, part = s3_request(method, target)
+        if op == "upload_part":
+            return call == op and path.endswith(f"/{uuid}") and part == 2
+        if op == "complete_multipart":
+            return call == op and path.endswith(f"/{uuid}")
+        return call == "put" and path.endswith(f"/{uuid}-index")
+
+    return match
