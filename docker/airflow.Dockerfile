@@ -37,7 +37,7 @@ USER airflow
 RUN set -eux; \
     pip wheel --no-cache-dir --no-deps -w /tmp/wheels "pyspark==4.3.0"; \
     pip install --no-cache-dir --find-links /tmp/wheels -c /opt/tiered/src/constraints.txt \
-        "apache-airflow==3.3.2" "/opt/tiered/src[spark,airflow]"; \
+        "apache-airflow==3.3.2" "/opt/tiered/src[spark,airflow,azure,gcs]"; \
     pip install --no-cache-dir --force-reinstall --no-deps --no-index --find-links /tmp/wheels "pyspark==4.3.0"; \
     rm -rf /tmp/wheels /opt/tiered/src/build /opt/tiered/src/*.egg-info; \
     python -c "import pyspark, sys; v = pyspark.__version__; sys.exit(None if v == '4.3.0' else f'pyspark reports {v}, expected 4.3.0')"; \

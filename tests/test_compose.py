@@ -470,7 +470,7 @@ def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
     assert install, "the project is installed with its pinned constraints"
     cmds = [c.strip() for c in runs[install[0]].split(";")]
     main = next(k for k, c in enumerate(cmds) if "constraints.txt" in c and "pip install" in c)
-    assert f'"apache-airflow=={airflow_v}"' in cmds[main] and "[spark,airflow]" in cmds[main]
+    assert f'"apache-airflow=={airflow_v}"' in cmds[main] and "[spark,airflow,azure,gcs]" in cmds[main]
     fix = [k for k, c in enumerate(cmds) if "--force-reinstall" in c]
     assert fix and fix[0] > main, "docs/deploy.md: force-reinstall pyspark after the install that pulls pyspark-client"
     assert "--no-deps" in cmds[fix[0]] and f"pyspark=={pyspark_v}" in cmds[fix[0]]
