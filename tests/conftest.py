@@ -164,3 +164,24 @@ def make_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield make
     for ws in opened:
         ws.close()
+
+
+# --- ZooKeeper (Debian's zookeeper 3.8) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory):
+    """One real ZooKeeper server on a free loopback port for the session (tests/support/zk.py)."""
+    from tests.support.zk import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_url(zk_server) -> str:
+    """A metadata URL on that server whose whole tree (Pulsar's /managed-ledgers included) sits under a
+    chroot of its own, so tests never see each other's records."""
+    return zk_server.url(chroot=f"/test-{uuid.uuid4().hex[:12]}")

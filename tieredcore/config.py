@@ -4,6 +4,7 @@ Loaded from a TOML file (``tiered.toml``) and overridden by environment variable
 URL-like strings:
 
     metadata  sqlite:///abs/path/meta.db
+              zk://host:port[,host:port]/root[?chroot=/path]   (ZooKeeper, Pulsar's layout: docs/metadata.md)
     hot       file:///abs/path/hot
     store     file:///abs/path/cold            (filesystem object store)
               s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1
@@ -100,6 +101,7 @@ class Config:
         for name in ("metadata_url", "hot_url", "store_url"):
             if not getattr(self, name):
                 raise ValidationError(f"configuration: {name} is empty")
+        check_metadata_url(self.metadata_url)
         from tieredcore.stores.ownership import check_cluster_name
 
         check_cluster_name(self.cluster, "configuration: cluster")
@@ -257,10 +259,32 @@ def _file_path(url: str, what: str) -> Path:
     raise ValidationError(f"{what}: expected file:///path, got {url!r}")
 
 
+def check_metadata_url(url: str) -> None:
+    """ValidationError for a metadata URL that cannot name a store (nothing is opened)."""
+    u = urlparse(url)
+    if u.scheme == "sqlite":
+        if not unquote(u.path) or u.netloc:
+            raise ValidationError(f"metadata_url: expected sqlite:///absolute/path.db, got {url!r}")
+    elif u.scheme == "zk":
+        from tieredcore.stores.zk_meta import ZkLocation
+
+        ZkLocation.parse(url)
+    else:
+        raise ValidationError(
+            f"metadata_url: unsupported scheme {u.scheme!r} in {url!r} (supported: sqlite:///path, zk://host:port/root)"
+        )
+
+
 def open_metadata_store(url: str) -> MetadataStore:
     u = urlparse(url)
     if u.scheme == "sqlite":
         from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 
         return SqliteMetadataStore(unquote(u.path))
-    raise ValidationError(f"metadata_url: unsupported scheme {u.scheme!r} in {url!r} (supported: sqlite:///path)")
+    if u.scheme == "zk":
+        from tieredcore.stores.zk_meta import ZkMetadataStore
+
+        return ZkMetadataStore(url)
+    raise ValidationError(
+        f"metadata_url: unsupported scheme {u.scheme!r} in {url!r} (supported: sqlite:///path, zk://host:port/root)"
+    )

@@ -57,6 +57,8 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s = sub.add_parser("init", parents=parents, help="create a workspace with embedded defaults")
     s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
     s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
+    s.add_argument("--metadata-url", help="metadata store URL instead of the embedded SQLite file, e.g. "
+                                          "zk://127.0.0.1:2181/tiered-storage (ZooKeeper, Pulsar's layout)")
     s.add_argument("--cluster", help="cluster name written on every object (default standalone); workspaces "
                                      "sharing a store need different names")
     s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
         if args.cluster:
             overrides["cluster"] = args.cluster
+        if args.metadata_url:
+            overrides["metadata_url"] = args.metadata_url
         cfg = Config.for_workspace(root, **overrides)
     else:
         cfg = Config.load(cfg_path, env={})

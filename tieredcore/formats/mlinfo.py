@@ -28,7 +28,10 @@ MAGIC_MANAGED_INFO_METADATA = 0x4778
 _HEADER = struct.Struct(">hi")
 _MAGIC_BYTES = struct.pack(">h", MAGIC_MANAGED_INFO_METADATA)
 
-_SUPPORTED = ("NONE", "ZLIB", "ZSTD")
+_SUPPORTED = ("NONE", "ZLIB", "ZSTD", "LZ4", "SNAPPY")
+#: the most a byte of LZ4 block / raw Snappy input can expand to: a declared size beyond it is forged
+_LZ4_MAX_RATIO = 255
+_SNAPPY_MAX_RATIO = 64
 #: compressed records are inflated this much at a time, so memory follows the bytes really produced and
 #: never a size a forged header declares
 _INFLATE_STEP = 1 << 20
@@ -78,7 +81,32 @@ def _decompress(kind: str, payload: bytes, size: int) -> bytes:
             return b"".join(parts)
         except zstandard.ZstdError as e:
             raise FormatError(f"managed-ledger info: corrupt ZSTD payload: {e}") from None
-    raise FormatError(f"managed-ledger info: compression {kind} not supported")
+    if kind in ("LZ4", "SNAPPY"):
+        # Pulsar's codecs: LZ4 is a raw block (lz4-java's fast compressor, no frame), Snappy the raw
+        # format (snappy-java's Snappy.compress); cramjam implements both.
+        import cramjam
+
+        limit = (_LZ4_MAX_RATIO if kind == "LZ4" else _SNAPPY_MAX_RATIO) * len(payload) + 16
+        if size > limit:
+            raise FormatError(
+                f"managed-ledger info: corrupt {kind} payload: {size} bytes declared from {len(payload)} compressed"
+            )
+        try:
+            if kind == "LZ4":
+                out = bytes(cramjam.lz4.decompress_block(payload, output_len=size))
+            else:
+                declared = cramjam.snappy.decompress_raw_len(payload)
+                if declared != size:
+                    raise FormatError(
+                        f"managed-ledger info: corrupt SNAPPY payload: it declares {declared} bytes, metadata says {size}"
+                    )
+                out = bytes(cramjam.snappy.decompress_raw(payload))
+        except cramjam.DecompressionError as e:
+            raise FormatError(f"managed-ledger info: corrupt {kind} payload: {e}") from None
+        return out
+    raise FormatError(
+        f"managed-ledger info: compression {kind} not supported (supported: {', '.join(_SUPPORTED)})"
+    )
 
 
 def _utf8_checking_class() -> type:
@@ -167,8 +195,8 @@ def decode_managed_ledger_info(data: bytes | bytearray | memoryview) -> pb.Manag
 
 
 def encode_managed_ledger_info(info: pb.ManagedLedgerInfo, compression: str | None = None) -> bytes:
-    """Serialise ``info``: plain protobuf when ``compression`` is None or "NONE"; "ZLIB" / "ZSTD"
-    produce Pulsar's compressed framing. ValidationError for other values or an incomplete info."""
+    """Serialise ``info``: plain protobuf when ``compression`` is None or "NONE"; "ZLIB", "ZSTD",
+    "LZ4" and "SNAPPY" produce Pulsar's compressed framing. ValidationError for other values or an incomplete info."""
     try:
         raw = info.SerializeToString()
     except EncodeError as e:
@@ -182,6 +210,14 @@ def encode_managed_ledger_info(info: pb.ManagedLedgerInfo, compression: str | No
         import zstandard
 
         payload = zstandard.ZstdCompressor().compress(raw)
+    elif kind == "LZ4":
+        import cramjam
+
+        payload = bytes(cramjam.lz4.compress_block(raw, store_size=False))
+    elif kind == "SNAPPY":
+        import cramjam
+
+        payload = bytes(cramjam.snappy.compress_raw(raw))
     elif kind in _KNOWN:
         raise ValidationError(f"compression {kind} not supported (supported: {', '.join(_SUPPORTED)})")
     else:

@@ -172,6 +172,13 @@ def join_path(*components: str) -> str:
     return validate_path("/" + "/".join(components))
 
 
+def check_version(v: object, what: str = "expected_version") -> int:
+    """A record version given by a caller: an int >= 0 (bools refused), else ValidationError."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
+    return v
+
+
 def as_bytes(value: object, path: str) -> bytes:
     """Record values are bytes; bytearray / memoryview are copied."""
     if isinstance(value, bytes):

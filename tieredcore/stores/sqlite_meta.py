@@ -37,6 +37,7 @@ from tieredcore.stores.metadata import (
     PutOp,
     Versioned,
     as_bytes,
+    check_version,
     parent_path,
     validate_path,
 )
@@ -60,12 +61,6 @@ def _is_busy(e: sqlite3.Error) -> bool:
         return (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
     msg = str(e).lower()
     return "locked" in msg or "busy" in msg
-
-
-def _check_version(v: object, what: str = "expected_version") -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValidationError(f"{what} must be an int >= 0, got {v!r}")
-    return v
 
 
 class SqliteMetadataStore:
@@ -324,7 +319,7 @@ class SqliteMetadataStore:
     def put(self, path: str, value: Buffer, expected_version: int) -> int:
         validate_path(path)
         data = as_bytes(value, path)
-        expected = _check_version(expected_version)
+        expected = check_version(expected_version)
         return self._write(f"put {path}", lambda c, now: self._do_put(c, now, path, data, expected))
 
     def set(self, path: str, value: Buffer) -> int:
@@ -341,7 +336,7 @@ class SqliteMetadataStore:
 
     def delete(self, path: str, expected_version: int | None = None) -> None:
         validate_path(path)
-        expected = None if expected_version is None else _check_version(expected_version)
+        expected = None if expected_version is None else check_version(expected_version)
         self._write(f"delete {path}", lambda c, now: self._do_delete(c, path, expected))
 
     def children(self, path: str) -> list[str]:
@@ -381,14 +376,14 @@ class SqliteMetadataStore:
                 checked.append((op, as_bytes(op.value, validate_path(op.path)), None))
             elif isinstance(op, PutOp):
                 data = as_bytes(op.value, validate_path(op.path))
-                checked.append((op, data, _check_version(op.expected_version)))
+                checked.append((op, data, check_version(op.expected_version)))
             elif isinstance(op, DeleteOp):
                 validate_path(op.path)
                 v = op.expected_version
-                checked.append((op, None, None if v is None else _check_version(v)))
+                checked.append((op, None, None if v is None else check_version(v)))
             elif isinstance(op, CheckOp):
                 validate_path(op.path)
-                checked.append((op, None, _check_version(op.expected_version)))
+                checked.append((op, None, check_version(op.expected_version)))
             else:
                 raise ValidationError(f"unknown transaction op {op!r}")
         if not checked:
