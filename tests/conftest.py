@@ -185,3 +185,19 @@ def zk_url(zk_server) -> str:
     """A metadata URL on that server whose whole tree (Pulsar's /managed-ledgers included) sits under a
     chroot of its own, so tests never see each other's records."""
     return zk_server.url(chroot=f"/test-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["sqlite", "zk"])
+def any_meta(request, tmp_path):
+    """A metadata store of each kind (the embedded SQLite file, a real ZooKeeper): for suites whose
+    contract must hold on both. A second handle on the same store: pickle.loads(pickle.dumps(store))."""
+    if request.param == "zk":
+        from tieredcore.stores.zk_meta import ZkMetadataStore
+
+        store = ZkMetadataStore(request.getfixturevalue("zk_url"))
+    else:
+        from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+
+        store = SqliteMetadataStore(tmp_path / "meta.db")
+    yield store
+    store.close()

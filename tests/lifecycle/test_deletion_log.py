@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import uuid as uuidlib
 
@@ -21,17 +22,14 @@ from tieredcore.stores.deletion_log import (
     DeletionLog,
     DeletionRecord,
 )
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 
 TOPIC = "t/a/persistent/topic-0"
 DRIVER = {"name": "filesystem", "properties": {"root": "/nowhere"}}
 
 
 @pytest.fixture
-def meta(tmp_path):
-    store = SqliteMetadataStore(tmp_path / "meta.db")
-    yield store
-    store.close()
+def meta(any_meta):
+    return any_meta  # every test below runs on SQLite and on ZooKeeper
 
 
 @pytest.fixture
@@ -188,7 +186,7 @@ def test_stale_version_loses(dlog):
 def test_two_threads_acking_the_same_entry(tmp_path, meta):
     DeletionLog(meta).append([hot(ledger_id=i) for i in range(20)])
     entries = DeletionLog(meta).due(0)
-    stores = [SqliteMetadataStore(tmp_path / "meta.db") for _ in range(2)]  # two consumers
+    stores = [pickle.loads(pickle.dumps(meta)) for _ in range(2)]  # two consumers, own connections
     results: list[list[bool]] = [[], []]
     barrier = threading.Barrier(2)
 

@@ -8,17 +8,14 @@ from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.policies import S3_MIN_PART, OffloadPolicy, PolicyStore, StoreSpec
 from tieredcore.stores.location import check_bucket_name
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 
 MIB = 1024 * 1024
 
 
 @pytest.fixture
-def ml(tmp_path):
-    meta = SqliteMetadataStore(tmp_path / "meta.db")
-    yield ManagedLedgerStore(meta)
-    meta.close()
+def ml(any_meta):
+    return ManagedLedgerStore(any_meta)  # every policy test runs on SQLite and on ZooKeeper
 
 
 @pytest.fixture

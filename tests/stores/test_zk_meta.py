@@ -13,7 +13,11 @@ from tests.support.zk import expire_session
 from tests.support.zk_proxy import ZkCutProxy
 from tieredcore.config import Config, check_metadata_url
 from tieredcore.errors import MetadataStoreError, NodeExistsError, ValidationError, VersionConflictError
-from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info, encode_managed_ledger_info
+from tieredcore.formats.mlinfo import (
+    ManagedLedgerInfo,
+    decode_managed_ledger_info,
+    encode_managed_ledger_info,
+)
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.stores.metadata import CheckOp, CreateOp, DeleteOp, PutOp, Versioned
 from tieredcore.stores.zk_meta import MAX_RECORD_BYTES, ZkLocation, ZkMetadataStore

@@ -13,6 +13,7 @@ did **not** land).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -112,10 +113,8 @@ class _Conn:
     def _close(self) -> None:
         self.cut.set()
         for s in (self.client, self.server):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def _finish_cut(self, mode: str) -> None:
