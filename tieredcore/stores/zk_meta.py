@@ -58,6 +58,11 @@ from tieredcore.stores.metadata import (
 )
 
 log = logging.getLogger(__name__)
+#: kazoo reports every dropped connection and reconnect attempt as a warning; what matters (a write's
+#: outcome settled by re-reading, a connection not back in time) this module logs itself
+_kazoo_log = logging.getLogger("tieredcore.stores.zk_meta.kazoo")
+if _kazoo_log.level == logging.NOTSET:
+    _kazoo_log.setLevel(logging.ERROR)
 T = TypeVar("T")
 
 #: Pulsar's own top-level znodes: our root must be none of them (nor under them)
@@ -198,7 +203,7 @@ class ZkMetadataStore:
                 timeout=loc.session_timeout_s,
                 # reconnect forever in the background; our operations bound their own waiting
                 connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
-                logger=logging.getLogger("kazoo.client"),
+                logger=_kazoo_log,
             )
             try:
                 zk.start(timeout=min(loc.timeout_s, 15.0))
