@@ -324,10 +324,16 @@ def combine_totals(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def preflight_task():
     @task(task_id="preflight", **QUICK_TASK)
     def preflight() -> str:
-        """Fails fast with a clear message when the configuration does not load or the configured
-        object store is unreachable (before any Spark job starts)."""
+        """Fails fast with a clear message when the configuration does not load, or the configured
+        metadata store (SQLite file, ZooKeeper) or object store is unreachable (before any Spark job)."""
         ctx = get_current_context()
         config = load_config(ctx["params"])
+        meta = config.open_metadata()  # MetadataStoreError names the URL and why (e.g. ZooKeeper down)
+        try:
+            meta.children("/")
+        finally:
+            meta.close()
+        print(f"preflight: metadata store {config.metadata_url}: reachable")
         result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()
         print(f"preflight: {config.store_url}: {result}")
         return result

@@ -232,3 +232,24 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
     assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
     assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
     assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+
+
+def test_preflight_fails_fast_on_unreachable_zookeeper(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    from tieredcore.config import Config
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
+    set_policy(cfg, "public/default", offload_threshold_bytes=0)
+    cfg.write_text(replace(Config.load(cfg, env={}), metadata_url=f"zk://127.0.0.1:{port}/tiered?timeout=1s").to_toml())
+
+    dr, states = run_dag("tiered_offload_sweep", SWEEP_AT + dt.timedelta(days=3), {"config": str(cfg)})
+    assert dr.state == DagRunState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED
+    assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
+    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
