@@ -293,8 +293,11 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_deletion_lag_cleanup_job(tmp_path):
-    cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=3, ledgers=4)
+@pytest.mark.parametrize("metadata", ["sqlite", "zk"])
+def test_deletion_lag_cleanup_job(tmp_path, metadata, request):
+    """Also on ZooKeeper metadata: the executors open their own sessions from the pickled store."""
+    overrides = {"metadata_url": request.getfixturevalue("zk_url")} if metadata == "zk" else None
+    cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=3, ledgers=4, config_overrides=overrides)
     with Workspace(Config.load(cfg_path, env={})) as ws:
         policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": HOUR})
         topics = [t.full for t in ws.ml.list_topics("t/a")]
