@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 from pathlib import Path
 
 import pytest
 
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config, open_metadata_store
-from tieredcore.errors import ValidationError
+from tieredcore.errors import MetadataStoreError, ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
 from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.stores.location import open_blob_store
@@ -322,8 +323,21 @@ def test_open_metadata_store(tmp_path: Path) -> None:
     finally:
         store.close()
     assert (tmp_path / "m.db").is_file()
-    with pytest.raises(ValidationError, match="metadata_url.*unsupported scheme 'zk'"):
-        open_metadata_store("zk://localhost:2181")
+    with pytest.raises(ValidationError, match="metadata_url.*unsupported scheme 'etcd'"):
+        open_metadata_store("etcd://localhost:2379")
+
+
+def test_open_metadata_store_names_an_unreachable_zookeeper() -> None:
+    # a port nobody listens on: the first operation fails within the URL's timeout, naming the server
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(MetadataStoreError, match=rf"cannot connect to ZooKeeper at 127.0.0.1:{port}"):
+        store = open_metadata_store(f"zk://127.0.0.1:{port}/t?timeout=1s")
+        try:
+            store.get("/")
+        finally:
+            store.close()
 
 
 def test_open_hot_rejects_non_file_urls(tmp_path: Path) -> None:
