@@ -71,9 +71,11 @@ def session(app_name: str, config: Config):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    from pyspark import SparkConf
-
-    if not SparkConf().contains("spark.master"):  # run outside spark-submit (tests, notebooks)
+    # Under spark-submit the JVM starts first and hands this process its gateway port; the submitted
+    # --master (the DAG's spark_default connection) then decides where the work runs. SparkConf() cannot
+    # tell: before the gateway exists it sees no spark.* properties, so asking it would override a
+    # submitted spark://… master with the configuration's local[*].
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # plain python (tests, notebooks): our configuration decides
         builder = builder.master(config.spark_master).config("spark.ui.enabled", "false")
     return builder.getOrCreate()
 
