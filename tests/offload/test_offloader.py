@@ -433,3 +433,27 @@ def test_object_key_grammar_round_trips_ledger_and_segment_keys():
         assert (parse_ledger_key(key, "p/") is not None) == (lid is not None)
     assert parse_key(f"p/{u}\n", "p/") is None and parse_key(f"q/{u}", "p/") is None
     assert parse_key(f"p/{u.upper()}", "p/") is None  # uuids are lowercase
+
+
+@pytest.mark.parametrize("bad_block", [0, 2])
+def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_store, tmp_path: Path,
+                                                                      bad_block: int) -> None:
+    """A local store copies a block's frames in the kernel while they are CRC-checked alongside; a bad
+    frame in any block (the first, a later one) fails the offload and leaves no object or upload."""
+    hot = LocalLedgerStore(tmp_path / "hot")
+    payloads = [payload(i, 900) for i in range(40)]
+    h = sealed_ledger(hot, payloads)
+    entry = bad_block * 4 + 1  # 4 entries of 900 B per 4 KiB block
+    off_in_log = h.frame_offset(entry) + 20
+    h.close()
+    with open(tmp_path / "hot" / f"{h.ledger_id}.log", "r+b") as f:
+        f.seek(off_in_log)
+        b = f.read(1)
+        f.seek(off_in_log)
+        f.write(bytes([b[0] ^ 0x5A]))
+    h = hot.open_ledger(h.ledger_id)
+    off = LedgerOffloader(blob_store, max_block_size=4096, offset_cache=OffsetCache())
+    with pytest.raises(Exception, match=rf"(?i)crc.*entry {entry}|entry {entry}.*crc"):
+        off.offload(h, UUID)
+    h.close()
+    assert_nothing_written(blob_store)

@@ -159,28 +159,42 @@ class LedgerOffloader:
             parts = []
             done = 0
             # One block of read-ahead: the next block is read (and CRC-checked) from the hot tier while
-            # the current one uploads. Memory stays at about two blocks whatever the ledger size.
-            # One block of read-ahead: the next block is read (and CRC-checked) from the hot tier while
             # the current one uploads, into two buffers taken from a small pool and reused block after
             # block: memory stays at about two blocks whatever the ledger size, and no block pays for
             # freshly faulted-in memory.
-            bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(min(2, len(plans)))]
+            zero_copy = frames is not None and self.store.copies_file_slices
+            nbufs = 1 if zero_copy else min(2, len(plans))
+            bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(nbufs)]
             try:
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
-                    zero_copy = self.store.copies_file_slices
-                    # block bytes are fed to the chunk checksums inside the (single) worker, in block order
-                    pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], zero_copy, crcs)
-                    for i, plan in enumerate(plans):
-                        block = pending.result()
-                        if i + 1 < len(plans):
-                            pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1], bufs[(i + 1) % 2],
-                                                  zero_copy, crcs)
-                        parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
-                        done += plan.block_size
-                        if isinstance(block, memoryview):
-                            block.release()
-                        if progress is not None:
-                            progress(done, total)
+                    if zero_copy:
+                        # the kernel copies a block's frames from the hot-tier file while the worker reads
+                        # and CRC-checks the same frames: a block costs max(copy, check), not their sum.
+                        # Every check passes before the upload completes, so a bad frame never commits.
+                        for i, plan in enumerate(plans):
+                            check = pool.submit(_block_bytes, ledger, frames, plan, bufs[0], True, crcs)
+                            try:
+                                parts.append(self.store.upload_part(dkey, upload_id, i + 1,
+                                                                    _block_pieces(frames, plan)))
+                            finally:
+                                check.result()  # its CRC error outranks the upload's error
+                            done += plan.block_size
+                            if progress is not None:
+                                progress(done, total)
+                    else:
+                        # block bytes are fed to the chunk checksums inside the (single) worker, in block order
+                        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], False, crcs)
+                        for i, plan in enumerate(plans):
+                            block = pending.result()
+                            if i + 1 < len(plans):
+                                pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1],
+                                                      bufs[(i + 1) % 2], False, crcs)
+                            parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
+                            done += plan.block_size
+                            if isinstance(block, memoryview):
+                                block.release()
+                            if progress is not None:
+                                progress(done, total)
             finally:
                 for b in bufs:
                     self._pool.give(b)
@@ -357,18 +371,30 @@ def _block_bytes(
     header = block_header(plan.first_entry, plan.block_size)
     pad = padding(plan.block_size - hl - plan.frames_length)
     if zero_copy:
-        # a local store copies the (just verified, immutable) frames from the hot-tier file in the
-        # kernel: on the machines measured, user-space writes into new files ran at a fifth of
-        # copy_file_range's speed
+        # only checked (and checksummed): the caller uploads the same frames as a kernel copy
         if crcs is not None:
             for piece in (header, body, pad):
                 crcs.update(piece)
-        return [header, frames.frames_slice(plan.first_entry, plan.last_entry), pad]
+        body.release()
+        mv.release()
+        return []
     mv[:hl] = header
     mv[hl + plan.frames_length :] = pad
     if crcs is not None:
         crcs.update(mv)
     return mv
+
+
+def _block_pieces(frames: FrameSource, plan: BlockPlan) -> list:
+    """A block as pieces for a store that copies file slices: header, the frames as a slice of the
+    (immutable) hot-tier file copied by the kernel, padding. On the machines measured, user-space writes
+    into new files ran at a fifth of copy_file_range's speed."""
+    hl = C.BLOCK_HEADER_LENGTH
+    return [
+        block_header(plan.first_entry, plan.block_size),
+        frames.frames_slice(plan.first_entry, plan.last_entry),
+        padding(plan.block_size - hl - plan.frames_length),
+    ]
 
 
 def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:
