@@ -142,6 +142,8 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_CHUNK_CACHE_SIZE": "1048576",
         "TIERED_CHUNK_CACHE_PREFETCH": "0",
         "TIERED_CHUNK_CACHE_TTL_MS": "5000",
+        "TIERED_UPLOAD_CONCURRENCY": "8",
+        "TIERED_UPLOAD_PART_SIZE": str(16 * MIB),
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
@@ -151,7 +153,8 @@ def test_env_overrides(tmp_path: Path) -> None:
                          spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
                          checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2,
                          lease_ttl_ms=60000, key_ring="/keys/ring", chunk_cache="disk:/var/cache/tiered",
-                         chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000)
+                         chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000,
+                         upload_concurrency=8, upload_part_size=16 * MIB)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096
@@ -164,6 +167,10 @@ def test_env_bad_integer(tmp_path: Path) -> None:
         Config.load(p, env={"TIERED_READ_BUFFER": "lots"})
     with pytest.raises(ValidationError, match="5 MiB"):
         Config.load(p, env={"TIERED_STORE_URL": "s3://bkt/p", "TIERED_MAX_BLOCK_SIZE": "1024"})
+    with pytest.raises(ValidationError, match="upload_concurrency must be 1..64, got 0"):
+        Config.load(p, env={"TIERED_UPLOAD_CONCURRENCY": "0"})
+    with pytest.raises(ValidationError, match="upload_part_size 1048576 is below S3's 5 MiB"):
+        Config.load(p, env={"TIERED_UPLOAD_PART_SIZE": str(MIB)})
 
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:

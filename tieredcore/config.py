@@ -29,6 +29,9 @@ from tieredcore.formats.constants import (
     DEFAULT_CHECKSUM_CHUNK,
     DEFAULT_MAX_BLOCK_SIZE,
     DEFAULT_READ_BUFFER_SIZE,
+    DEFAULT_UPLOAD_CONCURRENCY,
+    DEFAULT_UPLOAD_PART_SIZE,
+    MIN_UPLOAD_PART_SIZE,
 )
 from tieredcore.stores.location import StoreLocation, parse_store_url
 
@@ -59,6 +62,8 @@ ENV_OVERRIDES = {
     "TIERED_CHUNK_CACHE_SIZE": "chunk_cache_size",
     "TIERED_CHUNK_CACHE_PREFETCH": "chunk_cache_prefetch",
     "TIERED_CHUNK_CACHE_TTL_MS": "chunk_cache_ttl_ms",
+    "TIERED_UPLOAD_CONCURRENCY": "upload_concurrency",
+    "TIERED_UPLOAD_PART_SIZE": "upload_part_size",
 }
 
 
@@ -96,6 +101,10 @@ class Config:
     chunk_cache_size: int = 256 * 1024 * 1024
     chunk_cache_prefetch: int = 8 * 1024 * 1024
     chunk_cache_ttl_ms: int = 10 * 60 * 1000
+    # offloads to a remote store (S3) cut blocks into parts of about upload_part_size bytes and send
+    # upload_concurrency of them at once (1: one part per block, one at a time)
+    upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY
+    upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -112,6 +121,12 @@ class Config:
             )
         if self.read_buffer <= 0:
             raise ValidationError("configuration: read_buffer must be positive")
+        if not 1 <= self.upload_concurrency <= 64:
+            raise ValidationError(f"configuration: upload_concurrency must be 1..64, got {self.upload_concurrency}")
+        if self.upload_part_size < MIN_UPLOAD_PART_SIZE:
+            raise ValidationError(
+                f"configuration: upload_part_size {self.upload_part_size} is below S3's 5 MiB minimum part size"
+            )
         if self.checkpoint_interval < 0:
             raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
         if self.store_failure_limit < 0:

@@ -553,6 +553,7 @@ class FilesystemBlobStore:
     # --- multipart (the upload directories are fs_multipart's) ---------------------------------
 
     copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
+    concurrent_parts = False  # parts append to one data file under the upload's lock
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
         validate_key(key)

@@ -307,6 +307,7 @@ class S3BlobStore:
         return resp["UploadId"]
 
     copies_file_slices = False  # pieces are joined into one request body
+    concurrent_parts = True  # boto3 clients are thread-safe; parts may be uploaded in any order
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
