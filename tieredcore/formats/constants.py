@@ -101,3 +101,6 @@ CUSTOM_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
 DEFAULT_UPLOAD_PART_SIZE = 8 * 1024 * 1024
 DEFAULT_UPLOAD_CONCURRENCY = 4
 MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
+# a sequential reader of an offloaded object fetches windows of at least this many bytes (one GET per
+# window, the next window read ahead): boto3's download_file uses 8 MiB ranges too
+DEFAULT_STREAM_WINDOW = 8 * 1024 * 1024

@@ -554,6 +554,7 @@ class FilesystemBlobStore:
 
     copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
     concurrent_parts = False  # parts append to one data file under the upload's lock
+    reads_ahead = False
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
         validate_key(key)

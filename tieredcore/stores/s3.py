@@ -308,6 +308,7 @@ class S3BlobStore:
 
     copies_file_slices = False  # pieces are joined into one request body
     concurrent_parts = True  # boto3 clients are thread-safe; parts may be uploaded in any order
+    reads_ahead = False
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
