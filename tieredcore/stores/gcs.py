@@ -13,9 +13,10 @@
   Keys equal to start_after and the reserved area are filtered out client-side.
 - Deletion: one request per key (a few in parallel); a missing key is fine.
 
-Credentials come from the environment: ``STORAGE_EMULATOR_HOST`` (an emulator; anonymous access),
-``GOOGLE_APPLICATION_CREDENTIALS`` or any other Application Default Credentials, and the project from
-``GOOGLE_CLOUD_PROJECT``. An ``endpoint=`` in the store URL wins over ``STORAGE_EMULATOR_HOST``.
+Credentials come from the environment: ``TIERED_GCS_KEYFILE_JSON`` (a service-account key itself, as the
+Airflow plugin hands over a connection's ``keyfile_dict``), ``GOOGLE_APPLICATION_CREDENTIALS`` or any other
+Application Default Credentials, ``STORAGE_EMULATOR_HOST`` for an emulator (anonymous unless a key is
+given); the project from ``GOOGLE_CLOUD_PROJECT`` (or the key). An ``endpoint=`` in the store URL wins over ``STORAGE_EMULATOR_HOST``.
 Requests use connect/read timeouts; failed idempotent requests are retried (google-api-core's policy) for
 at most ``max_attempts`` x (connect + read timeout) seconds, and not at all with ``max_attempts=1``.
 """
@@ -73,6 +74,7 @@ DRIVER_GCS = "google-cloud-storage"  # Pulsar's (jclouds') name for the GCS prov
 ENV_EMULATOR = "STORAGE_EMULATOR_HOST"
 ENV_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
 ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
+ENV_KEYFILE_JSON = "TIERED_GCS_KEYFILE_JSON"  # a service-account key itself (the Airflow connection's keyfile_dict)
 PARTS_PREFIX = INTERNAL_PREFIX + "parts/"
 COMPOSE_MAX = 32  # sources per compose request
 DELETE_THREADS = 8
@@ -82,25 +84,33 @@ _CONTENT_TYPE = "application/octet-stream"
 def gcs_client(endpoint: str | None, env: Mapping[str, str] | None = None) -> storage.Client:
     """A storage.Client with credentials from the environment (module docstring); ValidationError says
     what to set when there are none."""
+    import google.auth
+
     env = os.environ if env is None else env
     project = env.get(ENV_PROJECT) or env.get("GCLOUD_PROJECT") or None
     api_endpoint = endpoint or env.get(ENV_EMULATOR)
     try:
+        creds: Any = None
+        if env.get(ENV_KEYFILE_JSON):
+            try:
+                info = json.loads(env[ENV_KEYFILE_JSON])
+            except ValueError:
+                raise ValidationError(f"{ENV_KEYFILE_JSON} is not a JSON service-account key") from None
+            creds, file_project = google.auth.load_credentials_from_dict(info)
+            project = project or file_project
+        elif env.get(ENV_CREDENTIALS):
+            creds, file_project = google.auth.load_credentials_from_file(env[ENV_CREDENTIALS])
+            project = project or file_project
         if api_endpoint:
             if not api_endpoint.startswith(("http://", "https://")):
                 api_endpoint = "http://" + api_endpoint  # STORAGE_EMULATOR_HOST may be host:port
-            if env.get(ENV_CREDENTIALS):
-                import google.auth
-
-                creds, file_project = google.auth.load_credentials_from_file(env[ENV_CREDENTIALS])
-                project = project or file_project
-            else:
+            if creds is None:  # an emulator: anonymous
                 from google.auth.credentials import AnonymousCredentials
 
                 creds = AnonymousCredentials()
             return storage.Client(project=project or "tiered-storage", credentials=creds,
                                   client_options={"api_endpoint": api_endpoint})
-        return storage.Client(project=project)
+        return storage.Client(project=project, credentials=creds)
     except (DefaultCredentialsError, GoogleAuthError) as e:
         raise ValidationError(
             f"gs:// store: no usable Google credentials ({e}): set {ENV_CREDENTIALS} to a service-account key "

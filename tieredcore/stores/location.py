@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -243,7 +244,9 @@ class StoreLocation:
     def label(self) -> str:
         return f"{self.driver}:{self.root or self.bucket}/{self.prefix}"
 
-    def open(self, fsync: bool = True) -> BlobStore:
+    def open(self, fsync: bool = True, env: Mapping[str, str] | None = None) -> BlobStore:
+        """The store (no I/O for file:// and s3://). ``env``: where azure:// and gs:// stores find their
+        credentials (default os.environ)."""
         if self.scheme == "file":
             from tieredcore.stores.fs import FilesystemBlobStore
 
@@ -252,12 +255,12 @@ class StoreLocation:
             from tieredcore.stores.azure import AzureBlobStore
 
             return AzureBlobStore(self.bucket, endpoint=self.endpoint, max_attempts=self.max_attempts,
-                                  connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+                                  connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, env=env)
         if self.scheme == "gs":
             from tieredcore.stores.gcs import GcsBlobStore
 
             return GcsBlobStore(self.bucket, endpoint=self.endpoint, max_attempts=self.max_attempts,
-                                connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+                                connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, env=env)
         from tieredcore.stores.s3 import S3BlobStore
 
         return S3BlobStore(self.bucket, endpoint_url=self.endpoint, region=self.region,
