@@ -20,9 +20,9 @@ from tieredcore.stores.blob import BlobStore, CompletedPart, iter_objects
 # what gcp-storage-emulator does not implement (tests/support/object_stores.py)
 GCS_EMULATOR_LIMITS = {
     "generation": "gcp-storage-emulator ignores generation preconditions (ifGenerationMatch=0), so it cannot "
-                  "refuse a conditional create",
+                  "refuse a conditional create (the request is checked in test_cloud_stores.py)",
     "paging": "gcp-storage-emulator ignores list paging (maxResults/pageToken) and startOffset: every listing "
-              "is one page",
+              "is one page (the requests are checked in test_cloud_stores.py)",
 }
 
 
