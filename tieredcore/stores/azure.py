@@ -264,9 +264,10 @@ class AzureBlobStore:
                         continue
                     out.append(ObjectInfo(key=b.name, size=int(b.size), last_modified=b.last_modified.timestamp()))
                     if len(out) == page_size:
-                        more = i + 1 < len(items) or bool(pages.continuation_token)
-                        # resume within the service page this one came from, after the last key returned
-                        return ListPage(out, self._encode_token(marker, b.name) if more else None)
+                        if i + 1 < len(items):  # resume within this service page, after the last key returned
+                            return ListPage(out, self._encode_token(marker, b.name))
+                        nxt = pages.continuation_token  # this service page is done: resume at the next one
+                        return ListPage(out, self._encode_token(nxt, b.name) if nxt else None)
                 marker = pages.continuation_token
                 if not marker:
                     break
