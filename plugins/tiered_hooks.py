@@ -56,8 +56,9 @@ def azure_environment(wasb_conn_id: str | None = WASB_CONN_ID) -> dict[str, str]
     """Environment for an azure:// store from the Azure Blob Storage connection (conn type ``wasb``):
     the extra ``connection_string`` -> ``AZURE_STORAGE_CONNECTION_STRING``; else the login (account name)
     and password (account key; or the extra ``shared_access_key``) -> ``AZURE_STORAGE_ACCOUNT`` and
-    ``AZURE_STORAGE_KEY``, and the host when it is an http(s) URL (the account's blob endpoint, Azurite's
-    ``http://host:port/devstoreaccount1``) -> ``AZURE_STORAGE_BLOB_ENDPOINT``. No connection -> {}."""
+    ``AZURE_STORAGE_KEY``, the extra ``sas_token`` -> ``AZURE_STORAGE_SAS_TOKEN``, and the host when it is an
+    http(s) URL (the account's blob endpoint, Azurite's ``http://host:port/devstoreaccount1``) ->
+    ``AZURE_STORAGE_BLOB_ENDPOINT``. No connection -> {}."""
     conn = _connection(wasb_conn_id)
     if conn is None:
         return {}
@@ -72,6 +73,10 @@ def azure_environment(wasb_conn_id: str | None = WASB_CONN_ID) -> dict[str, str]
     if key:
         _masked(key)
         env["AZURE_STORAGE_KEY"] = key
+    sas = _extra(conn, "sas_token", "wasb")
+    if sas:
+        _masked(sas)
+        env["AZURE_STORAGE_SAS_TOKEN"] = sas
     host = conn.host or ""
     if host.startswith(("http://", "https://")):
         env["AZURE_STORAGE_BLOB_ENDPOINT"] = host.rstrip("/")

@@ -46,6 +46,10 @@ def test_wasb_connection_becomes_the_azure_environment(monkeypatch: pytest.Monke
     _set_conn(monkeypatch, "wasb_default", {"conn_type": "wasb", "login": "acct1", "host": "acct1",
                                             "extra": {"extra__wasb__shared_access_key": SECRET}})
     assert azure_environment("wasb_default") == {"AZURE_STORAGE_ACCOUNT": "acct1", "AZURE_STORAGE_KEY": SECRET}
+    _set_conn(monkeypatch, "wasb_default", {"conn_type": "wasb", "login": "acct1",
+                                            "extra": {"sas_token": "sv=2025-01-05&sig=abc"}})
+    assert azure_environment("wasb_default") == {"AZURE_STORAGE_ACCOUNT": "acct1",
+                                                 "AZURE_STORAGE_SAS_TOKEN": "sv=2025-01-05&sig=abc"}
     # a connection string wins over everything else
     conn_string = f"DefaultEndpointsProtocol=https;AccountName=acct2;AccountKey={SECRET}"
     _set_conn(monkeypatch, "wasb_default", {"conn_type": "wasb", "login": "acct1", "password": "other",

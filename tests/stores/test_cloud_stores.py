@@ -118,3 +118,31 @@ def test_gcs_requests_carry_the_preconditions_and_paging_the_emulator_ignores(gc
         assert [o.key for o in store.list("p/", token, page_size=2).objects] == ["p/k2", "p/k3"]
         listing = [t for m, t, _ in proxy.events if m == "GET" and "/o?" in t][-1]
         assert "pageToken=opaque-token" in listing and "startOffset=p%2Fk1" in listing  # the same start
+
+
+def test_azure_with_a_shared_access_signature(azurite, azure_store) -> None:
+    """AZURE_STORAGE_ACCOUNT + AZURE_STORAGE_SAS_TOKEN (no account key in the job's environment)."""
+    import datetime as dt
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from tests.support.object_stores import AZURITE_ACCOUNT, AZURITE_KEY
+    from tieredcore.errors import BlobStoreError
+    from tieredcore.stores.azure import AzureBlobStore
+
+    def sas(**perms: bool) -> str:
+        return generate_container_sas(AZURITE_ACCOUNT, azure_store.container, account_key=AZURITE_KEY,
+                                      permission=ContainerSasPermissions(**perms),
+                                      expiry=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+
+    env = {"AZURE_STORAGE_ACCOUNT": AZURITE_ACCOUNT, "AZURE_STORAGE_BLOB_ENDPOINT": azurite.endpoint,
+           "AZURE_STORAGE_SAS_TOKEN": "?" + sas(read=True, write=True, delete=True, list=True, add=True, create=True)}
+    store = AzureBlobStore(azure_store.container, env=env)
+    up = store.initiate_multipart("mp", {"role": "data"})
+    store.complete_multipart("mp", up, [store.upload_part("mp", up, 1, b"abc"), store.upload_part("mp", up, 2, b"d")])
+    assert store.get("mp") == b"abcd" and [o.key for o in store.list().objects] == ["mp"]
+    store.delete(["mp"])
+    assert store.list().objects == []
+    read_only = AzureBlobStore(azure_store.container, env={**env, "AZURE_STORAGE_SAS_TOKEN": sas(read=True, list=True)})
+    with pytest.raises(BlobStoreError, match=rf"azure://{azure_store.container}/k: put failed: .*403"):
+        read_only.put("k", b"x")

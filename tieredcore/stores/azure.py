@@ -20,7 +20,9 @@
 
 Credentials come from the environment, never from URLs or command lines:
 ``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT`` with ``AZURE_STORAGE_KEY`` (Pulsar's name
-``AZURE_STORAGE_ACCESS_KEY`` is read too) and optionally ``AZURE_STORAGE_BLOB_ENDPOINT``. An ``endpoint=``
+``AZURE_STORAGE_ACCESS_KEY`` is read too) or with a shared access signature ``AZURE_STORAGE_SAS_TOKEN``
+(it must allow read, write, delete and list on the container), and optionally
+``AZURE_STORAGE_BLOB_ENDPOINT``. An ``endpoint=``
 in the store URL (Azurite: ``http://127.0.0.1:10000/devstoreaccount1``) wins over both.
 """
 
@@ -78,6 +80,7 @@ ENV_ACCOUNT = "AZURE_STORAGE_ACCOUNT"
 ENV_KEY = "AZURE_STORAGE_KEY"
 ENV_KEY_PULSAR = "AZURE_STORAGE_ACCESS_KEY"
 ENV_ENDPOINT = "AZURE_STORAGE_BLOB_ENDPOINT"
+ENV_SAS = "AZURE_STORAGE_SAS_TOKEN"
 DELETE_BATCH = 256  # blob batch limit
 MAX_PAGE = 5000  # List Blobs maxresults limit
 
@@ -135,13 +138,15 @@ def service_client(endpoint: str | None, env: Mapping[str, str] | None = None, *
         return svc
     account = env.get(ENV_ACCOUNT)
     key = env.get(ENV_KEY) or env.get(ENV_KEY_PULSAR)
-    if not account or not key:
+    sas = env.get(ENV_SAS)
+    if not account or not (key or sas):
         raise ValidationError(
-            f"azure:// store: no credentials: set {ENV_CONNECTION_STRING}, or {ENV_ACCOUNT} and {ENV_KEY} "
-            f"(optionally {ENV_ENDPOINT}) in the environment"
+            f"azure:// store: no credentials: set {ENV_CONNECTION_STRING}, or {ENV_ACCOUNT} and {ENV_KEY} (or "
+            f"{ENV_SAS}; optionally {ENV_ENDPOINT}) in the environment"
         )
     url = endpoint or env.get(ENV_ENDPOINT) or f"https://{account}.blob.core.windows.net"
-    return BlobServiceClient(account_url=url, credential={"account_name": account, "account_key": key}, **kwargs)
+    credential: Any = {"account_name": account, "account_key": key} if key else sas.lstrip("?")
+    return BlobServiceClient(account_url=url, credential=credential, **kwargs)
 
 
 class AzureBlobStore:
