@@ -174,3 +174,41 @@ def test_gcs_opens_with_the_emulator_host_or_fails_naming_the_variables(
     store, _ = open_blob_store("gs://bkt/p?endpoint=http://127.0.0.1:9999")
     assert store.client.api_endpoint == "http://127.0.0.1:9999"
     assert store.driver_properties()["serviceEndpoint"] == "http://127.0.0.1:9999"
+
+
+def test_gcs_takes_a_service_account_key_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """TIERED_GCS_KEYFILE_JSON (the key itself, as the Airflow connection's keyfile_dict arrives) or
+    GOOGLE_APPLICATION_CREDENTIALS (a key file): service-account credentials, the key's project. No token
+    is fetched before the first request."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.oauth2 import service_account
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key = {"type": "service_account", "project_id": "proj-from-key", "private_key_id": "1", "private_key": pem,
+           "client_email": "tiered@proj-from-key.iam.gserviceaccount.com", "client_id": "1",
+           "token_uri": "https://oauth2.googleapis.com/token"}
+    for var in GCS_ENV:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TIERED_GCS_KEYFILE_JSON", json.dumps(key))
+    store, _ = open_blob_store("gs://bkt/p")
+    assert isinstance(store.client._credentials, service_account.Credentials)
+    assert store.client.project == "proj-from-key"
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj-env")  # the environment's project wins
+    assert open_blob_store("gs://bkt/p")[0].client.project == "proj-env"
+    monkeypatch.delenv("TIERED_GCS_KEYFILE_JSON")
+    (tmp_path / "key.json").write_text(json.dumps(key))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "key.json"))
+    assert isinstance(open_blob_store("gs://bkt/p")[0].client._credentials, service_account.Credentials)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(ValidationError, match="GOOGLE_APPLICATION_CREDENTIALS=.*missing.json': cannot read the key"):
+        open_blob_store("gs://bkt/p")
+    monkeypatch.setenv("TIERED_GCS_KEYFILE_JSON", json.dumps({**key, "private_key": "not a key"}))
+    with pytest.raises(ValidationError, match="TIERED_GCS_KEYFILE_JSON: not a usable service-account key"):
+        open_blob_store("gs://bkt/p")
+    monkeypatch.setenv("TIERED_GCS_KEYFILE_JSON", "{not json")
+    with pytest.raises(ValidationError, match="TIERED_GCS_KEYFILE_JSON is not a JSON service-account key"):
+        open_blob_store("gs://bkt/p")

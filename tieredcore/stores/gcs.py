@@ -81,26 +81,49 @@ DELETE_THREADS = 8
 _CONTENT_TYPE = "application/octet-stream"
 
 
+def _key_credentials(env: Mapping[str, str]) -> tuple[Any, str | None]:
+    """Service-account credentials and their project from TIERED_GCS_KEYFILE_JSON or a service-account
+    GOOGLE_APPLICATION_CREDENTIALS file; (None, None) leaves the choice to Application Default Credentials
+    (other key types, gcloud's user login, the metadata server)."""
+    from google.oauth2 import service_account
+
+    source = ENV_KEYFILE_JSON
+    if env.get(ENV_KEYFILE_JSON):
+        try:
+            info = json.loads(env[ENV_KEYFILE_JSON])
+        except ValueError:
+            raise ValidationError(f"{ENV_KEYFILE_JSON} is not a JSON service-account key") from None
+        if not isinstance(info, dict) or info.get("type") != "service_account":
+            raise ValidationError(f"{ENV_KEYFILE_JSON}: only a service-account key (\"type\": \"service_account\") "
+                                  "can be given this way")
+    elif env.get(ENV_CREDENTIALS):
+        source = f"{ENV_CREDENTIALS}={env[ENV_CREDENTIALS]!r}"
+        try:
+            with open(env[ENV_CREDENTIALS], encoding="utf-8") as f:
+                info = json.load(f)
+        except OSError as e:
+            raise ValidationError(f"{source}: cannot read the key file ({e.strerror})") from None
+        except ValueError:
+            raise ValidationError(f"{source} is not a JSON key file") from None
+        if not isinstance(info, dict) or info.get("type") != "service_account":
+            return None, None
+    else:
+        return None, None
+    try:
+        return service_account.Credentials.from_service_account_info(info), info.get("project_id") or None
+    except (ValueError, KeyError) as e:  # the message names a missing field, never the key itself
+        raise ValidationError(f"{source}: not a usable service-account key ({type(e).__name__}: "
+                              f"{str(e)[:120]})") from None
+
+
 def gcs_client(endpoint: str | None, env: Mapping[str, str] | None = None) -> storage.Client:
     """A storage.Client with credentials from the environment (module docstring); ValidationError says
     what to set when there are none."""
-    import google.auth
-
     env = os.environ if env is None else env
-    project = env.get(ENV_PROJECT) or env.get("GCLOUD_PROJECT") or None
+    creds, key_project = _key_credentials(env)
+    project = env.get(ENV_PROJECT) or env.get("GCLOUD_PROJECT") or key_project
     api_endpoint = endpoint or env.get(ENV_EMULATOR)
     try:
-        creds: Any = None
-        if env.get(ENV_KEYFILE_JSON):
-            try:
-                info = json.loads(env[ENV_KEYFILE_JSON])
-            except ValueError:
-                raise ValidationError(f"{ENV_KEYFILE_JSON} is not a JSON service-account key") from None
-            creds, file_project = google.auth.load_credentials_from_dict(info)
-            project = project or file_project
-        elif env.get(ENV_CREDENTIALS):
-            creds, file_project = google.auth.load_credentials_from_file(env[ENV_CREDENTIALS])
-            project = project or file_project
         if api_endpoint:
             if not api_endpoint.startswith(("http://", "https://")):
                 api_endpoint = "http://" + api_endpoint  # STORAGE_EMULATOR_HOST may be host:port
