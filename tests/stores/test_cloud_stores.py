@@ -146,3 +146,31 @@ def test_azure_with_a_shared_access_signature(azurite, azure_store) -> None:
     read_only = AzureBlobStore(azure_store.container, env={**env, "AZURE_STORAGE_SAS_TOKEN": sas(read=True, list=True)})
     with pytest.raises(BlobStoreError, match=rf"azure://{azure_store.container}/k: put failed: .*403"):
         read_only.put("k", b"x")
+
+
+@pytest.mark.parametrize("kind", ["azure", "gcs"])
+def test_a_failing_server_gets_max_attempts_requests_then_a_clear_error(kind, request) -> None:
+    """Every request answered 500 (a fault-injecting proxy in front of the emulator): exactly
+    max_attempts requests, then BlobStoreError naming the store, key and operation."""
+    from tests.support.faulty_s3_proxy import INTERNAL_ERROR, FaultyS3Proxy
+    from tieredcore.errors import BlobStoreError
+
+    server = request.getfixturevalue("azurite" if kind == "azure" else "gcs_emulator")
+    base = request.getfixturevalue(f"{kind}_store")
+    upstream = f"http://127.0.0.1:{server.port}"
+    with FaultyS3Proxy(upstream, rate=1.0, kinds=[INTERNAL_ERROR]) as proxy:
+        if kind == "azure":
+            from tieredcore.stores.azure import AzureBlobStore
+
+            store = AzureBlobStore(base.container, endpoint=f"{proxy.url}/devstoreaccount1", max_attempts=3,
+                                   env=server.env())
+            where = f"azure://{base.container}/k"
+        else:
+            from tieredcore.stores.gcs import GcsBlobStore
+
+            store = GcsBlobStore(base.bucket_name, endpoint=proxy.url, max_attempts=3, env={})
+            where = f"gs://{base.bucket_name}/k"
+        with pytest.raises(BlobStoreError, match=rf"{where}: get failed: .*500"):
+            store.get("k")
+        # requests for the object (google-cloud-storage may also fetch the bucket's metadata in the background)
+        assert len([t for _, t, _ in proxy.events if "/k" in t]) == 3 and proxy.stats()["forwarded"] == 0

@@ -17,8 +17,9 @@ Credentials come from the environment: ``TIERED_GCS_KEYFILE_JSON`` (a service-ac
 Airflow plugin hands over a connection's ``keyfile_dict``), ``GOOGLE_APPLICATION_CREDENTIALS`` or any other
 Application Default Credentials, ``STORAGE_EMULATOR_HOST`` for an emulator (anonymous unless a key is
 given); the project from ``GOOGLE_CLOUD_PROJECT`` (or the key). An ``endpoint=`` in the store URL wins over ``STORAGE_EMULATOR_HOST``.
-Requests use connect/read timeouts; failed idempotent requests are retried (google-api-core's policy) for
-at most ``max_attempts`` x (connect + read timeout) seconds, and not at all with ``max_attempts=1``.
+Requests use connect/read timeouts; a request failing with an error google-cloud-storage deems retryable
+is retried up to ``max_attempts`` attempts in all (and within ``max_attempts`` x (connect + read timeout)
+seconds), not at all with ``max_attempts=1``.
 """
 
 from __future__ import annotations
@@ -171,8 +172,28 @@ class GcsBlobStore:
         self.client = client if client is not None else gcs_client(self.endpoint, env)
         self.bucket = self.client.bucket(bucket)
         self._timeout = (connect_timeout, read_timeout)
-        self._retry = (DEFAULT_RETRY.with_timeout(max_attempts * (connect_timeout + read_timeout))
-                       if max_attempts > 1 else None)
+        self.max_attempts = max_attempts
+        self._deadline = max_attempts * (connect_timeout + read_timeout)
+
+    @property
+    def _retry(self) -> Any:
+        """A retry policy for one call: google-cloud-storage's choice of retryable errors, at most
+        ``max_attempts`` attempts in all (google-api-core counts time, not attempts), backing off 0.2 s
+        doubling to 5 s; None (no retry) with one attempt."""
+        if self.max_attempts <= 1:
+            return None
+        left = self.max_attempts - 1
+        retryable = DEFAULT_RETRY._predicate  # the library's own list of retryable errors
+
+        def predicate(exc: Exception) -> bool:
+            nonlocal left
+            if left <= 0 or not retryable(exc):
+                return False
+            left -= 1
+            return True
+
+        return DEFAULT_RETRY.with_predicate(predicate).with_delay(initial=0.2, maximum=5.0, multiplier=2.0) \
+            .with_timeout(self._deadline)
 
     def __repr__(self) -> str:
         return f"GcsBlobStore({self.bucket_name!r})"
