@@ -28,6 +28,8 @@ JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jo
 START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SPARK_CONN_ID = "spark_default"
 AWS_CONN_ID = "aws_default"
+WASB_CONN_ID = "wasb_default"  # azure:// stores (tiered_hooks.azure_environment)
+GCP_CONN_ID = "google_cloud_default"  # gs:// stores (tiered_hooks.gcs_environment)
 TAGS = ["tiered-storage", "spark"]
 
 DEFAULT_ARGS: dict[str, Any] = {
@@ -130,7 +132,7 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     }
     conf.update(kw.pop("conf", None) or {})
     env_vars = {
-        # the configuration the job loads; secrets (AWS) are added at submit time by the operator
+        # the configuration the job loads; secrets (AWS, Azure, GCS) are added at submit time by the operator
         "TIERED_CONFIG": "{{ params.config }}",
         "PYSPARK_PYTHON": python,
     }
@@ -141,6 +143,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
         "application": str(application),
         "conn_id": SPARK_CONN_ID,
         "aws_conn_id": AWS_CONN_ID,
+        "wasb_conn_id": WASB_CONN_ID,
+        "gcp_conn_id": GCP_CONN_ID,
         "name": f"tiered-{job}-{{{{ run_id }}}}",
         "conf": conf,
         "env_vars": env_vars,
@@ -334,7 +338,8 @@ def preflight_task():
         finally:
             meta.close()
         print(f"preflight: metadata store {config.metadata_url}: reachable")
-        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()
+        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID, wasb_conn_id=WASB_CONN_ID,
+                                       gcp_conn_id=GCP_CONN_ID).check()
         print(f"preflight: {config.store_url}: {result}")
         return result
 

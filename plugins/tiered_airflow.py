@@ -5,7 +5,8 @@
   their run reports, so templates, tasks and links agree.
 - ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_common.py``).
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
-  Amazon provider's AWS connection) when it submits, so secrets are never in the DAG, in rendered
+  Amazon provider's AWS connection, Azure and GCS credentials from the ``wasb_default`` and
+  ``google_cloud_default`` connections) when it submits, so secrets are never in the DAG, in rendered
   template fields or in the logged spark-submit command line.
 - ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
   store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
@@ -27,6 +28,7 @@ from urllib.parse import quote
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
+from tiered_hooks import GCP_CONN_ID, WASB_CONN_ID, cloud_environment
 from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
 from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
@@ -145,16 +147,21 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
 
     When it executes (never at parse time) it adds to the subprocess environment (:meth:`runtime_env`):
     the worker's venv ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for
-    ``local`` masters, and the AWS connection's credentials/endpoint. Those go in the environment of
+    ``local`` masters, the AWS connection's credentials/endpoint, and the Azure (``wasb_conn_id``) and
+    Google Cloud (``gcp_conn_id``) connections as tieredcore's azure:// / gs:// environment
+    (tiered_hooks.azure_environment / gcs_environment). Those go in the environment of
     spark-submit, not in the command line the hook logs, and not in the declared ``env_vars`` (so not in
     rendered template fields either)."""
 
     operator_extra_links = (TieredReportLink(),)
 
-    def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", **kwargs: Any) -> None:
+    def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", wasb_conn_id: str | None = WASB_CONN_ID,
+                 gcp_conn_id: str | None = GCP_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.aws_conn_id = aws_conn_id
+        self.wasb_conn_id = wasb_conn_id
+        self.gcp_conn_id = gcp_conn_id
 
     def _spark_master(self) -> str:
         from airflow.sdk import BaseHook
@@ -176,6 +183,7 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         if self._spark_master().startswith("local"):
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env.update(aws_environment(self.aws_conn_id))
+        env.update(cloud_environment(self.wasb_conn_id, self.gcp_conn_id))
         return env
 
     def execute(self, context: Any) -> None:

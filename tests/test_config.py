@@ -308,7 +308,7 @@ def test_open_blob_store_s3(no_aws: None) -> None:
 @pytest.mark.parametrize(
     ("url", "match"),
     [
-        ("gs://bucket/p", "unsupported scheme 'gs'"),
+        ("hdfs://nn/p", "unsupported scheme 'hdfs'"),
         ("http://host/p", "unsupported scheme 'http'"),
         ("/plain/path", "unsupported scheme ''"),
         ("s3:///prefix", "missing bucket"),

@@ -8,6 +8,8 @@ URL-like strings:
     hot       file:///abs/path/hot
     store     file:///abs/path/cold            (filesystem object store)
               s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1
+              azure://container/prefix                 (Azure Blob; credentials: AZURE_STORAGE_*)
+              gs://bucket/prefix                       (GCS; credentials: Application Default Credentials)
 
 Store URLs are checked (tieredcore.stores.location.parse_store_url) when a Config is built, so every
 entry point refuses a bad one before anything is created.
