@@ -164,6 +164,8 @@ class AzureBlobStore:
 
     driver = DRIVER_AZURE
     copies_file_slices = False  # pieces are joined into one request body
+    concurrent_parts = True  # staged blocks are independent until the block list is committed
+    reads_ahead = False
 
     def __init__(
         self,

@@ -151,6 +151,10 @@ class GcsBlobStore:
 
     driver = DRIVER_GCS
     copies_file_slices = False  # pieces are joined into one request body
+    # parts are objects of their own, composed at completion; one at a time (the client's HTTP session
+    # is not documented as safe to share between threads)
+    concurrent_parts = False
+    reads_ahead = False
 
     def __init__(
         self,
