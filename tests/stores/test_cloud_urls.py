@@ -212,3 +212,14 @@ def test_gcs_takes_a_service_account_key_from_the_environment(monkeypatch: pytes
     monkeypatch.setenv("TIERED_GCS_KEYFILE_JSON", "{not json")
     with pytest.raises(ValidationError, match="TIERED_GCS_KEYFILE_JSON is not a JSON service-account key"):
         open_blob_store("gs://bkt/p")
+
+
+def test_a_missing_client_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "azure.storage.blob" else real(name, *a))
+    with pytest.raises(ValidationError, match=r"azure:// stores need the azure.storage.blob client library: "
+                                              r"install the 'azure' extra"):
+        open_blob_store("azure://cont/p")

@@ -417,7 +417,8 @@ class GcsBlobStore:
                     for i in range(0, len(sources), COMPOSE_MAX)
                 ]
                 for s in sources:
-                    s.reload(**self._kw())  # the generation the next round's precondition names
+                    if s.generation is None:  # the next round's precondition names it
+                        s.reload(**self._kw())
             self._compose(key, sources, rec.metadata)
         except gexc.PreconditionFailed as e:
             raise ValidationError(f"complete_multipart of {self._where(key)}: a part changed while it was "

@@ -251,6 +251,8 @@ class StoreLocation:
             from tieredcore.stores.fs import FilesystemBlobStore
 
             return FilesystemBlobStore(self.root, fsync=fsync)
+        if self.scheme in ("azure", "gs"):
+            _check_extra_installed(self.scheme)
         if self.scheme == "azure":
             from tieredcore.stores.azure import AzureBlobStore
 
@@ -266,6 +268,23 @@ class StoreLocation:
         return S3BlobStore(self.bucket, endpoint_url=self.endpoint, region=self.region,
                            max_attempts=self.max_attempts, connect_timeout=self.connect_timeout,
                            read_timeout=self.read_timeout, retry_mode=self.retry_mode)
+
+
+_EXTRAS = {"azure": ("azure.storage.blob", "azure"), "gs": ("google.cloud.storage", "gcs")}
+
+
+def _check_extra_installed(scheme: str) -> None:
+    """ValidationError naming the package extra when the client library of a store is not installed."""
+    import importlib.util
+
+    module, extra = _EXTRAS[scheme]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        found = False
+    if not found:
+        raise ValidationError(f"{scheme}:// stores need the {module} client library: install the "
+                              f"'{extra}' extra (pip install 'tiered-storage[{extra}]')")
 
 
 def _check_prefix(prefix: str, what: str) -> str:
