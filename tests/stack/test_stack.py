@@ -100,17 +100,32 @@ class Api:
                     raise AssertionError(f"{dag_id} never parsed by the dag-processor: {e}") from None
             time.sleep(0.5)
 
-    def run(self, dag_id: str, logical_date: dt.datetime, conf: dict[str, Any], deadline: float,
-            logs: Path) -> dict[str, Any]:
-        """Unpause, trigger, wait for the run to end; its task instances (failing: their logs' tails)."""
+    def trigger(self, dag_id: str, logical_date: dt.datetime, conf: dict[str, Any]) -> str:
+        """Unpause and trigger; the run's API path."""
         self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns",
                         {"logical_date": logical_date.isoformat(), "conf": conf})
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
-        while (state := self.call("GET", path)["state"]) not in ("success", "failed"):
+        return f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
+
+    def task_done(self, run: str, task_id: str, deadline: float) -> None:
+        """Until the run's ``task_id`` (every map index) succeeded; fails when it or the run failed."""
+        while True:
+            tis = [t for t in self.call("GET", run + "/taskInstances")["task_instances"] if t["task_id"] == task_id]
+            if tis and all(t["state"] == "success" for t in tis):
+                return
+            if any(t["state"] in ("failed", "upstream_failed") for t in tis) or \
+                    self.call("GET", run)["state"] == "failed":
+                return  # wait() reports it, with the logs
+            assert time.monotonic() < deadline, f"{run}: {task_id} not done at the deadline: {tis}"
+            time.sleep(0.5)
+
+    def wait(self, run: str, deadline: float, logs: Path) -> list[dict[str, Any]]:
+        """Until the run ends; its task instances (a failed run: the tails of its task logs)."""
+        dag_id = run.split("/")[4]
+        while (state := self.call("GET", run)["state"]) not in ("success", "failed"):
             assert time.monotonic() < deadline, f"{dag_id}: still {state} at the deadline; logs under {logs}"
-            time.sleep(1)
-        tis = self.call("GET", path + "/taskInstances")["task_instances"]
+            time.sleep(0.5)
+        tis = self.call("GET", run + "/taskInstances")["task_instances"]
         if state != "success":
             tails = []
             for f in sorted(logs.rglob("*.log")):
@@ -118,7 +133,7 @@ class Api:
                     tails.append(f"--- {f}\n" + f.read_text(errors="replace")[-2500:])
             raise AssertionError(f"{dag_id}: {state}: {[(t['task_id'], t['state']) for t in tis]}\n"
                                  + "\n".join(tails[-4:]))
-        return {"run": run, "tis": tis}
+        return tis
 
 
 @pytest.fixture
@@ -128,6 +143,7 @@ def stack_up(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TIERED_", "SPARK_", "PYSPARK"))}
     env.update(TIERED_STACK_DIR=str(stack_dir), TIERED_VENV=str(VENV), STACK_PORTS="auto",
                TIERED_SWEEP_SCHEDULE="none", TIERED_LAG_CLEANUP_SCHEDULE="none")
+    t0 = time.monotonic()
     up = stack("up", env)
     if up.returncode != 0:
         pytest.fail(f"scripts/stack.sh up failed (exit {up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-5000:]}")
@@ -139,15 +155,20 @@ def stack_up(tmp_path: Path):
             _, assignment = line.split(" ", 1)
             key, value = shlex.split(assignment)[0].split("=", 1)
             stack_env[key] = value
-        yield stack_dir, env, stack_env
+        yield stack_dir, env, stack_env, round(time.monotonic() - t0, 1)
     finally:
         down = stack("down", env, timeout=120)
         assert down.returncode == 0, down.stderr
 
 
-def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypatch):
-    stack_dir, env, stack_env = stack_up
+def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypatch, capsys):
+    stack_dir, env, stack_env, up_seconds = stack_up
     started = time.monotonic()
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:  # seconds since the last phase (printed: where the test's time goes)
+        phases[name] = round(time.monotonic() - started - sum(phases.values()), 1)
+
     deadline = started + RUN_DEADLINE_S
     pids = recorded(stack_dir)
     expected = {"postgres", "redis", "zookeeper", "s3", "spark-master", "spark-worker-1", "spark-worker-2",
@@ -184,11 +205,18 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
     api = Api(stack_env["AIRFLOW_API_URL"], password)
     logs = stack_dir / "airflow" / "logs"
     conf = {"config": str(cfg_path)}
+    phase("workspace")
     for dag_id in ("tiered_offload_sweep", "tiered_deletion_lag_cleanup"):
         api.wait_for_dag(dag_id, deadline)
-    sweep = api.run("tiered_offload_sweep", SWEEP_AT, conf, deadline, logs)
-    cleanup = api.run("tiered_deletion_lag_cleanup", CLEANUP_AT, conf, deadline, logs)
-    ran = {(t["task_id"], t["state"]) for t in sweep["tis"] + cleanup["tis"]}
+    phase("dags parsed")
+    sweep = api.trigger("tiered_offload_sweep", SWEEP_AT, conf)
+    api.task_done(sweep, "offload", deadline)
+    phase("sweep's offload")
+    # the cleanup may start once the offload is done (the sweep's summary and verdict run meanwhile)
+    cleanup = api.trigger("tiered_deletion_lag_cleanup", CLEANUP_AT, conf)
+    tis = api.wait(sweep, deadline, logs) + api.wait(cleanup, deadline, logs)
+    phase("lag cleanup")
+    ran = {(t["task_id"], t["state"]) for t in tis}
     assert ("offload", "success") in ran and ("cleanup", "success") in ran, ran
     celery_log = (stack_dir / "logs" / "airflow-celery-worker.log").read_text(errors="replace")
     assert "tiered_offload_sweep" in celery_log and "tiered_deletion_lag_cleanup" in celery_log
@@ -231,3 +259,6 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
     assert not left, f"processes left after down: {left}"
     assert not list((stack_dir / "pids").glob("*.pid"))
     assert stack("status", env, timeout=60).returncode != 0
+    phase("checks and down")
+    with capsys.disabled():
+        print(f"\nstack test: up {up_seconds} s, then {phases}")
