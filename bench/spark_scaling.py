@@ -12,7 +12,7 @@ store, so the figures are Spark's and the offload's, not an emulator's) and repo
   driver's Python, the executor JVMs, the Python workers, the Spark daemons, and of everything else on
   the machine (other users of the 2 cores), against the capacity (cores × wall).
 
-    .venv/bin/python bench/spark_scaling.py [--topics 8 --ledgers 4 --entries 400 --rounds 2]
+    .venv/bin/python bench/spark_scaling.py [--topics 16 --ledgers 8 --entries 1000 --rounds 1]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class CpuProfile:
                 c, first, _ = self.last[pid]
                 self.last[pid] = (c, first, cpu)
             else:  # processes that existed before the run count from now; new ones from their start
-                self.last[pid] = (cls or "", cpu if self._started else 0.0, cpu)
+                self.last[pid] = (cls or "", 0.0 if self._started else cpu, cpu)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -169,7 +169,8 @@ def fresh_copy(template: Path, dest: Path) -> Path:
 def spark_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERED_", "PYSPARK", "SPARK_"))}
     env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", TIERED_NO_PROGRESS="1")
+               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", TIERED_NO_PROGRESS="1",
+               PYTHONPATH=str(REPO))  # this checkout's code, not another the venv may have installed
     return env
 
 
@@ -202,6 +203,7 @@ class Cluster:
         self.port = free_port()
         self.procs: list[subprocess.Popen] = []
         self.env = spark_env()
+        del self.env["PYTHONPATH"]  # the executors get the project from the --py-files zip only
         self.env["SPARK_DAEMON_MEMORY"] = "256m"
         self.master_log = workdir / "master.log"
         self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
@@ -249,10 +251,10 @@ class Cluster:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topics", type=int, default=8)
-    ap.add_argument("--ledgers", type=int, default=4)
-    ap.add_argument("--entries", type=int, default=400)
-    ap.add_argument("--rounds", type=int, default=2, help="runs per configuration (the fastest is reported)")
+    ap.add_argument("--topics", type=int, default=16)
+    ap.add_argument("--ledgers", type=int, default=8)
+    ap.add_argument("--entries", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=1, help="runs per configuration (the fastest is reported)")
     args = ap.parse_args(argv)
     os.environ["TIERED_NO_PROGRESS"] = "1"
 
