@@ -107,14 +107,34 @@ def report_dir_for(args: argparse.Namespace, config: Config) -> str:
     return report_dir
 
 
-def write_report(spark, run: Run, report: JobReport) -> tuple[Path, dict[str, Any]]:
-    """`<reports>/<job>/<run_id>/summary.json` (the report's summary, its totals, the run's names) and
-    `detail.parquet`; a rerun of the same run overwrites both. Returns the directory and the summary."""
-    summary = summary_document(report, run.job, run.run_id, run.seconds())
+def spark_facts(spark) -> dict[str, Any]:
+    """Where the run's work went (asked once the work is done): the master actually used (the submitted one under spark-submit), the
+    application id (the master's log and UI name it), the executors that joined and the default
+    parallelism — what a user needs to size a cluster from a report."""
+    sc = spark.sparkContext
+    try:  # block managers known to the driver: the executors' plus the driver's own
+        executors = max(0, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)
+    except Exception:  # a fact for the report only, never a reason to fail the run
+        executors = None
+    return {"master": sc.master, "app_id": sc.applicationId, "executors": executors,
+            "default_parallelism": sc.defaultParallelism}
+
+
+def write_report(spark, run: Run, report: JobReport,
+                 spark_info: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+    """`<reports>/<job>/<run_id>/summary.json` (the report's summary, its totals, the run's names, and
+    ``spark``: where it ran and its phases' seconds) and `detail.parquet`; a rerun of the same run
+    overwrites both. Returns the directory and the summary."""
+    started = time.monotonic()
     out = Path(run.report_dir) / run.job / run.run_id
     out.mkdir(parents=True, exist_ok=True)
     rows, schema = report.detail()
     spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / "detail.parquet"))
+    summary = summary_document(report, run.job, run.run_id, run.seconds())
+    if spark_info is not None:
+        info = dict(spark_info)
+        info["phases"] = {**info.get("phases", {}), "report": round(time.monotonic() - started, 3)}
+        summary["spark"] = info
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
     tmp.replace(out / "summary.json")
@@ -144,10 +164,18 @@ def run_job(
         return EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
     print(f"{job}: run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}",
           flush=True)
+    planned_at = time.monotonic()
     spark = session(f"tiered-{job}", config)
     try:
+        session_at = time.monotonic()
         report = execute(spark, run, planned)
-        out, summary = write_report(spark, run, report)
+        info = spark_facts(spark)  # after the work: a cluster's executors register asynchronously
+        # seconds per phase: the driver's planning (configuration, clock, plan), the session's start-up
+        # (JVM, master, executors), the distributed work; write_report adds the report's own
+        info["phases"] = {"planning": round(planned_at - started, 3),
+                          "session_startup": round(session_at - planned_at, 3),
+                          "distributed_work": round(time.monotonic() - session_at, 3)}
+        out, summary = write_report(spark, run, report, info)
     finally:
         spark.stop()
     for line in report.messages():

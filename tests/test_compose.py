@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -35,8 +36,11 @@ AIRFLOW_SERVICES = {
 }
 SPARK_SERVICES = ("spark-master", "spark-worker")
 REQUIRED = {
-    "postgres", "redis", *AIRFLOW_SERVICES, "airflow-init", "spark-master", "spark-worker", "minio", "minio-init",
+    "postgres", "redis", *AIRFLOW_SERVICES, "airflow-init", "spark-master", "spark-worker", "zookeeper", "minio",
+    "minio-init",
 }
+TOPOLOGY = ROOT / "docker" / "topology.env"
+STACK = ROOT / "scripts" / "stack.sh"
 ONE_SHOT = {"airflow-init", "minio-init"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
@@ -103,11 +107,31 @@ def pins(project: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (comments and blank lines skipped), as compose's env_file and stack.sh read them."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), f"{path}: bad line {line!r}"
+            out[key] = value
+    return out
+
+
 def env_of(service: dict[str, Any]) -> dict[str, str]:
+    """The container's environment: its env_file(s) (those that exist), then `environment` over them."""
+    out: dict[str, str] = {}
+    for ef in service.get("env_file") or []:
+        path = ROOT / (ef["path"] if isinstance(ef, dict) else ef)
+        if path.is_file():
+            out.update(read_env_file(path))
+        else:
+            assert isinstance(ef, dict) and ef.get("required") is False, f"env_file {path} is missing"
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(e.split("=", 1) for e in env)
-    return {k: "" if v is None else str(v) for k, v in env.items()}
+    out.update({k: "" if v is None else str(v) for k, v in env.items()})
+    return out
 
 
 def mounts(service: dict[str, Any]) -> dict[str, str]:
@@ -297,11 +321,15 @@ def test_spark_services_have_the_package(services):
         assert any(i == "RUN" and "pip install" in a and "constraints.txt" in a for i, a in instr)
 
 
-def test_shared_volume_holds_metadata_hot_tier_and_reports(compose, services):
-    """Drivers (Airflow worker) and executors (Spark worker) open the same SQLite metadata and hot tier."""
+def test_shared_volume_holds_hot_tier_and_reports(compose, services):
+    """Drivers (Airflow worker) and executors (Spark worker) open the same hot tier (the metadata is in
+    ZooKeeper, which both reach)."""
     worker_env = env_of(services["airflow-worker"])
-    paths = [  # sqlite:////abs and file:///abs (tieredcore's forms) -> /abs
-        "/" + urlparse(worker_env["TIERED_METADATA_URL"]).path.lstrip("/"),
+    meta = urlparse(worker_env["TIERED_METADATA_URL"])
+    assert (meta.scheme, meta.hostname, meta.port) == ("zk", "zookeeper", 2181)
+    for name in ("airflow-worker", "spark-worker"):
+        assert services[name]["depends_on"]["zookeeper"]["condition"] == "service_healthy", name
+    paths = [  # file:///abs (tieredcore's form) -> /abs
         "/" + urlparse(worker_env["TIERED_HOT_URL"]).path.lstrip("/"),
         worker_env["TIERED_REPORTS_DIR"],
     ]
@@ -325,7 +353,7 @@ def test_tiered_configuration_loads(services, tmp_path, monkeypatch):
     assert "TIERED_CONFIG" not in env
     cfg = Config.load(env=env)
     assert cfg.spark_master == "spark://spark-master:7077"
-    assert cfg.metadata_url.startswith("sqlite:////data/tiered/")
+    assert cfg.metadata_url == "zk://zookeeper:2181/tiered-storage"
     u = urlparse(cfg.store_url)
     q = {k: v[-1] for k, v in parse_qs(u.query).items()}
     assert u.scheme == "s3"
@@ -506,3 +534,101 @@ def test_minio_init_creates_the_bucket(services):
     env = env_of(init)
     assert urlparse(env["MINIO_ENDPOINT"]).hostname == "minio"
     assert env["MINIO_ROOT_USER"] == env_of(services["minio"])["MINIO_ROOT_USER"]
+
+
+# -- one topology: docker-compose.yaml and scripts/stack.sh ------------------------------------------------
+
+
+def stack_env(tmp_path: Path) -> dict[str, str]:
+    """`scripts/stack.sh env` with no stack up: the environment it gives the Airflow processes, with
+    docker/topology.env's ports (secrets are chosen by `up`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERED_", "AIRFLOW", "STACK_"))}
+    env.update(TIERED_STACK_DIR=str(tmp_path / "stack"), TIERED_VENV=str(Path(sys.prefix)))
+    r = subprocess.run([str(STACK), "env"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "not up" in r.stderr  # it says these are the topology's defaults, not a running stack
+    out = {}
+    for line in r.stdout.splitlines():
+        export, assignment = line.split(" ", 1)
+        assert export == "export", line
+        key, value = shlex.split(assignment)[0].split("=", 1)
+        out[key] = value
+    return out
+
+
+def test_stack_sh_and_compose_describe_one_topology(services, tmp_path):
+    topo = read_env_file(TOPOLOGY)
+    stack = stack_env(tmp_path)
+    comp = env_of(services["airflow-worker"])
+    localhost = "127.0.0.1"
+
+    # the parts: every long-running compose service has its stack.sh process (the triggerer aside: no
+    # DAG defers), MinIO's role is moto's S3 server
+    started = set(re.findall(r"^\s*start (\S+) ", STACK.read_text(), flags=re.M))
+    started = {"spark-worker" if n.startswith('"spark-worker-') else n for n in started}
+    assert started == {"postgres", "redis", "zookeeper", "s3", "spark-master", "spark-worker", "airflow-api-server",
+                       "airflow-scheduler", "airflow-dag-processor", "airflow-celery-worker"}, started
+    assert services["spark-worker"]["deploy"]["replicas"] == int(topo["TOPOLOGY_SPARK_WORKERS"])
+    worker_cmd = services["spark-worker"]["command"]
+    assert worker_cmd[worker_cmd.index("--cores") + 1] == topo["TOPOLOGY_SPARK_WORKER_CORES"]
+    assert worker_cmd[worker_cmd.index("--memory") + 1] == topo["TOPOLOGY_SPARK_WORKER_MEMORY"]
+
+    # versions: the compose images are the Debian packages' / the venv's versions stack.sh checks
+    assert services["postgres"]["image"] == f"postgres:{topo['TOPOLOGY_POSTGRES_VERSION']}"
+    assert services["redis"]["image"].split(":")[1].split(".")[0] == topo["TOPOLOGY_REDIS_VERSION"]
+    assert services["zookeeper"]["image"].split(":")[1].startswith(topo["TOPOLOGY_ZOOKEEPER_VERSION"] + ".")
+    spark_from = [a for i, a in dockerfile_instructions(dockerfile_of(services["spark-worker"])) if i == "FROM"]
+    assert spark_from[-1].split()[0].split(":")[1].startswith(topo["TOPOLOGY_SPARK_VERSION"])
+
+    # Airflow's own settings: identical (the env_file gives them to compose)
+    for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CELERY__WORKER_CONCURRENCY", "AIRFLOW__CORE__LOAD_EXAMPLES",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"):
+        assert stack[key] == comp[key] == topo[key], key
+    # database, result backend, broker: same driver, user, password, database; hosts differ, ports agree
+    for key, port in (("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "POSTGRES"), ("AIRFLOW__CELERY__RESULT_BACKEND", "POSTGRES"),
+                      ("AIRFLOW__CELERY__BROKER_URL", "REDIS")):
+        a, b = urlparse(stack[key]), urlparse(comp[key])
+        assert (a.scheme, a.path) == (b.scheme, b.path), key
+        assert (a.username or "", a.password or "") == (b.username or "", b.password or ""), key
+        assert a.hostname == localhost and a.port == int(topo[f"TOPOLOGY_{port}_PORT"]), key
+        assert (b.port or {"POSTGRES": 5432, "REDIS": 6379}[port]) == int(topo[f"TOPOLOGY_{port}_PORT"]), key
+    db = urlparse(stack["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    assert (db.username, db.password, db.path) == (topo["TOPOLOGY_AIRFLOW_DB_USER"], topo["TOPOLOGY_AIRFLOW_DB_PASSWORD"],
+                                                   "/" + topo["TOPOLOGY_AIRFLOW_DB_NAME"])
+    assert urlparse(stack["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]).port == int(topo["TOPOLOGY_AIRFLOW_API_PORT"])
+    assert f"{topo['TOPOLOGY_AIRFLOW_API_PORT']}:8080" in services["airflow-apiserver"]["ports"]
+
+    # the connections: the ids the DAGs use, the same fields; hosts differ
+    common = (ROOT / "dags" / "tiered_common.py").read_text()
+    assert f'SPARK_CONN_ID = "{topo["TOPOLOGY_SPARK_CONN_ID"]}"' in common
+    assert f'AWS_CONN_ID = "{topo["TOPOLOGY_AWS_CONN_ID"]}"' in common
+    conn_vars = {f"AIRFLOW_CONN_{topo[k].upper()}" for k in ("TOPOLOGY_SPARK_CONN_ID", "TOPOLOGY_AWS_CONN_ID")}
+    assert {k for k in stack if k.startswith("AIRFLOW_CONN_")} == {k for k in comp if k.startswith("AIRFLOW_CONN_")} \
+        == conn_vars
+    spark_var = f"AIRFLOW_CONN_{topo['TOPOLOGY_SPARK_CONN_ID'].upper()}"
+    aws_var = f"AIRFLOW_CONN_{topo['TOPOLOGY_AWS_CONN_ID'].upper()}"
+    s_spark, c_spark = json.loads(stack[spark_var]), json.loads(comp[spark_var])
+    assert s_spark["conn_type"] == c_spark["conn_type"] == "spark"
+    assert s_spark["port"] == c_spark["port"] == int(topo["TOPOLOGY_SPARK_MASTER_PORT"])
+    assert s_spark["extra"] == c_spark["extra"] == {"deploy-mode": topo["TOPOLOGY_SPARK_DEPLOY_MODE"]}
+    assert s_spark["host"] == f"spark://{localhost}" and c_spark["host"] == "spark://spark-master"
+    s_aws, c_aws = json.loads(stack[aws_var]), json.loads(comp[aws_var])
+    assert s_aws["conn_type"] == c_aws["conn_type"] == "aws"
+    assert s_aws["extra"]["region_name"] == c_aws["extra"]["region_name"] == topo["TOPOLOGY_S3_REGION"]
+    assert urlparse(s_aws["extra"]["endpoint_url"]).port == urlparse(c_aws["extra"]["endpoint_url"]).port \
+        == int(topo["TOPOLOGY_S3_PORT"])
+
+    # tieredcore's configuration: the same variables, metadata in ZooKeeper under one root, one bucket
+    tiered = {k for k in comp if k.startswith("TIERED_")}
+    assert {k for k in stack if k.startswith("TIERED_") and not k.endswith("_SCHEDULE")} - {"TIERED_STACK_DIR"} == tiered
+    s_meta, c_meta = urlparse(stack["TIERED_METADATA_URL"]), urlparse(comp["TIERED_METADATA_URL"])
+    assert s_meta.scheme == c_meta.scheme == "zk" and s_meta.path == c_meta.path == topo["TOPOLOGY_ZK_ROOT"]
+    assert s_meta.port == c_meta.port == int(topo["TOPOLOGY_ZOOKEEPER_PORT"])
+    s_store, c_store = urlparse(stack["TIERED_STORE_URL"]), urlparse(comp["TIERED_STORE_URL"])
+    assert (s_store.scheme, s_store.netloc, s_store.path) == (c_store.scheme, c_store.netloc, c_store.path) \
+        == ("s3", topo["TOPOLOGY_BUCKET"], "/" + topo["TOPOLOGY_STORE_PREFIX"])
+    assert parse_qs(s_store.query)["region"] == parse_qs(c_store.query)["region"] == [topo["TOPOLOGY_S3_REGION"]]
+    assert urlparse(stack["TIERED_SPARK_MASTER"]).port == urlparse(comp["TIERED_SPARK_MASTER"]).port \
+        == int(topo["TOPOLOGY_SPARK_MASTER_PORT"])
+    assert stack["TIERED_PY_FILES"].endswith(".zip") and comp["TIERED_PY_FILES"].endswith(".zip")
+    assert env_of(services["minio-init"])["TIERED_BUCKET"] == topo["TOPOLOGY_BUCKET"]

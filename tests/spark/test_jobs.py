@@ -203,6 +203,18 @@ def summary_line(log: str) -> dict:
     return json.loads(lines[0][len(SUMMARY_PREFIX):])
 
 
+def assert_spark_section(summary: dict, master: str) -> None:
+    """The report's ``spark`` section: where the run went and what each phase cost (cluster sizing)."""
+    spark = summary["spark"]
+    assert spark["master"] == master
+    assert spark["app_id"].startswith("local-" if master.startswith("local") else "app-")
+    assert spark["default_parallelism"] >= 1 and spark["executors"] is not None
+    phases = spark["phases"]
+    assert set(phases) == {"planning", "session_startup", "distributed_work", "report"}
+    assert all(v >= 0 for v in phases.values())
+    assert sum(phases.values()) <= summary["seconds"] + 0.01  # the phases are parts of the run
+
+
 def ledgers(ws: Workspace, topic: str) -> list:
     info, _ = ws.ml.get_topic(topic)
     return list(info.ledgerInfo)
@@ -266,6 +278,7 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     }
     assert summary["as_of_ms"] == END_MS and summary["job"] == "offload_sweep" and summary["run_id"] == "r1"
     assert summary["dry_run"] is False
+    assert_spark_section(summary, "local[2]")
 
     # run 2 (the retry, same logical date) after fixing the cause: only what is left
     blocker.unlink()
