@@ -64,7 +64,7 @@ def num(n: int | float | None) -> str:
     """How the pages show counts and bytes (exact, thousands separated); '—' for none."""
     if n is None:
         return "—"
-    return f"{n:,}" if isinstance(n, int) or float(n).is_integer() else f"{n:,.1f}"
+    return f"{int(n):,}" if isinstance(n, int) or float(n).is_integer() else f"{n:,.1f}"
 
 
 def money(x: float) -> str:

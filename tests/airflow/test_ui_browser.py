@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,9 +49,10 @@ def _status(url: str) -> int | None:
 
 
 @contextlib.contextmanager
-def api_server(home: Path, config: Path, log: Path) -> Iterator[str]:
-    """`airflow api-server` (one worker) sharing the test session's metadata DB; stopped by its PID's
-    process group (it was started in a new session)."""
+def api_server(home: Path, config: Path, log: Path) -> Iterator[Any]:
+    """`airflow api-server` (one worker) sharing the test session's metadata DB, started at once (its
+    start overlaps the DAG run); ``.wait()`` gives its URL once healthy. Stopped by its PID's process
+    group (it was started in a new session)."""
     port = _free_port()
     pw = home / "ui_test_passwords.json"
     pw.write_text(json.dumps({"admin": PASSWORD}))
@@ -67,14 +69,20 @@ def api_server(home: Path, config: Path, log: Path) -> Iterator[str]:
                               "--workers", "1"], env=env, stdout=out, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+
+    class Starting:
+        def wait(self) -> str:
+            """The server's URL once it answers its health check."""
+            deadline = time.monotonic() + SERVER_READY_S
+            while _status(f"{base}/api/v2/monitor/health") != 200:
+                if p.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"airflow api-server did not come up (exit {p.poll()}): "
+                                f"{log.read_text(errors='replace')[-3000:]}")
+                time.sleep(0.2)
+            return base
+
     try:
-        deadline = time.monotonic() + SERVER_READY_S
-        while _status(f"{base}/api/v2/monitor/health") != 200:
-            if p.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"airflow api-server did not come up (exit {p.poll()}): "
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-        yield base
+        yield Starting()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
@@ -83,6 +91,10 @@ def api_server(home: Path, config: Path, log: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def fmt(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() else f"{v:,.1f}"
 
 
 def _chromium() -> str:
@@ -104,20 +116,22 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
     chromium = _chromium()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
-    # the demo workspace: public/default offloaded by a real sweep DAG run (one Spark task), acme/orders
-    # by the CLI (a few ledgers, the rest still due), sandbox/dev never offloaded
-    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "sandbox/dev"], topics=1, ledgers=3,
-                         entries=40)
-    set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=3600_000)
-    set_policy(cfg, "acme/orders", offload_threshold_seconds=0)
-    (orders,) = [t for t in topic_ledgers(cfg) if "/acme/orders/" in t]
-    second = topic_ledgers(cfg)[orders][1].ledgerId
-    assert tiered("--config", str(cfg), "offload", orders, "--up-to", f"{second}:0") == 0
-    dr, states = run_dag("tiered_offload_sweep", SWEEP_AT, {"config": str(cfg), "namespaces": ["public/default"]})
-    assert states["offload[0]"] == "success", states
     home = Path(os.environ["AIRFLOW_HOME"])
-
+    cfg = tmp_path / "ws" / "tiered.toml"  # read by the server per request: it may start before the run
     with api_server(home, cfg, tmp_path / "api-server.log") as base:
+        # the demo workspace (while the server starts): public/default offloaded by a real sweep DAG run
+        # (one Spark task), acme/orders by the CLI (one ledger; the rest still due), sandbox/dev never
+        make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "sandbox/dev"], topics=1, ledgers=3,
+                       entries=40)
+        set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=3600_000)
+        set_policy(cfg, "acme/orders", offload_threshold_seconds=0)
+        (orders,) = [t for t in topic_ledgers(cfg) if "/acme/orders/" in t]
+        second = topic_ledgers(cfg)[orders][1].ledgerId
+        assert tiered("--config", str(cfg), "offload", orders, "--up-to", f"{second}:0") == 0
+        dr, states = run_dag("tiered_offload_sweep", SWEEP_AT, {"config": str(cfg), "namespaces": ["public/default"]})
+        assert states["offload[0]"] == "success", states
+        base = base.wait()
+
         # the plugin's pages are behind Airflow's auth: no session, no report
         assert _status(f"{base}/tiered/overview") == 401
         assert _status(f"{base}/tiered/reports/") == 401
@@ -161,8 +175,10 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
                 assert by["sandbox/dev"].tiers["both"]["ledgers"] == 0
                 assert by["acme/orders"].tiers["both"]["ledgers"] == 1 and by["acme/orders"].offload_lag_ms > 0
                 assert by["public/default"].requests_per_run["PUT"] > 0  # from the sweep's report
-                assert shown[("public/default", "requests_per_run")].startswith("GET ") or "PUT" in shown[
-                    ("public/default", "requests_per_run")]
+                for n in ov.namespaces:
+                    per_run = ", ".join(f"{k} {fmt(v)}" for k, v in n.requests_per_run.items() if v) or "0"
+                    assert shown[(n.namespace, "requests_per_run")] == per_run
+                    assert shown[(n.namespace, "requests_per_month")] == fmt(n.requests_per_month)
                 assert frame.locator("#tier-plot polyline").count() == 3
                 assert frame.locator("#last-runs tr[data-job=offload_sweep]").count() == 1
 
