@@ -134,6 +134,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     env_vars = {
         # the configuration the job loads; secrets (AWS, Azure, GCS) are added at submit time by the operator
         "TIERED_CONFIG": "{{ params.config }}",
+        # the job keeps each try's report apart (attempt-<n>); the "Run report" link opens this try's
+        "TIERED_ATTEMPT": "{{ ti.try_number }}",
         "PYSPARK_PYTHON": python,
     }
     env_vars.update(kw.pop("env_vars", None) or {})
@@ -148,8 +150,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
         "name": f"tiered-{job}-{{{{ run_id }}}}",
         "conf": conf,
         "env_vars": env_vars,
-        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/summary.json` "
-                  "(extra link *Run report*).",
+        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/attempt-<try>/"
+                  "summary.json`, the latest attempt's also as `<run id>/summary.json` (extra link *Run report*).",
     }
     py_files = os.environ.get("TIERED_PY_FILES")
     if py_files:  # a zip of tieredcore + spark_jobs for clusters whose workers do not have the package

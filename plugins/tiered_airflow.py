@@ -10,8 +10,10 @@
   template fields or in the logged spark-submit command line.
 - ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
   store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
-- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to its
-  ``<reports_dir>/<job>/<run_id>/summary.json`` (a ``file://`` URL, or ``$TIERED_REPORTS_URL/...``).
+- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to the page of its
+  attempt's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
+  ``/tiered/reports/<job>/<run_id>/attempt-<try_number>/`` (Airflow 3's UI shows only http(s), mailto and
+  same-site links; ``[api] base_url`` or ``$TIERED_REPORTS_URL`` give another base).
 
 Listed in ``plugins/.airflowignore`` (as is ``tiered_hooks.py``): the plugins manager executes every
 plugin file under its own module object; this module must be imported normally (once), so the DAGs and
@@ -35,6 +37,8 @@ from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
 
 PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
+WEB_PREFIX = "/tiered"  # where the plugin's FastAPI app (tiered_web.py) is mounted
+REPORTS_PATH = f"{WEB_PREFIX}/reports"
 
 
 # -- macros ---------------------------------------------------------------------------------------
@@ -61,14 +65,25 @@ def tiered_report_path(job: str, run_id: str, reports_dir: str | None = None, co
     return str(Path(base) / job / tiered_run_id(run_id) / "summary.json")
 
 
-def tiered_report_url(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
-    """``$TIERED_REPORTS_URL/<job>/<run_id>/summary.json`` when that is set (reports served over HTTP),
-    else the ``file://`` URL of the report."""
-    rid = tiered_run_id(run_id)
-    base_url = os.environ.get(ENV_REPORTS_URL, "").rstrip("/")
-    if base_url:
-        return f"{base_url}/{quote(job)}/{quote(rid)}/summary.json"
-    return Path(tiered_report_path(job, rid, reports_dir, config)).resolve().as_uri()
+def reports_base_url() -> str:
+    """Where the report pages are: ``$TIERED_REPORTS_URL``, else ``[api] base_url`` + ``/tiered/reports``,
+    else the same-site path ``/tiered/reports`` (the UI renders it; the browser resolves it on Airflow's
+    own origin)."""
+    base = os.environ.get(ENV_REPORTS_URL, "").rstrip("/")
+    if base:
+        return base
+    from airflow.configuration import conf
+
+    api = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    if api and "://" not in api:
+        api = ""  # a relative base_url is not a site: keep the same-site path
+    return f"{api}{REPORTS_PATH}"
+
+
+def tiered_report_url(job: str, run_id: str, attempt: int | None = None) -> str:
+    """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number)."""
+    url = f"{reports_base_url()}/{quote(job)}/{quote(tiered_run_id(run_id))}/"
+    return url + (f"attempt-{int(attempt)}/" if attempt is not None else "")
 
 
 # -- the operator and its link ----------------------------------------------------------------------
@@ -82,7 +97,9 @@ def _arg_value(args: list[Any] | None, flag: str) -> str | None:
 
 
 class TieredReportLink(BaseOperatorLink):
-    """"Run report": where the Spark task's job wrote ``summary.json`` (+ ``detail.parquet``)."""
+    """"Run report": the page of the report this try of the Spark task wrote (the job gets the try number
+    as ``TIERED_ATTEMPT`` and keeps each attempt's report). Airflow 3 computes the link when the task
+    finishes, on the worker."""
 
     name = "Run report"
 
@@ -93,11 +110,7 @@ class TieredReportLink(BaseOperatorLink):
         args = getattr(operator, "application_args", None)
         # the job's own --run-id (per namespace on mapped sweeps), as rendered for this task instance
         rid = _arg_value(args, "--run-id") or tiered_run_id(ti_key.run_id)
-        reports_dir = _arg_value(args, "--report-dir")
-        config = (getattr(operator, "env_vars", None) or {}).get("TIERED_CONFIG") or None
-        if reports_dir is None and not os.environ.get(ENV_REPORTS_URL):
-            reports_dir = tiered_reports_dir(config)
-        return tiered_report_url(job, rid, reports_dir=reports_dir or None, config=config)
+        return tiered_report_url(job, rid, getattr(ti_key, "try_number", None) or None)
 
 
 def aws_environment(aws_conn_id: str | None) -> dict[str, str]:

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -102,10 +103,12 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     for i, ns in enumerate(["acme/orders", "public/default"]):
         rid = tiered_run_id(dr.run_id, ns)
         summary = json.loads((reports / rid / "summary.json").read_text())
-        assert summary["failures"] == 0 and summary["ledgers"] == 8
+        assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
         assert (reports / rid / "detail.parquet").is_dir()
+        # the task's try number reached the job: its attempt's report, and the link to its page
+        assert json.loads((reports / rid / "attempt-1" / "summary.json").read_text()) == summary
         link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
-        assert link == (reports / rid / "summary.json").as_uri()
+        assert link == f"/tiered/reports/offload_sweep/{quote(rid)}/attempt-1/"
     rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
     assert rendered == {0: "acme/orders", 1: "public/default"}
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="offloaded/")

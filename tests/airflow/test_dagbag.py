@@ -157,10 +157,16 @@ def test_plugin_registers_macros_and_report_link(monkeypatch: pytest.MonkeyPatch
     assert tiered_run_id(tiered_run_id("a:b")) == "a_b"
     assert tiered_report_path("offload_sweep", "r:1", reports_dir=str(tmp_path)) == str(
         tmp_path / "offload_sweep" / "r_1" / "summary.json")
-    assert tiered_report_url("offload_sweep", "r1", reports_dir=str(tmp_path)) == (
-        tmp_path / "offload_sweep" / "r1" / "summary.json").as_uri()
+    # the report pages of the plugin's FastAPI app: same-site paths the UI renders as links
+    assert tiered_report_url("offload_sweep", "r:1") == "/tiered/reports/offload_sweep/r_1/"
+    assert tiered_report_url("offload_sweep", "r1", 3) == "/tiered/reports/offload_sweep/r1/attempt-3/"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example/af/")
+    assert tiered_report_url("scrub", "r1", 1) == "https://airflow.example/af/tiered/reports/scrub/r1/attempt-1/"
     monkeypatch.setenv("TIERED_REPORTS_URL", "https://reports.example/tiered/")
-    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/summary.json"
+    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/"
+    plugin = next(p for p in plugins_manager._get_plugins()[0] if p.name == "tiered")
+    assert [(a["url_prefix"], a["name"]) for a in plugin.fastapi_apps] == [("/tiered", "Tiered storage")]
+    assert plugin.external_views[0]["name"] == "Tiered storage"
 
 
 class _FakeSparkSubmit:

@@ -63,6 +63,7 @@ from tieredcore.stores.blob import (
     piece_length,
 )
 from tieredcore.stores.fs_multipart import MultipartUploads
+from tieredcore.stores.requests import counted
 
 INTERNAL_DIR = ".tiered"
 _INTERNAL_B = INTERNAL_DIR.encode()
@@ -130,6 +131,7 @@ class _DirListing:
     entries: list[tuple[bytes, bool]]  # (name, is_dir)
 
 
+@counted
 class FilesystemBlobStore:
     """BlobStore on a local (or shared POSIX) filesystem directory."""
 

@@ -47,6 +47,7 @@ from tieredcore.stores.blob import (
     normalize_metadata,
     read_piece,
 )
+from tieredcore.stores.requests import counted
 from tieredcore.stores.s3_settings import (
     S3_CONNECT_TIMEOUT,
     S3_MAX_ATTEMPTS,
@@ -84,6 +85,7 @@ def _no_retry_on_bare_500(response: Any = None, **_: Any) -> bool | None:
     return False if _is_bare_500(response) else None
 
 
+@counted
 class S3BlobStore:
     """BlobStore on one S3 bucket."""
 
