@@ -5,7 +5,8 @@ Spark jobs' run-time environment the plugin's TieredSparkSubmitOperator; the sum
 totals the jobs' reports carry.
 
 Parse time reads only the process environment (TIERED_CONFIG, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
-TIERED_SPARK_UI, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or metadata-store access.
+TIERED_SPARK_UI, TIERED_SPARK_LOG_LEVEL, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or
+metadata-store access.
 Everything else (the configuration file, the AWS connection, the metadata store) is read when a task
 runs.
 """
@@ -29,6 +30,18 @@ START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SPARK_CONN_ID = "spark_default"
 AWS_CONN_ID = "aws_default"
 TAGS = ["tiered-storage", "spark"]
+# Spark's own log level in task logs (spark_jobs/log4j2.properties); the jobs' lines are not affected
+SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
+
+
+def spark_log_level() -> str:
+    """TIERED_SPARK_LOG_LEVEL (default WARN); a bad value fails the DAG import naming the variable."""
+    level = (os.environ.get("TIERED_SPARK_LOG_LEVEL") or "WARN").strip().upper()
+    if level not in SPARK_LOG_LEVELS:
+        raise ValueError(f"TIERED_SPARK_LOG_LEVEL={os.environ.get('TIERED_SPARK_LOG_LEVEL')!r}: "
+                         f"one of {', '.join(SPARK_LOG_LEVELS)}")
+    return level
+
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "tiered",
@@ -123,10 +136,15 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     application_args). `kw` overrides or adds operator arguments (conf and env_vars are merged)."""
     application = JOBS_DIR / f"{job}.py"
     python = pyspark_python()
+    log4j = (JOBS_DIR / "log4j2.properties").resolve().as_uri()
     conf = {
         "spark.ui.enabled": "true" if os.environ.get("TIERED_SPARK_UI") == "1" else "false",
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
+        # Spark's INFO lines drowned the job's own in task logs: WARN unless TIERED_SPARK_LOG_LEVEL says
+        # otherwise (client mode: spark-submit starts the driver JVM with these options)
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} "
+                                         f"-Dtiered.spark.log.level={spark_log_level()}",
     }
     conf.update(kw.pop("conf", None) or {})
     env_vars = {
@@ -155,7 +173,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
 
 
 def spark_task(task_id: str, job: str, application_args: Any, **kw: Any) -> TieredSparkSubmitOperator:
-    """One Spark task (application_args: a list, possibly templated, or an XComArg)."""
+    """One Spark task (application_args: a list, possibly templated, or an XComArg). An empty argument
+    list (the plan found nothing due) skips the task: no spark-submit."""
     return TieredSparkSubmitOperator(application_args=application_args, **spark_kwargs(task_id, job, **kw))
 
 
@@ -168,7 +187,8 @@ def spark_task_mapped(task_id: str, job: str, application_args: Any, **kw: Any):
 
 def spark_task_per_namespace(task_id: str, job: str, planned: Any, **kw: Any):
     """One Spark task per namespace planned (argument lists starting ``--namespace <ns>``), each mapped
-    task labelled by its namespace."""
+    task labelled by its namespace; a namespace the plan left out (nothing due) gets no task, and an
+    empty plan skips the task altogether."""
     return spark_task_mapped(task_id, job, planned, map_index_template="{{ task.application_args[1] }}", **kw)
 
 
@@ -212,6 +232,44 @@ def as_of(context: dict[str, Any], field: str = "data_interval_end") -> str:
     or the logical date; a run without one (manual trigger without a date) uses its run_after."""
     when = context.get(field) or context["dag_run"].run_after
     return when.isoformat()
+
+
+def as_of_ms(context: dict[str, Any], field: str = "data_interval_end") -> int:
+    """:func:`as_of` in epoch milliseconds (the plan tasks' clock: the same one the job gets)."""
+    from tieredcore.clock import parse_time_ms
+
+    return parse_time_ms(as_of(context, field), "--as-of")
+
+
+# XCom key of a plan task: what it left out because nothing was due (no Spark job for it)
+NOTHING_DUE_KEY = "nothing_due"
+
+
+def split_due(config: Any, names: Sequence[str], has_work: Any, what: str) -> tuple[list[str], list[str]]:
+    """``names`` split into (work due, nothing due) by ``has_work(ws, name)``, tieredcore's own planning
+    on one Workspace (the Spark job plans the same again on its driver, on the same --as-of clock), so
+    a no-op costs a metadata read here instead of a spark-submit."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import TieredError
+    from tieredcore.workspace import Workspace
+
+    due: list[str] = []
+    idle: list[str] = []
+    try:
+        with Workspace(config) as ws:
+            for name in names:
+                (due if has_work(ws, name) else idle).append(name)
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
+    return due, idle
+
+
+def deletions_due(ws: Any, at_ms: int) -> bool:
+    """Does the deletion log hold a record due at ``at_ms``?"""
+    from tieredcore.stores.deletion_log import DeletionLog
+
+    return bool(DeletionLog(ws.metadata).due(at_ms, 1))
 
 
 def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end", namespace: str | None = None,
@@ -355,6 +413,7 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
         ctx = get_current_context()
         parts = []
         config = None
+        idle = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
         for j in jobs:
             if isinstance(job, str):
                 planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
@@ -368,6 +427,9 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
                 totals = summarize_reports(config.reports_dir, j, _run_ids(planned))
             parts.append(totals)
         totals = parts[0] if len(parts) == 1 else combine_totals(parts)
+        totals["nothing_due"] = list(idle)
+        if idle:
+            print(f"{totals['job']}: nothing due, no Spark job: {', '.join(idle)}")
         for p in parts:
             print(f"{p['job']} summary: {p['jobs']} job(s), {p['topics']} topic(s), {p['ledgers']} "
                   f"ledger(s)/record(s), {p['bytes']:,} bytes, {p['failures']} failure(s), "

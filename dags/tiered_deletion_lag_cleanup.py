@@ -8,8 +8,10 @@ metadata; then mark `bookkeeperDeleted`. A copy whose offloaded object fails ver
 deleted (it is reported as a failure).
 
 1. **preflight** — configuration loads, object store reachable (fails fast).
-2. **plan** — the job's arguments: `--as-of` = data-interval end, `--run-id` from the run id.
-3. **cleanup** — `spark-submit spark_jobs/deletion_lag_cleanup.py`.
+2. **plan** — the job's arguments: `--as-of` = data-interval end, `--run-id` from the run id. Planned
+   here with tieredcore's own planning at the run's clock: with no hot copy past its lag and no deletion
+   record due, there is no Spark job (the run ends in seconds).
+3. **cleanup** — `spark-submit spark_jobs/deletion_lag_cleanup.py` (then it drains what is due).
 4. **summary** (runs even when the job failed) — totals from the run report as XCom and log;
    **verdict** fails the run on failures.
 
@@ -23,7 +25,10 @@ from typing import Any
 
 from airflow.sdk import get_current_context, task
 from tiered_common import (
+    NOTHING_DUE_KEY,
     QUICK_TASK,
+    as_of_ms,
+    deletions_due,
     job_args,
     load_config,
     namespace_args,
@@ -31,6 +36,7 @@ from tiered_common import (
     preflight_task,
     schedule_from_env,
     spark_task,
+    split_due,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -51,10 +57,21 @@ with tiered_dag(
 
     @task(task_id="plan", **QUICK_TASK)
     def plan() -> list[str]:
-        """The cleanup job's arguments (namespace names validated here, before Spark starts)."""
+        """The cleanup job's arguments (namespace names validated here, before Spark starts); [] when
+        nothing is due (the Spark task is skipped)."""
+        from tieredcore.lifecycle.sweep import plan_lag_cleanup
+
         ctx: Any = get_current_context()
-        load_config(ctx["params"])
+        config = load_config(ctx["params"])
         extra = namespace_args(ctx["params"])
+        at = as_of_ms(ctx)
+        namespaces = extra[1::2] or None
+        due, _ = split_due(config, ["run"], lambda ws, _: bool(plan_lag_cleanup(ws, namespaces, at))
+                           or deletions_due(ws, at), "deletion-lag cleanup")
+        if not due:
+            print("lag cleanup plan: no hot copy past its deletion lag, no deletion due: no Spark job")
+            ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=[", ".join(namespaces or ["every namespace"])])
+            return []
         return job_args(ctx, extra=extra)
 
     planned = plan()

@@ -181,11 +181,14 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
         submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
-        is restored afterwards, so rendered template fields never hold it); a job that exits 2 (bad
+        is restored afterwards, so rendered template fields never hold it); empty ``application_args``
+        (the plan found nothing due) skip the task without submitting anything; a job that exits 2 (bad
         input) or 3 (data loss) fails the task without retries: running it again cannot help
         (spark_jobs/_jobkit.py, exit codes)."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+        if not self.application_args:  # the plan task found nothing due
+            raise AirflowSkipException(f"spark job {self.job}: nothing due, no spark-submit")
         declared = self.env_vars
         runtime = self.runtime_env()
         self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))

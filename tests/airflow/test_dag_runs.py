@@ -74,10 +74,13 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
             "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
     store_url = f"s3://{bucket}/offloaded/?endpoint={moto_endpoint}&region=us-east-1"
-    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "acme/archive"], store_url=store_url)
+    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "acme/archive", "acme/idle"],
+                         store_url=store_url)
     set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=HOUR_MS)
     set_policy(cfg, "acme/orders", offload_threshold_bytes=0, deletion_lag_ms=-1)  # keep hot copies
     # acme/archive: no policy -> offload disabled -> not swept
+    # acme/idle: offload on, but nothing is due (1 TiB may stay hot) -> planned, no Spark job
+    set_policy(cfg, "acme/idle", offload_threshold_bytes=2**40)
 
     started = time.monotonic()
     dr, states = run_dag("tiered_offload_sweep", SWEEP_AT, {"config": str(cfg)})
@@ -89,6 +92,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
 
     planned = xcom(dr, "plan")
     assert [a[1] for a in planned] == ["acme/orders", "public/default"]
+    assert xcom(dr, "plan", key="nothing_due") == ["acme/idle"]
     assert all(a[a.index("--as-of") + 1] == SWEEP_AT.isoformat() for a in planned)
     n = _assert_offloaded(cfg, {"public/default", "acme/orders"})
     assert n == 2 * 2 * 4
@@ -98,6 +102,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["topics"] == 4 and totals["bytes"] > 0
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
+    assert totals["nothing_due"] == ["acme/idle"]
     reports = tmp_path / "ws" / "reports" / "offload_sweep"
     for i, ns in enumerate(["acme/orders", "public/default"]):
         rid = tiered_run_id(dr.run_id, ns)
@@ -144,9 +149,13 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
         assert ws.deletion_log.pending() == [] and ws.deletion_log.counters()["appended_hot"] == 8
     assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == report2.as_uri()
     res = verify(cfg)
-    assert res["verified"] == 6 and res["failed"] == 0
+    assert res["verified"] == 8 and res["failed"] == 0
     out, err = capfd.readouterr()
     assert "--master local[2]" in out + err  # the task log (spark-submit command line) was captured
+    # the jobs' own lines carry their level, the last one is the outcome; Spark's INFO lines are off
+    assert out.count("INFO offload_sweep: outcome ok: 2 topic(s), 8 unit(s)") == 2
+    assert "INFO deletion_lag_cleanup: outcome ok:" in out
+    assert "INFO SparkContext:" not in out + err and "Running Spark version" not in out + err
     assert secret not in out + err
     logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
     for f in logs.rglob("*") if logs.exists() else []:
