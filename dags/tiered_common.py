@@ -22,13 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Param, TriggerRule, get_current_context, task
-from tiered_airflow import TieredObjectStoreHook, TieredSparkSubmitOperator, tiered_run_id
+from tiered_airflow import TieredObjectStoreHook, TieredSparkSubmitOperator, on_failure, tiered_run_id
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jobs")
 START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SPARK_CONN_ID = "spark_default"
 AWS_CONN_ID = "aws_default"
+# every Spark task runs in this pool (scripts/airflow-init.sh and docker-compose's airflow-init create it):
+# its slots bound the concurrent spark-submits, so the quick Python tasks are never starved by them
+SPARK_POOL = os.environ.get("TIERED_SPARK_POOL") or "spark"
 TAGS = ["tiered-storage", "spark"]
 # Spark's own log level in task logs (spark_jobs/log4j2.properties); the jobs' lines are not affected
 SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
@@ -45,6 +48,7 @@ def spark_log_level() -> str:
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "tiered",
+    "on_failure_callback": on_failure,  # the alerting hook point (TIERED_ON_FAILURE_CALLBACK)
     "retries": 3,
     "retry_delay": dt.timedelta(minutes=1),
     "retry_exponential_backoff": True,
@@ -71,15 +75,22 @@ def tiered_dag(
     tags: Sequence[str] = (),
     params: dict[str, Any] | None = None,
     max_active_runs: int = 1,
+    dagrun_timeout: dt.timedelta | None = None,
 ):
     """The project's DAG conventions in one place: start date, no catchup, one run at a time (sweeps),
-    shared default args (owner, retries with backoff), base tags, and the `config` / `dry_run` params."""
+    shared default args (owner, retries with backoff, the failure hook), base tags, the `config` /
+    `dry_run` params; a scheduled DAG must say how long a run may take (``dagrun_timeout``: a run stuck
+    longer fails, and the next scheduled run can start)."""
     from airflow.sdk import DAG
 
+    if schedule is not None and dagrun_timeout is None:
+        raise ValueError(f"{dag_id}: a scheduled DAG needs a dagrun_timeout")
     return DAG(
         dag_id=dag_id,
         description=description,
         schedule=schedule,
+        dagrun_timeout=dagrun_timeout,
+        on_failure_callback=on_failure,
         start_date=START_DATE,
         catchup=False,
         max_active_runs=max_active_runs,
@@ -100,8 +111,15 @@ def config_param() -> Param:
     )
 
 
+# the trigger form's own checks of names (tieredcore.names parses them again in the plan tasks)
+NAME_PART = r"[A-Za-z0-9_.=:%-]+"
+NAMESPACE_PATTERN = rf"^\s*{NAME_PART}/{NAME_PART}\s*$"
+TOPIC_PATTERN = rf"^\s*(persistent://)?{NAME_PART}/{NAME_PART}/{NAME_PART}\s*$"
+
+
 def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
-    return Param([], type="array", items={"type": "string"}, title="Namespaces", description=description)
+    return Param([], type="array", items={"type": "string", "pattern": NAMESPACE_PATTERN}, title="Namespaces",
+                 description=description)
 
 
 def namespace_args(params: dict[str, Any]) -> list[str]:
@@ -159,6 +177,7 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
         "application": str(application),
         "conn_id": SPARK_CONN_ID,
         "aws_conn_id": AWS_CONN_ID,
+        "pool": SPARK_POOL,
         "name": f"tiered-{job}-{{{{ run_id }}}}",
         "conf": conf,
         "env_vars": env_vars,

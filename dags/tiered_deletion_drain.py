@@ -24,6 +24,7 @@ Safe to run next to the `tiered_retention` DAG's drain (several consumers are sa
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -52,6 +53,7 @@ with tiered_dag(
     "tiered_deletion_drain",
     description="Drain the deletion log: delete pending ledgers and objects in both tiers (Spark)",
     schedule=schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"),
+    dagrun_timeout=dt.timedelta(hours=2),
     tags=["deletion"],
     doc_md=__doc__,
     params={

@@ -21,6 +21,7 @@ Params: `config`, `dry_run`, `namespaces` (override list; empty: every namespace
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import get_current_context, task
@@ -48,6 +49,7 @@ with tiered_dag(
     "tiered_deletion_lag_cleanup",
     description="Delete hot copies of offloaded ledgers past the deletion lag (Spark)",
     schedule=schedule_from_env("TIERED_LAG_CLEANUP_SCHEDULE", "@hourly"),
+    dagrun_timeout=dt.timedelta(hours=3),
     tags=["deletion"],
     doc_md=__doc__,
     params={

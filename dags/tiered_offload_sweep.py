@@ -26,6 +26,7 @@ date never offloads more (the job's only clock is `--as-of`). Params: `config` (
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -35,6 +36,7 @@ from tiered_common import (
     as_of_ms,
     job_args,
     load_config,
+    namespaces_param,
     planned_namespaces,
     preflight_task,
     schedule_from_env,
@@ -52,13 +54,13 @@ with tiered_dag(
     description="Offload sealed ledgers (or, in streaming mode, PIP-76 segments) to the object store by namespace "
                 "policy (Spark)",
     schedule=schedule_from_env("TIERED_SWEEP_SCHEDULE", "*/15 * * * *"),
+    dagrun_timeout=dt.timedelta(hours=2),
     tags=["offload"],
     doc_md=__doc__,
     params={
         "max_topics": Param(None, type=["null", "integer"], minimum=1, title="Max topics",
                             description="At most this many topics per namespace this run (the rest next run)."),
-        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
-                            description="tenant/namespace list; empty: every namespace with offload enabled."),
+        "namespaces": namespaces_param("tenant/namespace list; empty: every namespace with offload enabled."),
     },
 ) as dag:
 

@@ -24,6 +24,7 @@ Params: `config`, `dry_run` (write the report only: no record appended, no uploa
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -45,6 +46,7 @@ with tiered_dag(
     "tiered_orphan_reconciliation",
     description="Find orphan objects, hot ledgers and uploads in both tiers; append deletion records (Spark)",
     schedule=schedule_from_env("TIERED_RECONCILE_SCHEDULE", "@daily"),
+    dagrun_timeout=dt.timedelta(hours=6),
     tags=["deletion", "reconciliation"],
     doc_md=__doc__,
     params={

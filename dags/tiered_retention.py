@@ -26,6 +26,7 @@ empty: every namespace).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import TriggerRule, get_current_context, task
@@ -50,6 +51,7 @@ with tiered_dag(
     "tiered_retention",
     description="Retention trim and deletion-lag cleanup (phase 1), then the deletion drain (phase 2) (Spark)",
     schedule=schedule_from_env("TIERED_RETENTION_SCHEDULE", "@hourly"),
+    dagrun_timeout=dt.timedelta(hours=4),
     tags=["deletion", "retention"],
     doc_md=__doc__,
     params={

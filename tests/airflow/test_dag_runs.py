@@ -181,7 +181,7 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=20)
     bad = [
         {"topic": "public/default/topic-0000", "up_to": "1:0", "keep_bytes": 0},  # both
-        {"topic": "public/default/../etc", "up_to": "", "keep_bytes": 0},  # path-like
+        {"topic": "public/default/..", "up_to": "", "keep_bytes": 0},  # path-like
         {"topic": "public/default/nope", "up_to": "", "keep_bytes": 0},  # unknown
     ]
     for i, params in enumerate(bad):
@@ -190,6 +190,12 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
         assert dr.state == DagRunState.FAILED, (params, states)
         assert states["validate"] == TaskInstanceState.FAILED, (params, states)
         assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED, (params, states)
+    # what the params' schemas can check is refused before a run exists
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="topic"):
+        run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9),
+                {"config": str(cfg), "topic": "public/default/../etc", "up_to": "", "keep_bytes": 0})
     assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
     assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
 

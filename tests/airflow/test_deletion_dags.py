@@ -165,17 +165,28 @@ def test_summary_counts_a_report_without_totals_as_a_failed_job(tmp_path: Path) 
 # -- parameter validation (no Spark) --------------------------------------------------------------
 
 
-def test_bad_params_fail_before_spark(tmp_path: Path) -> None:
+def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk import DagRunState, TaskInstanceState
 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
     at = END + dt.timedelta(days=10)
+    alerts = tmp_path / "alerts.jsonl"  # the failure hook point (TIERED_ON_FAILURE_CALLBACK) is called
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
+    monkeypatch.setenv("TIERED_TEST_ALERTS", str(alerts))
     dr, states = run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "grace": "soon"})
     assert dr.state == DagRunState.FAILED
     assert states["plan"] == TaskInstanceState.FAILED
     assert states["reconcile"] == TaskInstanceState.UPSTREAM_FAILED
+    called = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert {"task_id": "plan", "dag_id": "tiered_orphan_reconciliation"}.items() <= called[0].items(), called
+    assert "grace" in called[0]["exception"]
+    monkeypatch.delenv("TIERED_ON_FAILURE_CALLBACK")
 
-    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="namespaces"):  # the trigger form's own check
+        run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
+    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["public/.."]})
     assert dr.state == DagRunState.FAILED
     assert states["plan"] == TaskInstanceState.FAILED
     assert states["retention"] == TaskInstanceState.UPSTREAM_FAILED
