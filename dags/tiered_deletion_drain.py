@@ -1,7 +1,8 @@
 """
 ### Deletion drain (PIP-186 two-phase deletion, phase 2)
 
-Every 10 minutes (env `TIERED_DRAIN_SCHEDULE`: a cron expression or preset, `none` to disable), process
+Every 10 minutes (env `TIERED_DRAIN_SCHEDULE`: a cron expression or preset, `none` to disable) and on each
+`tiered_deletions_pending` asset event (retention and orphan reconciliation appended records), process
 the pending-deletion records due at the run's logical time: the records appended by retention, the
 deletion-lag cleanup, offload retries, topic deletion and orphan reconciliation.
 
@@ -29,9 +30,11 @@ from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
+    DELETIONS_PENDING,
     NOTHING_DUE_KEY,
     QUICK_TASK,
     as_of_ms,
+    asset_or_time,
     deletions_due,
     job_args,
     load_config,
@@ -52,7 +55,7 @@ DEFAULT_RETRY_DELAY_MS = 600_000
 with tiered_dag(
     "tiered_deletion_drain",
     description="Drain the deletion log: delete pending ledgers and objects in both tiers (Spark)",
-    schedule=schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"),
+    schedule=asset_or_time(schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"), DELETIONS_PENDING),
     dagrun_timeout=dt.timedelta(hours=2),
     tags=["deletion"],
     doc_md=__doc__,

@@ -1,7 +1,9 @@
 """
 ### Deletion-lag cleanup (hot copies of offloaded ledgers)
 
-Hourly (env `TIERED_LAG_CLEANUP_SCHEDULE`: a cron expression or preset, `none` to disable): delete the
+Hourly (env `TIERED_LAG_CLEANUP_SCHEDULE`: a cron expression or preset, `none` to disable) **and** on each
+`tiered_offloaded` asset event of the offload sweep (a run per batch of events, covering the namespaces
+they name; the hourly run covers every namespace), so hot copies go soon after their lag: delete the
 hot-tier (BookKeeper-role) copies of ledgers whose offload completed more than the namespace's
 deletion lag before the run's logical time, after verifying the offloaded copy opens and matches the
 metadata; then mark `bookkeeperDeleted`. A copy whose offloaded object fails verification is never
@@ -16,7 +18,8 @@ deleted (it is reported as a failure).
    **verdict** fails the run on failures.
 
 Idempotent: a rerun redoes only what is left; an older logical date never deletes early.
-Params: `config`, `dry_run`, `namespaces` (override list; empty: every namespace).
+Params: `config`, `dry_run`, `namespaces` (override list; empty: every namespace, or on asset events
+the namespaces they name).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 from tiered_common import (
     NOTHING_DUE_KEY,
+    OFFLOADED,
     QUICK_TASK,
     as_of_ms,
+    asset_or_time,
     deletions_due,
     job_args,
     load_config,
@@ -40,6 +45,7 @@ from tiered_common import (
     split_due,
     summary_task,
     tiered_dag,
+    triggering_namespaces,
     verdict_task,
 )
 
@@ -48,7 +54,7 @@ JOB = "deletion_lag_cleanup"
 with tiered_dag(
     "tiered_deletion_lag_cleanup",
     description="Delete hot copies of offloaded ledgers past the deletion lag (Spark)",
-    schedule=schedule_from_env("TIERED_LAG_CLEANUP_SCHEDULE", "@hourly"),
+    schedule=asset_or_time(schedule_from_env("TIERED_LAG_CLEANUP_SCHEDULE", "@hourly"), OFFLOADED),
     dagrun_timeout=dt.timedelta(hours=3),
     tags=["deletion"],
     doc_md=__doc__,
@@ -66,6 +72,9 @@ with tiered_dag(
         ctx: Any = get_current_context()
         config = load_config(ctx["params"])
         extra = namespace_args(ctx["params"])
+        if not extra:  # a run on the sweep's events: the namespaces it offloaded in
+            for ns in triggering_namespaces(ctx, OFFLOADED):
+                extra += ["--namespace", ns]
         at = as_of_ms(ctx)
         namespaces = extra[1::2] or None
         due, _ = split_due(config, ["run"], lambda ws, _: bool(plan_lag_cleanup(ws, namespaces, at))

@@ -18,6 +18,9 @@ written as PIP-76 segments: full ones at once, the last, smaller one once its ro
 4. **summary** (runs even when jobs failed) — totals of the run reports (topics, ledgers, bytes,
    failures; segments written, their bytes and tails held, for streaming namespaces) as XCom and log;
    **verdict** fails the run when any namespace job failed.
+5. **announce** — one `tiered_offloaded` asset event per namespace the run offloaded something in
+   (extra: `namespace`, `ledgers`, `bytes`, `segments`, `as_of`); none for a namespace with nothing
+   done, none in a dry run. `tiered_deletion_lag_cleanup` runs on them.
 
 Idempotent: a retry or a rerun for the same logical date offloads only what is left; an older logical
 date never offloads more (the job's only clock is `--as-of`). Params: `config` (tiered.toml),
@@ -32,11 +35,15 @@ from typing import Any
 from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
     NOTHING_DUE_KEY,
+    OFFLOAD_EVENTS,
+    OFFLOADED,
     QUICK_TASK,
+    announce_task,
     as_of_ms,
     job_args,
     load_config,
     namespaces_param,
+    offloaded_namespaces,
     planned_namespaces,
     preflight_task,
     schedule_from_env,
@@ -88,3 +95,4 @@ with tiered_dag(
     summary = summary_task(JOB)
     offload >> summary
     [offload, summary] >> verdict_task()
+    summary >> announce_task(OFFLOAD_EVENTS, OFFLOADED, offloaded_namespaces)

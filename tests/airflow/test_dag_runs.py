@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
+from .conftest import SWEEP_AT, asset_events, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
 
 HOUR_MS = 3600 * 1000
 
@@ -103,6 +103,13 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
     assert totals["nothing_due"] == ["acme/idle"]
+    # one tiered_offloaded asset event per namespace the run changed: not for acme/idle (nothing due)
+    # nor acme/archive (offload off); they trigger the deletion-lag cleanup
+    events = asset_events(dr)
+    assert sorted(e["namespace"] for _, e in events) == ["acme/orders", "public/default"], events
+    assert {name for name, _ in events} == {"tiered_offloaded"}
+    assert all(e["ledgers"] == 8 and e["bytes"] > 0 and e["as_of"] == SWEEP_AT.isoformat() for _, e in events)
+    assert states["announce"] == TaskInstanceState.SUCCESS and xcom(dr, "announce") == ["acme/orders", "public/default"]
     reports = tmp_path / "ws" / "reports" / "offload_sweep"
     for i, ns in enumerate(["acme/orders", "public/default"]):
         rid = tiered_run_id(dr.run_id, ns)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DAGS, REPO
+from .conftest import DAGS, REPO, asset_of, cron_of
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
            "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
@@ -49,7 +49,8 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     lag = bag.get_dag("tiered_deletion_lag_cleanup")
     assert sweep.max_active_runs == 1 and lag.max_active_runs == 1
     assert bag.get_dag("tiered_offload_topic").schedule is None
-    assert sweep.schedule == "*/15 * * * *" and lag.schedule == "@hourly"
+    assert sweep.schedule == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
+    assert asset_of(lag).name == "tiered_offloaded"  # ... or on the sweep's events
     assert set(sweep.params.keys()) == {"config", "dry_run", "max_topics", "namespaces"}
     assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"config", "topic", "up_to", "keep_bytes",
                                                                       "dry_run"}
@@ -102,7 +103,7 @@ def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch
         bag = _bag()
         assert not bag.import_errors, bag.import_errors
         assert bag.get_dag("tiered_offload_sweep").schedule == "*/5 * * * *"
-        assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None
+        assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None  # no clock, no events either
         op = bag.get_dag("tiered_deletion_lag_cleanup").get_task("cleanup")
         assert op.application == str(jobs / "deletion_lag_cleanup.py")
         assert op.py_files == str(tmp_path / "tiered.zip")

@@ -16,7 +16,18 @@ from tieredcore.lifecycle.drain import DrainReport, DrainRow
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
 from tieredcore.reports import summary_document
 
-from .conftest import END, REPO, make_workspace, run_dag, set_policy, topic_ledgers, xcom
+from .conftest import (
+    END,
+    REPO,
+    asset_events,
+    asset_of,
+    cron_of,
+    make_workspace,
+    run_dag,
+    set_policy,
+    topic_ledgers,
+    xcom,
+)
 
 NEW_DAGS = ("tiered_retention", "tiered_deletion_drain", "tiered_orphan_reconciliation")
 MINUTE_MS = 60 * 1000
@@ -43,31 +54,36 @@ def test_deletion_dags_structure_and_conventions() -> None:
 
     bag = _bag()
     expected = {
-        "tiered_retention": ("@hourly", {"config", "dry_run", "namespaces"},
+        "tiered_retention": ("0 * * * *", {"config", "dry_run", "namespaces"},
                              ["preflight", "plan", "retention", "drain", "summary", "verdict"],
                              {"retention": "retention_sweep", "drain": "deletion_drain"}),
         "tiered_deletion_drain": ("*/10 * * * *", {"config", "dry_run", "max_attempts", "retry_delay_ms"},
                                   ["preflight", "plan", "drain", "summary", "verdict"],
                                   {"drain": "deletion_drain"}),
-        "tiered_orphan_reconciliation": ("@daily", {"config", "dry_run", "grace"},
+        "tiered_orphan_reconciliation": ("0 0 * * *", {"config", "dry_run", "grace"},
                                          ["preflight", "plan", "reconcile", "summary", "verdict"],
                                          {"reconcile": "reconcile_orphans"}),
     }
     for dag_id, (schedule, params, order, spark) in expected.items():
         dag = bag.get_dag(dag_id)
-        assert dag.schedule == schedule, dag_id
+        assert cron_of(dag) == schedule, dag_id
         assert dag.max_active_runs == 1 and dag.catchup is False, dag_id
         assert {"tiered-storage", "spark", "deletion"} <= set(dag.tags), dag_id
         assert dag.doc_md and len(dag.doc_md) > 400 and dag.description, dag_id
         assert set(dag.params.keys()) == params, dag_id
         assert dag.params["dry_run"] is False, dag_id
-        assert sorted(t.task_id for t in dag.tasks) == sorted(order), dag_id
+        # retention and reconciliation announce the records they appended (asset events for the drain)
+        announces = dag_id != "tiered_deletion_drain"
+        assert sorted(t.task_id for t in dag.tasks) == sorted(order + ["announce"] * announces), dag_id
         # a chain in that order (the verdict also waits on the Spark tasks)
         edges = _edges(dag)
         for a, b in zip(order, order[1:], strict=False):
             assert (a, b) in edges, (dag_id, a, b, edges)
         for task_id in spark:
             assert (task_id, "verdict") in edges, (dag_id, task_id)
+        if announces:
+            assert ("summary", "announce") in edges
+            assert [o.name for o in dag.get_task("announce").outlets] == ["tiered_deletion_events"], dag_id
         for t in dag.tasks:
             assert t.owner == "tiered", (dag_id, t.task_id)
             assert t.execution_timeout is not None, (dag_id, t.task_id)
@@ -98,6 +114,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
     drain = bag.get_dag("tiered_deletion_drain")
     assert drain.params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
     assert drain.params["retry_delay_ms"] == DEFAULT_RETRY_DELAY_MS
+    assert asset_of(bag.get_dag("tiered_deletion_drain")).name == "tiered_deletions_pending"  # or its clock
 
 
 def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,8 +124,8 @@ def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch
     saved = sys.modules.pop("tiered_common")  # re-read the environment as a fresh parse would
     try:
         bag = _bag()
-        assert bag.get_dag("tiered_retention").schedule == "30 * * * *"
-        assert bag.get_dag("tiered_deletion_drain").schedule == "*/2 * * * *"
+        assert cron_of(bag.get_dag("tiered_retention")) == "30 * * * *"
+        assert cron_of(bag.get_dag("tiered_deletion_drain")) == "*/2 * * * *"
         assert bag.get_dag("tiered_orphan_reconciliation").schedule is None
     finally:
         sys.modules["tiered_common"] = saved
@@ -289,6 +306,12 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     planned = {job: xcom(dr, "plan", key=job) for job in ("retention_sweep", "deletion_drain")}
     as_of = planned["retention_sweep"][planned["retention_sweep"].index("--as-of") + 1]
     assert as_of == at.isoformat() == planned["deletion_drain"][planned["deletion_drain"].index("--as-of") + 1]
+    # one tiered_deletions_pending event per namespace with records appended (public/default trimmed,
+    # acme/orders marked): the drain DAG runs on them
+    events = {e["namespace"]: (name, e) for name, e in asset_events(dr)}
+    assert set(events) == {"public/default", "acme/orders"}, events
+    assert events["public/default"][0] == events["acme/orders"][0] == "tiered_deletions_pending"
+    assert events["public/default"][1]["trimmed"] == 4 and events["acme/orders"][1]["marked"] == 8
 
     after = topic_ledgers(cfg)
     with Workspace(config) as ws:

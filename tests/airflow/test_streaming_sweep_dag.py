@@ -14,7 +14,7 @@ import pytest
 from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, LedgerRunReport, RunSummary
 from tieredcore.reports import summary_document
 
-from .conftest import END, SWEEP_AT, run_dag, set_policy, tiered, topic_ledgers, verify, xcom
+from .conftest import END, SWEEP_AT, asset_events, run_dag, set_policy, tiered, topic_ledgers, verify, xcom
 
 MINUTE_MS = 60 * 1000
 
@@ -98,3 +98,8 @@ def test_sweep_dag_streams_a_namespace_and_its_summary_shows_the_segments(tmp_pa
     again = xcom(dr2, "summary")
     assert again["segments"] == again["ledgers"] == again["failures"] == again["jobs"] == 0
     assert again["nothing_due"] == ["acme/ledger", "acme/stream"]
+    # the first run announced both namespaces (asset events), the second one, which changed nothing, none
+    assert sorted(e["namespace"] for _, e in asset_events(dr)) == ["acme/ledger", "acme/stream"]
+    assert {e["namespace"]: e["segments"] > 0 for _, e in asset_events(dr)} == {"acme/ledger": False,
+                                                                               "acme/stream": True}
+    assert asset_events(dr2) == []
