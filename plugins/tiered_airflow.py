@@ -10,6 +10,9 @@
   template fields or in the logged spark-submit command line.
 - ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
   store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
+- ``on_failure``: the DAGs' ``on_failure_callback`` (task and DAG-run level): one ERROR line naming what
+  failed, then the callable named by ``TIERED_ON_FAILURE_CALLBACK`` (``package.module:function``), the
+  hook point for alerting (a notifier, a pager).
 - ``TieredReportLink``: the operator extra link "Run report" from each Spark task to the page of its
   attempt's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
   ``/tiered/reports/<job>/<run_id>/attempt-<try_number>/`` (Airflow 3's UI shows only http(s), mailto and
@@ -22,8 +25,12 @@ the plugin share one operator class. No I/O at import time.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,6 +46,8 @@ PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
 WEB_PREFIX = "/tiered"  # where the plugin's FastAPI app (tiered_web.py) is mounted
 REPORTS_PATH = f"{WEB_PREFIX}/reports"
+ENV_ON_FAILURE = "TIERED_ON_FAILURE_CALLBACK"
+log = logging.getLogger(__name__)
 
 
 # -- macros ---------------------------------------------------------------------------------------
@@ -84,6 +93,46 @@ def tiered_report_url(job: str, run_id: str, attempt: int | None = None) -> str:
     """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number)."""
     url = f"{reports_base_url()}/{quote(job)}/{quote(tiered_run_id(run_id))}/"
     return url + (f"attempt-{int(attempt)}/" if attempt is not None else "")
+
+
+# -- alerting ---------------------------------------------------------------------------------------
+
+
+def failure_hook(spec: str | None = None) -> Callable[[Any], Any] | None:
+    """The callable ``TIERED_ON_FAILURE_CALLBACK`` names (``package.module:function`` or
+    ``package.module.function``; unset or empty: None). ValueError names the setting when it is not an
+    importable callable."""
+    spec = (os.environ.get(ENV_ON_FAILURE, "") if spec is None else spec).strip()
+    if not spec:
+        return None
+    module, _, name = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), name) if module and name else None
+    except ImportError as e:
+        raise ValueError(f"{ENV_ON_FAILURE}={spec!r}: cannot import {module!r}: {e}") from None
+    except AttributeError:
+        fn = None
+    if not callable(fn):
+        raise ValueError(f"{ENV_ON_FAILURE}={spec!r}: not a callable (expected package.module:function)")
+    return fn
+
+
+def on_failure(context: Any) -> None:
+    """``on_failure_callback`` of every task and DAG run: logs what failed as one ERROR line, then calls
+    the ``TIERED_ON_FAILURE_CALLBACK`` callable with the same context. A failing hook is logged, never
+    raised (the run's own failure is what matters)."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag_run = context.get("dag_run")
+    what = (f"task {ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if getattr(ti, "map_index", -1) >= 0 else "")
+            if ti is not None else f"DAG run {getattr(dag_run, 'dag_id', '?')}")
+    reason = context.get("exception") or context.get("reason") or "failed"
+    log.error("tiered failure: %s, run %s: %s", what, getattr(dag_run, "run_id", context.get("run_id")), reason)
+    try:
+        hook = failure_hook()
+        if hook is not None:
+            hook(context)
+    except Exception as e:  # an alerting problem must not hide the failure itself
+        log.error("tiered failure hook %s: %s: %s", os.environ.get(ENV_ON_FAILURE), type(e).__name__, e)
 
 
 # -- the operator and its link ----------------------------------------------------------------------
@@ -155,6 +204,15 @@ def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
 NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_LOSS: "DATA LOSS reported by the job"}
 
 
+_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+
+
+def submit_exit_code(error: BaseException) -> int | None:
+    """spark-submit's exit code from the Spark hook's failure (its message: "... Error code is: N")."""
+    m = _EXIT_CODE.search(str(error))
+    return int(m.group(1)) if m else None
+
+
 class TieredSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
 
@@ -169,19 +227,20 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
     operator_extra_links = (TieredReportLink(),)
 
     def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", wasb_conn_id: str | None = WASB_CONN_ID,
-                 gcp_conn_id: str | None = GCP_CONN_ID, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 gcp_conn_id: str | None = GCP_CONN_ID, conn_id: str = "spark_default", **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
         self.aws_conn_id = aws_conn_id
         self.wasb_conn_id = wasb_conn_id
         self.gcp_conn_id = gcp_conn_id
+        self.spark_conn_id = conn_id  # the provider keeps its own copy private
 
     def _spark_master(self) -> str:
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            conn = BaseHook.get_connection(self._conn_id)
+            conn = BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
             return ""
         return conn.host or ""
@@ -202,11 +261,14 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
         submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
-        is restored afterwards, so rendered template fields never hold it); a job that exits 2 (bad
+        is restored afterwards, so rendered template fields never hold it); empty ``application_args``
+        (the plan found nothing due) skip the task without submitting anything; a job that exits 2 (bad
         input) or 3 (data loss) fails the task without retries: running it again cannot help
         (spark_jobs/_jobkit.py, exit codes)."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+        if not self.application_args:  # the plan task found nothing due
+            raise AirflowSkipException(f"spark job {self.job}: nothing due, no spark-submit")
         declared = self.env_vars
         runtime = self.runtime_env()
         self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
@@ -215,8 +277,7 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException as e:
-            sp = getattr(self._hook, "_submit_sp", None)
-            code = getattr(sp, "returncode", None)
+            code = submit_exit_code(e)
             if code in NO_RETRY_EXIT_CODES:
                 raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
             raise

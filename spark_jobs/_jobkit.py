@@ -34,6 +34,8 @@ from tieredcore.reports import (
     attempt_dir_name,
     attempt_number,
     exit_code,
+    message_level,
+    outcome_line,
     report_name,
     summary_document,
 )
@@ -46,6 +48,7 @@ from tieredcore.stores.requests import (
 )
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
+LEVELS = ("ERROR", "WARNING", "INFO")
 LOG_OMITS = ("records",)  # bulky lists stay in summary.json, out of the log line
 P = TypeVar("P")
 
@@ -60,6 +63,14 @@ def exit_with_parent() -> None:
         return
     if os.getppid() == 1:  # parent already gone before prctl
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def say(job: str, level: str, message: str) -> None:
+    """One line of the job's log carrying its level (``ERROR offload_sweep: FAILED ...``): Airflow's
+    Spark hook logs every line of spark-submit at INFO, so the level is part of the line, where a reader
+    (and a grep for ERROR) finds it. Errors go to stderr (spark-submit's caller merges both)."""
+    assert level in LEVELS
+    print(f"{level} {job}: {message}", file=sys.stderr if level == "ERROR" else sys.stdout, flush=True)
 
 
 def parse_as_of(text: str | None) -> int:
@@ -229,10 +240,11 @@ def run_job(
             attempt_number(os.environ, Path(run.report_dir) / job / run.run_id)  # a bad $TIERED_ATTEMPT: exit 2
             planned = plan(run)
         except TieredError as e:
-            print(f"{job}: {e}", file=sys.stderr, flush=True)
-            return EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
-        print(f"{job}: run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}",
-              flush=True)
+            code = EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
+            say(job, "ERROR", f"{e}")
+            say(job, "ERROR", f"outcome {'bad input, nothing started' if code == EXIT_USAGE else 'FAILED'}: exit {code}")
+            return code
+        say(job, "INFO", f"run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}")
         planned_at = time.monotonic()
         spark = session(f"tiered-{job}", config)
         try:
@@ -253,11 +265,14 @@ def run_job(
             _requests_acc = None
             spark.stop()
     for line in report.messages():
-        print(f"{job}: {line}", flush=True)
-    print(f"{job}: report {out}", flush=True)
+        say(job, message_level(line), line)
+    say(job, "INFO", f"report {out}")
     logged = {k: v for k, v in summary.items() if k not in LOG_OMITS}
     print(SUMMARY_PREFIX + json.dumps(logged, sort_keys=True, default=str), flush=True)
-    return exit_code(report.totals())
+    # the last line of the task log: the outcome in words
+    code = exit_code(report.totals())
+    say(job, "INFO" if code == 0 else "ERROR", outcome_line(report.totals(), code) + f" ({run.seconds():.1f} s)")
+    return code
 
 
 # -- jobs over TopicWork units (offload sweep, lag cleanup, retention, scrub) ------------------------

@@ -57,6 +57,38 @@ class JobReport(Protocol):
         ...
 
     def messages(self) -> list[str]:
+        """Lines for the job's log after the run (what failed, what was lost); a line's first word says
+        how bad it is (:func:`message_level`)."""
+        ...
+
+
+# first words of report messages that name a failure / something an operator should look at
+ERROR_WORDS = ("ERROR", "FAILED", "DEAD-LETTERED", "DATA", "STOPPED")  # DATA: "DATA LOSS: ..."
+WARNING_WORDS = ("BUSY", "CONFLICT")
+
+
+def message_level(line: str) -> str:
+    """ERROR, WARNING or INFO for a report message, by its first word (the reports' convention:
+    ``FAILED ...``, ``DEAD-LETTERED ...``, ``DATA LOSS: ...``, ``STOPPED early: ...`` are errors,
+    ``BUSY ...``, ``CONFLICT ...`` warnings: retried by the next run)."""
+    word = line.split(" ", 1)[0].rstrip(":")
+    if word in ERROR_WORDS:
+        return "ERROR"
+    return "WARNING" if word in WARNING_WORDS else "INFO"
+
+
+def outcome_line(t: Totals, code: int) -> str:
+    """The one-line outcome of a run (the last line of a job's log): its verdict, what it did, failures."""
+    verdict = {EXIT_OK: "ok", EXIT_FAILED: "FAILED", EXIT_DATA_LOSS: "DATA LOSS"}.get(code, f"exit {code}")
+    done = f"{t['topics']} topic(s), {t['ledgers']} unit(s), {t['bytes']:,} bytes"
+    if t.get("segments") or t.get("segments_held"):
+        done += f", {t['segments']} segment(s)"
+        if t.get("segments_held"):
+            done += f", {t['segments_held']} tail(s) held for their rollover"
+    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "nothing to do"
+    return f"outcome {verdict}: {done}; {t['failures']} failure(s); {outcomes}; exit {code}"
+
+    def messages(self) -> list[str]:
         """Lines for the job's log after the run (what failed, what was lost)."""
         ...
 

@@ -254,7 +254,10 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
                            log=tmp_path / "run1.log")
     assert rc == 1, log[-3000:]
     for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
-        assert f"FAILED {t} ledger" in log
+        assert f"ERROR offload_sweep: FAILED {t} ledger" in log  # a failed ledger is logged as an error
+    # the log ends with the outcome in words; Spark's INFO lines are off
+    assert log.rstrip().splitlines()[-1].startswith("ERROR offload_sweep: outcome FAILED: "), log[-2000:]
+    assert " INFO " not in log and "Running Spark version" not in log
     summary, rows = load_report(report_dir, "offload_sweep", "r1")
     assert summary_line(log) == summary
     with Workspace(Config.load(cfg_path, env={})) as ws:

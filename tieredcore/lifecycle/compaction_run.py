@@ -236,7 +236,8 @@ class CompactionReport:
                        f"{_usd(c['listing_month'])}), one-time {_usd(c['one_time'])}")
         for r in self.rows:
             if r["outcome"] not in OK_OUTCOMES:
-                out.append(f"{r['topic']} ledgers {_span(r['ledgers'])}: {r['outcome']}: {r['error']}")
+                # first word: the outcome (tieredcore.reports.message_level: FAILED an error, others warnings)
+                out.append(f"{str(r['outcome']).upper()} {r['topic']} ledgers {_span(r['ledgers'])}: {r['error']}")
         return out
 
 
