@@ -19,18 +19,26 @@ from tiered_airflow import (
 )
 
 
-def _web_app():
-    """The FastAPI app, built only where plugins' apps are served (the API server)."""
-    from tiered_web import create_app
+class _WebApps:
+    """``fastapi_apps``, built on first use: only the API server asks for them, so the other processes
+    that load the plugin (task runs, the scheduler) do not import FastAPI for it."""
 
-    return create_app()
+    apps: list[dict] | None = None
+
+    def __get__(self, obj: object, owner: type) -> list[dict]:
+        if _WebApps.apps is None:
+            from tiered_web import create_app
+
+            _WebApps.apps = [{"app": create_app(), "url_prefix": WEB_PREFIX, "name": "Tiered storage"}]
+        return _WebApps.apps
 
 
 class TieredPlugin(AirflowPlugin):
     name = PLUGIN_NAME
     macros = [tiered_run_id, tiered_report_path, tiered_report_url, tiered_reports_dir]
     operator_extra_links = [TieredReportLink()]
-    fastapi_apps = [{"app": _web_app(), "url_prefix": WEB_PREFIX, "name": "Tiered storage"}]
-    # a nav entry showing the overview inside the UI (same site: the UI's session authenticates it)
-    external_views = [{"name": "Tiered storage", "href": f"{WEB_PREFIX}/overview", "url_route": "tiered-storage",
-                       "destination": "nav", "category": "browse"}]
+    fastapi_apps = _WebApps()
+    # a nav entry showing the overview inside the UI (same site: the UI's session authenticates it); the
+    # href is relative to the UI's base URL, so a deployment under a path prefix works too
+    external_views = [{"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview",
+                       "url_route": "tiered-storage", "destination": "nav", "category": "browse"}]

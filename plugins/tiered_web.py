@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
@@ -270,16 +270,25 @@ def summary_body(job: str, run_id: str, doc: dict[str, Any], attempts: list[int]
     return "".join(parts)
 
 
+async def require_ui_user(request: Request) -> None:
+    """Airflow's own check for its UI pages, per request: the user from the session cookie (or a bearer
+    token) as the core API resolves it, authorized by the auth manager for the website view; 401 / 403
+    otherwise. (A plugin's app is mounted without the core API's dependencies: it must check itself.)
+    Airflow's API modules are imported here, in the API server, not where the plugin is only loaded."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import get_user, requires_access_view
+    from fastapi.security import HTTPBearer
+
+    bearer = await HTTPBearer(auto_error=False)(request)
+    user = await get_user(request, None, bearer)
+    requires_access_view(AccessView.WEBSITE)(request, user)
+
+
 def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool = True) -> FastAPI:
     """The plugin's FastAPI app. ``load_config``: the configuration, read per request (the API server's
     $TIERED_CONFIG by default). ``secured``: every route requires a user of the Airflow UI (the auth
     manager's check for the website view), as the UI's own pages do."""
-    deps = []
-    if secured:
-        from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-        from airflow.api_fastapi.core_api.security import requires_access_view
-
-        deps = [Depends(requires_access_view(AccessView.WEBSITE))]
+    deps = [Depends(require_ui_user)] if secured else []
     app = FastAPI(title="Tiered storage", dependencies=deps, docs_url=None, redoc_url=None, openapi_url=None)
 
     def config() -> Config:

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -359,6 +360,7 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     for job, task_id in (("retention_sweep", "retention"), ("deletion_drain", "drain")):
         path = reports / job / rid / "summary.json"
         assert path.is_file() and (reports / job / rid / "detail.parquet").is_dir()
-        assert xcom(dr, task_id, key="_link_TieredReportLink") == path.as_uri()
+        assert (reports / job / rid / "attempt-1" / "summary.json").is_file()
+        assert xcom(dr, task_id, key="_link_TieredReportLink") == f"/tiered/reports/{job}/{quote(rid)}/attempt-1/"
 
     print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
