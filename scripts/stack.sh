@@ -65,6 +65,8 @@ airflow_env() {  # KEY=VALUE lines: what every Airflow process gets (after `. $S
     local aws_conn="AIRFLOW_CONN_$(echo "$TOPOLOGY_AWS_CONN_ID" | tr '[:lower:]' '[:upper:]')"
     cat <<EOF
 PATH=$VENV/bin:$PATH
+HOME=${HOME:-/root}
+LANG=C.UTF-8
 PYTHONPATH=$REPO
 AIRFLOW_HOME=$STACK_DIR/airflow
 AIRFLOW__CORE__DAGS_FOLDER=$REPO/dags

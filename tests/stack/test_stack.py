@@ -262,3 +262,9 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
     phase("checks and down")
     with capsys.disabled():
         print(f"\nstack test: up {up_seconds} s, then {phases}")
+        for t in tis:  # each task's wait in the queue and its run
+            start, end, queued = (dt.datetime.fromisoformat(t[k]) if t.get(k) else None
+                                  for k in ("start_date", "end_date", "queued_when"))
+            if start and end:
+                print(f"  {t['dag_id']}.{t['task_id']}: queued {(start - queued).total_seconds() if queued else 0:.1f} s,"
+                      f" ran {(end - start).total_seconds():.1f} s")
