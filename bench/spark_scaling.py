@@ -5,7 +5,8 @@ baseline), local[2], and a standalone cluster (scripts/stack.sh's way: `spark-cl
 Every run starts from a fresh copy of one generated workspace (embedded: SQLite metadata, filesystem
 store, so the figures are Spark's and the offload's, not an emulator's) and reports:
 
-- wall seconds of the spark-submit and the ratio to the baseline measured in the same run;
+- wall seconds of the spark-submit and the ratio to the baseline measured in the same run (also with
+  the JVM options of docker/spark-conf/spark-defaults.conf, "tuned": C1 compiler only, serial GC);
 - the per-phase cost from the job's own run report (`spark` section: planning, session start-up,
   distributed work, report) and the sum of the per-ledger offload seconds inside the tasks;
 - a CPU profile taken while it ran (/proc sampled every 0.1 s): CPU seconds of the driver JVM, the
@@ -42,6 +43,7 @@ from tieredcore.lifecycle.work import policy_store  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
+TUNED = REPO / "docker" / "spark-conf" / "spark-defaults.conf"  # what scripts/stack.sh and compose use
 NAMESPACE = "bench/scaling"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CPU_CLASSES = ("driver JVM", "driver python", "executor JVMs", "python workers", "spark daemons", "other processes")
@@ -219,6 +221,7 @@ class Cluster:
         self.env = spark_env()
         del self.env["PYTHONPATH"]  # the executors get the project from the --py-files zip only
         self.env["SPARK_DAEMON_MEMORY"] = "256m"
+        self.env["SPARK_DAEMON_JAVA_OPTS"] = "-XX:+UseSerialGC"  # as scripts/stack.sh
         self.master_log = workdir / "master.log"
         self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                str(self.port), "--webui-port", str(free_port())])
@@ -304,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                 measure("local[2]", "local[2]", 2, [])
                 measure("cluster, 1 worker", cluster.url, 1, [*conf, "--conf", "spark.cores.max=1"])
                 measure("cluster, 2 workers", cluster.url, 2, conf)
+                # the JVM options the stacks use (C1 compiler only, serial GC): docker/spark-conf
+                measure("local[1], tuned", "local[1]", 1, ["--properties-file", str(TUNED)])
+                measure("cluster 2w, tuned", cluster.url, 2, [*conf, "--properties-file", str(TUNED)])
         finally:
             cluster.stop()
 

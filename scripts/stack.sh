@@ -92,6 +92,7 @@ $spark_conn={"conn_type": "spark", "host": "spark://127.0.0.1", "port": $SPARK_M
 $aws_conn={"conn_type": "aws", "login": "$S3_ACCESS_KEY", "password": "$S3_SECRET_KEY", "extra": {"endpoint_url": "http://127.0.0.1:$S3_PORT", "region_name": "$TOPOLOGY_S3_REGION"}}
 PYSPARK_PYTHON=$STACK_DIR/bin/spark-python
 SPARK_LOCAL_IP=127.0.0.1
+SPARK_CONF_DIR=$REPO/docker/spark-conf
 TIERED_PY_FILES=$STACK_DIR/tiered-pyfiles.zip
 TIERED_SPARK_JOBS_DIR=$REPO/spark_jobs
 EOF
@@ -317,7 +318,8 @@ EOF
     start s3 "$S3_PORT" - "$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT"
 
     spark_worker_env >"$STACK_DIR/spark.env"
-    echo "SPARK_DAEMON_MEMORY=256m" >>"$STACK_DIR/spark.env"
+    # the daemons are long-lived but idle: small heaps, the serial collector
+    printf 'SPARK_DAEMON_MEMORY=256m\nSPARK_DAEMON_JAVA_OPTS=-XX:+UseSerialGC\n' >>"$STACK_DIR/spark.env"
     local master_ui worker_ui i
     master_ui=$(free_port)
     start spark-master "$SPARK_MASTER_PORT" "$STACK_DIR/spark.env" "$VENV/bin/spark-class" \

@@ -633,4 +633,8 @@ def test_stack_sh_and_compose_describe_one_topology(services, tmp_path):
     assert urlparse(stack["TIERED_SPARK_MASTER"]).port == urlparse(comp["TIERED_SPARK_MASTER"]).port \
         == int(topo["TOPOLOGY_SPARK_MASTER_PORT"])
     assert stack["TIERED_PY_FILES"].endswith(".zip") and comp["TIERED_PY_FILES"].endswith(".zip")
+    # one spark-defaults.conf for the jobs' JVMs: the stack's checkout copy, mounted into compose
+    assert Path(stack["SPARK_CONF_DIR"]) == ROOT / "docker" / "spark-conf"
+    assert mounts(services["airflow-worker"])[comp["SPARK_CONF_DIR"]] == "./docker/spark-conf"
+    assert (ROOT / "docker" / "spark-conf" / "spark-defaults.conf").is_file()
     assert env_of(services["minio-init"])["TIERED_BUCKET"] == topo["TOPOLOGY_BUCKET"]
