@@ -227,6 +227,8 @@ def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
                               for a, b in v.items())
         elif isinstance(v, dict | list):
             shown = f"<pre>{_e(json.dumps(v, indent=1, sort_keys=True, default=str))}</pre>" if v else "—"
+        elif isinstance(v, int) and not isinstance(v, bool) and k.endswith("_ms") and v > 10**11:
+            shown = f"{_e(iso_ms(v))} <span class='muted'>({v})</span>"  # an epoch-ms time
         elif isinstance(v, int | float) and not isinstance(v, bool):
             shown = _e(num(v))
         else:

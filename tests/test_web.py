@@ -65,6 +65,7 @@ def test_report_pages(client: TestClient) -> None:
     assert re.search(r"attempt <b id='attempt'>2</b> of 2", r.text) and "no failures" in r.text
     assert "/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/" in r.text
     assert "<tr data-ns='t/a'><td>t/a</td><td class='n'>2</td><td class='n'>2,000</td>" in r.text
+    assert "<th>as_of_ms</th><td>2026-01-01T00:00:00+00:00" in r.text  # times readable
     # an earlier attempt is still there, as it was
     r = client.get("/reports/offload_sweep/r1.t+a/attempt-1/")
     assert r.status_code == 200 and "FAILED: 2 failure(s)" in r.text
