@@ -51,7 +51,12 @@ def config(tmp_path: Path) -> Config:
 
 @pytest.fixture
 def client(config: Config) -> TestClient:
-    return TestClient(create_app(lambda: config, secured=False))
+    """The app mounted under /tiered, as Airflow's API server mounts a plugin's app."""
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/tiered", create_app(lambda: config, secured=False))
+    return TestClient(server, base_url="http://testserver/tiered")
 
 
 def test_report_pages(client: TestClient) -> None:
@@ -103,6 +108,18 @@ def test_overview_page_shows_tieredcore_numbers(client: TestClient, config: Conf
     assert client.get(f"/overview.json?at={now}").json()["namespaces"][0]["namespace"] == "t/a"
     r = client.get("/overview?at=yesterday")
     assert r.status_code == 400 and "at 'yesterday'" in r.text
+
+
+def test_links_follow_where_the_app_is_mounted(config: Config) -> None:
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/elsewhere/tiered", create_app(lambda: config, secured=False))
+    c = TestClient(server)
+    r = c.get("/elsewhere/tiered/reports/offload_sweep/r1.t+a/")
+    assert "href='/elsewhere/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/'" in r.text
+    assert "href='/elsewhere/tiered/overview'" in r.text
+    assert c.get("/elsewhere/tiered/", follow_redirects=False).headers["location"] == "/elsewhere/tiered/overview"
 
 
 def test_ages() -> None:
