@@ -48,11 +48,11 @@ nav a{margin-right:1rem}
 """
 
 
-def _page(title: str, body: str) -> HTMLResponse:
+def _page(title: str, body: str, prefix: str) -> HTMLResponse:
     return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                         f"<style>{CSS}</style></head><body>"
-                        f"<nav><a href='{URL_PREFIX}/overview'>Tiered storage</a>"
-                        f"<a href='{URL_PREFIX}/reports/'>Run reports</a></nav>"
+                        f"<nav><a href='{prefix}/overview'>Tiered storage</a>"
+                        f"<a href='{prefix}/reports/'>Run reports</a></nav>"
                         f"<h1>{html.escape(title)}</h1>{body}</body></html>")
 
 
@@ -84,8 +84,8 @@ def age(ms: int | None) -> str:
     return f"{m}m {s % 60}s"
 
 
-def report_href(job: str, run_id: str, attempt: int | None = None) -> str:
-    base = f"{URL_PREFIX}/reports/{quote(job)}/{quote(run_id)}/"
+def report_href(prefix: str, job: str, run_id: str, attempt: int | None = None) -> str:
+    base = f"{prefix}/reports/{quote(job)}/{quote(run_id)}/"
     return base + (f"{attempt_dir_name(attempt)}/" if attempt is not None else "")
 
 
@@ -165,21 +165,21 @@ def tier_plot(history: list[dict[str, Any]], width: int = 720, height: int = 220
     return "".join(parts)
 
 
-def last_runs_table(ov: Overview) -> str:
+def last_runs_table(ov: Overview, prefix: str) -> str:
     if not ov.last_runs:
         return "<p class='muted'>No run reports yet.</p>"
     rows = []
     for r in ov.last_runs:
         req = sum(int(v) for v in (r.requests.get("total") or {}).values())
         rows.append(f"<tr data-job='{_e(r.job)}'><td>{_e(r.job)}</td>"
-                    f"<td><a href='{report_href(r.job, r.run_id)}'>{_e(r.run_id)}</a></td>"
+                    f"<td><a href='{report_href(prefix, r.job, r.run_id)}'>{_e(r.run_id)}</a></td>"
                     f"<td class='n'>{r.attempt}</td><td>{_e(iso_ms(r.as_of_ms))}</td>"
                     f"<td class='n{' bad' if r.failures else ''}'>{r.failures}</td><td class='n'>{num(req)}</td></tr>")
     return ("<table id='last-runs'><tr><th>job</th><th>last run</th><th>attempt</th><th>logical time</th>"
             "<th>failures</th><th>requests</th></tr>" + "".join(rows) + "</table>")
 
 
-def overview_page(ov: Overview, config: Config) -> HTMLResponse:
+def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
     p = ov.prices
     body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; store "
             f"{_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
@@ -191,8 +191,8 @@ def overview_page(ov: Overview, config: Config) -> HTMLResponse:
               "runs of each job that worked on the namespace; per month at each job's pace (its runs' spacing). "
               "Cost: object-store bytes (both + cold + orphans) and those requests at the configured prices.</p>"
             + f"<h2>Bytes per tier over the last {len(ov.history)} run(s)</h2>" + tier_plot(ov.history)
-            + "<h2>Last run of each job</h2>" + last_runs_table(ov))
-    return _page("Tiered storage", body)
+            + "<h2>Last run of each job</h2>" + last_runs_table(ov, prefix))
+    return _page("Tiered storage", body, prefix)
 
 
 # -- report pages ---------------------------------------------------------------------------------
@@ -227,6 +227,8 @@ def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
                               for a, b in v.items())
         elif isinstance(v, dict | list):
             shown = f"<pre>{_e(json.dumps(v, indent=1, sort_keys=True, default=str))}</pre>" if v else "—"
+        elif isinstance(v, int) and not isinstance(v, bool) and k.endswith("_ms") and v > 10**11:
+            shown = f"{_e(iso_ms(v))} <span class='muted'>({v})</span>"  # an epoch-ms time
         elif isinstance(v, int | float) and not isinstance(v, bool):
             shown = _e(num(v))
         else:
@@ -235,13 +237,14 @@ def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
     return f"<table{f' id={table_id!r}' if table_id else ''}>" + "".join(rows) + "</table>"
 
 
-def summary_body(job: str, run_id: str, doc: dict[str, Any], attempts: list[int], shown: int | None) -> str:
+def summary_body(prefix: str, job: str, run_id: str, doc: dict[str, Any], attempts: list[int],
+                 shown: int | None) -> str:
     """A summary.json readably: the headline (attempt, logical time, outcome), totals per namespace,
     requests, then every other field."""
     totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
     attempt_links = " ".join(
-        (f"<b>{n}</b>" if n == shown else f"<a href='{report_href(job, run_id, n)}'>{n}</a>") for n in attempts)
-    raw = report_href(job, run_id, shown) + SUMMARY_FILE
+        (f"<b>{n}</b>" if n == shown else f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>") for n in attempts)
+    raw = report_href(prefix, job, run_id, shown) + SUMMARY_FILE
     failures = int(totals.get("failures", 0) or 0)
     head = (f"<p id='headline'>Job <b>{_e(job)}</b>, run <b>{_e(run_id)}</b>, attempt "
             f"<b id='attempt'>{_e(doc.get('attempt', shown or '?'))}</b> of {len(attempts)} "
@@ -316,13 +319,14 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
             raise HTTPException(status_code=500, detail=f"reading the tiered metadata: {e}") from None
 
     @app.get("/", include_in_schema=False)
-    def root() -> RedirectResponse:
-        return RedirectResponse(f"{URL_PREFIX}/overview")
+    def root(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{mounted_at(request)}/overview")
 
     @app.get("/overview", response_class=HTMLResponse)
-    def overview_html(at: str | None = Query(None, description="ISO 8601 or epoch ms (default: now)")):
+    def overview_html(request: Request,
+                      at: str | None = Query(None, description="ISO 8601 or epoch ms (default: now)")):
         ov, c = overview(at)
-        return overview_page(ov, c)
+        return overview_page(ov, c, mounted_at(request))
 
     @app.get("/overview.json")
     def overview_json(at: str | None = Query(None)) -> JSONResponse:
@@ -330,14 +334,15 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
         return JSONResponse(json.loads(json.dumps(ov.as_dict(), default=str)))
 
     @app.get("/reports/", response_class=HTMLResponse)
-    def jobs() -> HTMLResponse:
-        root = reports_root()
-        items = "".join(f"<li><a href='{URL_PREFIX}/reports/{quote(j.name)}/'>{_e(j.name)}</a> "
+    def jobs(request: Request) -> HTMLResponse:
+        root, prefix = reports_root(), mounted_at(request)
+        items = "".join(f"<li><a href='{prefix}/reports/{quote(j.name)}/'>{_e(j.name)}</a> "
                         f"<span class='muted'>({len(_dirs(j))} run(s))</span></li>" for j in _dirs(root))
-        return _page("Run reports", f"<ul id='jobs'>{items}</ul>" if items else "<p>No reports yet.</p>")
+        return _page("Run reports", f"<ul id='jobs'>{items}</ul>" if items else "<p>No reports yet.</p>", prefix)
 
     @app.get("/reports/{job}/", response_class=HTMLResponse)
-    def runs(job: str) -> HTMLResponse:
+    def runs(request: Request, job: str) -> HTMLResponse:
+        prefix = mounted_at(request)
         jdir = reports_root() / _safe(job, "job")
         if not jdir.is_dir():
             raise HTTPException(status_code=404, detail=f"no reports of job {job}")
@@ -346,39 +351,39 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
             p = r / SUMMARY_FILE
             found.append((p.stat().st_mtime if p.is_file() else 0.0, r.name, attempts_in(r)))
         found.sort(reverse=True)
-        rows = "".join(f"<tr><td><a href='{report_href(job, name)}'>{_e(name)}</a></td>"
+        rows = "".join(f"<tr><td><a href='{report_href(prefix, job, name)}'>{_e(name)}</a></td>"
                        f"<td>{_e(dt.datetime.fromtimestamp(m, dt.UTC).isoformat(timespec='seconds') if m else '—')}"
                        f"</td><td>{_e(', '.join(map(str, att)) or '—')}</td></tr>" for m, name, att in found)
         return _page(f"Runs of {job}", "<table id='runs'><tr><th>run</th><th>written</th><th>attempts</th></tr>"
-                     f"{rows}</table>")
+                     f"{rows}</table>", prefix)
 
-    def render(job: str, run_id: str, attempt: int | None) -> HTMLResponse:
+    def render(prefix: str, job: str, run_id: str, attempt: int | None) -> HTMLResponse:
         run_dir = reports_root() / _safe(job, "job") / _safe(run_id, "run")
         attempts = attempts_in(run_dir)
         path = run_dir / (attempt_dir_name(attempt) if attempt is not None else "") / SUMMARY_FILE
         if not path.is_file():
             if not run_dir.is_dir():
                 raise HTTPException(status_code=404, detail=f"no report of run {run_id} of {job}")
-            links = " ".join(f"<a href='{report_href(job, run_id, n)}'>{n}</a>" for n in attempts) or "none"
+            links = " ".join(f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>" for n in attempts) or "none"
             return HTMLResponse(_page(f"{job} · {run_id}", f"<p id='missing'>Attempt {attempt} wrote no report "
-                                      f"(it failed before the job finished?). Attempts with a report: {links}.</p>"
-                                      ).body, status_code=404)
+                                      f"(it failed before the job finished?). Attempts with a report: {links}.</p>",
+                                      prefix).body, status_code=404)
         doc = _load(path)
         shown = attempt if attempt is not None else doc.get("attempt")
-        return _page(f"{job} · {run_id}", summary_body(job, run_id, doc, attempts,
-                                                       int(shown) if isinstance(shown, int) else None))
+        return _page(f"{job} · {run_id}", summary_body(prefix, job, run_id, doc, attempts,
+                                                       int(shown) if isinstance(shown, int) else None), prefix)
 
     @app.get("/reports/{job}/{run_id}/", response_class=HTMLResponse)
-    def run_page(job: str, run_id: str) -> HTMLResponse:
-        return render(job, run_id, None)
+    def run_page(request: Request, job: str, run_id: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, None)
 
     @app.get("/reports/{job}/{run_id}/summary.json")
     def run_json(job: str, run_id: str) -> JSONResponse:
         return JSONResponse(_load(reports_root() / _safe(job, "job") / _safe(run_id, "run") / SUMMARY_FILE))
 
     @app.get("/reports/{job}/{run_id}/{attempt}/", response_class=HTMLResponse)
-    def attempt_page(job: str, run_id: str, attempt: str) -> HTMLResponse:
-        return render(job, run_id, _attempt(attempt))
+    def attempt_page(request: Request, job: str, run_id: str, attempt: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, _attempt(attempt))
 
     @app.get("/reports/{job}/{run_id}/{attempt}/summary.json")
     def attempt_json(job: str, run_id: str, attempt: str) -> JSONResponse:
@@ -387,6 +392,12 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
                                   / SUMMARY_FILE))
 
     return app
+
+
+def mounted_at(request: Request) -> str:
+    """Where the app is mounted, as links must start (the API server's mount point, ``/tiered``, behind
+    whatever root path the server itself has)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 def _attempt(text: str) -> int:

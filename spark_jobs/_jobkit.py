@@ -49,7 +49,7 @@ from tieredcore.stores.requests import (
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
 LEVELS = ("ERROR", "WARNING", "INFO")
-LOG_OMITS = ("records",)  # bulky lists stay in summary.json, out of the log line
+LOG_OMITS = ("records", "tiers")  # bulky parts stay in summary.json, out of the log line
 P = TypeVar("P")
 
 

@@ -51,7 +51,12 @@ def config(tmp_path: Path) -> Config:
 
 @pytest.fixture
 def client(config: Config) -> TestClient:
-    return TestClient(create_app(lambda: config, secured=False))
+    """The app mounted under /tiered, as Airflow's API server mounts a plugin's app."""
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/tiered", create_app(lambda: config, secured=False))
+    return TestClient(server, base_url="http://testserver/tiered")
 
 
 def test_report_pages(client: TestClient) -> None:
@@ -65,6 +70,7 @@ def test_report_pages(client: TestClient) -> None:
     assert re.search(r"attempt <b id='attempt'>2</b> of 2", r.text) and "no failures" in r.text
     assert "/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/" in r.text
     assert "<tr data-ns='t/a'><td>t/a</td><td class='n'>2</td><td class='n'>2,000</td>" in r.text
+    assert "<th>as_of_ms</th><td>2026-01-01T00:00:00+00:00" in r.text  # times readable
     # an earlier attempt is still there, as it was
     r = client.get("/reports/offload_sweep/r1.t+a/attempt-1/")
     assert r.status_code == 200 and "FAILED: 2 failure(s)" in r.text
@@ -102,6 +108,18 @@ def test_overview_page_shows_tieredcore_numbers(client: TestClient, config: Conf
     assert client.get(f"/overview.json?at={now}").json()["namespaces"][0]["namespace"] == "t/a"
     r = client.get("/overview?at=yesterday")
     assert r.status_code == 400 and "at 'yesterday'" in r.text
+
+
+def test_links_follow_where_the_app_is_mounted(config: Config) -> None:
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/elsewhere/tiered", create_app(lambda: config, secured=False))
+    c = TestClient(server)
+    r = c.get("/elsewhere/tiered/reports/offload_sweep/r1.t+a/")
+    assert "href='/elsewhere/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/'" in r.text
+    assert "href='/elsewhere/tiered/overview'" in r.text
+    assert c.get("/elsewhere/tiered/", follow_redirects=False).headers["location"] == "/elsewhere/tiered/overview"
 
 
 def test_ages() -> None:

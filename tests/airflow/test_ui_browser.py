@@ -146,8 +146,13 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
                 page.click("button[type=submit]")
                 page.wait_for_url(lambda u: "login" not in u)
 
-                # the nav entry shows the view inside the UI
-                page.goto(f"{base}/plugin/tiered-storage")
+                # the nav entry (Browse → Tiered storage) shows the view inside the UI
+                page.get_by_role("button", name="Browse").click()
+                entry = page.get_by_role("menuitem", name="Tiered storage")
+                entry.wait_for()
+                page.screenshot(path=str(ARTIFACTS / "browse-menu.png"))
+                entry.click()
+                page.wait_for_url("**/plugin/tiered-storage")
                 frame = page.frame_locator("iframe")
                 frame.locator("#namespaces").wait_for()
                 page.screenshot(path=str(ARTIFACTS / "tiered-storage-in-ui.png"), full_page=True)

@@ -136,3 +136,26 @@ def test_no_reports_and_empty_workspace(tmp_path: Path) -> None:
     (ns,) = ov.namespaces
     assert ns.orphan_bytes is None and ov.totals["orphan_bytes"] is None  # no reconciliation ran
     assert ov.last_runs == [] and ov.history == [] and ns.cost_month == 0.0
+
+
+def test_cold_after_the_lag_cleanup_and_its_deletion_in_flight(tmp_path: Path) -> None:
+    """A hot copy marked deleted by the lag cleanup is cold; its pending deletion is in flight."""
+    from tieredcore.lifecycle.runner import run_work
+    from tieredcore.lifecycle.sweep import plan_lag_cleanup
+
+    cfg = Config.load(build_workspace(tmp_path / "ws", ["a/cold"]), env={})
+    topic = "persistent://a/cold/topic-0000"
+    with Workspace(cfg) as ws:
+        policy_store(ws).set_namespace("a/cold", {"offload_threshold_seconds": 0, "deletion_lag_ms": HOUR})
+        first, second = sealed(ws, topic)[:2]
+        offload(ws, topic, [first], as_of=END_MS - 2 * HOUR)
+        offload(ws, topic, [second], as_of=NOW - HOUR // 2)  # not past its lag yet
+        work = plan_lag_cleanup(ws, ["a/cold"], NOW)
+    rows = list(run_work(cfg, [w.as_dict() for w in work]))
+    assert [r["outcome"] for r in rows] == ["marked"]
+    with Workspace(cfg) as ws:
+        (ns,) = build_overview(ws, cfg.reports_dir, NOW, Prices.of(cfg)).namespaces
+    assert ns.tiers["cold"] == {"ledgers": 1, "bytes": 1000} and ns.tiers["both"] == {"ledgers": 1, "bytes": 1000}
+    assert ns.deletion_lag_ms is None  # the one past its lag is handled; the other is within it
+    assert ns.deletion_in_flight == 1 and ns.deletion_dead_letter == 0
+    assert ns.offload_lag_ms == NOW - END_MS  # the newest sealed ledger (closed at END) is due, not offloaded

@@ -259,7 +259,7 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     assert log.rstrip().splitlines()[-1].startswith("ERROR offload_sweep: outcome FAILED: "), log[-2000:]
     assert " INFO " not in log and "Running Spark version" not in log
     summary, rows = load_report(report_dir, "offload_sweep", "r1")
-    assert summary_line(log) == summary
+    assert summary_line(log) == {k: v for k, v in summary.items() if k != "tiers"}  # tiers: in the file only
     with Workspace(Config.load(cfg_path, env={})) as ws:
         on_topics = [t.full for t in ws.ml.list_topics("t/on")]
         on_uuids = {}
@@ -481,7 +481,7 @@ def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest
     for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
         assert f"FAILED {t} segment" in log
     summary, rows = load_report(tmp_path / "ws" / "reports", "offload_sweep", "s1")
-    assert summary_line(log) == summary
+    assert summary_line(log) == {k: v for k, v in summary.items() if k != "tiers"}  # tiers: in the file only
     good = [r for r in rows if r["namespace"] == "t/s"]
     assert {r["unit"] for r in rows} == {"segment"}
     assert {r["outcome"] for r in good} == {"offloaded", "held"}
