@@ -185,16 +185,18 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     application_args). `kw` overrides or adds operator arguments (conf and env_vars are merged)."""
     application = JOBS_DIR / f"{job}.py"
     python = pyspark_python()
-    log4j = (JOBS_DIR / "log4j2.properties").resolve().as_uri()
+    log4j = JOBS_DIR / "log4j2.properties"
     conf = {
         "spark.ui.enabled": "true" if os.environ.get("TIERED_SPARK_UI") == "1" else "false",
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
+    }
+    level = spark_log_level()
+    if log4j.is_file():
         # Spark's INFO lines drowned the job's own in task logs: WARN unless TIERED_SPARK_LOG_LEVEL says
         # otherwise (client mode: spark-submit starts the driver JVM with these options)
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} "
-                                         f"-Dtiered.spark.log.level={spark_log_level()}",
-    }
+        conf["spark.driver.extraJavaOptions"] = (f"-Dlog4j2.configurationFile={log4j.resolve().as_uri()} "
+                                                 f"-Dtiered.spark.log.level={level}")
     conf.update(kw.pop("conf", None) or {})
     env_vars = {
         # the configuration the job loads; secrets (AWS, Azure, GCS) are added at submit time by the operator

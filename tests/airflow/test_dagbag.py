@@ -112,6 +112,29 @@ def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch
         sys.modules["tiered_common"] = saved
 
 
+def test_spark_log_level_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's own lines at WARN by default (spark_jobs/log4j2.properties), TIERED_SPARK_LOG_LEVEL
+    otherwise; a bad level fails the DAG import naming the variable."""
+    import sys
+
+    op = _bag().get_dag("tiered_deletion_drain").get_task("drain")
+    opts = op.conf["spark.driver.extraJavaOptions"]
+    assert f"-Dlog4j2.configurationFile={(REPO / 'spark_jobs' / 'log4j2.properties').as_uri()}" in opts
+    assert "-Dtiered.spark.log.level=WARN" in opts
+    saved = sys.modules.pop("tiered_common")
+    try:
+        monkeypatch.setenv("TIERED_SPARK_LOG_LEVEL", "info")
+        bag = _bag()
+        assert "-Dtiered.spark.log.level=INFO" in bag.get_dag("tiered_deletion_drain").get_task("drain").conf[
+            "spark.driver.extraJavaOptions"]
+        sys.modules.pop("tiered_common")
+        monkeypatch.setenv("TIERED_SPARK_LOG_LEVEL", "LOUD")
+        errors = _bag().import_errors
+        assert errors and all("TIERED_SPARK_LOG_LEVEL='LOUD': one of OFF, FATAL" in e for e in errors.values())
+    finally:
+        sys.modules["tiered_common"] = saved
+
+
 def test_no_connection_or_metadata_access_at_parse_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Parsing with a configuration that does not exist, and every connection / Variable / config /
     metadata-store lookup booby-trapped, still yields the DAGs without errors."""

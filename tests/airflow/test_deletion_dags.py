@@ -364,3 +364,23 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
         assert xcom(dr, task_id, key="_link_TieredReportLink") == f"/tiered/reports/{job}/{quote(rid)}/attempt-1/"
 
     print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
+
+
+def test_a_run_on_asset_events_covers_the_namespaces_they_name() -> None:
+    """triggering_namespaces reads the events' extras (a run on the clock or by hand has none: every
+    namespace) -- the lag cleanup's plan passes them as --namespace."""
+    import types
+
+    from tiered_common import DELETIONS_PENDING, OFFLOADED, offloaded_namespaces, triggering_namespaces
+
+    ev = [types.SimpleNamespace(extra={"namespace": ns}) for ns in ("b/y", "a/x", "b/y")]
+    ev.append(types.SimpleNamespace(extra={}))
+    assert triggering_namespaces({"triggering_asset_events": {OFFLOADED: ev}}, OFFLOADED) == ["a/x", "b/y"]
+    assert triggering_namespaces({"triggering_asset_events": {OFFLOADED: ev}}, DELETIONS_PENDING) == []
+    assert triggering_namespaces({}, OFFLOADED) == []
+    # what the sweep announces: namespaces with something offloaded (or a damaged copy replaced) only
+    totals = {"namespaces": {"a/x": {"ledgers": 3, "bytes": 10, "outcomes": {"offloaded": 3}},
+                             "b/y": {"ledgers": 2, "bytes": 0, "outcomes": {"busy": 1, "failed": 1}},
+                             "c/z": {"ledgers": 1, "bytes": 5, "segments": 1, "outcomes": {"offloaded": 1, "held": 1}}}}
+    assert offloaded_namespaces(totals) == {"a/x": {"ledgers": 3, "bytes": 10, "segments": 0},
+                                            "c/z": {"ledgers": 1, "bytes": 5, "segments": 1}}
