@@ -89,8 +89,8 @@ class BlobStore(Protocol):
     # the offloader may send several parts of one upload at once (a remote store: requests in flight hide
     # its latency); False for a store that writes parts itself, one after another
     concurrent_parts: bool
-    # get_range already reads ahead (a chunk cache with prefetch): readers then fetch what they are asked
-    # for instead of large read-ahead windows of their own
+    # get_range already reads ahead (a chunk cache with prefetch; a local file's page cache): readers
+    # then fetch read_buffer windows as asked instead of large read-ahead windows of their own
     reads_ahead: bool
 
     def driver_properties(self) -> dict[str, str]:

@@ -556,7 +556,9 @@ class FilesystemBlobStore:
 
     copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
     concurrent_parts = False  # parts append to one data file under the upload's lock
-    reads_ahead = False
+    # the kernel reads ahead of sequential preads: larger windows and a read-ahead thread of our own
+    # measured no faster here (and slower at 1 KiB entries)
+    reads_ahead = True
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
         validate_key(key)
