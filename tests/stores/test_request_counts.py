@@ -1,5 +1,5 @@
-"""Object-store request counting (tieredcore.stores.requests): every store operation of the filesystem and
-S3 stores is one request of its billed kind, counted in every open counter, per namespace label; the
+"""Object-store request counting (tieredcore.stores.requests): every store operation of the filesystem,
+S3, Azure and GCS stores is one request of its billed kind, counted in every open counter, per namespace label; the
 counts of several Spark tasks add up through the accumulator parameter."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tieredcore.stores.requests import (
 )
 
 
-@pytest.mark.parametrize("blob_store", ["fs", "s3"], indirect=True)
+@pytest.mark.parametrize("blob_store", ["fs", "s3", "azure", "gcs"], indirect=True)
 def test_each_operation_counts_as_its_billed_kind(blob_store):
     with count_requests() as outer:
         blob_store.put("a/1", b"x" * 10)

@@ -74,6 +74,7 @@ from tieredcore.stores.blob import (
     Pieces,
     normalize_metadata,
 )
+from tieredcore.stores.requests import counted
 from tieredcore.stores.s3_settings import S3_CONNECT_TIMEOUT, S3_MAX_ATTEMPTS, S3_READ_TIMEOUT
 
 DRIVER_AZURE = "azureblob"  # Pulsar's (jclouds') name for the Azure Blob provider
@@ -159,6 +160,7 @@ class _Backoff(ExponentialRetry):
         return min(8.0, 0.5 * 2 ** max(0, settings["count"] - 1)) * random.uniform(0.75, 1.25)
 
 
+@counted
 class AzureBlobStore:
     """BlobStore on one Azure Blob container."""
 

@@ -69,6 +69,7 @@ from tieredcore.stores.blob import (
     Pieces,
     normalize_metadata,
 )
+from tieredcore.stores.requests import counted
 from tieredcore.stores.s3_settings import S3_CONNECT_TIMEOUT, S3_MAX_ATTEMPTS, S3_READ_TIMEOUT
 
 DRIVER_GCS = "google-cloud-storage"  # Pulsar's (jclouds') name for the GCS provider
@@ -146,6 +147,7 @@ def _md5_b64(hex_digest: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_digest)).decode()
 
 
+@counted
 class GcsBlobStore:
     """BlobStore on one GCS bucket."""
 
