@@ -6,7 +6,9 @@ namespaces' retention and deletion-lag policies at the run's logical time, then 
 
 1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
 2. **plan** — the jobs' arguments (namespace names validated before Spark starts): `--as-of` is the
-   run's data-interval end, `--run-id` the run id.
+   run's data-interval end, `--run-id` the run id. Planned here with tieredcore at the run's clock: with
+   nothing past retention or its lag there is no retention job, and with no deletion record due either
+   no drain (an idle hour costs seconds).
 3. **retention** — `spark-submit spark_jobs/retention_sweep.py`: phase 1 only. Ledgers past retention
    (time or size over both tiers, Pulsar's semantics) get their pending-deletion records (hot copy and
    every offload uuid) and are then removed from their topic; hot copies past the deletion lag (offloaded
@@ -35,8 +37,11 @@ from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_common import (
     DELETION_EVENTS,
     DELETIONS_PENDING,
+    NOTHING_DUE_KEY,
     QUICK_TASK,
     announce_task,
+    as_of_ms,
+    deletions_due,
     job_args,
     load_config,
     namespace_args,
@@ -44,6 +49,7 @@ from tiered_common import (
     preflight_task,
     schedule_from_env,
     spark_task,
+    split_due,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -78,11 +84,26 @@ with tiered_dag(
 
     @task(task_id="plan", multiple_outputs=True, **QUICK_TASK)
     def plan() -> dict[str, list[str]]:
-        """The two jobs' arguments (namespace names validated here, before Spark starts)."""
+        """The two jobs' arguments (namespace names validated here, before Spark starts); a job with
+        nothing due gets [] (its Spark task is skipped): no ledger past retention or hot copy past its
+        lag -> no retention job; and no deletion record due either -> no drain."""
+        from tieredcore.lifecycle.retention import plan_retention
+        from tieredcore.lifecycle.sweep import plan_lag_cleanup
+
         ctx: Any = get_current_context()
-        load_config(ctx["params"])
+        config = load_config(ctx["params"])
         extra = namespace_args(ctx["params"])
-        return {JOB: job_args(ctx, extra=extra), DRAIN_JOB: job_args(ctx)}
+        at = as_of_ms(ctx)
+        namespaces = extra[1::2] or None
+        phase1, _ = split_due(config, ["phase 1"], lambda ws, _: bool(
+            plan_retention(ws, namespaces, at) or plan_lag_cleanup(ws, namespaces, at)), "retention")
+        phase2, _ = split_due(config, ["phase 2"], lambda ws, _: deletions_due(ws, at), "retention")
+        idle = [what for what, due in (("retention", phase1), ("deletion log", phase1 or phase2)) if not due]
+        if idle:
+            print(f"retention plan: nothing due for: {', '.join(idle)} (no Spark job)")
+            ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=idle)
+        return {JOB: job_args(ctx, extra=extra) if phase1 else [],
+                DRAIN_JOB: job_args(ctx) if phase1 or phase2 else []}
 
     planned = plan()
     preflight_task() >> planned

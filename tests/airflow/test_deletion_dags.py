@@ -220,21 +220,26 @@ def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_nothing_due_starts_no_spark_job(tmp_path: Path) -> None:
-    """A deletion-lag cleanup and a drain with nothing due skip their Spark task (no spark-submit, no
-    report) and succeed; the summary says what had nothing due."""
+    """A deletion-lag cleanup, a drain and a retention run with nothing due skip their Spark tasks (no
+    spark-submit, no report) and succeed; the summary says what had nothing due."""
     from airflow.sdk import DagRunState, TaskInstanceState
 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=5)
     set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=60 * MINUTE_MS)  # nothing offloaded
     at = END + dt.timedelta(days=1)
-    for dag_id, spark in (("tiered_deletion_lag_cleanup", "cleanup"), ("tiered_deletion_drain", "drain")):
+    for dag_id, spark in (("tiered_deletion_lag_cleanup", ["cleanup"]), ("tiered_deletion_drain", ["drain"]),
+                          ("tiered_retention", ["retention", "drain"])):
         dr, states = run_dag(dag_id, at, {"config": str(cfg)})
         assert dr.state == DagRunState.SUCCESS, (dag_id, states)
-        assert states[spark] == TaskInstanceState.SKIPPED, (dag_id, states)
+        assert all(states[t] == TaskInstanceState.SKIPPED for t in spark), (dag_id, states)
         assert states["summary"] == states["verdict"] == TaskInstanceState.SUCCESS, (dag_id, states)
-        assert xcom(dr, "plan") == []
+        if dag_id == "tiered_retention":
+            assert xcom(dr, "plan", key="retention_sweep") == xcom(dr, "plan", key="deletion_drain") == []
+        else:
+            assert xcom(dr, "plan") == []
         totals = xcom(dr, "summary")
         assert totals["jobs"] == 0 and totals["nothing_due"] and not totals["failed_jobs"]
+        assert asset_events(dr) == []  # nothing changed: nothing announced
     assert not (tmp_path / "ws" / "reports").exists() or not any((tmp_path / "ws" / "reports").rglob("summary.json"))
 
 
