@@ -227,7 +227,10 @@ choose_ports() {
         if [ "${STACK_PORTS:-}" = auto ]; then
             echo "${name}_PORT=$(free_port)"
         else
-            port_free "${!var}" || die "port ${!var} ($name, docker/topology.env) is in use; STACK_PORTS=auto picks free ones"
+            if ! port_free "${!var}"; then
+                echo "stack: port ${!var} ($name, docker/topology.env) is in use; STACK_PORTS=auto picks free ones" >&2
+                return 1
+            fi
             echo "${name}_PORT=${!var}"
         fi
     done
@@ -264,12 +267,12 @@ cmd_up() {
     fi
     check_installed
     mkdir -p "$PIDS" "$LOGS" "$STACK_DIR/bin" "$STACK_DIR/data/hot" "$STACK_DIR/data/reports" "$STACK_DIR/airflow"
-    choose_ports >"$STATE"
+    choose_ports >"$STATE" || { rm -f "$STATE"; exit 1; }
     printf 'SITE=%s\nVENV=%s\n' "$SITE" "$VENV" >>"$STATE"
     # shellcheck disable=SC1090
     . "$STATE"
     UP_DONE=0
-    trap 'if [ "$UP_DONE" = 0 ]; then echo "stack: up failed; stopping what was started" >&2; stop_all >&2; fi' EXIT
+    trap 'if [ "$UP_DONE" = 0 ]; then echo "stack: up failed; stopping what was started" >&2; cmd_down >&2; fi' EXIT
 
     # executors' python: the venv's interpreter without site hooks (no editable install, no checkout)
     cat >"$STACK_DIR/bin/spark-python" <<EOF
@@ -373,7 +376,7 @@ boto3.client("s3", endpoint_url=sys.argv[1], region_name=sys.argv[2]).create_buc
 cmd_down() {
     stop_all
     local pg
-    if [ -L "$STACK_DIR/postgres" ]; then
+    if [ -L "$STACK_DIR/postgres" ]; then  # the data directory up made for the postgres user (root)
         pg=$(readlink "$STACK_DIR/postgres")
         case "$pg" in /tmp/tiered-stack-pg.*) rm -rf "$pg" ;; esac
         rm -f "$STACK_DIR/postgres"
