@@ -15,6 +15,13 @@ rounds alternate the phases and both the best-of and the median ratios are print
 offloads one --big-ledger sized ledger in a child process and reports that process's peak RSS
 (VmHWM): offloading holds about two blocks, whatever the ledger size.
 
+With --s3-total (default 256M; 0 skips) the same is measured on S3, a moto server started on loopback
+by the benchmark: the offload against boto3's upload_file (its transfer manager, default concurrency) of
+the same ledger files to the same server, and a catch-up read of every offloaded ledger against boto3's
+download_file of the same data objects, with the GETs per 8 MiB read, and the peak RSS of a process
+offloading one --s3-big-ledger sized ledger to S3. moto reads a whole object for every ranged GET, so
+the S3 ledgers are --s3-ledger-size (32 MiB) each.
+
     .venv/bin/python bench/offload.py                       # 1 GiB per entry size, 1 KiB and 64 KiB
     .venv/bin/python bench/offload.py --total 256M --big-ledger 0
 """
@@ -27,6 +34,7 @@ import multiprocessing as mp
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,6 +123,133 @@ def verify_against_hot(off: LedgerOffloader, hot: LocalLedgerStore, done: list[t
     return entries
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_moto() -> tuple[subprocess.Popen, str]:
+    import socket
+
+    port = _free_port()
+    exe = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("moto_server did not start (run scripts/setup.sh)") from None
+            time.sleep(0.05)
+
+
+def _s3_big_child(hot_root: str, url: str, bucket: str, lid: int, block: int, q) -> None:
+    from tieredcore.stores.s3 import S3BlobStore
+
+    hot = LocalLedgerStore(hot_root)
+    off = LedgerOffloader(S3BlobStore(bucket, endpoint_url=url, region="us-east-1"), max_block_size=block)
+    base = _vm_kib("VmHWM")
+    t0 = time.perf_counter()
+    obj = off.offload(hot.open_ledger(lid), uuid.uuid4())
+    q.put({"seconds": time.perf_counter() - t0, "bytes": obj.payload_bytes,
+           "rss_before_kib": base, "peak_rss_kib": _vm_kib("VmHWM")})
+
+
+def s3_phase(a: argparse.Namespace, root: Path, block: int) -> dict:
+    """Offload and catch-up read on a moto S3 server against boto3's own transfers of the same bytes."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    import boto3
+
+    from tieredcore.stores.s3 import S3BlobStore
+
+    total, es = human_size(a.s3_total), a.s3_entry_size
+    proc, url = _start_moto()
+    try:
+        hot = LocalLedgerStore(root / "hot")
+        ids = fill_ledgers(hot, total, es, human_size(a.s3_ledger_size))
+        payload = sum(hot.ledger_metadata(i).length for i in ids)
+        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+        up_s, off_s, down_s, read_s, gets = [], [], [], [], []
+        for rnd in range(a.rounds):
+            bucket = f"bench-{rnd}"
+            client.create_bucket(Bucket=bucket)
+            t0 = time.perf_counter()
+            for lid in ids:
+                client.upload_file(str(root / "hot" / f"{lid}.log"), bucket, f"copy/{lid}")
+            up_s.append(time.perf_counter() - t0)
+            store = S3BlobStore(bucket, endpoint_url=url, region="us-east-1")
+            off = LedgerOffloader(store, max_block_size=block)
+            t0 = time.perf_counter()
+            done = []
+            for lid in ids:
+                u = str(uuid.uuid4())
+                h = hot.open_ledger(lid)
+                done.append((lid, u, off.offload(h, u).data_key))
+                h.close()
+            off_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for _lid, _u, key in done:
+                client.download_file(bucket, key, str(root / "download"))
+            down_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            requests = 0
+            for lid, u, _key in done:
+                h = off.read_offloaded(lid, u)
+                lac = h.last_add_confirmed
+                for first in range(0, lac + 1, 1000):
+                    h.read(first, min(first + 999, lac))
+                requests += h.requests
+                h.close()
+            read_s.append(time.perf_counter() - t0)
+            gets.append(requests)
+            print(f"  S3 round {rnd + 1}: upload_file {payload / up_s[-1] / MB:,.0f} MB/s, offload "
+                  f"{payload / off_s[-1] / MB:,.0f} MB/s, download_file {payload / down_s[-1] / MB:,.0f} MB/s, "
+                  f"catch-up read {payload / read_s[-1] / MB:,.0f} MB/s ({requests} GETs)", flush=True)
+        r = {
+            "s3_entry_size": es, "s3_ledgers": len(ids), "s3_payload_bytes": payload, "rounds": a.rounds,
+            "upload_file_MBps": payload / min(up_s) / MB, "s3_offload_MBps": payload / min(off_s) / MB,
+            "s3_offload_ratio": min(up_s) / min(off_s),
+            "s3_offload_ratio_median": statistics.median(up_s) / statistics.median(off_s),
+            "download_file_MBps": payload / min(down_s) / MB, "s3_read_MBps": payload / min(read_s) / MB,
+            "s3_read_ratio": min(down_s) / min(read_s),
+            "s3_read_ratio_median": statistics.median(down_s) / statistics.median(read_s),
+            "s3_gets_per_8MiB": gets[-1] / (payload / (8 << 20)),
+        }
+        print(f"S3 (moto), {es} B entries, {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | "
+              f"offload {r['s3_offload_MBps']:,.0f} MB/s vs upload_file {r['upload_file_MBps']:,.0f} MB/s "
+              f"(x{r['s3_offload_ratio']:.2f}; median x{r['s3_offload_ratio_median']:.2f}) | catch-up read "
+              f"{r['s3_read_MBps']:,.0f} MB/s vs download_file {r['download_file_MBps']:,.0f} MB/s "
+              f"(x{r['s3_read_ratio']:.2f}; median x{r['s3_read_ratio_median']:.2f}), "
+              f"{r['s3_gets_per_8MiB']:.2f} GETs per 8 MiB", flush=True)
+        big = human_size(a.s3_big_ledger)
+        if big:
+            (lid,) = fill_ledgers(hot, big, 65536, big)
+            client.create_bucket(Bucket="bench-big")
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            p = ctx.Process(target=_s3_big_child, args=(str(root / "hot"), url, "bench-big", lid, block, q))
+            p.start()
+            m = q.get()
+            p.join()
+            r["s3_big_ledger"] = m
+            print(f"S3 big ledger {big / 2**20:,.0f} MiB offloaded in {m['seconds']:.1f}s; peak RSS of the "
+                  f"offloading process {m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} "
+                  f"MiB; block size {block / 2**20:.0f} MiB, parts sent 4 at a time)", flush=True)
+        return r
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _vm_kib(field: str) -> int:
     """VmHWM / VmRSS of this process from /proc (ru_maxrss would include the parent's peak: it
     survives exec)."""
@@ -144,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fsync", action="store_true", help="neither the store nor the baseline fsyncs")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of copy / offload / read")
+    ap.add_argument("--s3-total", default="256M", help="payload bytes offloaded to S3 (moto); 0 skips S3")
+    ap.add_argument("--s3-entry-size", type=int, default=4096)
+    ap.add_argument("--s3-ledger-size", default="32M")
+    ap.add_argument("--s3-big-ledger", default="512M", help="size of the S3 peak-RSS ledger (0 to skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     total = human_size(a.total)
@@ -254,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"copy)", flush=True)
             shutil.rmtree(root)
 
+        if human_size(a.s3_total):
+            results.append(s3_phase(a, scratch / "s3", block))
         big = human_size(a.big_ledger)
         if big:
             root = scratch / "big"

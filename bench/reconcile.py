@@ -18,6 +18,10 @@ and reconcile alike) may use the store's directory cache, as on a store nobody w
 
     .venv/bin/python bench/reconcile.py                   # 100,000 objects, ~1% orphans
     .venv/bin/python bench/reconcile.py --objects 1000000
+
+The fixture (store, topic records) is built once per --objects/--orphan-rate and kept under --cache
+(default bench/.cache/): a rerun measures again at once (the dry run changes nothing); --rebuild makes it
+anew, --no-cache builds into a temp directory removed afterwards.
 """
 
 from __future__ import annotations
@@ -118,19 +122,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objects", type=int, default=100_000, help="objects in the store (2 per ledger)")
     ap.add_argument("--orphan-rate", type=float, default=0.01, help="fraction of ledgers whose uuid is unreferenced")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", help="scratch directory (default: a temp dir next to this script)")
+    ap.add_argument("--dir", help="scratch directory for --no-cache (default: a temp dir next to this script)")
+    ap.add_argument("--cache", default=str(Path(__file__).parent / ".cache"), help="where fixtures are kept")
+    ap.add_argument("--no-cache", action="store_true", help="build into a temp directory, removed afterwards")
+    ap.add_argument("--rebuild", action="store_true", help="build the cached fixture anew")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.objects < 2 or not 0 <= a.orphan_rate < 1 or a.rounds < 1:
         ap.error("--objects >= 2, 0 <= --orphan-rate < 1, --rounds >= 1")
-    scratch = Path(tempfile.mkdtemp(prefix="bench-reconcile-", dir=a.dir or Path(__file__).parent))
-    as_of = int(time.time() * 1000) + 2 * DEFAULT_GRACE_MS
+    if a.no_cache:
+        scratch = Path(tempfile.mkdtemp(prefix="bench-reconcile-", dir=a.dir or Path(__file__).parent))
+    else:
+        scratch = Path(a.cache) / f"reconcile-{a.objects}-{a.orphan_rate:g}"
+    fixture = scratch / "fixture.json"  # written last: its absence means no (complete) fixture
     grace = DEFAULT_GRACE_MS
     try:
-        (ws, seeded), build_s = timed(lambda: build(scratch / "ws", a.objects, a.orphan_rate, as_of))
+        if not a.no_cache and fixture.is_file() and not a.rebuild:
+            f = json.loads(fixture.read_text())
+            as_of, seeded, build_s = f["as_of_ms"], f["orphan_groups"], 0.0
+            ws = Workspace(Config.for_workspace(scratch / "ws"))
+            how = f"reused the fixture in {scratch} (--rebuild to build it anew):"
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            # objects are 2 grace periods old at this clock, however much later the cached fixture is used
+            as_of = int(time.time() * 1000) + 2 * DEFAULT_GRACE_MS
+            (ws, seeded), build_s = timed(lambda: build(scratch / "ws", a.objects, a.orphan_rate, as_of))
+            if not a.no_cache:
+                fixture.write_text(json.dumps({"as_of_ms": as_of, "orphan_groups": seeded}))
+            how = "built"
         store = ws.store
         n_objects = sum(1 for _ in iter_objects(store))  # warm-up (and fills the directory cache)
-        print(f"built {n_objects:,} objects ({seeded:,} orphan ledgers, {FOREIGN_KEYS} foreign keys) and "
+        print(f"{how} {n_objects:,} objects ({seeded:,} orphan ledgers, {FOREIGN_KEYS} foreign keys) and "
               f"{len(ws.ml.list_namespaces())} namespaces of topic records in {build_s:.1f}s", flush=True)
 
         # each phase once, on its own
@@ -181,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             print(json.dumps(r, indent=2))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if a.no_cache:
+            shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

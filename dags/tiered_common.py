@@ -5,7 +5,8 @@ Spark jobs' run-time environment the plugin's TieredSparkSubmitOperator; the sum
 totals the jobs' reports carry.
 
 Parse time reads only the process environment (TIERED_CONFIG, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
-TIERED_SPARK_UI, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or metadata-store access.
+TIERED_SPARK_UI, TIERED_SPARK_LOG_LEVEL, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or
+metadata-store access.
 Everything else (the configuration file, the AWS connection, the metadata store) is read when a task
 runs.
 """
@@ -20,18 +21,45 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import Param, TriggerRule, get_current_context, task
-from tiered_airflow import TieredObjectStoreHook, TieredSparkSubmitOperator, tiered_run_id
+from airflow.sdk import (
+    Asset,
+    AssetAlias,
+    AssetOrTimeSchedule,
+    CronTriggerTimetable,
+    Param,
+    TriggerRule,
+    get_current_context,
+    task,
+)
+from tiered_airflow import TieredObjectStoreHook, TieredSparkSubmitOperator, on_failure, tiered_run_id
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOBS_DIR = Path(os.environ.get("TIERED_SPARK_JOBS_DIR") or REPO_ROOT / "spark_jobs")
 START_DATE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SPARK_CONN_ID = "spark_default"
 AWS_CONN_ID = "aws_default"
+WASB_CONN_ID = "wasb_default"  # azure:// stores (tiered_hooks.azure_environment)
+GCP_CONN_ID = "google_cloud_default"  # gs:// stores (tiered_hooks.gcs_environment)
+# every Spark task runs in this pool (scripts/airflow-init.sh and docker-compose's airflow-init create it):
+# its slots bound the concurrent spark-submits, so the quick Python tasks are never starved by them
+SPARK_POOL = os.environ.get("TIERED_SPARK_POOL") or "spark"
 TAGS = ["tiered-storage", "spark"]
+# Spark's own log level in task logs (spark_jobs/log4j2.properties); the jobs' lines are not affected
+SPARK_LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
+
+
+def spark_log_level() -> str:
+    """TIERED_SPARK_LOG_LEVEL (default WARN); a bad value fails the DAG import naming the variable."""
+    level = (os.environ.get("TIERED_SPARK_LOG_LEVEL") or "WARN").strip().upper()
+    if level not in SPARK_LOG_LEVELS:
+        raise ValueError(f"TIERED_SPARK_LOG_LEVEL={os.environ.get('TIERED_SPARK_LOG_LEVEL')!r}: "
+                         f"one of {', '.join(SPARK_LOG_LEVELS)}")
+    return level
+
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "tiered",
+    "on_failure_callback": on_failure,  # the alerting hook point (TIERED_ON_FAILURE_CALLBACK)
     "retries": 3,
     "retry_delay": dt.timedelta(minutes=1),
     "retry_exponential_backoff": True,
@@ -49,6 +77,26 @@ def schedule_from_env(var: str, default: str) -> str | None:
     return None if value.lower() in ("", "none", "null") else value
 
 
+# -- assets: the DAGs chained by what they changed ----------------------------------------------------
+# The sweep emits one OFFLOADED event per namespace it offloaded something in (extra: namespace, ledgers,
+# bytes, segments, as_of); the deletion-lag cleanup runs on those events (or its clock), so hot copies
+# go soon after their lag instead of at the next hourly slot. Retention and reconciliation emit one
+# DELETIONS_PENDING event per namespace they appended deletion records for; the drain runs on those (or
+# its clock). Events are added through an alias outlet, so a run that changed nothing emits none.
+OFFLOADED = Asset(name="tiered_offloaded", uri="tiered://lifecycle/offloaded")
+DELETIONS_PENDING = Asset(name="tiered_deletions_pending", uri="tiered://lifecycle/deletions-pending")
+OFFLOAD_EVENTS = AssetAlias(name="tiered_offload_events")
+DELETION_EVENTS = AssetAlias(name="tiered_deletion_events")
+
+
+def asset_or_time(cron: str | None, asset: Asset) -> Any:
+    """A run on each event of ``asset`` or on the ``cron`` clock (UTC), whichever comes first; None (no
+    schedule at all) when the clock is disabled."""
+    if cron is None:
+        return None
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+
+
 def tiered_dag(
     dag_id: str,
     *,
@@ -58,15 +106,22 @@ def tiered_dag(
     tags: Sequence[str] = (),
     params: dict[str, Any] | None = None,
     max_active_runs: int = 1,
+    dagrun_timeout: dt.timedelta | None = None,
 ):
     """The project's DAG conventions in one place: start date, no catchup, one run at a time (sweeps),
-    shared default args (owner, retries with backoff), base tags, and the `config` / `dry_run` params."""
+    shared default args (owner, retries with backoff, the failure hook), base tags, the `config` /
+    `dry_run` params; a scheduled DAG must say how long a run may take (``dagrun_timeout``: a run stuck
+    longer fails, and the next scheduled run can start)."""
     from airflow.sdk import DAG
 
+    if schedule is not None and dagrun_timeout is None:
+        raise ValueError(f"{dag_id}: a scheduled DAG needs a dagrun_timeout")
     return DAG(
         dag_id=dag_id,
         description=description,
         schedule=schedule,
+        dagrun_timeout=dagrun_timeout,
+        on_failure_callback=on_failure,
         start_date=START_DATE,
         catchup=False,
         max_active_runs=max_active_runs,
@@ -87,8 +142,15 @@ def config_param() -> Param:
     )
 
 
+# the trigger form's own checks of names (tieredcore.names parses them again in the plan tasks)
+NAME_PART = r"[A-Za-z0-9_.=:%-]+"
+NAMESPACE_PATTERN = rf"^\s*{NAME_PART}/{NAME_PART}\s*$"
+TOPIC_PATTERN = rf"^\s*(persistent://)?{NAME_PART}/{NAME_PART}/{NAME_PART}\s*$"
+
+
 def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
-    return Param([], type="array", items={"type": "string"}, title="Namespaces", description=description)
+    return Param([], type="array", items={"type": "string", "pattern": NAMESPACE_PATTERN}, title="Namespaces",
+                 description=description)
 
 
 def namespace_args(params: dict[str, Any]) -> list[str]:
@@ -123,15 +185,24 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     application_args). `kw` overrides or adds operator arguments (conf and env_vars are merged)."""
     application = JOBS_DIR / f"{job}.py"
     python = pyspark_python()
+    log4j = JOBS_DIR / "log4j2.properties"
     conf = {
         "spark.ui.enabled": "true" if os.environ.get("TIERED_SPARK_UI") == "1" else "false",
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
     }
+    level = spark_log_level()
+    if log4j.is_file():
+        # Spark's INFO lines drowned the job's own in task logs: WARN unless TIERED_SPARK_LOG_LEVEL says
+        # otherwise (client mode: spark-submit starts the driver JVM with these options)
+        conf["spark.driver.extraJavaOptions"] = (f"-Dlog4j2.configurationFile={log4j.resolve().as_uri()} "
+                                                 f"-Dtiered.spark.log.level={level}")
     conf.update(kw.pop("conf", None) or {})
     env_vars = {
-        # the configuration the job loads; secrets (AWS) are added at submit time by the operator
+        # the configuration the job loads; secrets (AWS, Azure, GCS) are added at submit time by the operator
         "TIERED_CONFIG": "{{ params.config }}",
+        # the job keeps each try's report apart (attempt-<n>); the "Run report" link opens this try's
+        "TIERED_ATTEMPT": "{{ ti.try_number }}",
         "PYSPARK_PYTHON": python,
     }
     env_vars.update(kw.pop("env_vars", None) or {})
@@ -141,11 +212,14 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
         "application": str(application),
         "conn_id": SPARK_CONN_ID,
         "aws_conn_id": AWS_CONN_ID,
+        "wasb_conn_id": WASB_CONN_ID,
+        "gcp_conn_id": GCP_CONN_ID,
+        "pool": SPARK_POOL,
         "name": f"tiered-{job}-{{{{ run_id }}}}",
         "conf": conf,
         "env_vars": env_vars,
-        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/summary.json` "
-                  "(extra link *Run report*).",
+        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/attempt-<try>/"
+                  "summary.json`, the latest attempt's also as `<run id>/summary.json` (extra link *Run report*).",
     }
     py_files = os.environ.get("TIERED_PY_FILES")
     if py_files:  # a zip of tieredcore + spark_jobs for clusters whose workers do not have the package
@@ -155,7 +229,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
 
 
 def spark_task(task_id: str, job: str, application_args: Any, **kw: Any) -> TieredSparkSubmitOperator:
-    """One Spark task (application_args: a list, possibly templated, or an XComArg)."""
+    """One Spark task (application_args: a list, possibly templated, or an XComArg). An empty argument
+    list (the plan found nothing due) skips the task: no spark-submit."""
     return TieredSparkSubmitOperator(application_args=application_args, **spark_kwargs(task_id, job, **kw))
 
 
@@ -168,7 +243,8 @@ def spark_task_mapped(task_id: str, job: str, application_args: Any, **kw: Any):
 
 def spark_task_per_namespace(task_id: str, job: str, planned: Any, **kw: Any):
     """One Spark task per namespace planned (argument lists starting ``--namespace <ns>``), each mapped
-    task labelled by its namespace."""
+    task labelled by its namespace; a namespace the plan left out (nothing due) gets no task, and an
+    empty plan skips the task altogether."""
     return spark_task_mapped(task_id, job, planned, map_index_template="{{ task.application_args[1] }}", **kw)
 
 
@@ -212,6 +288,44 @@ def as_of(context: dict[str, Any], field: str = "data_interval_end") -> str:
     or the logical date; a run without one (manual trigger without a date) uses its run_after."""
     when = context.get(field) or context["dag_run"].run_after
     return when.isoformat()
+
+
+def as_of_ms(context: dict[str, Any], field: str = "data_interval_end") -> int:
+    """:func:`as_of` in epoch milliseconds (the plan tasks' clock: the same one the job gets)."""
+    from tieredcore.clock import parse_time_ms
+
+    return parse_time_ms(as_of(context, field), "--as-of")
+
+
+# XCom key of a plan task: what it left out because nothing was due (no Spark job for it)
+NOTHING_DUE_KEY = "nothing_due"
+
+
+def split_due(config: Any, names: Sequence[str], has_work: Any, what: str) -> tuple[list[str], list[str]]:
+    """``names`` split into (work due, nothing due) by ``has_work(ws, name)``, tieredcore's own planning
+    on one Workspace (the Spark job plans the same again on its driver, on the same --as-of clock), so
+    a no-op costs a metadata read here instead of a spark-submit."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import TieredError
+    from tieredcore.workspace import Workspace
+
+    due: list[str] = []
+    idle: list[str] = []
+    try:
+        with Workspace(config) as ws:
+            for name in names:
+                (due if has_work(ws, name) else idle).append(name)
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
+    return due, idle
+
+
+def deletions_due(ws: Any, at_ms: int) -> bool:
+    """Does the deletion log hold a record due at ``at_ms``?"""
+    from tieredcore.stores.deletion_log import DeletionLog
+
+    return bool(DeletionLog(ws.metadata).due(at_ms, 1))
 
 
 def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end", namespace: str | None = None,
@@ -334,7 +448,8 @@ def preflight_task():
         finally:
             meta.close()
         print(f"preflight: metadata store {config.metadata_url}: reachable")
-        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()
+        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID, wasb_conn_id=WASB_CONN_ID,
+                                       gcp_conn_id=GCP_CONN_ID).check()
         print(f"preflight: {config.store_url}: {result}")
         return result
 
@@ -355,6 +470,7 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
         ctx = get_current_context()
         parts = []
         config = None
+        idle = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
         for j in jobs:
             if isinstance(job, str):
                 planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
@@ -368,6 +484,9 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
                 totals = summarize_reports(config.reports_dir, j, _run_ids(planned))
             parts.append(totals)
         totals = parts[0] if len(parts) == 1 else combine_totals(parts)
+        totals["nothing_due"] = list(idle)
+        if idle:
+            print(f"{totals['job']}: nothing due, no Spark job: {', '.join(idle)}")
         for p in parts:
             print(f"{p['job']} summary: {p['jobs']} job(s), {p['topics']} topic(s), {p['ledgers']} "
                   f"ledger(s)/record(s), {p['bytes']:,} bytes, {p['failures']} failure(s), "
@@ -382,6 +501,50 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
         return totals
 
     return summary()
+
+
+def triggering_namespaces(context: dict[str, Any], asset: Asset) -> list[str]:
+    """The namespaces named by the asset events that triggered this run ([] for a run on the clock or by
+    hand)."""
+    events = context.get("triggering_asset_events") or {}
+    try:
+        found = events[asset]
+    except KeyError:
+        return []
+    return sorted({str(e.extra["namespace"]) for e in found if isinstance(e.extra, dict) and e.extra.get("namespace")})
+
+
+def announce_task(alias: AssetAlias, asset: Asset, changed: Any):
+    """The ``announce`` task: one event on ``asset`` (through ``alias``) per namespace the run changed,
+    from the summary's totals: ``changed(totals) -> {namespace: extra}``. Nothing in a dry run."""
+
+    @task(task_id="announce", outlets=[alias], trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
+    def announce() -> list[str]:
+        """Emits one asset event per namespace this run changed (they trigger the DAGs downstream)."""
+        ctx: Any = get_current_context()
+        totals = ctx["ti"].xcom_pull(task_ids="summary") or {}
+        if ctx["params"].get("dry_run") or not totals:
+            print(f"announce: no {asset.name} event (dry run or no summary)")
+            return []
+        per_ns = changed(totals)
+        for ns, extra in sorted(per_ns.items()):
+            ctx["outlet_events"][alias].add(asset, extra={"namespace": ns, **extra, "as_of": as_of(ctx),
+                                                          "run_id": ctx["run_id"]})
+        print(f"announce: {asset.name} event(s) for {len(per_ns)} namespace(s): {', '.join(sorted(per_ns)) or '-'}")
+        return sorted(per_ns)
+
+    return announce()
+
+
+def offloaded_namespaces(totals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Namespaces a sweep offloaded something in (ledgers, segments, replaced copies)."""
+    out = {}
+    for ns, d in totals.get("namespaces", {}).items():
+        o = d.get("outcomes") or {}
+        if o.get("offloaded") or o.get("replaced"):
+            out[ns] = {"ledgers": int(d.get("ledgers", 0)), "bytes": int(d.get("bytes", 0)),
+                       "segments": int(d.get("segments", 0))}
+    return out
 
 
 def verdict_task():

@@ -35,6 +35,7 @@ Params: `config`, `dry_run`, `namespaces` (empty: every namespace with compactio
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -70,6 +71,7 @@ with tiered_dag(
     "tiered_compaction",
     description="Repack runs of small offloaded objects into large segments, namespaces with compaction on (Spark)",
     schedule=schedule_from_env("TIERED_COMPACTION_SCHEDULE", "@daily"),
+    dagrun_timeout=dt.timedelta(hours=12),
     tags=["compaction"],
     doc_md=__doc__,
     params={

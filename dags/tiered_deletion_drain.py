@@ -1,13 +1,15 @@
 """
 ### Deletion drain (PIP-186 two-phase deletion, phase 2)
 
-Every 10 minutes (env `TIERED_DRAIN_SCHEDULE`: a cron expression or preset, `none` to disable), process
+Every 10 minutes (env `TIERED_DRAIN_SCHEDULE`: a cron expression or preset, `none` to disable) and on each
+`tiered_deletions_pending` asset event (retention and orphan reconciliation appended records), process
 the pending-deletion records due at the run's logical time: the records appended by retention, the
 deletion-lag cleanup, offload retries, topic deletion and orphan reconciliation.
 
 1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
 2. **plan** — the job's arguments: `--as-of` = data-interval end, `--run-id` from the run id,
-   `--max-attempts`, `--retry-delay-ms`.
+   `--max-attempts`, `--retry-delay-ms`. With no record due at the run's clock there is no Spark job
+   (the run ends in seconds).
 3. **drain** — `spark-submit spark_jobs/deletion_drain.py`: for each record, the still-in-use check
    against current metadata and the ownership check (hot ledger custom metadata / object owner), then
    idempotent deletes batched per object store over Spark tasks; a failed delete is retried later with
@@ -23,16 +25,23 @@ Safe to run next to the `tiered_retention` DAG's drain (several consumers are sa
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
+    DELETIONS_PENDING,
+    NOTHING_DUE_KEY,
     QUICK_TASK,
+    as_of_ms,
+    asset_or_time,
+    deletions_due,
     job_args,
     load_config,
     preflight_task,
     schedule_from_env,
     spark_task,
+    split_due,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -46,7 +55,8 @@ DEFAULT_RETRY_DELAY_MS = 600_000
 with tiered_dag(
     "tiered_deletion_drain",
     description="Drain the deletion log: delete pending ledgers and objects in both tiers (Spark)",
-    schedule=schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"),
+    schedule=asset_or_time(schedule_from_env("TIERED_DRAIN_SCHEDULE", "*/10 * * * *"), DELETIONS_PENDING),
+    dagrun_timeout=dt.timedelta(hours=2),
     tags=["deletion"],
     doc_md=__doc__,
     params={
@@ -64,11 +74,17 @@ with tiered_dag(
 
         ctx: Any = get_current_context()
         params = ctx["params"]
-        load_config(params)
+        config = load_config(params)
         attempts, delay = params.get("max_attempts"), params.get("retry_delay_ms")
         for name, value, low in (("max_attempts", attempts, 1), ("retry_delay_ms", delay, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise AirflowFailException(f"{name} must be an integer >= {low}, got {value!r}")
+        at = as_of_ms(ctx)
+        due, _ = split_due(config, ["deletion log"], lambda ws, _: deletions_due(ws, at), "drain")
+        if not due:
+            print("drain plan: no deletion record due: no Spark job")
+            ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=["deletion log"])
+            return []
         return job_args(ctx, extra=["--max-attempts", str(attempts), "--retry-delay-ms", str(delay)])
 
     planned = plan()

@@ -9,12 +9,18 @@ written as PIP-76 segments: full ones at once, the last, smaller one once its ro
 
 1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
 2. **plan** — the namespaces with offload enabled (from the metadata store's policies; or the
-   `namespaces` param), one argument list per namespace: `--as-of` is the run's data-interval end,
-   `--run-id` the run id plus the namespace.
-3. **offload** — one mapped `spark-submit spark_jobs/offload_sweep.py` per namespace (labelled by it).
+   `namespaces` param), planned here with tieredcore's own offload planning at the run's clock: a
+   namespace with nothing due gets no Spark job (a sweep with nothing due ends in seconds); one argument
+   list per namespace with work: `--as-of` is the run's data-interval end, `--run-id` the run id plus
+   the namespace.
+3. **offload** — one mapped `spark-submit spark_jobs/offload_sweep.py` per namespace with work due
+   (labelled by it); skipped when nothing is due anywhere.
 4. **summary** (runs even when jobs failed) — totals of the run reports (topics, ledgers, bytes,
    failures; segments written, their bytes and tails held, for streaming namespaces) as XCom and log;
    **verdict** fails the run when any namespace job failed.
+5. **announce** — one `tiered_offloaded` asset event per namespace the run offloaded something in
+   (extra: `namespace`, `ledgers`, `bytes`, `segments`, `as_of`); none for a namespace with nothing
+   done, none in a dry run. `tiered_deletion_lag_cleanup` runs on them.
 
 Idempotent: a retry or a rerun for the same logical date offloads only what is left; an older logical
 date never offloads more (the job's only clock is `--as-of`). Params: `config` (tiered.toml),
@@ -23,17 +29,26 @@ date never offloads more (the job's only clock is `--as-of`). Params: `config` (
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
+    NOTHING_DUE_KEY,
+    OFFLOAD_EVENTS,
+    OFFLOADED,
     QUICK_TASK,
+    announce_task,
+    as_of_ms,
     job_args,
     load_config,
+    namespaces_param,
+    offloaded_namespaces,
     planned_namespaces,
     preflight_task,
     schedule_from_env,
     spark_task_per_namespace,
+    split_due,
     summary_task,
     tiered_dag,
     verdict_task,
@@ -46,26 +61,33 @@ with tiered_dag(
     description="Offload sealed ledgers (or, in streaming mode, PIP-76 segments) to the object store by namespace "
                 "policy (Spark)",
     schedule=schedule_from_env("TIERED_SWEEP_SCHEDULE", "*/15 * * * *"),
+    dagrun_timeout=dt.timedelta(hours=2),
     tags=["offload"],
     doc_md=__doc__,
     params={
         "max_topics": Param(None, type=["null", "integer"], minimum=1, title="Max topics",
                             description="At most this many topics per namespace this run (the rest next run)."),
-        "namespaces": Param([], type="array", items={"type": "string"}, title="Namespaces",
-                            description="tenant/namespace list; empty: every namespace with offload enabled."),
+        "namespaces": namespaces_param("tenant/namespace list; empty: every namespace with offload enabled."),
     },
 ) as dag:
 
     @task(task_id="plan", **QUICK_TASK)
     def plan() -> list[list[str]]:
-        """One job argument list per namespace to sweep (policies read from the metadata store now)."""
+        """One job argument list per namespace with offload work due (policies and topics read from the
+        metadata store now); namespaces with nothing due are listed under the XCom `nothing_due`."""
+        from tieredcore.lifecycle.sweep import plan_offload
+
         ctx: Any = get_current_context()
         params = ctx["params"]
-        namespaces = planned_namespaces(params, load_config(params), "offload", "sweep")
+        config = load_config(params)
+        namespaces = planned_namespaces(params, config, "offload", "sweep")
+        at = as_of_ms(ctx)
+        due, idle = split_due(config, namespaces, lambda ws, ns: plan_offload(ws, [ns], at, 1), "sweep")
         extra = ["--max-topics", str(params["max_topics"])] if params.get("max_topics") else []
-        planned = [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
-        print(f"sweep plan: {len(namespaces)} namespace(s) with offload enabled: {', '.join(namespaces) or '-'}")
-        return planned
+        print(f"sweep plan: {len(namespaces)} namespace(s) with offload enabled; work due in {len(due)}: "
+              f"{', '.join(due) or '-'}; nothing due (no Spark job) in {len(idle)}: {', '.join(idle) or '-'}")
+        ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=idle)
+        return [job_args(ctx, namespace=ns, extra=extra) for ns in due]
 
     planned = plan()
     preflight_task() >> planned
@@ -73,3 +95,4 @@ with tiered_dag(
     summary = summary_task(JOB)
     offload >> summary
     [offload, summary] >> verdict_task()
+    summary >> announce_task(OFFLOAD_EVENTS, OFFLOADED, offloaded_namespaces)

@@ -9,6 +9,10 @@ Triggered by hand (no schedule) with params:
   size like `64M`, `512K`, `1G`; `0` offloads every sealed ledger);
 - `dry_run`.
 
+The trigger form already refuses a malformed topic name, position or size (the params' patterns). That
+exactly one of `up_to` / `keep_bytes` is given cannot be said in a param's schema (Airflow validates each
+param on its own), so it is the first check of:
+
 1. **validate** — fails before Spark starts on bad params: both or neither of up_to / keep_bytes, a
    malformed or out-of-range position or size, a bad or path-like topic name, an unknown topic, an
    unreachable object store.
@@ -27,6 +31,7 @@ from tiered_airflow import TieredObjectStoreHook
 from tiered_common import (
     AWS_CONN_ID,
     QUICK_TASK,
+    TOPIC_PATTERN,
     job_args,
     load_config,
     spark_task,
@@ -38,6 +43,7 @@ from tiered_common import (
 JOB = "offload_sweep"
 # the trigger form's own check; `validate` parses the value again (the same parser as the CLI and the job)
 SIZE_PATTERN = r"^\s*([0-9]+[KMGkmg]?)?\s*$"
+POSITION_PATTERN = r"^\s*([0-9]+:[0-9]+)?\s*$"  # LEDGER:ENTRY, or empty
 
 with tiered_dag(
     "tiered_offload_topic",
@@ -47,9 +53,11 @@ with tiered_dag(
     tags=["offload", "manual"],
     doc_md=__doc__,
     params={
-        "topic": Param("", type="string", title="Topic", description="tenant/namespace/topic"),
-        "up_to": Param("", type=["null", "string"], title="Up to (LEDGER:ENTRY)",
-                       description="Offload sealed ledgers before this position; empty when keep_bytes is set."),
+        "topic": Param("", type="string", pattern=TOPIC_PATTERN, title="Topic",
+                       description="tenant/namespace/topic (or persistent://tenant/namespace/topic)"),
+        "up_to": Param("", type=["null", "string"], pattern=POSITION_PATTERN, title="Up to (LEDGER:ENTRY)",
+                       description="Offload sealed ledgers before this position, e.g. 12:0. Give exactly one "
+                                   "of up_to and keep_bytes: leave this empty when keep_bytes is set."),
         "keep_bytes": Param(None, type=["null", "integer", "string"], minimum=0, maximum=2**63 - 1,
                             pattern=SIZE_PATTERN, title="Keep bytes (e.g. 0, 1048576, 64M, 1G)",
                             description="Keep at most this much in the hot tier, like `topics offload -s`: "

@@ -17,6 +17,8 @@ grace period before the run's logical time.
 4. **summary** (runs even when the job failed) — orphan records, bytes, per-namespace counts as XCom and
    log (the report also has the oldest orphan age and sample keys); **verdict** fails the run when the
    job reported errors (a listing, an append or an abort failed).
+5. **announce** — one `tiered_deletions_pending` asset event per namespace orphan records were appended
+   for: the `tiered_deletion_drain` DAG runs on them.
 
 Params: `config`, `dry_run` (write the report only: no record appended, no upload aborted),
 `grace` (e.g. `1h`, `90m`, `3600s` or milliseconds; default 1h).
@@ -24,11 +26,15 @@ Params: `config`, `dry_run` (write the report only: no record appended, no uploa
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
 from tiered_common import (
+    DELETION_EVENTS,
+    DELETIONS_PENDING,
     QUICK_TASK,
+    announce_task,
     job_args,
     load_config,
     preflight_task,
@@ -41,10 +47,19 @@ from tiered_common import (
 
 JOB = "reconcile_orphans"
 
+
+def orphans_recorded(totals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Namespaces the run appended orphan records for (none when nothing was appended, e.g. a dry run)."""
+    if not (totals.get("outcomes") or {}).get("records_appended"):
+        return {}
+    return {ns: {"orphans": int(d.get("ledgers", 0)), "bytes": int(d.get("bytes", 0))}
+            for ns, d in totals.get("namespaces", {}).items() if d.get("ledgers")}
+
 with tiered_dag(
     "tiered_orphan_reconciliation",
     description="Find orphan objects, hot ledgers and uploads in both tiers; append deletion records (Spark)",
     schedule=schedule_from_env("TIERED_RECONCILE_SCHEDULE", "@daily"),
+    dagrun_timeout=dt.timedelta(hours=6),
     tags=["deletion", "reconciliation"],
     doc_md=__doc__,
     params={
@@ -78,3 +93,4 @@ with tiered_dag(
     summary = summary_task(JOB)
     reconcile >> summary
     [reconcile, summary] >> verdict_task()
+    summary >> announce_task(DELETION_EVENTS, DELETIONS_PENDING, orphans_recorded)

@@ -16,6 +16,8 @@ namespaces' retention and deletion-lag policies at the run's logical time, then 
    It runs when the retention job failed too (records already appended are still drained).
 5. **summary** (runs even when jobs failed) — totals of both run reports as XCom and log (per job under
    `by_job`, the drain's PIP-186 counters included); **verdict** fails the run on any failure.
+6. **announce** — one `tiered_deletions_pending` asset event per namespace retention trimmed or marked
+   in (its records go to the `tiered_deletion_drain` DAG too, e.g. those retried later).
 
 Idempotent: a rerun for the same logical date trims and drains only what is left; an older logical date
 never deletes more (the jobs' only clock is `--as-of`). The `tiered_deletion_drain` DAG drains the same
@@ -26,11 +28,15 @@ empty: every namespace).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_common import (
+    DELETION_EVENTS,
+    DELETIONS_PENDING,
     QUICK_TASK,
+    announce_task,
     job_args,
     load_config,
     namespace_args,
@@ -46,10 +52,22 @@ from tiered_common import (
 JOB = "retention_sweep"
 DRAIN_JOB = "deletion_drain"
 
+
+def trimmed_or_marked(totals: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Namespaces whose ledgers retention trimmed or whose hot copies it marked: records appended."""
+    part = (totals.get("by_job") or {}).get(JOB) or {}
+    out = {}
+    for ns, d in part.get("namespaces", {}).items():
+        o = d.get("outcomes") or {}
+        if o.get("trimmed") or o.get("marked"):
+            out[ns] = {"trimmed": int(o.get("trimmed", 0)), "marked": int(o.get("marked", 0))}
+    return out
+
 with tiered_dag(
     "tiered_retention",
     description="Retention trim and deletion-lag cleanup (phase 1), then the deletion drain (phase 2) (Spark)",
     schedule=schedule_from_env("TIERED_RETENTION_SCHEDULE", "@hourly"),
+    dagrun_timeout=dt.timedelta(hours=4),
     tags=["deletion", "retention"],
     doc_md=__doc__,
     params={
@@ -75,3 +93,4 @@ with tiered_dag(
     summary = summary_task([JOB, DRAIN_JOB])
     drain >> summary
     [retention, drain, summary] >> verdict_task()
+    summary >> announce_task(DELETION_EVENTS, DELETIONS_PENDING, trimmed_or_marked)

@@ -25,6 +25,7 @@ Params: `config`, `dry_run` (check and report only), `deep` (`auto` | `always` |
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
@@ -48,6 +49,7 @@ with tiered_dag(
     "tiered_scrub",
     description="Check offloaded copies (deep weekly), repair damaged ones from the hot tier (Spark)",
     schedule=schedule_from_env("TIERED_SCRUB_SCHEDULE", "@daily"),
+    dagrun_timeout=dt.timedelta(hours=12),
     tags=["integrity", "scrub"],
     doc_md=__doc__,
     params={

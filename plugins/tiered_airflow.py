@@ -5,12 +5,18 @@
   their run reports, so templates, tasks and links agree.
 - ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_common.py``).
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
-  Amazon provider's AWS connection) when it submits, so secrets are never in the DAG, in rendered
+  Amazon provider's AWS connection, Azure and GCS credentials from the ``wasb_default`` and
+  ``google_cloud_default`` connections) when it submits, so secrets are never in the DAG, in rendered
   template fields or in the logged spark-submit command line.
 - ``TieredObjectStoreHook`` (from ``tiered_hooks.py``): the preflight check of the configured object
   store (a directory, or an S3 bucket through the Amazon provider's S3Hook).
-- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to its
-  ``<reports_dir>/<job>/<run_id>/summary.json`` (a ``file://`` URL, or ``$TIERED_REPORTS_URL/...``).
+- ``on_failure``: the DAGs' ``on_failure_callback`` (task and DAG-run level): one ERROR line naming what
+  failed, then the callable named by ``TIERED_ON_FAILURE_CALLBACK`` (``package.module:function``), the
+  hook point for alerting (a notifier, a pager).
+- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to the page of its
+  attempt's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
+  ``/tiered/reports/<job>/<run_id>/attempt-<try_number>/`` (Airflow 3's UI shows only http(s), mailto and
+  same-site links; ``[api] base_url`` or ``$TIERED_REPORTS_URL`` give another base).
 
 Listed in ``plugins/.airflowignore`` (as is ``tiered_hooks.py``): the plugins manager executes every
 plugin file under its own module object; this module must be imported normally (once), so the DAGs and
@@ -19,20 +25,29 @@ the plugin share one operator class. No I/O at import time.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperatorLink
+from tiered_hooks import GCP_CONN_ID, WASB_CONN_ID, cloud_environment
 from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
 from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
 
 PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
+WEB_PREFIX = "/tiered"  # where the plugin's FastAPI app (tiered_web.py) is mounted
+REPORTS_PATH = f"{WEB_PREFIX}/reports"
+ENV_ON_FAILURE = "TIERED_ON_FAILURE_CALLBACK"
+log = logging.getLogger(__name__)
 
 
 # -- macros ---------------------------------------------------------------------------------------
@@ -59,14 +74,65 @@ def tiered_report_path(job: str, run_id: str, reports_dir: str | None = None, co
     return str(Path(base) / job / tiered_run_id(run_id) / "summary.json")
 
 
-def tiered_report_url(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
-    """``$TIERED_REPORTS_URL/<job>/<run_id>/summary.json`` when that is set (reports served over HTTP),
-    else the ``file://`` URL of the report."""
-    rid = tiered_run_id(run_id)
-    base_url = os.environ.get(ENV_REPORTS_URL, "").rstrip("/")
-    if base_url:
-        return f"{base_url}/{quote(job)}/{quote(rid)}/summary.json"
-    return Path(tiered_report_path(job, rid, reports_dir, config)).resolve().as_uri()
+def reports_base_url() -> str:
+    """Where the report pages are: ``$TIERED_REPORTS_URL``, else ``[api] base_url`` + ``/tiered/reports``,
+    else the same-site path ``/tiered/reports`` (the UI renders it; the browser resolves it on Airflow's
+    own origin)."""
+    base = os.environ.get(ENV_REPORTS_URL, "").rstrip("/")
+    if base:
+        return base
+    from airflow.configuration import conf
+
+    api = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    if api and "://" not in api:
+        api = ""  # a relative base_url is not a site: keep the same-site path
+    return f"{api}{REPORTS_PATH}"
+
+
+def tiered_report_url(job: str, run_id: str, attempt: int | None = None) -> str:
+    """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number)."""
+    url = f"{reports_base_url()}/{quote(job)}/{quote(tiered_run_id(run_id))}/"
+    return url + (f"attempt-{int(attempt)}/" if attempt is not None else "")
+
+
+# -- alerting ---------------------------------------------------------------------------------------
+
+
+def failure_hook(spec: str | None = None) -> Callable[[Any], Any] | None:
+    """The callable ``TIERED_ON_FAILURE_CALLBACK`` names (``package.module:function`` or
+    ``package.module.function``; unset or empty: None). ValueError names the setting when it is not an
+    importable callable."""
+    spec = (os.environ.get(ENV_ON_FAILURE, "") if spec is None else spec).strip()
+    if not spec:
+        return None
+    module, _, name = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), name) if module and name else None
+    except ImportError as e:
+        raise ValueError(f"{ENV_ON_FAILURE}={spec!r}: cannot import {module!r}: {e}") from None
+    except AttributeError:
+        fn = None
+    if not callable(fn):
+        raise ValueError(f"{ENV_ON_FAILURE}={spec!r}: not a callable (expected package.module:function)")
+    return fn
+
+
+def on_failure(context: Any) -> None:
+    """``on_failure_callback`` of every task and DAG run: logs what failed as one ERROR line, then calls
+    the ``TIERED_ON_FAILURE_CALLBACK`` callable with the same context. A failing hook is logged, never
+    raised (the run's own failure is what matters)."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag_run = context.get("dag_run")
+    what = (f"task {ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if getattr(ti, "map_index", -1) >= 0 else "")
+            if ti is not None else f"DAG run {getattr(dag_run, 'dag_id', '?')}")
+    reason = context.get("exception") or context.get("reason") or "failed"
+    log.error("tiered failure: %s, run %s: %s", what, getattr(dag_run, "run_id", context.get("run_id")), reason)
+    try:
+        hook = failure_hook()
+        if hook is not None:
+            hook(context)
+    except Exception as e:  # an alerting problem must not hide the failure itself
+        log.error("tiered failure hook %s: %s: %s", os.environ.get(ENV_ON_FAILURE), type(e).__name__, e)
 
 
 # -- the operator and its link ----------------------------------------------------------------------
@@ -80,7 +146,9 @@ def _arg_value(args: list[Any] | None, flag: str) -> str | None:
 
 
 class TieredReportLink(BaseOperatorLink):
-    """"Run report": where the Spark task's job wrote ``summary.json`` (+ ``detail.parquet``)."""
+    """"Run report": the page of the report this try of the Spark task wrote (the job gets the try number
+    as ``TIERED_ATTEMPT`` and keeps each attempt's report). Airflow 3 computes the link when the task
+    finishes, on the worker."""
 
     name = "Run report"
 
@@ -91,11 +159,7 @@ class TieredReportLink(BaseOperatorLink):
         args = getattr(operator, "application_args", None)
         # the job's own --run-id (per namespace on mapped sweeps), as rendered for this task instance
         rid = _arg_value(args, "--run-id") or tiered_run_id(ti_key.run_id)
-        reports_dir = _arg_value(args, "--report-dir")
-        config = (getattr(operator, "env_vars", None) or {}).get("TIERED_CONFIG") or None
-        if reports_dir is None and not os.environ.get(ENV_REPORTS_URL):
-            reports_dir = tiered_reports_dir(config)
-        return tiered_report_url(job, rid, reports_dir=reports_dir or None, config=config)
+        return tiered_report_url(job, rid, getattr(ti_key, "try_number", None) or None)
 
 
 def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
@@ -140,28 +204,43 @@ def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
 NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_LOSS: "DATA LOSS reported by the job"}
 
 
+_EXIT_CODE = re.compile(r"Error code is: (-?\d+)")
+
+
+def submit_exit_code(error: BaseException) -> int | None:
+    """spark-submit's exit code from the Spark hook's failure (its message: "... Error code is: N")."""
+    m = _EXIT_CODE.search(str(error))
+    return int(m.group(1)) if m else None
+
+
 class TieredSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator running one of the project's ``spark_jobs/<job>.py``.
 
     When it executes (never at parse time) it adds to the subprocess environment (:meth:`runtime_env`):
     the worker's venv ``bin`` on PATH (spark-submit must be found), ``SPARK_LOCAL_IP=127.0.0.1`` for
-    ``local`` masters, and the AWS connection's credentials/endpoint. Those go in the environment of
+    ``local`` masters, the AWS connection's credentials/endpoint, and the Azure (``wasb_conn_id``) and
+    Google Cloud (``gcp_conn_id``) connections as tieredcore's azure:// / gs:// environment
+    (tiered_hooks.azure_environment / gcs_environment). Those go in the environment of
     spark-submit, not in the command line the hook logs, and not in the declared ``env_vars`` (so not in
     rendered template fields either)."""
 
     operator_extra_links = (TieredReportLink(),)
 
-    def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, job: str, aws_conn_id: str | None = "aws_default", wasb_conn_id: str | None = WASB_CONN_ID,
+                 gcp_conn_id: str | None = GCP_CONN_ID, conn_id: str = "spark_default", **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
         self.aws_conn_id = aws_conn_id
+        self.wasb_conn_id = wasb_conn_id
+        self.gcp_conn_id = gcp_conn_id
+        self.spark_conn_id = conn_id  # the provider keeps its own copy private
 
     def _spark_master(self) -> str:
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
-            conn = BaseHook.get_connection(self._conn_id)
+            conn = BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
             return ""
         return conn.host or ""
@@ -176,16 +255,20 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         if self._spark_master().startswith("local"):
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env.update(aws_environment(self.aws_conn_id))
+        env.update(cloud_environment(self.wasb_conn_id, self.gcp_conn_id))
         return env
 
     def execute(self, context: Any) -> None:
         """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
         submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
-        is restored afterwards, so rendered template fields never hold it); a job that exits 2 (bad
+        is restored afterwards, so rendered template fields never hold it); empty ``application_args``
+        (the plan found nothing due) skip the task without submitting anything; a job that exits 2 (bad
         input) or 3 (data loss) fails the task without retries: running it again cannot help
         (spark_jobs/_jobkit.py, exit codes)."""
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+        if not self.application_args:  # the plan task found nothing due
+            raise AirflowSkipException(f"spark job {self.job}: nothing due, no spark-submit")
         declared = self.env_vars
         runtime = self.runtime_env()
         self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
@@ -194,8 +277,7 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException as e:
-            sp = getattr(self._hook, "_submit_sp", None)
-            code = getattr(sp, "returncode", None)
+            code = submit_exit_code(e)
             if code in NO_RETRY_EXIT_CODES:
                 raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
             raise

@@ -1,12 +1,16 @@
-"""Airflow plugin of the tiered-storage project: the macros (``{{ macros.tiered.<name>(...) }}``) and the
-"Run report" operator extra link of the project's Spark tasks. The code lives in ``tiered_airflow.py``
-(imported, not executed as a plugin file, so the DAGs and the plugin share one operator class)."""
+"""Airflow plugin of the tiered-storage project: the macros (``{{ macros.tiered.<name>(...) }}``), the
+"Run report" operator extra link of the project's Spark tasks, and the web pages (``tiered_web.py``): a
+FastAPI app under ``/tiered`` serving run reports and the "Tiered storage" view, which an external view
+puts in the UI's navigation (shown inside the UI). The code lives in ``tiered_airflow.py`` and
+``tiered_web.py`` (imported, not executed as plugin files, so the DAGs and the plugin share one operator
+class)."""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 from tiered_airflow import (
     PLUGIN_NAME,
+    WEB_PREFIX,
     TieredReportLink,
     tiered_report_path,
     tiered_report_url,
@@ -15,7 +19,26 @@ from tiered_airflow import (
 )
 
 
+class _WebApps:
+    """``fastapi_apps``, built on first use: only the API server asks for them, so the other processes
+    that load the plugin (task runs, the scheduler) do not import FastAPI for it."""
+
+    apps: list[dict] | None = None
+
+    def __get__(self, obj: object, owner: type) -> list[dict]:
+        if _WebApps.apps is None:
+            from tiered_web import create_app
+
+            _WebApps.apps = [{"app": create_app(), "url_prefix": WEB_PREFIX, "name": "Tiered storage"}]
+        return _WebApps.apps
+
+
 class TieredPlugin(AirflowPlugin):
     name = PLUGIN_NAME
     macros = [tiered_run_id, tiered_report_path, tiered_report_url, tiered_reports_dir]
     operator_extra_links = [TieredReportLink()]
+    fastapi_apps = _WebApps()
+    # a nav entry showing the overview inside the UI (same site: the UI's session authenticates it); the
+    # href is relative to the UI's base URL, so a deployment under a path prefix works too
+    external_views = [{"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview",
+                       "url_route": "tiered-storage", "destination": "nav", "category": "browse"}]

@@ -44,7 +44,7 @@ step "before"
 tiered status --by-namespace
 
 step "airflow: tiered_offload_sweep at $SWEEP_AT"
-airflow db migrate >/dev/null 2>&1
+scripts/airflow-init.sh  # database, the `spark` pool, spark_default and aws_default (Admin -> Connections)
 airflow dags test tiered_offload_sweep "$SWEEP_AT" > "$WS/sweep.log" 2>&1 || { tail -40 "$WS/sweep.log"; exit 1; }
 grep -h "TIERED_RUN_SUMMARY" "$WS/sweep.log" | sed 's/.*TIERED_RUN_SUMMARY /  /' | cut -c1-220
 grep -h "offload_sweep summary:" "$WS/sweep.log" | sed 's/.*offload_sweep summary:/  summary:/' | cut -c1-400

@@ -11,10 +11,11 @@ import ctypes
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,10 +25,31 @@ from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.runner import run_work, split_cache_records
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary, TopicWork
-from tieredcore.reports import EXIT_FAILED, EXIT_USAGE, JobReport, exit_code, report_name, summary_document
+from tieredcore.reports import (
+    DETAIL_DIR,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    SUMMARY_FILE,
+    JobReport,
+    attempt_dir_name,
+    attempt_number,
+    exit_code,
+    message_level,
+    outcome_line,
+    report_name,
+    summary_document,
+)
+from tieredcore.stores.requests import (
+    RequestCounts,
+    RequestCountsParam,
+    count_requests,
+    counting_partition,
+    request_document,
+)
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
-LOG_OMITS = ("records",)  # bulky lists stay in summary.json, out of the log line
+LEVELS = ("ERROR", "WARNING", "INFO")
+LOG_OMITS = ("records", "tiers")  # bulky parts stay in summary.json, out of the log line
 P = TypeVar("P")
 
 
@@ -41,6 +63,14 @@ def exit_with_parent() -> None:
         return
     if os.getppid() == 1:  # parent already gone before prctl
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def say(job: str, level: str, message: str) -> None:
+    """One line of the job's log carrying its level (``ERROR offload_sweep: FAILED ...``): Airflow's
+    Spark hook logs every line of spark-submit at INFO, so the level is part of the line, where a reader
+    (and a grep for ERROR) finds it. Errors go to stderr (spark-submit's caller merges both)."""
+    assert level in LEVELS
+    print(f"{level} {job}: {message}", file=sys.stderr if level == "ERROR" else sys.stdout, flush=True)
 
 
 def parse_as_of(text: str | None) -> int:
@@ -120,25 +150,72 @@ def spark_facts(spark) -> dict[str, Any]:
             "default_parallelism": sc.defaultParallelism}
 
 
-def write_report(spark, run: Run, report: JobReport,
-                 spark_info: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
-    """`<reports>/<job>/<run_id>/summary.json` (the report's summary, its totals, the run's names, and
-    ``spark``: where it ran and its phases' seconds) and `detail.parquet`; a rerun of the same run
-    overwrites both. Returns the directory and the summary."""
-    started = time.monotonic()
-    out = Path(run.report_dir) / run.job / run.run_id
+def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | None = None,
+                 env: Mapping[str, str] | None = None,
+                 spark_info: dict[str, Any] | None = None,
+                 report_started: float | None = None) -> tuple[Path, dict[str, Any]]:
+    """`<reports>/<job>/<run_id>/attempt-<n>/summary.json` (the report's summary, its totals, the run's
+    names, ``extra``: request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and
+    `detail.parquet`, n = the attempt
+    (tieredcore.reports.attempt_number: $TIERED_ATTEMPT, the task's try number); then the same two as the
+    run's own (`<run_id>/summary.json`, marked with its ``attempt``): a rerun adds an attempt and never
+    overwrites an earlier one's report. Returns the attempt's directory and the summary."""
+    started = time.monotonic() if report_started is None else report_started
+    run_dir = Path(run.report_dir) / run.job / run.run_id
+    attempt = attempt_number(os.environ if env is None else env, run_dir)
+    out = run_dir / attempt_dir_name(attempt)
     out.mkdir(parents=True, exist_ok=True)
     rows, schema = report.detail()
-    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / "detail.parquet"))
+    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / DETAIL_DIR))
+    report_seconds = round(time.monotonic() - started, 3)
     summary = summary_document(report, run.job, run.run_id, run.seconds())
+    summary.update(extra or {})
+    summary.update(attempt=attempt, as_of_ms=run.as_of_ms, written_ms=int(time.time() * 1000))
     if spark_info is not None:
         info = dict(spark_info)
-        info["phases"] = {**info.get("phases", {}), "report": round(time.monotonic() - started, 3)}
+        info["phases"] = {**info.get("phases", {}), "report": report_seconds}
         summary["spark"] = info
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
-    tmp.replace(out / "summary.json")
+    text = json.dumps(summary, indent=2, sort_keys=True, default=str)
+    _replace_file(out / SUMMARY_FILE, text)
+    # the run's latest attempt at the run level, where the DAGs' summaries and readers look
+    tmp_detail = run_dir / f".{DETAIL_DIR}.tmp"
+    shutil.rmtree(tmp_detail, ignore_errors=True)
+    shutil.copytree(out / DETAIL_DIR, tmp_detail)
+    shutil.rmtree(run_dir / DETAIL_DIR, ignore_errors=True)
+    tmp_detail.rename(run_dir / DETAIL_DIR)
+    _replace_file(run_dir / SUMMARY_FILE, text)
     return out, summary
+
+
+def _replace_file(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run_extras(config: Config, requests: RequestCounts) -> dict[str, Any]:
+    """What every report records besides the job's own fields: the run's object-store requests (driver
+    and tasks) and the tiers as the run left them (the "Tiered storage" view's history). A snapshot that
+    cannot be read is reported, never fails the run."""
+    from tieredcore.lifecycle.overview import tier_snapshot
+    from tieredcore.workspace import Workspace
+
+    try:
+        with Workspace(config) as ws:
+            tiers: dict[str, Any] = tier_snapshot(ws)
+    except TieredError as e:
+        tiers = {}
+        print(f"tier snapshot not recorded: {e}", file=sys.stderr, flush=True)
+    return {"requests": request_document(requests.as_dict()), "tiers": tiers}
+
+
+# the run's request accumulator (set once the Spark session exists); see counted_partitions
+_requests_acc: Any = None
+
+
+def counted_partitions(fn: Callable[[Iterator], Iterator]) -> Callable[[Iterator], Iterator]:
+    """``fn`` (a mapPartitions function) with its object-store requests added to the run's report."""
+    return fn if _requests_acc is None else counting_partition(_requests_acc, fn)
 
 
 def run_job(
@@ -152,38 +229,50 @@ def run_job(
     ``plan(run)`` on the driver — all before Spark starts, so bad input exits 2 having started nothing;
     then one Spark session for ``execute(spark, run, planned)``, one report written, the report's
     messages and summary logged. Exit code from the report's totals (tieredcore.reports.exit_code)."""
+    global _requests_acc
     exit_with_parent()
     started = time.monotonic()
-    try:
-        config = Config.load(args.config)
-        as_of = parse_as_of(args.as_of)
-        run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
-        planned = plan(run)
-    except TieredError as e:
-        print(f"{job}: {e}", file=sys.stderr, flush=True)
-        return EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
-    print(f"{job}: run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}",
-          flush=True)
-    planned_at = time.monotonic()
-    spark = session(f"tiered-{job}", config)
-    try:
-        session_at = time.monotonic()
-        report = execute(spark, run, planned)
-        info = spark_facts(spark)  # after the work: a cluster's executors register asynchronously
-        # seconds per phase: the driver's planning (configuration, clock, plan), the session's start-up
-        # (JVM, master, executors), the distributed work; write_report adds the report's own
-        info["phases"] = {"planning": round(planned_at - started, 3),
-                          "session_startup": round(session_at - planned_at, 3),
-                          "distributed_work": round(time.monotonic() - session_at, 3)}
-        out, summary = write_report(spark, run, report, info)
-    finally:
-        spark.stop()
+    with count_requests() as requests:  # the driver's own; the tasks' come through the accumulator
+        try:
+            config = Config.load(args.config)
+            as_of = parse_as_of(args.as_of)
+            run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
+            attempt_number(os.environ, Path(run.report_dir) / job / run.run_id)  # a bad $TIERED_ATTEMPT: exit 2
+            planned = plan(run)
+        except TieredError as e:
+            code = EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
+            say(job, "ERROR", f"{e}")
+            say(job, "ERROR", f"outcome {'bad input, nothing started' if code == EXIT_USAGE else 'FAILED'}: exit {code}")
+            return code
+        say(job, "INFO", f"run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}")
+        planned_at = time.monotonic()
+        spark = session(f"tiered-{job}", config)
+        try:
+            session_at = time.monotonic()
+            _requests_acc = spark.sparkContext.accumulator({}, RequestCountsParam())
+            report = execute(spark, run, planned)
+            requests.merge(_requests_acc.value)
+            info = spark_facts(spark)  # after the work: a cluster's executors register asynchronously
+            # seconds per phase: the driver's planning (configuration, clock, plan), the session's start-up
+            # (JVM, master, executors), the distributed work, the report (tier snapshot, files)
+            work_done = time.monotonic()
+            info["phases"] = {"planning": round(planned_at - started, 3),
+                              "session_startup": round(session_at - planned_at, 3),
+                              "distributed_work": round(work_done - session_at, 3)}
+            out, summary = write_report(spark, run, report, run_extras(config, requests), spark_info=info,
+                                        report_started=work_done)
+        finally:
+            _requests_acc = None
+            spark.stop()
     for line in report.messages():
-        print(f"{job}: {line}", flush=True)
-    print(f"{job}: report {out}", flush=True)
+        say(job, message_level(line), line)
+    say(job, "INFO", f"report {out}")
     logged = {k: v for k, v in summary.items() if k not in LOG_OMITS}
     print(SUMMARY_PREFIX + json.dumps(logged, sort_keys=True, default=str), flush=True)
-    return exit_code(report.totals())
+    # the last line of the task log: the outcome in words
+    code = exit_code(report.totals())
+    say(job, "INFO" if code == 0 else "ERROR", outcome_line(report.totals(), code) + f" ({run.seconds():.1f} s)")
+    return code
 
 
 # -- jobs over TopicWork units (offload sweep, lag cleanup, retention, scrub) ------------------------
@@ -198,7 +287,8 @@ def distribute(spark, config: Config, work: Sequence[TopicWork]) -> tuple[list[d
     slices = max(1, min(len(work), sc.defaultParallelism * 2))
     units = [w.as_dict() for w in work]
     return split_cache_records(
-        sc.parallelize(units, slices).mapPartitions(lambda it: run_work(config, it, with_cache=True)).collect())
+        sc.parallelize(units, slices).mapPartitions(counted_partitions(lambda it: run_work(config, it, with_cache=True)))
+        .collect())
 
 
 def run_ledger_job(

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs._jobkit import Run, base_parser, run_job
+from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.compaction import CostModel
 from tieredcore.lifecycle.compaction_run import (
@@ -142,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             slices = max(1, min(len(planned.topics), sc.defaultParallelism * 2))
             config, as_of, dry, th = run.config, run.as_of_ms, run.dry_run, planned.thresholds
             rows = (sc.parallelize(planned.topics, slices)
-                    .mapPartitions(lambda it: run_topics(config, it, as_of_ms=as_of, dry_run=dry, thresholds=th))
+                    .mapPartitions(counted_partitions(
+                        lambda it: run_topics(config, it, as_of_ms=as_of, dry_run=dry, thresholds=th)))
                     .collect())
         return CompactionReport(run.as_of_ms, run.dry_run, rows, list(planned.topics), list(planned.notes),
                                 cost=planned.cost, thresholds=planned.thresholds.as_dict())

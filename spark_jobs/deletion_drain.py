@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 
-from spark_jobs._jobkit import Run, base_parser, run_job
+from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.drain import DrainReport, DrainRow, drain
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config, as_of, delay, attempts, dry = (run.config, run.as_of_ms, args.retry_delay_ms, args.max_attempts,
                                                    run.dry_run)
             results = (spark.sparkContext.parallelize(units, len(units))
-                       .mapPartitions(lambda it: run_units(config, as_of, delay, attempts, dry, it))
+                       .mapPartitions(counted_partitions(lambda it: run_units(config, as_of, delay, attempts, dry, it)))
                        .collect())
         total = DrainReport(run.as_of_ms, run.dry_run)
         for r in results:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs._jobkit import Run, base_parser, run_ledger_job
+from spark_jobs._jobkit import Run, base_parser, run_ledger_job, say
 from tieredcore.config import Config
 from tieredcore.errors import TieredError
 from tieredcore.lifecycle.drain import OUTCOME_DEAD, OUTCOME_RETRYING, drain
@@ -32,11 +32,12 @@ def drain_after(config: Config, as_of: int, rows: list[dict]) -> tuple[dict[str,
         with Workspace(config) as ws:
             rep = drain(ws, as_of)
     except TieredError as e:
-        print(f"{JOB}: drain failed: {type(e).__name__}: {e}", flush=True)
+        say(JOB, "ERROR", f"drain failed: {type(e).__name__}: {e}")
         return {"error": f"{type(e).__name__}: {e}"}, 1
     for r in rep.rows:
         if r.outcome in (OUTCOME_RETRYING, OUTCOME_DEAD):
-            print(f"{JOB}: drain: {r.type} ledger {r.ledger} of {r.topic}: {r.outcome}: {r.error}", flush=True)
+            say(JOB, "WARNING" if r.outcome == OUTCOME_RETRYING else "ERROR",
+                f"drain: {r.type} ledger {r.ledger} of {r.topic}: {r.outcome}: {r.error}")
     out = {k: v for k, v in rep.as_dict().items() if k not in ("rows", "as_of_ms", "dry_run")}
     return out, 0
 

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
-from spark_jobs._jobkit import Run, base_parser, run_job
+from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects, list_rest, listing_prefixes
@@ -91,7 +91,8 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
     t0 = clock()
     tasks = listing_tasks(locs)
     config = ws.config
-    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).mapPartitions(lambda it: run_listing(config, it))
+    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).mapPartitions(
+        counted_partitions(lambda it: run_listing(config, it)))
     df = spark.createDataFrame(rdd, LISTING_SCHEMA).cache()
     df.count()
     failed: dict[int, list[str]] = {}

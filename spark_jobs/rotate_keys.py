@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from spark_jobs._jobkit import Run, base_parser, run_job
+from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.keys import (
@@ -77,8 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             refs = [r.as_tuple() for r in listing.refs]
             slices = max(1, min(len(refs), sc.defaultParallelism * 2))
             config, dry_run = run.config, run.dry_run
-            rows = sc.parallelize(refs, slices).mapPartitions(
-                lambda it: rotate_partition(config, target, dry_run, it)).collect()
+            rows = sc.parallelize(refs, slices).mapPartitions(counted_partitions(
+                lambda it: rotate_partition(config, target, dry_run, it))).collect()
         return RotationReport.of(target, run.dry_run, rows, listing)
 
     return run_job(JOB, args, plan, describe, execute)

@@ -5,6 +5,9 @@ Object stores:
 - ``s3_store``: an S3BlobStore on a fresh, uniquely named bucket of that server.
 - ``fs_store``: a FilesystemBlobStore under tmp_path.
 - ``blob_store``: parametrized over ["fs", "s3"], for contract tests that must hold for both.
+- ``azurite`` / ``gcs_emulator`` (session): Azurite and gcp-storage-emulator on 127.0.0.1
+  (tests/support/object_stores.py); ``azure_store`` / ``gcs_store``: a store on a fresh container/bucket.
+  The BlobStore contract suite (tests/stores/test_blob_contract.py) runs over all four stores.
 """
 
 from __future__ import annotations
@@ -135,6 +138,57 @@ def fs_store(tmp_path: Path):
     from tieredcore.stores.fs import FilesystemBlobStore
 
     return FilesystemBlobStore(tmp_path / "store")
+
+
+# --- Azure Blob (Azurite) and GCS (gcp-storage-emulator) ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory):
+    """Azurite's blob service for the session; no Azurite installed -> the test fails saying how to get it."""
+    from tests.support.object_stores import Azurite
+
+    try:
+        server = Azurite(tmp_path_factory.mktemp("azurite"))
+        server.start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory):
+    from tests.support.object_stores import GcsEmulator
+
+    try:
+        server = GcsEmulator(tmp_path_factory.mktemp("gcs"))
+        server.start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_store(azurite):
+    """AzureBlobStore on a new container (unique per test) of the session's Azurite."""
+    from tieredcore.stores.azure import AzureBlobStore
+
+    store = AzureBlobStore(f"test-{uuid.uuid4().hex[:24]}", endpoint=azurite.endpoint, max_attempts=2,
+                           env=azurite.env())
+    store.client.create_container()
+    return store
+
+
+@pytest.fixture
+def gcs_store(gcs_emulator):
+    """GcsBlobStore on a new bucket (unique per test) of the session's GCS emulator."""
+    from tieredcore.stores.gcs import GcsBlobStore
+
+    store = GcsBlobStore(f"test-{uuid.uuid4().hex[:24]}", endpoint=gcs_emulator.endpoint, max_attempts=2, env={})
+    store.client.create_bucket(store.bucket_name)
+    return store
 
 
 @pytest.fixture(params=["fs", "s3"])

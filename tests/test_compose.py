@@ -218,6 +218,8 @@ def test_airflow_services_follow_the_official_layout(services):
     assert init["user"] == "0:0"
     script = "\n".join(init["command"])
     assert "/data/tiered" in script and "chown" in script  # the shared volume gets the Airflow uid
+    # the pool every spark-submit task of the DAGs runs in (dags/tiered_common.py SPARK_POOL)
+    assert '/entrypoint airflow pools set spark "2" ' in script
     # the apiserver, scheduler, dag-processor, triggerer and worker wait for the init
     for name in AIRFLOW_SERVICES:
         deps = services[name]["depends_on"]

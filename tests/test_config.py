@@ -142,6 +142,13 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_CHUNK_CACHE_SIZE": "1048576",
         "TIERED_CHUNK_CACHE_PREFETCH": "0",
         "TIERED_CHUNK_CACHE_TTL_MS": "5000",
+        "TIERED_UPLOAD_CONCURRENCY": "8",
+        "TIERED_UPLOAD_PART_SIZE": str(16 * MIB),
+        "TIERED_PRICE_STORAGE_GB_MONTH": "0.0125",
+        "TIERED_PRICE_GET_1000": "0.001",
+        "TIERED_PRICE_PUT_1000": "0.01",
+        "TIERED_PRICE_LIST_1000": "0",
+        "TIERED_PRICE_DELETE_1000": "0.5",
         "UNRELATED": "x",
     }
     assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
@@ -151,11 +158,27 @@ def test_env_overrides(tmp_path: Path) -> None:
                          spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
                          checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2,
                          lease_ttl_ms=60000, key_ring="/keys/ring", chunk_cache="disk:/var/cache/tiered",
-                         chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000)
+                         chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000,
+                         upload_concurrency=8, upload_part_size=16 * MIB,
+                         price_storage_gb_month=0.0125, price_get_per_1000=0.001, price_put_per_1000=0.01,
+                         price_list_per_1000=0.0, price_delete_per_1000=0.5)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096
     assert Config.load(p, env={"TIERED_CLUSTER": ""}).cluster == "file"
+
+
+def test_prices_default_to_s3_standard_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.toml", MINIMAL + "price_storage_gb_month = 1\n")
+    cfg = Config.load(p, env={})
+    assert cfg.price_storage_gb_month == 1.0 and isinstance(cfg.price_storage_gb_month, float)
+    assert (cfg.price_get_per_1000, cfg.price_put_per_1000, cfg.price_list_per_1000) == (0.0004, 0.005, 0.005)
+    assert Config.load(write(tmp_path / "r.toml", cfg.to_toml()), env={}) == cfg  # round trip
+    with pytest.raises(ValidationError, match="price_get_per_1000 must be a number, got 'cheap'"):
+        Config.load(p, env={"TIERED_PRICE_GET_1000": "cheap"})
+    for bad in ("-0.1", "nan", "inf"):
+        with pytest.raises(ValidationError, match="price_put_per_1000 must be a non-negative number"):
+            Config.load(p, env={"TIERED_PRICE_PUT_1000": bad})
 
 
 def test_env_bad_integer(tmp_path: Path) -> None:
@@ -164,6 +187,10 @@ def test_env_bad_integer(tmp_path: Path) -> None:
         Config.load(p, env={"TIERED_READ_BUFFER": "lots"})
     with pytest.raises(ValidationError, match="5 MiB"):
         Config.load(p, env={"TIERED_STORE_URL": "s3://bkt/p", "TIERED_MAX_BLOCK_SIZE": "1024"})
+    with pytest.raises(ValidationError, match="upload_concurrency must be 1..64, got 0"):
+        Config.load(p, env={"TIERED_UPLOAD_CONCURRENCY": "0"})
+    with pytest.raises(ValidationError, match="upload_part_size 1048576 is below S3's 5 MiB"):
+        Config.load(p, env={"TIERED_UPLOAD_PART_SIZE": str(MIB)})
 
 
 def test_unknown_key_in_file(tmp_path: Path) -> None:
@@ -301,7 +328,7 @@ def test_open_blob_store_s3(no_aws: None) -> None:
 @pytest.mark.parametrize(
     ("url", "match"),
     [
-        ("gs://bucket/p", "unsupported scheme 'gs'"),
+        ("hdfs://nn/p", "unsupported scheme 'hdfs'"),
         ("http://host/p", "unsupported scheme 'http'"),
         ("/plain/path", "unsupported scheme ''"),
         ("s3:///prefix", "missing bucket"),

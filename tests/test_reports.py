@@ -106,3 +106,17 @@ def test_ledger_run_report_and_summary_document():
     assert doc["totals"]["data_loss"] == ["persistent://a/b/t ledger 1"]
     assert exit_code(doc["totals"]) == EXIT_DATA_LOSS
     assert any(m.startswith("DATA LOSS: persistent://a/b/t ledger 1") for m in rep.messages())
+
+
+def test_message_levels_and_the_outcome_line():
+    from tieredcore.reports import message_level, outcome_line, totals
+
+    assert [message_level(m) for m in ("FAILED t ledger 3: failed: OSError", "DATA LOSS: t ledger 3: ...",
+                                       "DEAD-LETTERED r1 (...)", "STOPPED early: 2 ledger(s)", "ERROR listing",
+                                       "BUSY t ledger 4: leased", "CONFLICT t ledgers 1..4: x",
+                                       "a/b: 2 topic(s), 3 batch(es) compacted")] == \
+        ["ERROR"] * 5 + ["WARNING"] * 2 + ["INFO"]
+    t = totals(topics=2, ledgers=8, bytes=12345, outcomes={"offloaded": 7, "failed": 1}, failures=1)
+    assert outcome_line(t, EXIT_FAILED) == ("outcome FAILED: 2 topic(s), 8 unit(s), 12,345 bytes; 1 failure(s); "
+                                            "failed=1, offloaded=7; exit 1")
+    assert outcome_line(totals(), 0).startswith("outcome ok: 0 topic(s)") and "nothing to do" in outcome_line(totals(), 0)

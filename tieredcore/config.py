@@ -8,6 +8,8 @@ URL-like strings:
     hot       file:///abs/path/hot
     store     file:///abs/path/cold            (filesystem object store)
               s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1
+              azure://container/prefix                 (Azure Blob; credentials: AZURE_STORAGE_*)
+              gs://bucket/prefix                       (GCS; credentials: Application Default Credentials)
 
 Store URLs are checked (tieredcore.stores.location.parse_store_url) when a Config is built, so every
 entry point refuses a bad one before anything is created.
@@ -15,6 +17,7 @@ entry point refuses a bad one before anything is created.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -29,6 +32,9 @@ from tieredcore.formats.constants import (
     DEFAULT_CHECKSUM_CHUNK,
     DEFAULT_MAX_BLOCK_SIZE,
     DEFAULT_READ_BUFFER_SIZE,
+    DEFAULT_UPLOAD_CONCURRENCY,
+    DEFAULT_UPLOAD_PART_SIZE,
+    MIN_UPLOAD_PART_SIZE,
 )
 from tieredcore.stores.location import StoreLocation, parse_store_url
 
@@ -59,7 +65,16 @@ ENV_OVERRIDES = {
     "TIERED_CHUNK_CACHE_SIZE": "chunk_cache_size",
     "TIERED_CHUNK_CACHE_PREFETCH": "chunk_cache_prefetch",
     "TIERED_CHUNK_CACHE_TTL_MS": "chunk_cache_ttl_ms",
+    "TIERED_UPLOAD_CONCURRENCY": "upload_concurrency",
+    "TIERED_UPLOAD_PART_SIZE": "upload_part_size",
+    "TIERED_PRICE_STORAGE_GB_MONTH": "price_storage_gb_month",
+    "TIERED_PRICE_GET_1000": "price_get_per_1000",
+    "TIERED_PRICE_PUT_1000": "price_put_per_1000",
+    "TIERED_PRICE_LIST_1000": "price_list_per_1000",
+    "TIERED_PRICE_DELETE_1000": "price_delete_per_1000",
 }
+PRICE_FIELDS = ("price_storage_gb_month", "price_get_per_1000", "price_put_per_1000", "price_list_per_1000",
+                "price_delete_per_1000")
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,17 @@ class Config:
     chunk_cache_size: int = 256 * 1024 * 1024
     chunk_cache_prefetch: int = 8 * 1024 * 1024
     chunk_cache_ttl_ms: int = 10 * 60 * 1000
+    # offloads to a remote store (S3) cut blocks into parts of about upload_part_size bytes and send
+    # upload_concurrency of them at once (1: one part per block, one at a time)
+    upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY
+    upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE
+    # object-store prices (USD) for the cost estimate of the "Tiered storage" view: storage per GiB-month,
+    # requests per 1,000 (defaults: S3 Standard, us-east-1 list prices; HEAD is billed as a GET)
+    price_storage_gb_month: float = 0.023
+    price_get_per_1000: float = 0.0004
+    price_put_per_1000: float = 0.005
+    price_list_per_1000: float = 0.005
+    price_delete_per_1000: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -112,6 +138,12 @@ class Config:
             )
         if self.read_buffer <= 0:
             raise ValidationError("configuration: read_buffer must be positive")
+        if not 1 <= self.upload_concurrency <= 64:
+            raise ValidationError(f"configuration: upload_concurrency must be 1..64, got {self.upload_concurrency}")
+        if self.upload_part_size < MIN_UPLOAD_PART_SIZE:
+            raise ValidationError(
+                f"configuration: upload_part_size {self.upload_part_size} is below S3's 5 MiB minimum part size"
+            )
         if self.checkpoint_interval < 0:
             raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
         if self.store_failure_limit < 0:
@@ -125,6 +157,10 @@ class Config:
         if self.chunk_cache_size <= 0 or self.chunk_cache_prefetch < 0 or self.chunk_cache_ttl_ms <= 0:
             raise ValidationError("configuration: chunk_cache_size and chunk_cache_ttl_ms must be positive, "
                                   "chunk_cache_prefetch non-negative")
+        for name in PRICE_FIELDS:
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise ValidationError(f"configuration: {name} must be a non-negative number of USD, got {v!r}")
         if self.key_ring and not self.key_ring.startswith("/"):
             raise ValidationError(f"configuration: key_ring {self.key_ring!r} must be an absolute directory")
 
@@ -179,7 +215,7 @@ class Config:
         for k, v in asdict(self).items():
             if isinstance(v, bool):
                 lines.append(f"{k} = {'true' if v else 'false'}")
-            elif isinstance(v, int):
+            elif isinstance(v, int | float):
                 lines.append(f"{k} = {v}")
             else:
                 lines.append(f'{k} = "{_toml_escape(str(v))}"')
@@ -241,8 +277,13 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
                 raise ValidationError(f"configuration: {f.name} must be an integer, got {v!r}") from e
         elif f.type in ("bool", bool) and isinstance(v, str):
             out[f.name] = v.strip().lower() in ("1", "true", "yes", "on")
+        elif f.type in ("float", float) and isinstance(v, str | int) and not isinstance(v, bool):
+            try:
+                out[f.name] = float(v)
+            except ValueError as e:
+                raise ValidationError(f"configuration: {f.name} must be a number, got {v!r}") from e
         v = out[f.name]
-        want = {"str": str, "int": int, "bool": bool}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+        want = {"str": str, "int": int, "bool": bool, "float": float}.get(f.type if isinstance(f.type, str) else f.type.__name__)
         if want is not None and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
             raise ValidationError(f"configuration: {f.name} must be {f.type}, got {type(v).__name__} {v!r}")
     return out

@@ -1,14 +1,21 @@
 """Run reports: one report name per run, one shape of totals for every job, one exit-code rule.
 
-Every job writes ``<reports_dir>/<job>/<report name>/summary.json`` (its :meth:`JobReport.summary`, which
-carries its :meth:`JobReport.totals` under ``"totals"``) and ``detail.parquet`` (:meth:`JobReport.detail`).
+Every job writes ``<reports_dir>/<job>/<report name>/attempt-<n>/summary.json`` (its
+:meth:`JobReport.summary`, which carries its :meth:`JobReport.totals` under ``"totals"``) and
+``detail.parquet`` (:meth:`JobReport.detail`), ``n`` being the attempt (the Airflow task's try number), so
+a retry, a cleared task or a reprocessing backfill never overwrites what an earlier attempt did; the run's
+own ``summary.json`` and ``detail.parquet`` are copies of its latest attempt's (``"attempt"`` says which).
 The DAGs add up ``totals`` without knowing which job wrote a report.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol, TypedDict
+
+from tieredcore.errors import ValidationError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
 
@@ -50,6 +57,38 @@ class JobReport(Protocol):
         ...
 
     def messages(self) -> list[str]:
+        """Lines for the job's log after the run (what failed, what was lost); a line's first word says
+        how bad it is (:func:`message_level`)."""
+        ...
+
+
+# first words of report messages that name a failure / something an operator should look at
+ERROR_WORDS = ("ERROR", "FAILED", "DEAD-LETTERED", "DATA", "STOPPED")  # DATA: "DATA LOSS: ..."
+WARNING_WORDS = ("BUSY", "CONFLICT")
+
+
+def message_level(line: str) -> str:
+    """ERROR, WARNING or INFO for a report message, by its first word (the reports' convention:
+    ``FAILED ...``, ``DEAD-LETTERED ...``, ``DATA LOSS: ...``, ``STOPPED early: ...`` are errors,
+    ``BUSY ...``, ``CONFLICT ...`` warnings: retried by the next run)."""
+    word = line.split(" ", 1)[0].rstrip(":")
+    if word in ERROR_WORDS:
+        return "ERROR"
+    return "WARNING" if word in WARNING_WORDS else "INFO"
+
+
+def outcome_line(t: Totals, code: int) -> str:
+    """The one-line outcome of a run (the last line of a job's log): its verdict, what it did, failures."""
+    verdict = {EXIT_OK: "ok", EXIT_FAILED: "FAILED", EXIT_DATA_LOSS: "DATA LOSS"}.get(code, f"exit {code}")
+    done = f"{t['topics']} topic(s), {t['ledgers']} unit(s), {t['bytes']:,} bytes"
+    if t.get("segments") or t.get("segments_held"):
+        done += f", {t['segments']} segment(s)"
+        if t.get("segments_held"):
+            done += f", {t['segments_held']} tail(s) held for their rollover"
+    outcomes = ", ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "nothing to do"
+    return f"outcome {verdict}: {done}; {t['failures']} failure(s); {outcomes}; exit {code}"
+
+    def messages(self) -> list[str]:
         """Lines for the job's log after the run (what failed, what was lost)."""
         ...
 
@@ -83,3 +122,39 @@ def report_name(run_id: str, namespace: str | None = None) -> str:
     if namespace:
         rid += "." + _UNSAFE.sub("_", namespace.replace("/", "+"))
     return rid.replace(".", "_") if rid.strip(".") == "" and rid else (rid or "_")
+
+
+# -- attempts: every try of a run keeps its own report ----------------------------------------------
+
+ENV_ATTEMPT = "TIERED_ATTEMPT"  # the Airflow task's try_number, given to the job by the DAG
+ATTEMPT_PREFIX = "attempt-"
+SUMMARY_FILE = "summary.json"
+DETAIL_DIR = "detail.parquet"
+_ATTEMPT_DIR = re.compile(r"^attempt-([1-9][0-9]{0,8})$")
+
+
+def attempt_dir_name(attempt: int) -> str:
+    return f"{ATTEMPT_PREFIX}{attempt}"
+
+
+def attempts_in(run_dir: Path) -> list[int]:
+    """The attempts of a run that wrote a report (``attempt-<n>/summary.json``), ascending."""
+    out = []
+    if run_dir.is_dir():
+        for p in run_dir.iterdir():
+            m = _ATTEMPT_DIR.match(p.name)
+            if m and (p / SUMMARY_FILE).is_file():
+                out.append(int(m.group(1)))
+    return sorted(out)
+
+
+def attempt_number(env: Mapping[str, str], run_dir: Path) -> int:
+    """This attempt's number: ``$TIERED_ATTEMPT`` (the task's try_number) when set, else one after the
+    run's last attempt (runs outside Airflow keep every attempt too). ValidationError for a value that
+    is not a positive integer."""
+    raw = env.get(ENV_ATTEMPT, "").strip()
+    if not raw:
+        return (attempts_in(run_dir) or [0])[-1] + 1
+    if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
+        raise ValidationError(f"{ENV_ATTEMPT}={raw!r}: the attempt (try number) must be a positive integer")
+    return int(raw)

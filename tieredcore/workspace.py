@@ -127,7 +127,7 @@ class Workspace:
         off = LedgerOffloader(
             store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=c.cluster,
             checkpoint_interval=c.checkpoint_interval, checksum_chunk=c.checksum_chunk, verify_reads=c.verify_reads,
-            before_write=before_write,
+            before_write=before_write, upload_concurrency=c.upload_concurrency, part_size=c.upload_part_size,
         )
         return off
 

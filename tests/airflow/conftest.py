@@ -121,6 +121,24 @@ def verify(config_path: Path) -> dict:
 
 # -- DAG runs ---------------------------------------------------------------------------------------
 
+CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *"}
+
+
+def cron_of(dag) -> str | None:
+    """The cron expression a DAG runs on (a plain schedule, or the clock of an asset-or-time schedule)."""
+    s = dag.schedule
+    if s is None:
+        return None
+    if isinstance(s, str):
+        return CRON_PRESETS.get(s, s)
+    return s.timetable.expression
+
+
+def asset_of(dag):
+    """The asset condition of an asset-or-time schedule (None for a plain one)."""
+    return getattr(dag.schedule, "asset_condition", None)
+
+
 
 def get_dag(dag_id: str):
     from airflow.dag_processing.dagbag import DagBag
@@ -152,6 +170,21 @@ def xcom(dr, task_id: str, key: str = "return_value", map_index: int = -1):
             .one_or_none()
         )
         return None if row is None else XComModel.deserialize_value(row)
+
+
+def asset_events(dr) -> list[tuple[str, dict]]:
+    """(asset name, extra) of the asset events a DAG run emitted, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.name, AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_dag_id == dr.dag_id, AssetEvent.source_run_id == dr.run_id)
+            .order_by(AssetEvent.id)
+        ).all()
+        return [(name, dict(extra or {})) for name, extra in rows]
 
 
 @pytest.fixture

@@ -9,10 +9,11 @@ import os
 import socket
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
+from .conftest import SWEEP_AT, asset_events, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
 
 HOUR_MS = 3600 * 1000
 
@@ -74,10 +75,13 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
             "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
     store_url = f"s3://{bucket}/offloaded/?endpoint={moto_endpoint}&region=us-east-1"
-    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "acme/archive"], store_url=store_url)
+    cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders", "acme/archive", "acme/idle"],
+                         store_url=store_url)
     set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=HOUR_MS)
     set_policy(cfg, "acme/orders", offload_threshold_bytes=0, deletion_lag_ms=-1)  # keep hot copies
     # acme/archive: no policy -> offload disabled -> not swept
+    # acme/idle: offload on, but nothing is due (1 TiB may stay hot) -> planned, no Spark job
+    set_policy(cfg, "acme/idle", offload_threshold_bytes=2**40)
 
     started = time.monotonic()
     dr, states = run_dag("tiered_offload_sweep", SWEEP_AT, {"config": str(cfg)})
@@ -89,6 +93,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
 
     planned = xcom(dr, "plan")
     assert [a[1] for a in planned] == ["acme/orders", "public/default"]
+    assert xcom(dr, "plan", key="nothing_due") == ["acme/idle"]
     assert all(a[a.index("--as-of") + 1] == SWEEP_AT.isoformat() for a in planned)
     n = _assert_offloaded(cfg, {"public/default", "acme/orders"})
     assert n == 2 * 2 * 4
@@ -98,14 +103,24 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["topics"] == 4 and totals["bytes"] > 0
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
+    assert totals["nothing_due"] == ["acme/idle"]
+    # one tiered_offloaded asset event per namespace the run changed: not for acme/idle (nothing due)
+    # nor acme/archive (offload off); they trigger the deletion-lag cleanup
+    events = asset_events(dr)
+    assert sorted(e["namespace"] for _, e in events) == ["acme/orders", "public/default"], events
+    assert {name for name, _ in events} == {"tiered_offloaded"}
+    assert all(e["ledgers"] == 8 and e["bytes"] > 0 and e["as_of"] == SWEEP_AT.isoformat() for _, e in events)
+    assert states["announce"] == TaskInstanceState.SUCCESS and xcom(dr, "announce") == ["acme/orders", "public/default"]
     reports = tmp_path / "ws" / "reports" / "offload_sweep"
     for i, ns in enumerate(["acme/orders", "public/default"]):
         rid = tiered_run_id(dr.run_id, ns)
         summary = json.loads((reports / rid / "summary.json").read_text())
-        assert summary["failures"] == 0 and summary["ledgers"] == 8
+        assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
         assert (reports / rid / "detail.parquet").is_dir()
+        # the task's try number reached the job: its attempt's report, and the link to its page
+        assert json.loads((reports / rid / "attempt-1" / "summary.json").read_text()) == summary
         link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
-        assert link == (reports / rid / "summary.json").as_uri()
+        assert link == f"/tiered/reports/offload_sweep/{quote(rid)}/attempt-1/"
     rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
     assert rendered == {0: "acme/orders", 1: "public/default"}
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="offloaded/")
@@ -142,11 +157,16 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert summary2["drain"]["deleted_hot"] == summary2["drain"]["acknowledged"] == 8
     with Workspace(Config.load(cfg, env={})) as ws:
         assert ws.deletion_log.pending() == [] and ws.deletion_log.counters()["appended_hot"] == 8
-    assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == report2.as_uri()
+    assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == (
+        f"/tiered/reports/deletion_lag_cleanup/{quote(tiered_run_id(dr2.run_id))}/attempt-1/")
     res = verify(cfg)
-    assert res["verified"] == 6 and res["failed"] == 0
+    assert res["verified"] == 8 and res["failed"] == 0
     out, err = capfd.readouterr()
     assert "--master local[2]" in out + err  # the task log (spark-submit command line) was captured
+    # the jobs' own lines carry their level, the last one is the outcome; Spark's INFO lines are off
+    assert out.count("INFO offload_sweep: outcome ok: 2 topic(s), 8 unit(s)") == 2
+    assert "INFO deletion_lag_cleanup: outcome ok:" in out
+    assert "INFO SparkContext:" not in out + err and "Running Spark version" not in out + err
     assert secret not in out + err
     logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
     for f in logs.rglob("*") if logs.exists() else []:
@@ -172,7 +192,7 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=20)
     bad = [
         {"topic": "public/default/topic-0000", "up_to": "1:0", "keep_bytes": 0},  # both
-        {"topic": "public/default/../etc", "up_to": "", "keep_bytes": 0},  # path-like
+        {"topic": "public/default/..", "up_to": "", "keep_bytes": 0},  # path-like
         {"topic": "public/default/nope", "up_to": "", "keep_bytes": 0},  # unknown
     ]
     for i, params in enumerate(bad):
@@ -181,6 +201,12 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
         assert dr.state == DagRunState.FAILED, (params, states)
         assert states["validate"] == TaskInstanceState.FAILED, (params, states)
         assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED, (params, states)
+    # what the params' schemas can check is refused before a run exists
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="topic"):
+        run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9),
+                {"config": str(cfg), "topic": "public/default/../etc", "up_to": "", "keep_bytes": 0})
     assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
     assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DAGS, REPO
+from .conftest import DAGS, REPO, asset_of, cron_of
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
            "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
@@ -49,7 +49,8 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     lag = bag.get_dag("tiered_deletion_lag_cleanup")
     assert sweep.max_active_runs == 1 and lag.max_active_runs == 1
     assert bag.get_dag("tiered_offload_topic").schedule is None
-    assert sweep.schedule == "*/15 * * * *" and lag.schedule == "@hourly"
+    assert sweep.schedule == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
+    assert asset_of(lag).name == "tiered_offloaded"  # ... or on the sweep's events
     assert set(sweep.params.keys()) == {"config", "dry_run", "max_topics", "namespaces"}
     assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"config", "topic", "up_to", "keep_bytes",
                                                                       "dry_run"}
@@ -102,11 +103,34 @@ def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch
         bag = _bag()
         assert not bag.import_errors, bag.import_errors
         assert bag.get_dag("tiered_offload_sweep").schedule == "*/5 * * * *"
-        assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None
+        assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None  # no clock, no events either
         op = bag.get_dag("tiered_deletion_lag_cleanup").get_task("cleanup")
         assert op.application == str(jobs / "deletion_lag_cleanup.py")
         assert op.py_files == str(tmp_path / "tiered.zip")
         assert bag.get_dag("tiered_offload_sweep").params["config"] == "/etc/tiered/tiered.toml"
+    finally:
+        sys.modules["tiered_common"] = saved
+
+
+def test_spark_log_level_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's own lines at WARN by default (spark_jobs/log4j2.properties), TIERED_SPARK_LOG_LEVEL
+    otherwise; a bad level fails the DAG import naming the variable."""
+    import sys
+
+    op = _bag().get_dag("tiered_deletion_drain").get_task("drain")
+    opts = op.conf["spark.driver.extraJavaOptions"]
+    assert f"-Dlog4j2.configurationFile={(REPO / 'spark_jobs' / 'log4j2.properties').as_uri()}" in opts
+    assert "-Dtiered.spark.log.level=WARN" in opts
+    saved = sys.modules.pop("tiered_common")
+    try:
+        monkeypatch.setenv("TIERED_SPARK_LOG_LEVEL", "info")
+        bag = _bag()
+        assert "-Dtiered.spark.log.level=INFO" in bag.get_dag("tiered_deletion_drain").get_task("drain").conf[
+            "spark.driver.extraJavaOptions"]
+        sys.modules.pop("tiered_common")
+        monkeypatch.setenv("TIERED_SPARK_LOG_LEVEL", "LOUD")
+        errors = _bag().import_errors
+        assert errors and all("TIERED_SPARK_LOG_LEVEL='LOUD': one of OFF, FATAL" in e for e in errors.values())
     finally:
         sys.modules["tiered_common"] = saved
 
@@ -157,10 +181,16 @@ def test_plugin_registers_macros_and_report_link(monkeypatch: pytest.MonkeyPatch
     assert tiered_run_id(tiered_run_id("a:b")) == "a_b"
     assert tiered_report_path("offload_sweep", "r:1", reports_dir=str(tmp_path)) == str(
         tmp_path / "offload_sweep" / "r_1" / "summary.json")
-    assert tiered_report_url("offload_sweep", "r1", reports_dir=str(tmp_path)) == (
-        tmp_path / "offload_sweep" / "r1" / "summary.json").as_uri()
+    # the report pages of the plugin's FastAPI app: same-site paths the UI renders as links
+    assert tiered_report_url("offload_sweep", "r:1") == "/tiered/reports/offload_sweep/r_1/"
+    assert tiered_report_url("offload_sweep", "r1", 3) == "/tiered/reports/offload_sweep/r1/attempt-3/"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example/af/")
+    assert tiered_report_url("scrub", "r1", 1) == "https://airflow.example/af/tiered/reports/scrub/r1/attempt-1/"
     monkeypatch.setenv("TIERED_REPORTS_URL", "https://reports.example/tiered/")
-    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/summary.json"
+    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/"
+    plugin = next(p for p in plugins_manager._get_plugins()[0] if p.name == "tiered")
+    assert [(a["url_prefix"], a["name"]) for a in plugin.fastapi_apps] == [("/tiered", "Tiered storage")]
+    assert plugin.external_views[0]["name"] == "Tiered storage"
 
 
 class _FakeSparkSubmit:
@@ -273,3 +303,73 @@ def test_offload_topic_keep_bytes_param_takes_integers_and_sizes() -> None:
     for bad in (-1, "-1", "64Q", "1.5M", "64 MB", 2**63, True, 1.5):
         with pytest.raises(ParamValidationError):
             param.resolve(bad)
+
+
+def test_airflow_conventions_pool_timeouts_and_failure_hook() -> None:
+    """Every Spark task runs in the `spark` pool, every scheduled DAG has a dagrun_timeout, every DAG and
+    task has the project's on_failure_callback."""
+    from tiered_airflow import TieredSparkSubmitOperator, on_failure
+
+    bag = _bag()
+    for dag_id in DAG_IDS:
+        dag = bag.get_dag(dag_id)
+        if dag.schedule is not None:
+            assert dag.dagrun_timeout is not None and dag.dagrun_timeout.total_seconds() >= 3600, dag_id
+        assert dag.on_failure_callback in (on_failure, [on_failure]), dag_id
+        for t in dag.tasks:
+            kw = getattr(t, "partial_kwargs", None) or {}
+            callbacks = kw.get("on_failure_callback", t.on_failure_callback)
+            assert callbacks in (on_failure, [on_failure]), (dag_id, t.task_id)
+            if getattr(t, "operator_class", type(t)) is TieredSparkSubmitOperator or isinstance(
+                    t, TieredSparkSubmitOperator):
+                assert kw.get("pool", getattr(t, "pool", None)) == "spark", (dag_id, t.task_id)
+            else:
+                assert t.pool == "default_pool", (dag_id, t.task_id)
+
+
+def test_failure_hook_setting_is_checked_and_called(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from tiered_airflow import failure_hook, on_failure
+
+    from tests.support.alerts import record
+
+    assert failure_hook("") is None
+    assert failure_hook("tests.support.alerts:record") is record is failure_hook("tests.support.alerts.record")
+    for bad, why in (("no.such.module:f", "cannot import"), ("tests.support.alerts:nope", "not a callable"),
+                     ("json", "not a callable")):
+        with pytest.raises(ValueError, match=rf"TIERED_ON_FAILURE_CALLBACK=.*{why}"):
+            failure_hook(bad)
+    sink = tmp_path / "alerts.jsonl"
+    monkeypatch.setenv("TIERED_TEST_ALERTS", str(sink))
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
+    on_failure({"reason": "task_failure"})
+    assert json.loads(sink.read_text()) == {"task_id": None, "dag_id": None, "exception": "task_failure"}
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "no.such.module:f")
+    on_failure({"reason": "x"})  # logged, never raised
+    assert "cannot import" in caplog.text
+
+
+def test_param_schemas_refuse_malformed_names_and_positions() -> None:
+    """The trigger form checks what a param's own schema can say; that exactly one of up_to / keep_bytes
+    is given cannot be said per param (the validate task checks it first)."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    topic_dag = _bag().get_dag("tiered_offload_topic")
+    topic, up_to = topic_dag.params.get_param("topic"), topic_dag.params.get_param("up_to")
+    for good in ("public/default/t-1", "persistent://acme/orders/t.v2", " a/b/c "):
+        assert topic.resolve(good) == good
+    for bad in ("", "public/default", "public/default/../etc", "a b/c/d", "http://a/b/c", 7):
+        with pytest.raises(ParamValidationError):
+            topic.resolve(bad)
+    for good in ("", None, "12:0", " 3:41 "):
+        assert up_to.resolve(good) == good
+    for bad in ("12", "12:", "-1:0", "a:b", "1:2:3", "1.5:0"):
+        with pytest.raises(ParamValidationError):
+            up_to.resolve(bad)
+    for dag_id in ("tiered_offload_sweep", "tiered_deletion_lag_cleanup", "tiered_scrub", "tiered_compaction",
+                   "tiered_retention"):
+        ns = _bag().get_dag(dag_id).params.get_param("namespaces")
+        assert ns.resolve(["public/default", "acme/orders"]) == ["public/default", "acme/orders"]
+        for bad in (["public"], ["a/b/c"], ["a b/c"]):
+            with pytest.raises(ParamValidationError):
+                ns.resolve(bad)

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -16,7 +17,18 @@ from tieredcore.lifecycle.drain import DrainReport, DrainRow
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
 from tieredcore.reports import summary_document
 
-from .conftest import END, REPO, make_workspace, run_dag, set_policy, topic_ledgers, xcom
+from .conftest import (
+    END,
+    REPO,
+    asset_events,
+    asset_of,
+    cron_of,
+    make_workspace,
+    run_dag,
+    set_policy,
+    topic_ledgers,
+    xcom,
+)
 
 NEW_DAGS = ("tiered_retention", "tiered_deletion_drain", "tiered_orphan_reconciliation")
 MINUTE_MS = 60 * 1000
@@ -43,31 +55,36 @@ def test_deletion_dags_structure_and_conventions() -> None:
 
     bag = _bag()
     expected = {
-        "tiered_retention": ("@hourly", {"config", "dry_run", "namespaces"},
+        "tiered_retention": ("0 * * * *", {"config", "dry_run", "namespaces"},
                              ["preflight", "plan", "retention", "drain", "summary", "verdict"],
                              {"retention": "retention_sweep", "drain": "deletion_drain"}),
         "tiered_deletion_drain": ("*/10 * * * *", {"config", "dry_run", "max_attempts", "retry_delay_ms"},
                                   ["preflight", "plan", "drain", "summary", "verdict"],
                                   {"drain": "deletion_drain"}),
-        "tiered_orphan_reconciliation": ("@daily", {"config", "dry_run", "grace"},
+        "tiered_orphan_reconciliation": ("0 0 * * *", {"config", "dry_run", "grace"},
                                          ["preflight", "plan", "reconcile", "summary", "verdict"],
                                          {"reconcile": "reconcile_orphans"}),
     }
     for dag_id, (schedule, params, order, spark) in expected.items():
         dag = bag.get_dag(dag_id)
-        assert dag.schedule == schedule, dag_id
+        assert cron_of(dag) == schedule, dag_id
         assert dag.max_active_runs == 1 and dag.catchup is False, dag_id
         assert {"tiered-storage", "spark", "deletion"} <= set(dag.tags), dag_id
         assert dag.doc_md and len(dag.doc_md) > 400 and dag.description, dag_id
         assert set(dag.params.keys()) == params, dag_id
         assert dag.params["dry_run"] is False, dag_id
-        assert sorted(t.task_id for t in dag.tasks) == sorted(order), dag_id
+        # retention and reconciliation announce the records they appended (asset events for the drain)
+        announces = dag_id != "tiered_deletion_drain"
+        assert sorted(t.task_id for t in dag.tasks) == sorted(order + ["announce"] * announces), dag_id
         # a chain in that order (the verdict also waits on the Spark tasks)
         edges = _edges(dag)
         for a, b in zip(order, order[1:], strict=False):
             assert (a, b) in edges, (dag_id, a, b, edges)
         for task_id in spark:
             assert (task_id, "verdict") in edges, (dag_id, task_id)
+        if announces:
+            assert ("summary", "announce") in edges
+            assert [o.name for o in dag.get_task("announce").outlets] == ["tiered_deletion_events"], dag_id
         for t in dag.tasks:
             assert t.owner == "tiered", (dag_id, t.task_id)
             assert t.execution_timeout is not None, (dag_id, t.task_id)
@@ -98,6 +115,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
     drain = bag.get_dag("tiered_deletion_drain")
     assert drain.params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
     assert drain.params["retry_delay_ms"] == DEFAULT_RETRY_DELAY_MS
+    assert asset_of(bag.get_dag("tiered_deletion_drain")).name == "tiered_deletions_pending"  # or its clock
 
 
 def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,8 +125,8 @@ def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch
     saved = sys.modules.pop("tiered_common")  # re-read the environment as a fresh parse would
     try:
         bag = _bag()
-        assert bag.get_dag("tiered_retention").schedule == "30 * * * *"
-        assert bag.get_dag("tiered_deletion_drain").schedule == "*/2 * * * *"
+        assert cron_of(bag.get_dag("tiered_retention")) == "30 * * * *"
+        assert cron_of(bag.get_dag("tiered_deletion_drain")) == "*/2 * * * *"
         assert bag.get_dag("tiered_orphan_reconciliation").schedule is None
     finally:
         sys.modules["tiered_common"] = saved
@@ -165,17 +183,28 @@ def test_summary_counts_a_report_without_totals_as_a_failed_job(tmp_path: Path) 
 # -- parameter validation (no Spark) --------------------------------------------------------------
 
 
-def test_bad_params_fail_before_spark(tmp_path: Path) -> None:
+def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.sdk import DagRunState, TaskInstanceState
 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
     at = END + dt.timedelta(days=10)
+    alerts = tmp_path / "alerts.jsonl"  # the failure hook point (TIERED_ON_FAILURE_CALLBACK) is called
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
+    monkeypatch.setenv("TIERED_TEST_ALERTS", str(alerts))
     dr, states = run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "grace": "soon"})
     assert dr.state == DagRunState.FAILED
     assert states["plan"] == TaskInstanceState.FAILED
     assert states["reconcile"] == TaskInstanceState.UPSTREAM_FAILED
+    called = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert {"task_id": "plan", "dag_id": "tiered_orphan_reconciliation"}.items() <= called[0].items(), called
+    assert "grace" in called[0]["exception"]
+    monkeypatch.delenv("TIERED_ON_FAILURE_CALLBACK")
 
-    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="namespaces"):  # the trigger form's own check
+        run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
+    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["public/.."]})
     assert dr.state == DagRunState.FAILED
     assert states["plan"] == TaskInstanceState.FAILED
     assert states["retention"] == TaskInstanceState.UPSTREAM_FAILED
@@ -188,6 +217,25 @@ def test_bad_params_fail_before_spark(tmp_path: Path) -> None:
     assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED
     assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))  # no job ran
+
+
+def test_nothing_due_starts_no_spark_job(tmp_path: Path) -> None:
+    """A deletion-lag cleanup and a drain with nothing due skip their Spark task (no spark-submit, no
+    report) and succeed; the summary says what had nothing due."""
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=5)
+    set_policy(cfg, "public/default", offload_threshold_bytes=0, deletion_lag_ms=60 * MINUTE_MS)  # nothing offloaded
+    at = END + dt.timedelta(days=1)
+    for dag_id, spark in (("tiered_deletion_lag_cleanup", "cleanup"), ("tiered_deletion_drain", "drain")):
+        dr, states = run_dag(dag_id, at, {"config": str(cfg)})
+        assert dr.state == DagRunState.SUCCESS, (dag_id, states)
+        assert states[spark] == TaskInstanceState.SKIPPED, (dag_id, states)
+        assert states["summary"] == states["verdict"] == TaskInstanceState.SUCCESS, (dag_id, states)
+        assert xcom(dr, "plan") == []
+        totals = xcom(dr, "summary")
+        assert totals["jobs"] == 0 and totals["nothing_due"] and not totals["failed_jobs"]
+    assert not (tmp_path / "ws" / "reports").exists() or not any((tmp_path / "ws" / "reports").rglob("summary.json"))
 
 
 # -- one end-to-end run ---------------------------------------------------------------------------
@@ -259,6 +307,12 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     planned = {job: xcom(dr, "plan", key=job) for job in ("retention_sweep", "deletion_drain")}
     as_of = planned["retention_sweep"][planned["retention_sweep"].index("--as-of") + 1]
     assert as_of == at.isoformat() == planned["deletion_drain"][planned["deletion_drain"].index("--as-of") + 1]
+    # one tiered_deletions_pending event per namespace with records appended (public/default trimmed,
+    # acme/orders marked): the drain DAG runs on them
+    events = {e["namespace"]: (name, e) for name, e in asset_events(dr)}
+    assert set(events) == {"public/default", "acme/orders"}, events
+    assert events["public/default"][0] == events["acme/orders"][0] == "tiered_deletions_pending"
+    assert events["public/default"][1]["trimmed"] == 4 and events["acme/orders"][1]["marked"] == 8
 
     after = topic_ledgers(cfg)
     with Workspace(config) as ws:
@@ -306,6 +360,27 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     for job, task_id in (("retention_sweep", "retention"), ("deletion_drain", "drain")):
         path = reports / job / rid / "summary.json"
         assert path.is_file() and (reports / job / rid / "detail.parquet").is_dir()
-        assert xcom(dr, task_id, key="_link_TieredReportLink") == path.as_uri()
+        assert (reports / job / rid / "attempt-1" / "summary.json").is_file()
+        assert xcom(dr, task_id, key="_link_TieredReportLink") == f"/tiered/reports/{job}/{quote(rid)}/attempt-1/"
 
     print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
+
+
+def test_a_run_on_asset_events_covers_the_namespaces_they_name() -> None:
+    """triggering_namespaces reads the events' extras (a run on the clock or by hand has none: every
+    namespace) -- the lag cleanup's plan passes them as --namespace."""
+    import types
+
+    from tiered_common import DELETIONS_PENDING, OFFLOADED, offloaded_namespaces, triggering_namespaces
+
+    ev = [types.SimpleNamespace(extra={"namespace": ns}) for ns in ("b/y", "a/x", "b/y")]
+    ev.append(types.SimpleNamespace(extra={}))
+    assert triggering_namespaces({"triggering_asset_events": {OFFLOADED: ev}}, OFFLOADED) == ["a/x", "b/y"]
+    assert triggering_namespaces({"triggering_asset_events": {OFFLOADED: ev}}, DELETIONS_PENDING) == []
+    assert triggering_namespaces({}, OFFLOADED) == []
+    # what the sweep announces: namespaces with something offloaded (or a damaged copy replaced) only
+    totals = {"namespaces": {"a/x": {"ledgers": 3, "bytes": 10, "outcomes": {"offloaded": 3}},
+                             "b/y": {"ledgers": 2, "bytes": 0, "outcomes": {"busy": 1, "failed": 1}},
+                             "c/z": {"ledgers": 1, "bytes": 5, "segments": 1, "outcomes": {"offloaded": 1, "held": 1}}}}
+    assert offloaded_namespaces(totals) == {"a/x": {"ledgers": 3, "bytes": 10, "segments": 0},
+                                            "c/z": {"ledgers": 1, "bytes": 5, "segments": 1}}

@@ -14,7 +14,7 @@ import pytest
 from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, LedgerRunReport, RunSummary
 from tieredcore.reports import summary_document
 
-from .conftest import END, SWEEP_AT, run_dag, set_policy, tiered, topic_ledgers, verify, xcom
+from .conftest import END, SWEEP_AT, asset_events, run_dag, set_policy, tiered, topic_ledgers, verify, xcom
 
 MINUTE_MS = 60 * 1000
 
@@ -54,7 +54,7 @@ def test_sweep_dag_streams_a_namespace_and_its_summary_shows_the_segments(tmp_pa
     """One namespace in streaming mode (small segments and blocks), one in ledger mode: the mapped job of
     each runs on the logical date; the streaming topics' open ledgers are in segments after it (their
     tails are older than the rollover), the summary XCom and log carry the segment totals."""
-    from airflow.sdk import DagRunState
+    from airflow.sdk import DagRunState, TaskInstanceState
 
     root = tmp_path / "ws"
     assert tiered("init", str(root)) == 0
@@ -91,8 +91,15 @@ def test_sweep_dag_streams_a_namespace_and_its_summary_shows_the_segments(tmp_pa
             assert covered_through(newest) == 39, topic  # the open ledger's entries, all of them
     verify(cfg)
 
-    # the next scheduled run has nothing new to offload (no entry was written since)
+    # the next scheduled run has nothing new to offload (no entry was written since): no Spark job at all
     dr2, states2 = run_dag("tiered_offload_sweep", SWEEP_AT + dt.timedelta(minutes=15), {"config": str(cfg)})
     assert dr2.state == DagRunState.SUCCESS, states2
+    assert states2["offload"] == TaskInstanceState.SKIPPED and xcom(dr2, "plan") == []
     again = xcom(dr2, "summary")
-    assert again["segments"] == again["ledgers"] == again["failures"] == 0
+    assert again["segments"] == again["ledgers"] == again["failures"] == again["jobs"] == 0
+    assert again["nothing_due"] == ["acme/ledger", "acme/stream"]
+    # the first run announced both namespaces (asset events), the second one, which changed nothing, none
+    assert sorted(e["namespace"] for _, e in asset_events(dr)) == ["acme/ledger", "acme/stream"]
+    assert {e["namespace"]: e["segments"] > 0 for _, e in asset_events(dr)} == {"acme/ledger": False,
+                                                                               "acme/stream": True}
+    assert asset_events(dr2) == []

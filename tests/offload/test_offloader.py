@@ -433,3 +433,84 @@ def test_object_key_grammar_round_trips_ledger_and_segment_keys():
         assert (parse_ledger_key(key, "p/") is not None) == (lid is not None)
     assert parse_key(f"p/{u}\n", "p/") is None and parse_key(f"q/{u}", "p/") is None
     assert parse_key(f"p/{u.upper()}", "p/") is None  # uuids are lowercase
+
+
+@pytest.mark.parametrize("bad_block", [0, 2])
+def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_store, tmp_path: Path,
+                                                                      bad_block: int) -> None:
+    """A local store copies a block's frames in the kernel while they are CRC-checked alongside; a bad
+    frame in any block (the first, a later one) fails the offload and leaves no object or upload."""
+    hot = LocalLedgerStore(tmp_path / "hot")
+    payloads = [payload(i, 900) for i in range(40)]
+    h = sealed_ledger(hot, payloads)
+    entry = bad_block * 4 + 1  # 4 entries of 900 B per 4 KiB block
+    off_in_log = h.frame_offset(entry) + 20
+    h.close()
+    with open(tmp_path / "hot" / f"{h.ledger_id}.log", "r+b") as f:
+        f.seek(off_in_log)
+        b = f.read(1)
+        f.seek(off_in_log)
+        f.write(bytes([b[0] ^ 0x5A]))
+    h = hot.open_ledger(h.ledger_id)
+    off = LedgerOffloader(blob_store, max_block_size=4096, offset_cache=OffsetCache())
+    with pytest.raises(Exception, match=rf"(?i)crc.*entry {entry}|entry {entry}.*crc"):
+        off.offload(h, UUID)
+    h.close()
+    assert_nothing_written(blob_store)
+
+
+class _PartSpy:
+    """The S3 store as is, recording the parts it is sent (and failing one, when asked)."""
+
+    def __init__(self, store, fail_part: int = 0) -> None:
+        self._store, self.fail_part = store, fail_part
+        self.parts: list[tuple[int, int]] = []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def upload_part(self, key, upload_id, n, data):
+        self.parts.append((n, len(memoryview(data))))
+        if n == self.fail_part:
+            raise OSError(f"injected failure of part {n}")
+        return self._store.upload_part(key, upload_id, n, data)
+
+
+def test_s3_blocks_go_up_as_concurrent_parts_and_read_back(s3_store, tmp_path: Path) -> None:
+    """Blocks are cut into parts of at least part_size sent several at once (S3 takes them in any order);
+    the object is Pulsar's all the same: block boundaries, index and checksums do not depend on parts."""
+    mib = 1024 * 1024
+    payloads = [payload(i, 512 * 1024) for i in range(30)]  # 15 MiB: an 11 MiB block and a 4 MiB one
+    h = sealed_ledger(LocalLedgerStore(tmp_path / "hot"), payloads)
+    spy = _PartSpy(s3_store)
+    off = LedgerOffloader(spy, max_block_size=11 * mib, upload_concurrency=4, part_size=5 * mib,
+                          offset_cache=OffsetCache())
+    obj = off.offload(h, UUID)
+    sizes = dict(spy.parts)
+    assert sorted(sizes) == [1, 2, 3]  # block 1 in two parts of >= 5 MiB, the last block in one
+    assert sizes[1] >= 5 * mib and sizes[2] >= 5 * mib and sizes[1] + sizes[2] == 11 * mib
+    assert sizes[3] == obj.data_length - 11 * mib
+    check_conformance(s3_store, obj.data_key, obj.index_key, h.ledger_id, payloads, 11 * mib)
+    handle = off.read_offloaded(h.ledger_id, UUID)
+    assert read_all(handle, 7) == payloads
+    handle.close()
+
+
+def test_s3_a_failed_concurrent_part_aborts_and_leaves_nothing(s3_store, tmp_path: Path) -> None:
+    mib = 1024 * 1024
+    h = sealed_ledger(LocalLedgerStore(tmp_path / "hot"), [payload(i, 512 * 1024) for i in range(30)])
+    spy = _PartSpy(s3_store, fail_part=2)
+    off = LedgerOffloader(spy, max_block_size=11 * mib, upload_concurrency=4, part_size=5 * mib,
+                          offset_cache=OffsetCache())
+    with pytest.raises(OSError, match="injected failure of part 2"):
+        off.offload(h, UUID)
+    assert_nothing_written(s3_store)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"upload_concurrency": 0}, "upload_concurrency must be an integer from 1 to 64"),
+    ({"part_size": 1024}, "part_size must be at least 5242880 bytes"),
+])
+def test_bad_upload_settings(fs_store, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        LedgerOffloader(fs_store, **kwargs)

@@ -236,15 +236,17 @@ def test_sequential_stream_detected_in_small_calls(fs_store, tmp_path: Path) -> 
     store = RecordingStore(fs_store)
     off, obj = offload(store, tmp_path, KIB_ENTRIES, max_block_size=C.DEFAULT_MAX_BLOCK_SIZE, read_buffer=MIB)
     h = off.read_offloaded(obj.ledger_id, UUID)
+    h.stream_window = 1536 * 1024  # (8 MiB by default: more than this object)
     store.ranges.clear()
     for first in range(0, len(KIB_ENTRIES), 100):
         got = h.read(first, first + 99)
         assert [e.data for e in got] == KIB_ENTRIES[first : first + 100]
     assert h.requests <= obj.data_length // MIB + obj.blocks + 2
-    # after the first (non-sequential) call, every GET is a whole read_buffer window, except the
+    # after the first (non-sequential) call, every GET is a whole stream window (read ahead), except the
     # last one, clipped at the object end
+    h.close()
     sizes = [end - start + 1 for start, end in store.ranges]
-    assert all(s == MIB for s in sizes[1:-1]), sizes
+    assert len(sizes) >= 3 and all(s == 1536 * 1024 for s in sizes[1:-1]), sizes
     assert store.ranges[-1][1] == obj.data_length - 1
     assert h.bytes_fetched <= obj.data_length + 200 * 1024
 
@@ -395,3 +397,46 @@ def test_declared_checksums_cannot_be_dropped(blob_store, tmp_path: Path) -> Non
         rewrite(blob_store, obj.index_key, data=raw[:base] + trailer)
         with pytest.raises(CorruptObjectError, match=obj.index_key):
             off.read_offloaded(obj.ledger_id, UUID)
+
+
+# --- catch-up reads from S3: stream windows read ahead ----------------------------------------------
+
+
+class FailingAhead(RecordingStore):
+    """Fails the first GET made by a read-ahead thread (a dropped connection, a throttled request)."""
+
+    failed = 0
+
+    def get_range(self, key, start, end):
+        if threading.current_thread().name.startswith("read-ahead") and not self.failed:
+            self.failed += 1
+            raise OSError("injected: read-ahead GET failed")
+        return super().get_range(key, start, end)
+
+
+@pytest.mark.parametrize("store_cls", [RecordingStore, FailingAhead])
+def test_s3_catch_up_read_fetches_one_get_per_stream_window(s3_store, tmp_path: Path, store_cls) -> None:
+    """A catch-up reader of a 20 MiB object fetches 8 MiB windows, the next one read ahead while the
+    current one is parsed (frames straddling two windows are joined, not fetched again): ceil(object /
+    8 MiB) GETs, each byte once. A failed read-ahead is fetched again by the reader, invisibly."""
+    entries = [payload(i, 4096) for i in range(5000)]  # ~20 MiB, frames straddle every window border
+    store = store_cls(s3_store)
+    off, obj = offload(store, tmp_path, entries)
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    store.ranges.clear()
+    got = []
+    for first in range(0, len(entries), 500):
+        got += [e.data for e in h.read(first, first + 499)]
+    h.close()
+    assert got == entries
+    windows = -(-obj.data_length // C.DEFAULT_STREAM_WINDOW)
+    assert h.requests == len(store.ranges) == windows
+    if store_cls is FailingAhead:  # the window read ahead failed; the reader fetched it itself
+        assert store.failed == 1
+        assert h.bytes_fetched < obj.data_length + 2 * C.DEFAULT_CHECKSUM_CHUNK
+    else:
+        assert store.ranges == [
+            (s, min(s + C.DEFAULT_STREAM_WINDOW, obj.data_length) - 1)
+            for s in range(0, obj.data_length, C.DEFAULT_STREAM_WINDOW)
+        ]
+        assert h.bytes_fetched == obj.data_length

@@ -30,7 +30,10 @@ def spark_env(extra: dict | None = None) -> dict:
 
 
 def spark_cmd(job: str, *args: str) -> list[str]:
+    # Spark's own lines at WARN, as the DAGs submit the jobs (spark_jobs/log4j2.properties)
+    log4j = (REPO / "spark_jobs" / "log4j2.properties").as_uri()
     return [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={log4j}",
             str(REPO / "spark_jobs" / f"{job}.py"), *args]
 
 

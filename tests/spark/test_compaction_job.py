@@ -110,7 +110,7 @@ def test_bad_input_exits_2_with_nothing_started(shared_workspace: Path, tmp_path
                                 *extra])
     assert rc == 2
     err = capsys.readouterr().err
-    assert err.startswith("compact_segments: ") and message in err, err
+    assert err.startswith("ERROR compact_segments: ") and message in err, err  # the line carries its level
     assert not report_dir.exists()
     with Workspace(Config.load(shared_workspace, env={})) as ws:
         assert (records(ws, SMALL), keys(ws)) == before

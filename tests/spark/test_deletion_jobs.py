@@ -104,7 +104,9 @@ def summary_of(log: str) -> dict:
 
 def comparable(rep: dict) -> dict:
     out = {k: v for k, v in rep.items() if k not in ("timings", "dry_run", "records_appended", "records",
-                                                      "job", "run_id", "seconds", "totals")}
+                                                      "job", "run_id", "seconds", "totals",
+                                                      # what the job template adds to every report
+                                                      "attempt", "written_ms", "requests", "tiers")}
     out["records"] = [{k: v for k, v in r.items() if k != "id"} for r in rep["records"]]
     return out
 
@@ -144,6 +146,8 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     assert summary["records_appended"] == len(expected["records"])
     assert summary["totals"]["ledgers"] == len(expected["records"]) and summary["totals"]["failures"] == 0
     assert summary_of(log)["orphan_groups"] == 4
+    # the listing tasks' requests reach the report through the run's accumulator
+    assert summary["requests"]["total"]["LIST"] >= 1 and summary["attempt"] == 1
     detail = pq.read_table(reports / "reconcile_orphans" / "r1" / "detail.parquet").to_pylist()
     assert len(detail) == expected["orphan_objects"] + expected["hot_orphans"]
     with Workspace(config) as ws:
@@ -158,6 +162,7 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     s = summary_of(log)
     n = len(expected["records"])
     assert s["entries"] == n and s["deleted"] == n and s["acknowledged"] == n
+    assert s["requests"]["total"]["DELETE"] >= 1  # the drain tasks' deletes
     assert s["deleted_hot"] == len(b_ledgers) and s["deleted_offloaded"] == 4 and s["dead_lettered"] == 0
     assert s["tasks"] == 2  # one store + the hot tier
     assert s["totals"]["ledgers"] == n and s["totals"]["counters"]["deleted_offloaded"] == 4

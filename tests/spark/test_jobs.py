@@ -119,6 +119,14 @@ def test_offload_sweep_bad_input_exits_2_without_spark(no_spark, small_config, c
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("attempt", ["0", "two", "-1", "1e3"])
+def test_bad_attempt_exits_2_without_spark(no_spark, small_config, capsys, monkeypatch, attempt):
+    """$TIERED_ATTEMPT (the task's try number, from the DAG) names the report's attempt directory."""
+    monkeypatch.setenv("TIERED_ATTEMPT", attempt)
+    assert offload_sweep.main(["--config", small_config, "--as-of", END_ISO]) == 2
+    assert f"TIERED_ATTEMPT={attempt!r}: the attempt (try number) must be a positive integer" in capsys.readouterr().err
+
+
 def test_bad_input_of_both_jobs_exits_2_without_spark(no_spark, small_config, tmp_path, capsys):
     assert deletion_lag_cleanup.main(["--config", small_config, "--as-of", "soon"]) == 2
     assert "--as-of 'soon'" in capsys.readouterr().err
@@ -246,9 +254,12 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
                            log=tmp_path / "run1.log")
     assert rc == 1, log[-3000:]
     for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
-        assert f"FAILED {t} ledger" in log
+        assert f"ERROR offload_sweep: FAILED {t} ledger" in log  # a failed ledger is logged as an error
+    # the log ends with the outcome in words; Spark's INFO lines are off
+    assert log.rstrip().splitlines()[-1].startswith("ERROR offload_sweep: outcome FAILED: "), log[-2000:]
+    assert " INFO " not in log and "Running Spark version" not in log
     summary, rows = load_report(report_dir, "offload_sweep", "r1")
-    assert summary_line(log) == summary
+    assert summary_line(log) == {k: v for k, v in summary.items() if k != "tiers"}  # tiers: in the file only
     with Workspace(Config.load(cfg_path, env={})) as ws:
         on_topics = [t.full for t in ws.ml.list_topics("t/on")]
         on_uuids = {}
@@ -256,6 +267,7 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
             lis = ledgers(ws, t)
             assert all(li.offloadContext.complete for li in lis[:-1]) and not lis[-1].HasField("offloadContext")
             on_uuids[t] = [context_uuid(li) for li in lis[:-1]]
+        on_sealed_bytes = sum(li.size for t in on_topics for li in ledgers(ws, t)[:-1])
         for t in ws.ml.list_topics("t/bad"):
             assert not any(li.offloadContext.complete for li in ledgers(ws, t))
         assert {t.full: ws.ml.get_topic(t) for t in ws.ml.list_topics("t/off")} == off_before  # untouched
@@ -277,17 +289,31 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
         "t/bad": {"ledgers": 6, "bytes": 0, "failures": 6, "outcomes": {"failed": 6}},
     }
     assert summary["as_of_ms"] == END_MS and summary["job"] == "offload_sweep" and summary["run_id"] == "r1"
-    assert summary["dry_run"] is False
+    assert summary["dry_run"] is False and summary["attempt"] == 1
     assert_spark_section(summary, "local[2]")
+    # object-store requests, per namespace: t/on's 6 ledgers each a multipart data object (initiate, one
+    # part, complete) and an index; t/off made none; t/bad's store refused before any request
+    req = summary["requests"]
+    assert req["namespaces"]["t/on"]["PUT"] >= 6 * 4 and "t/off" not in req["namespaces"]
+    assert all(req["total"][k] >= sum(n[k] for n in req["namespaces"].values()) for k in req["total"])
+    # the tiers as the run left them (the Tiered storage view's history)
+    assert summary["tiers"]["t/on"]["both"] == {"ledgers": 6, "bytes": on_sealed_bytes}
+    assert summary["tiers"]["t/on"]["hot"]["ledgers"] == 2 and summary["tiers"]["t/on"]["objects"] == 12
+    assert summary["tiers"]["t/bad"]["both"]["ledgers"] == 0
 
     # run 2 (the retry, same logical date) after fixing the cause: only what is left
     blocker.unlink()
     rc, log = spark_submit("offload_sweep", "--config", str(cfg_path), "--as-of", END_ISO, "--run-id", "r1",
                            log=tmp_path / "run2.log")
     assert rc == 0, log[-3000:]
-    summary, rows = load_report(report_dir, "offload_sweep", "r1")  # overwritten by the retry
-    assert summary["outcomes"] == {"offloaded": 6} and summary["failures"] == 0
+    first = summary
+    summary, rows = load_report(report_dir, "offload_sweep", "r1")  # the run level: the latest attempt
+    assert summary["outcomes"] == {"offloaded": 6} and summary["failures"] == 0 and summary["attempt"] == 2
     assert {r["namespace"] for r in rows} == {"t/bad"} and len(rows) == 6
+    # every attempt kept: the first one's report is where it was written
+    assert json.loads((report_dir / "offload_sweep" / "r1" / "attempt-1" / "summary.json").read_text()) == first
+    assert json.loads((report_dir / "offload_sweep" / "r1" / "attempt-2" / "summary.json").read_text()) == summary
+    assert len(pq.read_table(report_dir / "offload_sweep" / "r1" / "attempt-1" / "detail.parquet")) == 12
     with Workspace(Config.load(cfg_path, env={})) as ws:
         for t in on_topics:
             assert [context_uuid(li) for li in ledgers(ws, t)[:-1]] == on_uuids[t]
@@ -455,7 +481,7 @@ def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest
     for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
         assert f"FAILED {t} segment" in log
     summary, rows = load_report(tmp_path / "ws" / "reports", "offload_sweep", "s1")
-    assert summary_line(log) == summary
+    assert summary_line(log) == {k: v for k, v in summary.items() if k != "tiers"}  # tiers: in the file only
     good = [r for r in rows if r["namespace"] == "t/s"]
     assert {r["unit"] for r in rows} == {"segment"}
     assert {r["outcome"] for r in good} == {"offloaded", "held"}

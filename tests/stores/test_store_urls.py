@@ -93,7 +93,7 @@ REJECTED = [
     ("s3://bkt/p?connect_timeout=0.5ms", "connect_timeout must be a duration"),
     ("s3://bkt/p?retry_mode=legacy", "retry_mode must be one of standard, adaptive, got 'legacy'"),
     # neither
-    ("gs://bucket/p", "unsupported scheme 'gs'"),
+    ("hdfs://nn/p", "unsupported scheme 'hdfs'"),
     ("/plain/path", "unsupported scheme ''"),
 ]
 

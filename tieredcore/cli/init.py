@@ -56,7 +56,8 @@ def _make_dirs(dirs: list[tuple[Path, str]]) -> None:
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("init", parents=parents, help="create a workspace with embedded defaults")
     s.add_argument("dir", nargs="?", help="workspace directory (default ./workspace)")
-    s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store")
+    s.add_argument("--store-url", help="object store URL instead of the embedded filesystem store (s3://, azure://, gs://; "
+                                          "credentials from the environment)")
     s.add_argument("--metadata-url", help="metadata store URL instead of the embedded SQLite file, e.g. "
                                           "zk://127.0.0.1:2181/tiered-storage (ZooKeeper, Pulsar's layout)")
     s.add_argument("--cluster", help="cluster name written on every object (default standalone); workspaces "

@@ -95,3 +95,12 @@ OFFLOADED_ENSEMBLE_MEMBER = "127.0.0.1:3181"
 CUSTOM_LEDGER_ID_KEY = "tiered/ledgerId"
 #: custom metadata naming the ledger's managed ledger (Pulsar's own key, docs/metadata.md)
 CUSTOM_MANAGED_LEDGER_KEY = "pulsar/managed-ledger"
+
+# Offload uploads to a store taking parts concurrently (S3): blocks are cut into parts of about this size,
+# this many in flight (boto3's transfer manager: 8 MiB parts, 10 threads)
+DEFAULT_UPLOAD_PART_SIZE = 8 * 1024 * 1024
+DEFAULT_UPLOAD_CONCURRENCY = 4
+MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
+# a sequential reader of an offloaded object fetches windows of at least this many bytes (one GET per
+# window, the next window read ahead): boto3's download_file uses 8 MiB ranges too
+DEFAULT_STREAM_WINDOW = 8 * 1024 * 1024

@@ -25,6 +25,7 @@ from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.reports import Totals, totals
+from tieredcore.stores.requests import request_label
 from tieredcore.workspace import Workspace
 
 __all__ = [
@@ -119,9 +120,10 @@ def run_topics(config: Config, topics: Iterable[str], *, as_of_ms: int, dry_run:
         for topic in topics:
             t = TopicName.parse(topic)
             try:
-                policy = th.apply(ps.for_topic(t), f"topic {t.full}")
-                c = compactor_for(ws, policy, clock_ms=lambda: as_of_ms, progress=progress)
-                rows = c.compact_topic(t, dry_run=dry_run, budget=budget)
+                with request_label(t.namespace_name):  # the run report's requests per namespace
+                    policy = th.apply(ps.for_topic(t), f"topic {t.full}")
+                    c = compactor_for(ws, policy, clock_ms=lambda: as_of_ms, progress=progress)
+                    rows = c.compact_topic(t, dry_run=dry_run, budget=budget)
             except TieredError as e:
                 rows = [CompactionResult(t.managed_ledger_name, t.namespace_name, "failed",
                                          error=f"{type(e).__name__}: {e}", error_type=type(e).__name__)]
@@ -234,7 +236,8 @@ class CompactionReport:
                        f"{_usd(c['listing_month'])}), one-time {_usd(c['one_time'])}")
         for r in self.rows:
             if r["outcome"] not in OK_OUTCOMES:
-                out.append(f"{r['topic']} ledgers {_span(r['ledgers'])}: {r['outcome']}: {r['error']}")
+                # first word: the outcome (tieredcore.reports.message_level: FAILED an error, others warnings)
+                out.append(f"{str(r['outcome']).upper()} {r['topic']} ledgers {_span(r['ledgers'])}: {r['error']}")
         return out
 
 

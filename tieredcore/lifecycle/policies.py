@@ -19,13 +19,13 @@ from tieredcore.formats.constants import (
 )
 from tieredcore.formats.transform import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, TransformSpec
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.stores.location import StoreLocation, check_bucket_name, parse_store_url
+from tieredcore.stores.location import DRIVER_SCHEMES, StoreLocation, check_bucket_name, parse_store_url
 from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
-DRIVERS = ("filesystem", "aws-s3")
+DRIVERS = ("filesystem", "aws-s3", "azureblob", "google-cloud-storage")
 MODE_LEDGER = "ledger"  # one V1 object pair per sealed ledger (Pulsar's offloader)
 MODE_STREAMING = "streaming"  # PIP-76: multi-ledger V2 segments cut by size or time, open ledger included
 OFFLOAD_MODES = (MODE_LEDGER, MODE_STREAMING)
@@ -42,17 +42,22 @@ class StoreSpec:
     """Where a namespace's ledgers are offloaded. None fields fall back to the workspace's store."""
 
     driver: str
-    bucket: str = ""  # aws-s3
+    bucket: str = ""  # aws-s3, google-cloud-storage; azureblob: the container
     root: str = ""  # filesystem: absolute directory
     prefix: str = ""
-    endpoint: str = ""  # S3-compatible endpoint (MinIO, Ceph, moto)
-    region: str = ""
+    endpoint: str = ""  # S3-compatible endpoint (MinIO, Ceph, moto); Azure blob endpoint; GCS emulator
+    region: str = ""  # aws-s3 only
 
     def validate(self, where: str) -> None:
         if self.driver not in DRIVERS:
             raise ValidationError(f"{where}: unknown offload driver {self.driver!r} (known: {', '.join(DRIVERS)})")
         if self.driver == "aws-s3":
             check_bucket_name(self.bucket, where)
+        elif self.driver in ("azureblob", "google-cloud-storage"):
+            if not self.bucket:
+                raise ValidationError(f"{where}: the {self.driver} store needs a bucket (Azure: container) name")
+            if self.region:
+                raise ValidationError(f"{where}: region applies to aws-s3 stores only")
         elif not self.root.startswith("/"):
             raise ValidationError(f"{where}: filesystem store needs an absolute root directory, got {self.root!r}")
         if self.prefix.startswith("/") or ".." in self.prefix.split("/"):
@@ -60,7 +65,7 @@ class StoreSpec:
         parse_store_url(self.url(), f"{where}: store")  # endpoint, region: as strict as a configured store
 
     def location(self) -> StoreLocation:
-        return StoreLocation(scheme="s3" if self.driver == "aws-s3" else "file", prefix=self.prefix, root=self.root,
+        return StoreLocation(scheme=DRIVER_SCHEMES[self.driver], prefix=self.prefix, root=self.root,
                              bucket=self.bucket, endpoint=self.endpoint or None, region=self.region or None)
 
     def url(self) -> str:

@@ -25,6 +25,7 @@ from tieredcore.lifecycle.work import (
 )
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import OUTCOME_FAILED
+from tieredcore.stores.requests import request_label
 from tieredcore.workspace import Workspace
 
 CACHE_RECORD = "chunk_cache"  # the key of a partition's cache record (never a LedgerResult field)
@@ -41,17 +42,18 @@ def run_work(config: Config, units: Iterable[dict], *, with_cache: bool = False)
             w = TopicWork(**u)
             t = TopicName.parse(w.topic)
             try:
-                pol = ps.for_topic(t)
-                if w.kind == KIND_OFFLOAD:
-                    rows = offload_topic(ws, pol, t, w, budget)
-                elif w.kind == KIND_LAG_CLEANUP:
-                    rows = lag_cleanup_topic(ws, pol, t, w, budget)
-                elif w.kind == KIND_RETENTION:
-                    rows = trim_work(ws, pol, t, w)
-                elif w.kind == KIND_SCRUB:
-                    rows = scrub_work(ws, pol, t, w, budget)
-                else:
-                    raise ValidationError(f"unknown kind of work {w.kind!r}")
+                with request_label(t.namespace_name):  # the run report's requests per namespace
+                    pol = ps.for_topic(t)
+                    if w.kind == KIND_OFFLOAD:
+                        rows = offload_topic(ws, pol, t, w, budget)
+                    elif w.kind == KIND_LAG_CLEANUP:
+                        rows = lag_cleanup_topic(ws, pol, t, w, budget)
+                    elif w.kind == KIND_RETENTION:
+                        rows = trim_work(ws, pol, t, w)
+                    elif w.kind == KIND_SCRUB:
+                        rows = scrub_work(ws, pol, t, w, budget)
+                    else:
+                        raise ValidationError(f"unknown kind of work {w.kind!r}")
             except TieredError as e:  # the topic as a whole could not be processed
                 rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
                                      error=f"{type(e).__name__}: {e}") for lid in w.ledgers]

@@ -45,6 +45,7 @@ __all__ = [
     "is_complete",
     "is_sealed",
     "referenced_uuids",
+    "add_referenced_uuids",
     "replacement_uuids",
     "segment_uuids",
     "uuid_from_halves",
@@ -189,14 +190,23 @@ def segment_drivers(li: LedgerInfo) -> dict[str, pb.OffloadDriverMetadata]:
 
 def referenced_uuids(li: LedgerInfo) -> set[str]:
     """Every uuid whose objects this LedgerInfo keeps alive (reconciliation's reference set)."""
-    out = set(segment_uuids(li))
-    cur = context_uuid(li)
-    if cur is not None:
-        out.add(cur)
+    out: set[str] = set()
+    add_referenced_uuids(li, out)
+    return out
+
+
+def add_referenced_uuids(li: LedgerInfo, out: set[str]) -> None:
+    """:func:`referenced_uuids` added to ``out`` (reconciliation runs this once per ledger of every
+    topic: one set for all, fields read once)."""
+    if li.HasField("offloadContext"):
+        ctx = li.offloadContext
+        if ctx.HasField("uidMsb") or ctx.HasField("uidLsb"):
+            out.add(uuid_from_halves(ctx.uidMsb, ctx.uidLsb))
+        if ctx.offloadSegment:
+            out.update(segment_uuids(li))
     if li.properties:
         out.update(abandoned_uuids(li))
         out.update(replacement_uuids(li))
-    return out
 
 
 def drop_properties(li: LedgerInfo, prefix: str, uuids: set[str] | None = None) -> None:

@@ -5,7 +5,8 @@ of the index trailer (an exact frame offset every few KiB, written by this proje
 the index's floor block, and walk frames, fetching ranged GETs:
 
 * a read that continues where an earlier read of this handle stopped is a sequential stream and fetches
-  whole `read_buffer` windows (few requests for catch-up readers);
+  windows of at least `stream_window` bytes (8 MiB: few requests for catch-up readers), and the next
+  window is fetched in the background while the current one is consumed (read-ahead);
 * any other read fetches about what it is expected to return (requested entries x average entry size),
   so random reads fetch little more than they return.
 
@@ -20,10 +21,12 @@ checksums and read as before (frame ids and lengths are still checked).
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tieredcore.errors import BadRangeError, FormatError
@@ -37,7 +40,24 @@ from tieredcore.stores.blob import BlobStore
 
 _FRAME = struct.Struct(">iq")
 _MAX_WINDOWS = 8
+_MAX_WINDOW_BYTES = 40 * 1024 * 1024  # fetched windows kept per handle (at least the newest one)
 _MAX_STREAMS = 16
+_MAX_AHEAD = 4  # windows read ahead at once per handle (one per concurrent stream)
+_READ_AHEAD_THREADS = 4
+
+_read_ahead_pool: ThreadPoolExecutor | None = None
+_read_ahead_pid = 0
+_read_ahead_lock = threading.Lock()
+
+
+def _read_ahead_executor() -> ThreadPoolExecutor:
+    """The process's read-ahead threads (made again in a forked child, whose copy has no threads)."""
+    global _read_ahead_pool, _read_ahead_pid
+    with _read_ahead_lock:
+        if _read_ahead_pool is None or _read_ahead_pid != os.getpid():
+            _read_ahead_pool = ThreadPoolExecutor(_READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
+            _read_ahead_pid = os.getpid()
+        return _read_ahead_pool
 
 
 @dataclass(frozen=True)
@@ -64,12 +84,19 @@ class OffloadedLedgerHandle:
         offset_cache: OffsetCache,
         trailer: IndexTrailer | None = None,
         verify: bool = True,
+        stream_window: int = C.DEFAULT_STREAM_WINDOW,
+        read_ahead: bool = True,
     ) -> None:
         self.store = store
         self.key = key
         self._ledger_id = ledger_id
         self.index = index
         self.read_buffer = read_buffer
+        # a sequential stream's windows: a GET per few MiB, the next one in flight while this one is read
+        # (a store that reads ahead itself is asked for read_buffer windows, as before)
+        self.stream_window = read_buffer if store.reads_ahead else max(read_buffer, stream_window)
+        self.read_ahead = read_ahead and not store.reads_ahead
+        self._ahead: OrderedDict[int, tuple[int, Future]] = OrderedDict()  # windows read ahead: start -> (end, fetch)
         self.offset_cache = offset_cache
         self._uuid = key.rsplit("/", 1)[-1][:36]
         self._object_length = index.data_object_length
@@ -114,6 +141,9 @@ class OffloadedLedgerHandle:
         with self._lock:
             self._windows.clear()
             self._streams.clear()
+            ahead, self._ahead = self._ahead, OrderedDict()
+        for _end, fut in ahead.values():
+            fut.cancel()  # a fetch already running finishes; its bytes are dropped
 
     def read(self, first: int, last: int) -> list[Entry]:
         lac = self.index.last_entry_id
@@ -188,26 +218,65 @@ class OffloadedLedgerHandle:
                 if start <= pos and pos + need <= start + len(data):
                     self._windows.move_to_end(start)
                     return start, data
-        # a random read fetches what it expects to return; without checksums a little slack absorbs a
-        # wrong estimate, with checksums the widening to whole chunks does
-        slack = 0 if self._verify else 4096
-        size = self.read_buffer if sequential else min(self.read_buffer, int(expected) + slack)
-        size = max(size, need)
+            # the window read ahead by a stream, holding pos + need (the frame at pos may start in the
+            # window before it: the two are joined)
+            ahead = next(((a, e, f) for a, (e, f) in self._ahead.items() if a <= pos + need <= e and
+                          (a <= pos or any(s <= pos and s + len(d) == a for s, d in self._windows.items()))),
+                         None)
         if pos >= self._object_length:
             raise FormatError(f"{self.key}: read at offset {pos} beyond object end {self._object_length}")
-        start = pos
-        if self._verify:  # windows start on a chunk boundary, so a stream's windows stay read_buffer long
-            assert self.checksums is not None
-            start -= start % self.checksums.chunk_size
-            size = max(size, pos + need - start)
-        start, data = self._get(start, min(start + size, self._object_length))
+        # a read continuing an earlier one, or one expecting at least a read buffer's worth of entries,
+        # streams: whole windows, read ahead
+        stream = sequential or expected >= self.read_buffer
+        got = self._take_ahead(ahead, pos) if ahead is not None else None
+        if got is None:
+            # a random read fetches what it expects to return; without checksums a little slack absorbs a
+            # wrong estimate, with checksums the widening to whole chunks does
+            slack = 0 if self._verify else 4096
+            size = self.stream_window if stream else min(self.read_buffer, int(expected) + slack)
+            size = max(size, need)
+            start = pos
+            if self._verify:  # windows start on a chunk boundary, so a stream's windows keep their length
+                assert self.checksums is not None
+                start -= start % self.checksums.chunk_size
+                size = max(size, pos + need - start)
+            end = min(start + size, self._object_length)
+            with self._lock:  # stop where a window held already begins (concurrent readers' streams)
+                end = min([end, *(s for s in self._windows if pos + need <= s < end)])
+            got = self._get(start, end)
+        start, data = got
         if start + len(data) < pos + min(need, self._object_length - pos):
             raise FormatError(f"{self.key}: short read at offset {pos}: {start + len(data) - pos} bytes")
+        end = start + len(data)
         with self._lock:
             self._windows[start] = data
-            while len(self._windows) > _MAX_WINDOWS:
-                self._windows.popitem(last=False)
+            total = sum(map(len, self._windows.values()))
+            while len(self._windows) > 1 and (len(self._windows) > _MAX_WINDOWS or total > _MAX_WINDOW_BYTES):
+                total -= len(self._windows.popitem(last=False)[1])
+            if (stream and self.read_ahead and end < self._object_length and end not in self._ahead
+                    and not any(s <= end < s + len(d) for s, d in self._windows.items())):
+                # the next window of this stream, fetched while the caller consumes this one
+                nxt_end = min(end + self.stream_window, self._object_length)
+                self._ahead[end] = (nxt_end, _read_ahead_executor().submit(self._get, end, nxt_end))
+                while len(self._ahead) > _MAX_AHEAD:
+                    self._ahead.popitem(last=False)[1][1].cancel()
         return start, data
+
+    def _take_ahead(self, ahead: tuple[int, int, Future], pos: int) -> tuple[int, bytes] | None:
+        """The window read ahead (joined to the tail of the window before it when the frame at pos
+        straddles the two); None when the fetch failed: the caller fetches again, and a persistent error
+        reaches the reader."""
+        a_start, _a_end, fut = ahead
+        with self._lock:
+            self._ahead.pop(a_start, None)
+            prev = next((d for s, d in self._windows.items() if s <= pos and s + len(d) == a_start), b"")
+        try:
+            start, data = fut.result()
+        except Exception:
+            return None
+        if pos >= a_start:
+            return start, data
+        return pos, prev[len(prev) - (a_start - pos):] + data
 
     def _get(self, start: int, end: int) -> tuple[int, bytes]:
         """One ranged GET of ``[start, end)`` widened to whole chunks and verified when the object has

@@ -86,6 +86,12 @@ class BlobStore(Protocol):
     # the offloader's fast path: upload_part copies FileSlice pieces itself (in the kernel) rather than
     # being handed block buffers
     copies_file_slices: bool
+    # the offloader may send several parts of one upload at once (a remote store: requests in flight hide
+    # its latency); False for a store that writes parts itself, one after another
+    concurrent_parts: bool
+    # get_range already reads ahead (a chunk cache with prefetch; a local file's page cache): readers
+    # then fetch read_buffer windows as asked instead of large read-ahead windows of their own
+    reads_ahead: bool
 
     def driver_properties(self) -> dict[str, str]:
         """Properties recorded in OffloadDriverMetadata (bucket, region, endpoint, root...)."""

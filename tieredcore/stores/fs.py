@@ -63,6 +63,7 @@ from tieredcore.stores.blob import (
     piece_length,
 )
 from tieredcore.stores.fs_multipart import MultipartUploads
+from tieredcore.stores.requests import counted
 
 INTERNAL_DIR = ".tiered"
 _INTERNAL_B = INTERNAL_DIR.encode()
@@ -130,6 +131,7 @@ class _DirListing:
     entries: list[tuple[bytes, bool]]  # (name, is_dir)
 
 
+@counted
 class FilesystemBlobStore:
     """BlobStore on a local (or shared POSIX) filesystem directory."""
 
@@ -553,6 +555,10 @@ class FilesystemBlobStore:
     # --- multipart (the upload directories are fs_multipart's) ---------------------------------
 
     copies_file_slices = True  # FileSlice pieces are copied with copy_file_range
+    concurrent_parts = False  # parts append to one data file under the upload's lock
+    # the kernel reads ahead of sequential preads: larger windows and a read-ahead thread of our own
+    # measured no faster here (and slower at 1 KiB entries)
+    reads_ahead = True
 
     def initiate_multipart(self, key: str, metadata: Mapping[str, str] | None = None) -> str:
         validate_key(key)

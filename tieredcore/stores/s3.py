@@ -19,6 +19,7 @@ adds client-side rate limiting when the server throttles, e.g. 503 SlowDown).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from tieredcore.stores.blob import (
     normalize_metadata,
     read_piece,
 )
+from tieredcore.stores.requests import counted
 from tieredcore.stores.s3_settings import (
     S3_CONNECT_TIMEOUT,
     S3_MAX_ATTEMPTS,
@@ -69,6 +71,43 @@ def _body(data: Buffer) -> bytes | bytearray:
     return mv.tobytes()
 
 
+class _ViewBody(io.RawIOBase):
+    """A read-only, seekable file over a buffer: botocore streams (and re-reads on a retry) a request
+    body from it, where bytes would first copy the block's slice (parts sent concurrently would each hold
+    a copy: tens of MiB of peak memory)."""
+
+    def __init__(self, data: Buffer) -> None:
+        self._mv = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self._mv) - self._pos)
+        b[:n] = self._mv[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._mv)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return len(self._mv)
+
+    def close(self) -> None:
+        self._mv.release()
+        super().close()
+
+
 def _is_bare_500(response: Any) -> bool:
     """A 500 without an S3 error code: moto's answer to an unknown upload id."""
     if not response:
@@ -84,6 +123,7 @@ def _no_retry_on_bare_500(response: Any = None, **_: Any) -> bool | None:
     return False if _is_bare_500(response) else None
 
 
+@counted
 class S3BlobStore:
     """BlobStore on one S3 bucket."""
 
@@ -307,6 +347,8 @@ class S3BlobStore:
         return resp["UploadId"]
 
     copies_file_slices = False  # pieces are joined into one request body
+    concurrent_parts = True  # boto3 clients are thread-safe; parts may be uploaded in any order
+    reads_ahead = False
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         if (
@@ -319,14 +361,18 @@ class S3BlobStore:
             )
         if not isinstance(data, bytes | bytearray | memoryview):
             data = b"".join(memoryview(read_piece(p)) for p in data)
-        body = _body(data)
+        body = data if isinstance(data, bytes | bytearray) else _ViewBody(data)
+        size = len(body)
         try:
             resp = self.client.upload_part(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=part_number, Body=body
             )
         except (ClientError, BotoCoreError) as e:
             raise self._multipart_error(e, "upload_part", key, upload_id) from e
-        return CompletedPart(part_number=part_number, etag=resp["ETag"], size=len(body))
+        finally:
+            if isinstance(body, _ViewBody):
+                body.close()  # no view of the caller's (pooled) buffer outlives the request
+        return CompletedPart(part_number=part_number, etag=resp["ETag"], size=size)
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
         if not parts:

@@ -98,6 +98,8 @@ class _Opened:
 
 class TransformedBlobStore:
     copies_file_slices = False  # logical bytes are transformed here: the kernel copy fast path is off
+    concurrent_parts = False  # logical parts are chunked in order
+    reads_ahead = True  # the chunk cache prefetches the chunks after each access
 
     def __init__(self, inner: BlobStore, spec: TransformSpec, keyring: KeyRing | None = None, *, prefix: str = "",
                  min_part_size: int = S3_MIN_PART, manifest_cache: int = DEFAULT_MANIFEST_CACHE,

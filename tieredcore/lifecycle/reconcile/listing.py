@@ -30,6 +30,9 @@ class ObjectRow(NamedTuple):
     is_index: bool | None
 
 
+_new_row = tuple.__new__  # ObjectRow(...) without the NamedTuple constructor's call overhead
+
+
 def parse_row(info: ObjectInfo, prefix: str) -> ObjectRow:
     """Key parsing of one listed object relative to the offload prefix (the grammar of
     tieredcore.formats.keys, matched without building an intermediate object: this runs once per
@@ -38,9 +41,9 @@ def parse_row(info: ObjectInfo, prefix: str) -> ObjectRow:
     m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
     lm = int(info.last_modified * 1000)
     if m is None:
-        return ObjectRow(key, info.size, lm, None, None, None)
-    lid = m[2]
-    return ObjectRow(key, info.size, lm, m[1], int(lid) if lid is not None else None, m[3] is not None)
+        return _new_row(ObjectRow, (key, info.size, lm, None, None, None))
+    uuid, lid, index = m.group(1, 2, 3)
+    return _new_row(ObjectRow, (key, info.size, lm, uuid, int(lid) if lid is not None else None, index is not None))
 
 
 def listing_prefixes(prefix: str) -> list[str]:
@@ -69,9 +72,11 @@ def list_objects(
     lp = p if listing_prefix is None else listing_prefix
     if not lp.startswith(p):
         raise ValidationError(f"listing prefix {lp!r} is not under the offload prefix {p!r}")
+    # owner markers (ours, never orphans) start with a letter past 'f': no uuid listing holds one
+    markers = lp == p or lp[len(p):len(p) + 1] not in HEX_DIGITS
     for info in iter_objects(store, lp, page_size):
-        if (exclude_prefixes and _excluded(info.key, exclude_prefixes)) or is_marker_key(info.key, p):
-            continue  # a nested location's keys; owner markers (ours, never orphans)
+        if (exclude_prefixes and _excluded(info.key, exclude_prefixes)) or (markers and is_marker_key(info.key, p)):
+            continue  # a nested location's keys; owner markers
         yield parse_row(info, p)
 
 

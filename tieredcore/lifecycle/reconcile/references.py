@@ -12,7 +12,7 @@ from typing import Any
 from tieredcore.errors import NotFoundError
 from tieredcore.formats.keys import UUID_PATTERN
 from tieredcore.names import TopicName
-from tieredcore.offload.context import referenced_uuids as ledger_uuids
+from tieredcore.offload.context import add_referenced_uuids
 from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionLog
 from tieredcore.workspace import Workspace
 
@@ -36,7 +36,7 @@ def metadata_uuids(ws: Workspace) -> set[str]:
     out: set[str] = set()
     for _t, info in _iter_topics(ws):
         for li in info.ledgerInfo:
-            out |= ledger_uuids(li)
+            add_referenced_uuids(li, out)
     return out
 
 

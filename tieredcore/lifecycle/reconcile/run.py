@@ -101,13 +101,18 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
                 if errors is not None:
                     errors.append(f"namespace {ns}: cannot open policy store: {e}")
     seen_drivers: set[bytes] = set()
+    last_dm = None
     for t, info in _iter_topics(ws):
         for li in info.ledgerInfo:
             if not li.HasField("offloadContext"):
                 continue
-            dms = list(segment_drivers(li).values())  # streaming segments record their own
-            if li.offloadContext.HasField("driverMetadata"):
-                dms.insert(0, li.offloadContext.driverMetadata)
+            ctx = li.offloadContext
+            # streaming segments record their own
+            dms = list(segment_drivers(li).values()) if ctx.offloadSegment else []
+            if ctx.HasField("driverMetadata") and ctx.driverMetadata != last_dm:
+                # (most ledgers name the store the previous one did: compared, not serialized again)
+                last_dm = ctx.driverMetadata
+                dms.insert(0, last_dm)
             for dm in dms:
                 sig = dm.SerializeToString(deterministic=True)
                 if sig in seen_drivers:

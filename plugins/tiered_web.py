@@ -1,0 +1,406 @@
+"""The plugin's web pages, served by Airflow's API server as a plugin FastAPI app under ``/tiered``
+(``tiered_plugin.py``), behind Airflow's auth manager (the same session as the UI):
+
+- ``/tiered/overview``: the "Tiered storage" view (an Airflow nav entry): per namespace, ledgers and bytes
+  hot / both / cold, objects, offload and deletion lag, orphan bytes, deletion-log records, requests per
+  run and the monthly cost estimate; the last run of each job; bytes per tier over recent runs (SVG).
+  All from ``tieredcore.lifecycle.overview`` (the metadata store and the run reports), never Airflow's
+  database. ``?at=`` (ISO 8601 or epoch ms) computes the ages at another time; ``overview.json``: the data.
+- ``/tiered/reports/``: jobs → runs → attempts; each attempt's summary rendered, and its raw JSON
+  (``.../summary.json``). The "Run report" extra link of a Spark task opens its attempt's page.
+
+Listed in ``.airflowignore``: imported by the plugin, not executed as a plugin file. Rendering only; no
+numbers are computed here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+from tieredcore.clock import iso_ms, now_ms, parse_time_ms
+from tieredcore.config import Config
+from tieredcore.errors import TieredError
+from tieredcore.lifecycle.overview import TIERS, Overview, Prices, build_overview
+from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, attempt_dir_name, attempts_in
+from tieredcore.stores.requests import REQUEST_KINDS
+from tieredcore.workspace import Workspace
+
+URL_PREFIX = "/tiered"
+_NAME = re.compile(r"^[A-Za-z0-9_.=+-]+$")  # report and job names (tieredcore.reports.report_name)
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1.2rem;color:#1a202c;background:#fff}
+h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.6rem}
+table{border-collapse:collapse;font-size:.85rem}th,td{border:1px solid #cbd5e0;padding:.25rem .5rem}
+th{background:#edf2f7;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.muted{color:#718096}.bad{color:#c53030;font-weight:600}pre{background:#f7fafc;padding:.6rem;overflow:auto}
+nav a{margin-right:1rem}
+"""
+
+
+def _page(title: str, body: str, prefix: str) -> HTMLResponse:
+    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                        f"<style>{CSS}</style></head><body>"
+                        f"<nav><a href='{prefix}/overview'>Tiered storage</a>"
+                        f"<a href='{prefix}/reports/'>Run reports</a></nav>"
+                        f"<h1>{html.escape(title)}</h1>{body}</body></html>")
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def num(n: int | float | None) -> str:
+    """How the pages show counts and bytes (exact, thousands separated); '—' for none."""
+    if n is None:
+        return "—"
+    return f"{int(n):,}" if isinstance(n, int) or float(n).is_integer() else f"{n:,.1f}"
+
+
+def money(x: float) -> str:
+    return f"${x:,.4f}"
+
+
+def age(ms: int | None) -> str:
+    """A duration as 1d 2h / 3h 4m / 5m 6s; '—' for none."""
+    if ms is None:
+        return "—"
+    s = max(0, ms // 1000)
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m}m {s % 60}s"
+
+
+def report_href(prefix: str, job: str, run_id: str, attempt: int | None = None) -> str:
+    base = f"{prefix}/reports/{quote(job)}/{quote(run_id)}/"
+    return base + (f"{attempt_dir_name(attempt)}/" if attempt is not None else "")
+
+
+# -- the overview page ------------------------------------------------------------------------------
+
+
+def _cell(value: str, field: str, ns: str, raw: Any = None) -> str:
+    data = f" data-value='{_e(raw)}'" if raw is not None else ""
+    return f"<td class='n' data-ns='{_e(ns)}' data-field='{field}'{data}>{_e(value)}</td>"
+
+
+def overview_rows(ov: Overview) -> str:
+    head = ("<tr><th>namespace</th>" + "".join(f"<th>{t} ledgers</th><th>{t} bytes</th>" for t in TIERS)
+            + "<th>objects</th><th>offload lag</th><th>deletion lag</th><th>orphan bytes</th>"
+            "<th>deletions in flight</th><th>dead letters</th><th>requests / run</th><th>requests / month</th>"
+            "<th>est. cost / month</th></tr>")
+    rows = []
+    for n in ov.namespaces:
+        cells = [f"<td>{_e(n.namespace)}</td>"]
+        for t in TIERS:
+            cells += [_cell(num(n.tiers[t]["ledgers"]), f"{t}_ledgers", n.namespace),
+                      _cell(num(n.tiers[t]["bytes"]), f"{t}_bytes", n.namespace)]
+        per_run = ", ".join(f"{k} {num(n.requests_per_run[k])}" for k in REQUEST_KINDS if n.requests_per_run[k])
+        cells += [_cell(num(n.objects), "objects", n.namespace),
+                  _cell(age(n.offload_lag_ms), "offload_lag", n.namespace, n.offload_lag_ms),
+                  _cell(age(n.deletion_lag_ms), "deletion_lag", n.namespace, n.deletion_lag_ms),
+                  _cell(num(n.orphan_bytes), "orphan_bytes", n.namespace),
+                  _cell(num(n.deletion_in_flight), "deletion_in_flight", n.namespace),
+                  _cell(num(n.deletion_dead_letter), "deletion_dead_letter", n.namespace),
+                  _cell(per_run or "0", "requests_per_run", n.namespace),
+                  _cell(num(n.requests_per_month), "requests_per_month", n.namespace),
+                  _cell(money(n.cost_month), "cost_month", n.namespace)]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    t = ov.totals
+    per_run = ", ".join(f"{k} {num(t['requests_per_run'][k])}" for k in REQUEST_KINDS if t["requests_per_run"][k])
+    total = ["<td><b>all</b></td>"]
+    for tier in TIERS:
+        total += [_cell(num(t["tiers"][tier]["ledgers"]), f"{tier}_ledgers", "*"),
+                  _cell(num(t["tiers"][tier]["bytes"]), f"{tier}_bytes", "*")]
+    total += [_cell(num(t["objects"]), "objects", "*"), "<td></td>", "<td></td>",
+              _cell(num(t["orphan_bytes"]), "orphan_bytes", "*"),
+              _cell(num(t["deletion_in_flight"]), "deletion_in_flight", "*"),
+              _cell(num(t["deletion_dead_letter"]), "deletion_dead_letter", "*"),
+              _cell(per_run or "0", "requests_per_run", "*"),
+              _cell(num(t["requests_per_month"]), "requests_per_month", "*"),
+              _cell(money(t["cost_month"]), "cost_month", "*")]
+    return f"<table id='namespaces'>{head}{''.join(rows)}<tr>{''.join(total)}</tr></table>"
+
+
+def tier_plot(history: list[dict[str, Any]], width: int = 720, height: int = 220) -> str:
+    """Bytes per tier over the recent runs (one point per run report) as an inline SVG."""
+    if not history:
+        return "<p class='muted'>No run report records tiers yet.</p>"
+    colors = {"hot": "#dd6b20", "both": "#3182ce", "cold": "#38a169"}
+    top = max(max(h[t] for t in TIERS) for h in history) or 1
+    left, pad = 70, 20
+    xs = [left + (i * (width - left - pad) / max(1, len(history) - 1)) for i in range(len(history))]
+
+    def y(v: int) -> float:
+        return pad + (height - 2 * pad) * (1 - v / top)
+
+    parts = [f"<svg id='tier-plot' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 20}' "
+             f"role='img' aria-label='bytes per tier over the last {len(history)} runs'>",
+             f"<line x1='{left}' y1='{y(0)}' x2='{width - pad}' y2='{y(0)}' stroke='#a0aec0'/>",
+             f"<line x1='{left}' y1='{pad}' x2='{left}' y2='{y(0)}' stroke='#a0aec0'/>",
+             f"<text x='{left - 4}' y='{pad + 4}' text-anchor='end' font-size='10'>{_e(num(top))}</text>",
+             f"<text x='{left - 4}' y='{y(0)}' text-anchor='end' font-size='10'>0</text>"]
+    for i, t in enumerate(TIERS):
+        pts = " ".join(f"{x:.1f},{y(h[t]):.1f}" for x, h in zip(xs, history, strict=True))
+        parts.append(f"<polyline data-tier='{t}' fill='none' stroke='{colors[t]}' stroke-width='2' points='{pts}'/>")
+        for x, h in zip(xs, history, strict=True):
+            parts.append(f"<circle cx='{x:.1f}' cy='{y(h[t]):.1f}' r='3' fill='{colors[t]}'><title>"
+                         f"{_e(h['job'])} {_e(h['run_id'])}: {t} {_e(num(h[t]))} bytes</title></circle>")
+        parts.append(f"<text x='{left + 10 + i * 90}' y='{height + 14}' font-size='12' fill='{colors[t]}'>"
+                     f"■ {t}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def last_runs_table(ov: Overview, prefix: str) -> str:
+    if not ov.last_runs:
+        return "<p class='muted'>No run reports yet.</p>"
+    rows = []
+    for r in ov.last_runs:
+        req = sum(int(v) for v in (r.requests.get("total") or {}).values())
+        rows.append(f"<tr data-job='{_e(r.job)}'><td>{_e(r.job)}</td>"
+                    f"<td><a href='{report_href(prefix, r.job, r.run_id)}'>{_e(r.run_id)}</a></td>"
+                    f"<td class='n'>{r.attempt}</td><td>{_e(iso_ms(r.as_of_ms))}</td>"
+                    f"<td class='n{' bad' if r.failures else ''}'>{r.failures}</td><td class='n'>{num(req)}</td></tr>")
+    return ("<table id='last-runs'><tr><th>job</th><th>last run</th><th>attempt</th><th>logical time</th>"
+            "<th>failures</th><th>requests</th></tr>" + "".join(rows) + "</table>")
+
+
+def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
+    p = ov.prices
+    body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; store "
+            f"{_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
+            + ", ".join(f"{k} ${v}" for k, v in p.per_1000.items()) + ".</p>"
+            + overview_rows(ov)
+            + "<p class='muted'>hot: only in the hot tier; both: hot and in the object store; cold: only in the "
+              "object store. Offload lag: age of the oldest ledger due for offload but not offloaded; deletion "
+              "lag: how long the oldest hot copy has been past its deletion lag. Requests per run: mean over the "
+              "runs of each job that worked on the namespace; per month at each job's pace (its runs' spacing). "
+              "Cost: object-store bytes (both + cold + orphans) and those requests at the configured prices.</p>"
+            + f"<h2>Bytes per tier over the last {len(ov.history)} run(s)</h2>" + tier_plot(ov.history)
+            + "<h2>Last run of each job</h2>" + last_runs_table(ov, prefix))
+    return _page("Tiered storage", body, prefix)
+
+
+# -- report pages ---------------------------------------------------------------------------------
+
+
+def _safe(name: str, what: str) -> str:
+    if not _NAME.match(name) or name in (".", ".."):
+        raise HTTPException(status_code=404, detail=f"no such {what}")
+    return name
+
+
+def _dirs(p: Path) -> list[Path]:
+    return sorted((c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")), key=lambda c: c.name) \
+        if p.is_dir() else []
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HTTPException(status_code=404, detail=f"no report {path.parent.name}") from None
+    except (OSError, ValueError) as e:
+        raise HTTPException(status_code=500, detail=f"unreadable report: {e}") from None
+    return doc if isinstance(doc, dict) else {"value": doc}
+
+
+def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
+    rows = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v and all(not isinstance(x, dict | list) for x in v.values()):
+            shown = ", ".join(f"{_e(a)}: {_e(num(b) if isinstance(b, int | float) and not isinstance(b, bool) else b)}"
+                              for a, b in v.items())
+        elif isinstance(v, dict | list):
+            shown = f"<pre>{_e(json.dumps(v, indent=1, sort_keys=True, default=str))}</pre>" if v else "—"
+        elif isinstance(v, int) and not isinstance(v, bool) and k.endswith("_ms") and v > 10**11:
+            shown = f"{_e(iso_ms(v))} <span class='muted'>({v})</span>"  # an epoch-ms time
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            shown = _e(num(v))
+        else:
+            shown = _e(v)
+        rows.append(f"<tr data-key='{_e(k)}'><th>{_e(k)}</th><td>{shown}</td></tr>")
+    return f"<table{f' id={table_id!r}' if table_id else ''}>" + "".join(rows) + "</table>"
+
+
+def summary_body(prefix: str, job: str, run_id: str, doc: dict[str, Any], attempts: list[int],
+                 shown: int | None) -> str:
+    """A summary.json readably: the headline (attempt, logical time, outcome), totals per namespace,
+    requests, then every other field."""
+    totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
+    attempt_links = " ".join(
+        (f"<b>{n}</b>" if n == shown else f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>") for n in attempts)
+    raw = report_href(prefix, job, run_id, shown) + SUMMARY_FILE
+    failures = int(totals.get("failures", 0) or 0)
+    head = (f"<p id='headline'>Job <b>{_e(job)}</b>, run <b>{_e(run_id)}</b>, attempt "
+            f"<b id='attempt'>{_e(doc.get('attempt', shown or '?'))}</b> of {len(attempts)} "
+            f"(attempts: {attempt_links or '—'}); logical time {_e(iso_ms(int(doc.get('as_of_ms', 0) or 0)))}; "
+            f"{_e(doc.get('seconds', '?'))} s; <span class='{'bad' if failures else ''}' id='outcome'>"
+            f"{'FAILED: ' + str(failures) + ' failure(s)' if failures else 'no failures'}</span>"
+            f"{' (dry run)' if doc.get('dry_run') else ''}. <a href='{raw}'>raw JSON</a></p>")
+    parts = [head]
+    if totals:
+        parts.append("<h2>Totals</h2>" + _kv_table({k: v for k, v in totals.items() if k != "namespaces"},
+                                                    "totals"))
+        ns = totals.get("namespaces") or {}
+        if ns:
+            rows = "".join(f"<tr data-ns='{_e(n)}'><td>{_e(n)}</td><td class='n'>{num(d.get('ledgers', 0))}</td>"
+                           f"<td class='n'>{num(d.get('bytes', 0))}</td><td class='n'>{num(d.get('failures', 0))}</td>"
+                           f"<td>{_e(', '.join(f'{k} {v}' for k, v in (d.get('outcomes') or {}).items()))}</td></tr>"
+                           for n, d in sorted(ns.items()))
+            parts.append("<h2>Per namespace</h2><table id='report-namespaces'><tr><th>namespace</th><th>units</th>"
+                         f"<th>bytes</th><th>failures</th><th>outcomes</th></tr>{rows}</table>")
+    req = doc.get("requests")
+    if isinstance(req, dict) and isinstance(req.get("total"), dict):
+        parts.append("<h2>Object-store requests</h2>" + _kv_table(
+            {"total": req["total"], **{ns: v for ns, v in (req.get("namespaces") or {}).items()}}, "requests"))
+    rest = {k: v for k, v in doc.items() if k not in ("totals", "requests", "tiers")}
+    parts.append("<h2>Report fields</h2>" + _kv_table(rest, "fields"))
+    return "".join(parts)
+
+
+async def require_ui_user(request: Request) -> None:
+    """Airflow's own check for its UI pages, per request: the user from the session cookie (or a bearer
+    token) as the core API resolves it, authorized by the auth manager for the website view; 401 / 403
+    otherwise. (A plugin's app is mounted without the core API's dependencies: it must check itself.)
+    Airflow's API modules are imported here, in the API server, not where the plugin is only loaded."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import get_user, requires_access_view
+    from fastapi.security import HTTPBearer
+
+    bearer = await HTTPBearer(auto_error=False)(request)
+    user = await get_user(request, None, bearer)
+    requires_access_view(AccessView.WEBSITE)(request, user)
+
+
+def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool = True) -> FastAPI:
+    """The plugin's FastAPI app. ``load_config``: the configuration, read per request (the API server's
+    $TIERED_CONFIG by default). ``secured``: every route requires a user of the Airflow UI (the auth
+    manager's check for the website view), as the UI's own pages do."""
+    deps = [Depends(require_ui_user)] if secured else []
+    app = FastAPI(title="Tiered storage", dependencies=deps, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def config() -> Config:
+        try:
+            return load_config()
+        except TieredError as e:
+            raise HTTPException(status_code=500, detail=f"tiered configuration: {e}") from None
+
+    def reports_root() -> Path:
+        c = config()
+        if not c.reports_dir:
+            raise HTTPException(status_code=500, detail="no reports_dir in the tiered configuration")
+        return Path(c.reports_dir)
+
+    def overview(at: str | None) -> tuple[Overview, Config]:
+        c = config()
+        try:
+            when = parse_time_ms(at, "at") if at else now_ms()
+        except TieredError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
+        try:
+            with Workspace(c) as ws:
+                return build_overview(ws, c.reports_dir, when, Prices.of(c)), c
+        except TieredError as e:
+            raise HTTPException(status_code=500, detail=f"reading the tiered metadata: {e}") from None
+
+    @app.get("/", include_in_schema=False)
+    def root(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{mounted_at(request)}/overview")
+
+    @app.get("/overview", response_class=HTMLResponse)
+    def overview_html(request: Request,
+                      at: str | None = Query(None, description="ISO 8601 or epoch ms (default: now)")):
+        ov, c = overview(at)
+        return overview_page(ov, c, mounted_at(request))
+
+    @app.get("/overview.json")
+    def overview_json(at: str | None = Query(None)) -> JSONResponse:
+        ov, _ = overview(at)
+        return JSONResponse(json.loads(json.dumps(ov.as_dict(), default=str)))
+
+    @app.get("/reports/", response_class=HTMLResponse)
+    def jobs(request: Request) -> HTMLResponse:
+        root, prefix = reports_root(), mounted_at(request)
+        items = "".join(f"<li><a href='{prefix}/reports/{quote(j.name)}/'>{_e(j.name)}</a> "
+                        f"<span class='muted'>({len(_dirs(j))} run(s))</span></li>" for j in _dirs(root))
+        return _page("Run reports", f"<ul id='jobs'>{items}</ul>" if items else "<p>No reports yet.</p>", prefix)
+
+    @app.get("/reports/{job}/", response_class=HTMLResponse)
+    def runs(request: Request, job: str) -> HTMLResponse:
+        prefix = mounted_at(request)
+        jdir = reports_root() / _safe(job, "job")
+        if not jdir.is_dir():
+            raise HTTPException(status_code=404, detail=f"no reports of job {job}")
+        found = []
+        for r in _dirs(jdir):
+            p = r / SUMMARY_FILE
+            found.append((p.stat().st_mtime if p.is_file() else 0.0, r.name, attempts_in(r)))
+        found.sort(reverse=True)
+        rows = "".join(f"<tr><td><a href='{report_href(prefix, job, name)}'>{_e(name)}</a></td>"
+                       f"<td>{_e(dt.datetime.fromtimestamp(m, dt.UTC).isoformat(timespec='seconds') if m else '—')}"
+                       f"</td><td>{_e(', '.join(map(str, att)) or '—')}</td></tr>" for m, name, att in found)
+        return _page(f"Runs of {job}", "<table id='runs'><tr><th>run</th><th>written</th><th>attempts</th></tr>"
+                     f"{rows}</table>", prefix)
+
+    def render(prefix: str, job: str, run_id: str, attempt: int | None) -> HTMLResponse:
+        run_dir = reports_root() / _safe(job, "job") / _safe(run_id, "run")
+        attempts = attempts_in(run_dir)
+        path = run_dir / (attempt_dir_name(attempt) if attempt is not None else "") / SUMMARY_FILE
+        if not path.is_file():
+            if not run_dir.is_dir():
+                raise HTTPException(status_code=404, detail=f"no report of run {run_id} of {job}")
+            links = " ".join(f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>" for n in attempts) or "none"
+            return HTMLResponse(_page(f"{job} · {run_id}", f"<p id='missing'>Attempt {attempt} wrote no report "
+                                      f"(it failed before the job finished?). Attempts with a report: {links}.</p>",
+                                      prefix).body, status_code=404)
+        doc = _load(path)
+        shown = attempt if attempt is not None else doc.get("attempt")
+        return _page(f"{job} · {run_id}", summary_body(prefix, job, run_id, doc, attempts,
+                                                       int(shown) if isinstance(shown, int) else None), prefix)
+
+    @app.get("/reports/{job}/{run_id}/", response_class=HTMLResponse)
+    def run_page(request: Request, job: str, run_id: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, None)
+
+    @app.get("/reports/{job}/{run_id}/summary.json")
+    def run_json(job: str, run_id: str) -> JSONResponse:
+        return JSONResponse(_load(reports_root() / _safe(job, "job") / _safe(run_id, "run") / SUMMARY_FILE))
+
+    @app.get("/reports/{job}/{run_id}/{attempt}/", response_class=HTMLResponse)
+    def attempt_page(request: Request, job: str, run_id: str, attempt: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, _attempt(attempt))
+
+    @app.get("/reports/{job}/{run_id}/{attempt}/summary.json")
+    def attempt_json(job: str, run_id: str, attempt: str) -> JSONResponse:
+        n = _attempt(attempt)
+        return JSONResponse(_load(reports_root() / _safe(job, "job") / _safe(run_id, "run") / attempt_dir_name(n)
+                                  / SUMMARY_FILE))
+
+    return app
+
+
+def mounted_at(request: Request) -> str:
+    """Where the app is mounted, as links must start (the API server's mount point, ``/tiered``, behind
+    whatever root path the server itself has)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _attempt(text: str) -> int:
+    if not text.startswith(ATTEMPT_PREFIX) or not text[len(ATTEMPT_PREFIX):].isdigit():
+        raise HTTPException(status_code=404, detail=f"no such attempt {text!r} (attempt-<n>)")
+    return int(text[len(ATTEMPT_PREFIX):])

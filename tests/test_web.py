@@ -1,0 +1,126 @@
+"""The plugin's web pages (plugins/tiered_web.py) through FastAPI's TestClient, without Airflow (its auth
+dependency is off here; tests/airflow/test_ui_browser.py checks it behind the real API server): report
+listings, an attempt's summary rendered and raw, the run level showing the latest attempt, names that
+are not report names refused, and the overview page's numbers and plot."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support.workspaces import END_MS, build_workspace, offload, sealed
+from tieredcore.config import Config
+from tieredcore.lifecycle.overview import Prices, build_overview
+from tieredcore.workspace import Workspace
+
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+if str(PLUGINS) not in sys.path:
+    sys.path.append(str(PLUGINS))
+
+from tiered_web import age, create_app  # noqa: E402
+
+TOPIC = "persistent://t/a/topic-0000"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    cfg = Config.load(build_workspace(tmp_path / "ws", ["t/a", "t/b"]), env={})
+    with Workspace(cfg) as ws:
+        offload(ws, TOPIC, sealed(ws, TOPIC)[:2], as_of=END_MS)
+    run = Path(cfg.reports_dir) / "offload_sweep" / "r1.t+a"
+    for attempt, failures in ((1, 2), (2, 0)):
+        doc = {"job": "offload_sweep", "run_id": "r1.t+a", "attempt": attempt, "as_of_ms": END_MS, "seconds": 1.5,
+               "dry_run": False, "outcomes": {"offloaded": 2},
+               "totals": {"failures": failures, "ledgers": 2, "bytes": 2000,
+                          "namespaces": {"t/a": {"ledgers": 2, "bytes": 2000, "failures": failures,
+                                                 "outcomes": {"offloaded": 2}}}},
+               "requests": {"total": {"GET": 1, "PUT": 8, "LIST": 0, "DELETE": 0},
+                            "namespaces": {"t/a": {"GET": 1, "PUT": 8, "LIST": 0, "DELETE": 0}}},
+               "tiers": {"t/a": {"hot": {"ledgers": 2, "bytes": 1000}, "both": {"ledgers": 2, "bytes": 2000},
+                                 "cold": {"ledgers": 0, "bytes": 0}, "objects": 4}}}
+        (run / f"attempt-{attempt}").mkdir(parents=True)
+        (run / f"attempt-{attempt}" / "summary.json").write_text(json.dumps(doc))
+    (run / "summary.json").write_text(json.dumps(doc))  # the latest attempt's copy
+    return cfg
+
+
+@pytest.fixture
+def client(config: Config) -> TestClient:
+    """The app mounted under /tiered, as Airflow's API server mounts a plugin's app."""
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/tiered", create_app(lambda: config, secured=False))
+    return TestClient(server, base_url="http://testserver/tiered")
+
+
+def test_report_pages(client: TestClient) -> None:
+    r = client.get("/reports/")
+    assert r.status_code == 200 and "/tiered/reports/offload_sweep/" in r.text
+    r = client.get("/reports/offload_sweep/")
+    assert r.status_code == 200 and "/tiered/reports/offload_sweep/r1.t%2Ba/" in r.text and "1, 2" in r.text
+    # the run level: its latest attempt, with links to every attempt
+    r = client.get("/reports/offload_sweep/r1.t+a/")
+    assert r.status_code == 200
+    assert re.search(r"attempt <b id='attempt'>2</b> of 2", r.text) and "no failures" in r.text
+    assert "/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/" in r.text
+    assert "<tr data-ns='t/a'><td>t/a</td><td class='n'>2</td><td class='n'>2,000</td>" in r.text
+    assert "<th>as_of_ms</th><td>2026-01-01T00:00:00+00:00" in r.text  # times readable
+    # an earlier attempt is still there, as it was
+    r = client.get("/reports/offload_sweep/r1.t+a/attempt-1/")
+    assert r.status_code == 200 and "FAILED: 2 failure(s)" in r.text
+    assert client.get("/reports/offload_sweep/r1.t+a/attempt-1/summary.json").json()["attempt"] == 1
+    assert client.get("/reports/offload_sweep/r1.t+a/summary.json").json()["attempt"] == 2
+    # an attempt that wrote nothing says so and links the ones that did
+    r = client.get("/reports/offload_sweep/r1.t+a/attempt-3/")
+    assert r.status_code == 404 and "Attempt 3 wrote no report" in r.text and "attempt-2/" in r.text
+
+
+@pytest.mark.parametrize("path", ["/reports/no_such_job/", "/reports/offload_sweep/nope/",
+                                  "/reports/offload_sweep/r1.t+a/attempt-x/", "/reports/..%2F..%2Fetc/",
+                                  "/reports/offload_sweep/..%2F..%2Fws/summary.json",
+                                  "/reports/offload_sweep/r1.t+a/attempt-9/summary.json"])
+def test_what_is_not_a_report_is_404(client: TestClient, path: str) -> None:
+    assert client.get(path).status_code == 404
+
+
+def test_overview_page_shows_tieredcore_numbers(client: TestClient, config: Config) -> None:
+    now = END_MS + 3_600_000
+    r = client.get(f"/overview?at={now}")
+    assert r.status_code == 200
+    with Workspace(config) as ws:
+        ov = build_overview(ws, config.reports_dir, now, Prices.of(config))
+    cells = dict(((ns, f), v) for ns, f, v in re.findall(
+        r"<td class='n' data-ns='([^']*)' data-field='([a-z_]+)'(?: data-value='[^']*')?>([^<]*)</td>", r.text))
+    a = next(n for n in ov.namespaces if n.namespace == "t/a")
+    assert cells[("t/a", "both_ledgers")] == "2" and cells[("t/a", "both_bytes")] == f"{a.tiers['both']['bytes']:,}"
+    assert cells[("t/a", "hot_bytes")] == f"{a.tiers['hot']['bytes']:,}"
+    assert cells[("t/a", "objects")] == "4" and cells[("t/b", "objects")] == "0"
+    assert cells[("t/a", "requests_per_run")] == "GET 1, PUT 8"
+    assert cells[("t/a", "cost_month")] == f"${a.cost_month:,.4f}"
+    assert cells[("*", "hot_ledgers")] == f"{ov.totals['tiers']['hot']['ledgers']:,}"
+    assert f"data-now-ms='{now}'" in r.text and "<svg id='tier-plot'" in r.text and r.text.count("<polyline") == 3
+    assert client.get(f"/overview.json?at={now}").json()["namespaces"][0]["namespace"] == "t/a"
+    r = client.get("/overview?at=yesterday")
+    assert r.status_code == 400 and "at 'yesterday'" in r.text
+
+
+def test_links_follow_where_the_app_is_mounted(config: Config) -> None:
+    from fastapi import FastAPI
+
+    server = FastAPI()
+    server.mount("/elsewhere/tiered", create_app(lambda: config, secured=False))
+    c = TestClient(server)
+    r = c.get("/elsewhere/tiered/reports/offload_sweep/r1.t+a/")
+    assert "href='/elsewhere/tiered/reports/offload_sweep/r1.t%2Ba/attempt-1/'" in r.text
+    assert "href='/elsewhere/tiered/overview'" in r.text
+    assert c.get("/elsewhere/tiered/", follow_redirects=False).headers["location"] == "/elsewhere/tiered/overview"
+
+
+def test_ages() -> None:
+    assert [age(None), age(59_000), age(3_660_000), age(90_000_000)] == ["—", "0m 59s", "1h 1m", "1d 1h"]

@@ -1,0 +1,311 @@
+"""What an operator's overview of tiered storage shows (the Airflow plugin's "Tiered storage" page, run
+reports' ``tiers``), computed from the metadata store and the run reports only — never from Airflow.
+
+Per namespace: ledgers and bytes hot / both / cold, object-store objects, offload lag (age of the oldest
+ledger due for offload but not offloaded), deletion lag (how long the oldest hot copy has been past its
+deletion lag), orphan bytes of the last reconciliation, the deletion log's in-flight and dead-letter
+records, object-store requests per run and an estimated monthly cost (storage + requests, at the
+configured prices). Besides: the last run of each job and bytes per tier over recent runs.
+
+Pure given a workspace, the reports directory and a clock (``now_ms``): the page and the tests compute
+the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tieredcore.errors import NotFoundError
+from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
+from tieredcore.lifecycle.work import policy_store
+from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
+from tieredcore.offload.copies import copy_uuids
+from tieredcore.reports import SUMMARY_FILE
+from tieredcore.stores.requests import REQUEST_KINDS, sum_kinds
+from tieredcore.workspace import Workspace
+
+TIERS = ("hot", "both", "cold")  # hot only / hot + object store / object store only
+GIB = 1024**3
+MONTH_MS = 30 * 24 * 3600 * 1000
+RECONCILE_JOB = "reconcile_orphans"
+HOT_ORPHAN_KIND = "ledger"  # tieredcore.lifecycle.reconcile.report.KIND_LEDGER
+
+
+def tier_of(li) -> str:
+    if is_offloaded(li):
+        return "cold" if li.offloadContext.bookkeeperDeleted else "both"
+    return "hot"
+
+
+def _empty_tiers() -> dict[str, dict[str, int]]:
+    return {t: {"ledgers": 0, "bytes": 0} for t in TIERS}
+
+
+def tier_snapshot(ws: Workspace) -> dict[str, dict[str, Any]]:
+    """Per namespace: ledgers and bytes per tier and object-store objects (data + index per offloaded copy
+    or segment), from the topic records alone (what a run report records under ``tiers``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ws.ml.list_namespaces():
+        acc = out.setdefault(name, {**_empty_tiers(), "objects": 0})
+        for t in ws.ml.list_topics(name):
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue  # deleted since listing
+            for li in info.ledgerInfo:
+                tier = acc[tier_of(li)]
+                tier["ledgers"] += 1
+                tier["bytes"] += li.size
+            acc["objects"] += 2 * len({u for li in info.ledgerInfo for u in copy_uuids(li)})
+    return out
+
+
+# -- prices ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD: storage per GiB-month, requests per 1,000 by kind (S3 Standard's list prices by default)."""
+
+    storage_gb_month: float
+    per_1000: dict[str, float]
+
+    @classmethod
+    def of(cls, config) -> Prices:
+        return cls(config.price_storage_gb_month,
+                   {"GET": config.price_get_per_1000, "PUT": config.price_put_per_1000,
+                    "LIST": config.price_list_per_1000, "DELETE": config.price_delete_per_1000})
+
+    def requests_cost(self, requests: dict[str, float]) -> float:
+        return sum(requests.get(k, 0) * self.per_1000.get(k, 0.0) / 1000 for k in REQUEST_KINDS)
+
+    def storage_cost(self, nbytes: int) -> float:
+        return nbytes / GIB * self.storage_gb_month
+
+
+# -- reports ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunInfo:
+    """One run report (its run-level summary: the latest attempt)."""
+
+    job: str
+    run_id: str
+    attempt: int
+    as_of_ms: int
+    written_ms: int
+    failures: int
+    namespaces: list[str]
+    requests: dict[str, Any]
+    tiers: dict[str, Any]
+    orphan_bytes: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def run_infos(reports_dir: str) -> list[RunInfo]:
+    """Every run report under the reports directory (unreadable ones skipped), oldest first by logical
+    time, then by when they were written."""
+    root = Path(reports_dir) if reports_dir else None
+    out: list[RunInfo] = []
+    if root is None or not root.is_dir():
+        return out
+    for job in sorted(p for p in root.iterdir() if p.is_dir()):
+        for run in sorted(p for p in job.iterdir() if p.is_dir()):
+            doc = _load(run / SUMMARY_FILE)
+            if doc is None:
+                continue
+            totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
+            ns = sorted((totals.get("namespaces") or {}).keys())
+            orphans: dict[str, int] = {}
+            if job.name == RECONCILE_JOB:  # object-store orphans (what costs), not hot-tier ones
+                for n, kinds in (doc.get("by_namespace") or {}).items():
+                    orphans[n] = sum(int(d.get("bytes", 0)) for k, d in kinds.items() if k != HOT_ORPHAN_KIND)
+                orphans[""] = int(doc.get("orphan_bytes", 0) or 0)
+            out.append(RunInfo(
+                job=job.name, run_id=str(doc.get("run_id", run.name)), attempt=int(doc.get("attempt", 1) or 1),
+                as_of_ms=int(doc.get("as_of_ms", 0) or 0), written_ms=int(doc.get("written_ms", 0) or 0),
+                failures=int(totals.get("failures", 0) or 0), namespaces=ns,
+                requests=doc.get("requests") if isinstance(doc.get("requests"), dict) else {},
+                tiers=doc.get("tiers") if isinstance(doc.get("tiers"), dict) else {}, orphan_bytes=orphans,
+            ))
+    out.sort(key=lambda r: (r.as_of_ms, r.written_ms, r.job, r.run_id))
+    return out
+
+
+def runs_per_month(runs: list[RunInfo]) -> float:
+    """How often a job runs, from the spacing of its runs' logical times (median gap); one run a month
+    when there are fewer than two distinct times."""
+    times = sorted({r.as_of_ms for r in runs if r.as_of_ms > 0})
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    if not gaps:
+        return 1.0
+    return MONTH_MS / statistics.median(gaps)
+
+
+# -- the overview ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NamespaceOverview:
+    namespace: str
+    tiers: dict[str, dict[str, int]]
+    objects: int
+    offload_lag_ms: int | None  # None: nothing due
+    deletion_lag_ms: int | None  # None: no hot copy past its lag
+    orphan_bytes: int | None  # None: no reconciliation report names it
+    deletion_in_flight: int
+    deletion_dead_letter: int
+    requests_per_run: dict[str, float]  # mean over the runs that name the namespace, per job summed
+    requests_per_month: float
+    storage_cost_month: float
+    request_cost_month: float
+
+    @property
+    def cost_month(self) -> float:
+        return self.storage_cost_month + self.request_cost_month
+
+
+@dataclass
+class Overview:
+    now_ms: int
+    namespaces: list[NamespaceOverview]
+    totals: dict[str, Any]
+    last_runs: list[RunInfo]  # newest run of each job
+    history: list[dict[str, Any]]  # recent runs with a tier snapshot: {job, run_id, as_of_ms, hot, both, cold}
+    prices: Prices
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for n, ns in zip(d["namespaces"], self.namespaces, strict=True):
+            n["cost_month"] = ns.cost_month
+        return d
+
+
+def _ns_of_topic(topic: str) -> str:
+    parts = topic.split("/")
+    return "/".join(parts[:2]) if len(parts) >= 2 else topic
+
+
+def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices, history_runs: int = 20) -> Overview:
+    """The overview at ``now_ms`` (a clock given, so a page and a test agree)."""
+    ps = policy_store(ws)
+    rows: dict[str, dict[str, Any]] = {}
+    for name in ws.ml.list_namespaces():
+        acc = rows.setdefault(name, {"tiers": _empty_tiers(), "objects": 0, "offload": None, "deletion": None})
+        for t in ws.ml.list_topics(name):
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except NotFoundError:
+                continue
+            pol = ps.for_topic(t)
+            ledgers = list(info.ledgerInfo)
+            for li in ledgers:
+                tier = acc["tiers"][tier_of(li)]
+                tier["ledgers"] += 1
+                tier["bytes"] += li.size
+                # deletion lag: how long past its lag the oldest hot copy is
+                if deletion_lag_due(li, pol.deletion_lag, now_ms):
+                    ctx = li.offloadContext
+                    done = ctx.timestamp if ctx.complete else covering_offloaded_ms(li)
+                    over = now_ms - done - pol.deletion_lag
+                    acc["deletion"] = max(acc["deletion"] or 0, over)
+            acc["objects"] += 2 * len({u for li in ledgers for u in copy_uuids(li)})
+            # offload lag: the oldest sealed ledger the policy makes due now, not offloaded yet
+            if pol.offload_enabled and not pol.streaming:
+                view = ledgers_as_of(ledgers, now_ms)
+                due = set(select_by_threshold(view, pol.offload_threshold_bytes, pol.offload_threshold_seconds,
+                                              now_ms))
+                for li in view:
+                    if li.ledgerId in due and not is_offloaded(li):
+                        acc["offload"] = max(acc["offload"] or 0, now_ms - li.timestamp)
+            elif pol.offload_enabled:  # streaming: sealed ledgers not wholly in segments
+                for li in ledgers:
+                    if li.timestamp > 0 and not is_offloaded(li):
+                        acc["offload"] = max(acc["offload"] or 0, now_ms - li.timestamp)
+
+    in_flight: dict[str, int] = {}
+    dead: dict[str, int] = {}
+    for entries, counts in ((ws.deletion_log.pending(), in_flight), (ws.deletion_log.dead_letters(), dead)):
+        for e in entries:
+            ns = _ns_of_topic(e.record.topic) if e.record is not None else ""
+            counts[ns] = counts.get(ns, 0) + 1
+
+    runs = run_infos(reports_dir)
+    last_reconcile = next((r for r in reversed(runs) if r.job == RECONCILE_JOB), None)
+    by_job: dict[str, list[RunInfo]] = {}
+    for r in runs:
+        by_job.setdefault(r.job, []).append(r)
+
+    namespaces = []
+    for name in sorted(set(rows) | {n for n in in_flight if n} | {n for n in dead if n}):
+        acc = rows.get(name) or {"tiers": _empty_tiers(), "objects": 0, "offload": None, "deletion": None}
+        per_run: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+        per_month: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+        for job_runs in by_job.values():
+            named = [r.requests.get("namespaces", {}).get(name) for r in job_runs]
+            named = [n for n in named if isinstance(n, dict)]
+            if not named:
+                continue
+            mean = {k: sum(int(n.get(k, 0)) for n in named) / len(named) for k in REQUEST_KINDS}
+            rate = runs_per_month(job_runs)
+            for k in REQUEST_KINDS:
+                per_run[k] += mean[k]
+                per_month[k] += mean[k] * rate
+        stored = acc["tiers"]["both"]["bytes"] + acc["tiers"]["cold"]["bytes"]
+        orphan = last_reconcile.orphan_bytes.get(name) if last_reconcile is not None else None
+        if last_reconcile is not None and orphan is None:
+            orphan = 0
+        namespaces.append(NamespaceOverview(
+            namespace=name, tiers=acc["tiers"], objects=acc["objects"], offload_lag_ms=acc["offload"],
+            deletion_lag_ms=acc["deletion"], orphan_bytes=orphan,
+            deletion_in_flight=in_flight.get(name, 0), deletion_dead_letter=dead.get(name, 0),
+            requests_per_run={k: round(v, 1) for k, v in per_run.items()},
+            requests_per_month=round(sum(per_month.values()), 1),
+            storage_cost_month=prices.storage_cost(stored + (orphan or 0)),
+            request_cost_month=prices.requests_cost(per_month),
+        ))
+
+    # the whole store: every run's requests (attributed to a namespace or not) at each job's pace
+    month_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+    per_run_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+    for job_runs in by_job.values():
+        tot = [r.requests.get("total") for r in job_runs if isinstance(r.requests.get("total"), dict)]
+        if not tot:
+            continue
+        summed = sum_kinds(tot)
+        rate = runs_per_month(job_runs)
+        for k in REQUEST_KINDS:
+            per_run_all[k] += summed[k] / len(tot)
+            month_all[k] += summed[k] / len(tot) * rate
+    stored_all = sum(n.tiers["both"]["bytes"] + n.tiers["cold"]["bytes"] for n in namespaces)
+    orphan_all = last_reconcile.orphan_bytes.get("", 0) if last_reconcile is not None else None
+    totals: dict[str, Any] = {
+        "tiers": {t: {k: sum(n.tiers[t][k] for n in namespaces) for k in ("ledgers", "bytes")} for t in TIERS},
+        "objects": sum(n.objects for n in namespaces),
+        "orphan_bytes": orphan_all,
+        "deletion_in_flight": sum(in_flight.values()), "deletion_dead_letter": sum(dead.values()),
+        "requests_per_run": {k: round(v, 1) for k, v in per_run_all.items()},
+        "requests_per_month": round(sum(month_all.values()), 1),
+        "storage_cost_month": prices.storage_cost(stored_all + (orphan_all or 0)),
+        "request_cost_month": prices.requests_cost(month_all),
+    }
+    totals["cost_month"] = totals["storage_cost_month"] + totals["request_cost_month"]
+
+    last_runs = [job_runs[-1] for _, job_runs in sorted(by_job.items())]
+    history = [{"job": r.job, "run_id": r.run_id, "as_of_ms": r.as_of_ms,
+                **{t: sum(int(d.get(t, {}).get("bytes", 0)) for d in r.tiers.values() if isinstance(d, dict))
+                   for t in TIERS}}
+               for r in runs if r.tiers][-history_runs:]
+    return Overview(now_ms, namespaces, totals, last_runs, history, prices)
