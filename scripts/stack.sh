@@ -94,6 +94,8 @@ PYSPARK_PYTHON=$STACK_DIR/bin/spark-python
 SPARK_LOCAL_IP=127.0.0.1
 SPARK_CONF_DIR=$REPO/docker/spark-conf
 TIERED_PY_FILES=$STACK_DIR/tiered-pyfiles.zip
+TIERED_SPARK_POOL=$TIERED_SPARK_POOL
+TIERED_SPARK_POOL_SLOTS=$TIERED_SPARK_POOL_SLOTS
 TIERED_SPARK_JOBS_DIR=$REPO/spark_jobs
 EOF
     tiered_env
@@ -353,6 +355,10 @@ EOF
     start airflow-dag-processor "" "$STACK_DIR/airflow.env" "$VENV/bin/airflow" dag-processor
     start airflow-celery-worker "" "$STACK_DIR/airflow.env" "$VENV/bin/airflow" celery worker \
         --concurrency "$AIRFLOW__CELERY__WORKER_CONCURRENCY"
+    # the pool every spark-submit task of the DAGs runs in (as compose's airflow-init creates it)
+    (cd "$STACK_DIR" && env -i "${afenv[@]}" "$VENV/bin/airflow" pools set "$TIERED_SPARK_POOL" \
+        "${TIERED_SPARK_POOL_SLOTS}" "spark-submit tasks of the tiered-storage DAGs") >"$LOGS/airflow-pool.log" 2>&1 \
+        || { tail -n 30 "$LOGS/airflow-pool.log" >&2; die "creating the Airflow pool $TIERED_SPARK_POOL failed"; }
 
     wait_for redis 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping
     wait_for zookeeper 30 zk_ok
