@@ -322,11 +322,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{p['session_startup']:>9.2f} {p['distributed_work']:>12.2f} {p['report']:>7.2f} "
               f"{r.offload_seconds:>17.2f} {r.executors if r.executors is not None else '-':>9}")
     print(f"\nCPU seconds while each run ran (capacity = {os.cpu_count()} cores x wall):")
-    print(f"{'run':<20} " + " ".join(f"{c:>15}" for c in CPU_CLASSES) + f" {'capacity':>9} {'busy':>6}")
+    print(f"{'run':<20} " + " ".join(f"{c:>15}" for c in CPU_CLASSES) + f" {'the run':>8} {'capacity':>9} {'busy':>6}")
     for r in results.values():
         used = sum(r.cpu.values())
+        own = used - r.cpu["other processes"]  # the run's own CPU: robust against the machine's other load
         print(f"{r.name:<20} " + " ".join(f"{r.cpu[c]:>15.1f}" for c in CPU_CLASSES)
-              + f" {r.capacity:>9.1f} {used / r.capacity:>5.0%}")
+              + f" {own:>8.1f} {r.capacity:>9.1f} {used / r.capacity:>5.0%}")
     print("\nwhere the time goes (share of wall: outside the job's phases = JVM launch and shutdown; "
           "CPU share of the JVMs vs the Python workers doing the offload):")
     for r in results.values():

@@ -94,6 +94,8 @@ PYSPARK_PYTHON=$STACK_DIR/bin/spark-python
 SPARK_LOCAL_IP=127.0.0.1
 SPARK_CONF_DIR=$REPO/docker/spark-conf
 TIERED_PY_FILES=$STACK_DIR/tiered-pyfiles.zip
+TIERED_SPARK_POOL=$TIERED_SPARK_POOL
+TIERED_SPARK_POOL_SLOTS=$TIERED_SPARK_POOL_SLOTS
 TIERED_SPARK_JOBS_DIR=$REPO/spark_jobs
 EOF
     tiered_env
@@ -227,7 +229,10 @@ choose_ports() {
         if [ "${STACK_PORTS:-}" = auto ]; then
             echo "${name}_PORT=$(free_port)"
         else
-            port_free "${!var}" || die "port ${!var} ($name, docker/topology.env) is in use; STACK_PORTS=auto picks free ones"
+            if ! port_free "${!var}"; then
+                echo "stack: port ${!var} ($name, docker/topology.env) is in use; STACK_PORTS=auto picks free ones" >&2
+                return 1
+            fi
             echo "${name}_PORT=${!var}"
         fi
     done
@@ -264,12 +269,12 @@ cmd_up() {
     fi
     check_installed
     mkdir -p "$PIDS" "$LOGS" "$STACK_DIR/bin" "$STACK_DIR/data/hot" "$STACK_DIR/data/reports" "$STACK_DIR/airflow"
-    choose_ports >"$STATE"
+    choose_ports >"$STATE" || { rm -f "$STATE"; exit 1; }
     printf 'SITE=%s\nVENV=%s\n' "$SITE" "$VENV" >>"$STATE"
     # shellcheck disable=SC1090
     . "$STATE"
     UP_DONE=0
-    trap 'if [ "$UP_DONE" = 0 ]; then echo "stack: up failed; stopping what was started" >&2; stop_all >&2; fi' EXIT
+    trap 'if [ "$UP_DONE" = 0 ]; then echo "stack: up failed; stopping what was started" >&2; cmd_down >&2; fi' EXIT
 
     # executors' python: the venv's interpreter without site hooks (no editable install, no checkout)
     cat >"$STACK_DIR/bin/spark-python" <<EOF
@@ -350,6 +355,10 @@ EOF
     start airflow-dag-processor "" "$STACK_DIR/airflow.env" "$VENV/bin/airflow" dag-processor
     start airflow-celery-worker "" "$STACK_DIR/airflow.env" "$VENV/bin/airflow" celery worker \
         --concurrency "$AIRFLOW__CELERY__WORKER_CONCURRENCY"
+    # the pool every spark-submit task of the DAGs runs in (as compose's airflow-init creates it)
+    (cd "$STACK_DIR" && env -i "${afenv[@]}" "$VENV/bin/airflow" pools set "$TIERED_SPARK_POOL" \
+        "${TIERED_SPARK_POOL_SLOTS}" "spark-submit tasks of the tiered-storage DAGs") >"$LOGS/airflow-pool.log" 2>&1 \
+        || { tail -n 30 "$LOGS/airflow-pool.log" >&2; die "creating the Airflow pool $TIERED_SPARK_POOL failed"; }
 
     wait_for redis 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping
     wait_for zookeeper 30 zk_ok
@@ -373,7 +382,7 @@ boto3.client("s3", endpoint_url=sys.argv[1], region_name=sys.argv[2]).create_buc
 cmd_down() {
     stop_all
     local pg
-    if [ -L "$STACK_DIR/postgres" ]; then
+    if [ -L "$STACK_DIR/postgres" ]; then  # the data directory up made for the postgres user (root)
         pg=$(readlink "$STACK_DIR/postgres")
         case "$pg" in /tmp/tiered-stack-pg.*) rm -rf "$pg" ;; esac
         rm -f "$STACK_DIR/postgres"

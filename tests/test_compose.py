@@ -219,7 +219,9 @@ def test_airflow_services_follow_the_official_layout(services):
     script = "\n".join(init["command"])
     assert "/data/tiered" in script and "chown" in script  # the shared volume gets the Airflow uid
     # the pool every spark-submit task of the DAGs runs in (dags/tiered_common.py SPARK_POOL)
-    assert '/entrypoint airflow pools set spark "2" ' in script
+    # (name and slots: the container's TIERED_SPARK_POOL / _SLOTS, from docker/topology.env)
+    assert '/entrypoint airflow pools set "${TIERED_SPARK_POOL:-spark}" "${TIERED_SPARK_POOL_SLOTS:-2}" ' in script
+    assert (env_of(init)["TIERED_SPARK_POOL"], env_of(init)["TIERED_SPARK_POOL_SLOTS"]) == ("spark", "2")
     # the apiserver, scheduler, dag-processor, triggerer and worker wait for the init
     for name in AIRFLOW_SERVICES:
         deps = services[name]["depends_on"]
@@ -633,6 +635,10 @@ def test_stack_sh_and_compose_describe_one_topology(services, tmp_path):
     assert urlparse(stack["TIERED_SPARK_MASTER"]).port == urlparse(comp["TIERED_SPARK_MASTER"]).port \
         == int(topo["TOPOLOGY_SPARK_MASTER_PORT"])
     assert stack["TIERED_PY_FILES"].endswith(".zip") and comp["TIERED_PY_FILES"].endswith(".zip")
+    # the Airflow pool of the Spark tasks: the DAGs' default, created by compose's airflow-init and by `up`
+    assert stack["TIERED_SPARK_POOL"] == comp["TIERED_SPARK_POOL"] == topo["TIERED_SPARK_POOL"]
+    assert f'os.environ.get("TIERED_SPARK_POOL") or "{topo["TIERED_SPARK_POOL"]}"' in common
+    assert "$${TIERED_SPARK_POOL" in COMPOSE.read_text() and 'pools set "$TIERED_SPARK_POOL"' in STACK.read_text()
     # one spark-defaults.conf for the jobs' JVMs: the stack's checkout copy, mounted into compose
     assert Path(stack["SPARK_CONF_DIR"]) == ROOT / "docker" / "spark-conf"
     assert mounts(services["airflow-worker"])[comp["SPARK_CONF_DIR"]] == "./docker/spark-conf"

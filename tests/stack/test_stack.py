@@ -234,6 +234,8 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
         executor_logs = list(stack_dir.glob(f"spark/worker-*/{app}/*/stderr"))
         assert executor_logs, f"{job}: no executor of {app} on the workers"
         assert any("Running task" in f.read_text(errors="replace") for f in executor_logs), job
+        # the stack's spark-defaults.conf (docker/spark-conf) reached the executors' JVMs
+        assert all("-XX:TieredStopAtLevel=1" in f.read_text(errors="replace") for f in executor_logs), job
         assert s["totals"]["failures"] == 0, s
     assert summaries["offload_sweep"]["outcomes"] == {"offloaded": TOPICS * LEDGERS}
     assert summaries["deletion_lag_cleanup"]["outcomes"] == {"marked": TOPICS * LEDGERS}
