@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -166,7 +166,7 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
     out = run_dir / attempt_dir_name(attempt)
     out.mkdir(parents=True, exist_ok=True)
     rows, schema = report.detail()
-    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(str(out / DETAIL_DIR))
+    write_detail(out / DETAIL_DIR, rows, schema)
     report_seconds = round(time.monotonic() - started, 3)
     summary = summary_document(report, run.job, run.run_id, run.seconds())
     summary.update(extra or {})
@@ -185,6 +185,43 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
     tmp_detail.rename(run_dir / DETAIL_DIR)
     _replace_file(run_dir / SUMMARY_FILE, text)
     return out, summary
+
+
+_ARROW_TYPES = {"string": "string", "long": "int64", "bigint": "int64", "int": "int32", "integer": "int32",
+                "double": "float64", "boolean": "bool_"}
+
+
+def arrow_schema(ddl: str):
+    """The pyarrow schema of a report's detail rows from their Spark DDL ("name type, ..."; the types the
+    reports use)."""
+    import pyarrow as pa
+
+    fields = []
+    for col in ddl.split(","):
+        name, _, typ = col.strip().partition(" ")
+        t = _ARROW_TYPES.get(typ.strip().lower())
+        if not name or t is None:
+            raise ValueError(f"detail schema: unsupported column {col.strip()!r} in {ddl!r}")
+        fields.append(pa.field(name, getattr(pa, t)()))
+    return pa.schema(fields)
+
+
+def write_detail(path: Path, rows: Iterable[tuple], ddl: str) -> None:
+    """``detail.parquet`` as Spark lays it out (a directory: one part file and ``_SUCCESS``), written on
+    the driver with pyarrow: the rows are already here, and a Spark job to write them cost 4-11 s per
+    run on a 2-core machine. Readers (spark.read.parquet, pyarrow) see the same table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(ddl)
+    table = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    pq.write_table(table, tmp / "part-00000.snappy.parquet", compression="snappy")
+    (tmp / "_SUCCESS").touch()
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
 
 
 def _replace_file(path: Path, text: str) -> None:
