@@ -455,3 +455,24 @@ def test_uuid_from_halves_matches_the_formats_module():
                                                                         for _ in range(200)]:
         msb, lsb = uuid_to_msb_lsb(u)  # signed halves, as in the protobuf
         assert uuid_from_halves(msb, lsb) == str(msb_lsb_to_uuid(msb, lsb)) == str(u)
+
+
+def test_gc_paused_restores_the_collectors_state() -> None:
+    import gc
+
+    from tieredcore.lifecycle.reconcile.listing import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("a listing failed")
+    assert gc.isenabled()  # back on after an error too
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()

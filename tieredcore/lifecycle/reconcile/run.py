@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.errors import StoreOwnershipError, TieredError
-from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects
+from tieredcore.lifecycle.reconcile.listing import ObjectRow, gc_paused, list_objects
 from tieredcore.lifecycle.reconcile.orphans import (
     DEFAULT_GRACE_MS,
     HotOrphans,
@@ -306,32 +306,37 @@ def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dr
     rep, locs = start(ws, as_of_ms, grace_ms, dry_run)
     clock = time.perf_counter
 
-    # 1. list every location first (before any reference is read: see the package docstring)
-    t0 = clock()
-    listings: list[tuple[Location, list[ObjectRow]]] = []
-    for loc in locs:
-        try:
-            rows = list(list_objects(loc.store, loc.prefix, exclude_prefixes=loc.exclude_prefixes,
-                                     page_size=page_size))
-        except TieredError as e:
-            rep.errors.append(f"{loc.label}: listing failed, location skipped: {e}")
-            continue
-        listings.append((loc, rows))
-    rep.timings["listing"] = round(clock() - t0, 6)
+    # (the cyclic garbage collector paused while the listing is built and joined: gc_paused)
+    with gc_paused():
+        # 1. list every location first (before any reference is read: see the package docstring)
+        t0 = clock()
+        listings: list[tuple[Location, list[ObjectRow]]] = []
+        for loc in locs:
+            try:
+                rows = list(list_objects(loc.store, loc.prefix, exclude_prefixes=loc.exclude_prefixes,
+                                         page_size=page_size))
+            except TieredError as e:
+                rep.errors.append(f"{loc.label}: listing failed, location skipped: {e}")
+                continue
+            listings.append((loc, rows))
+        rep.timings["listing"] = round(clock() - t0, 6)
 
-    # 2. hot tier, topic records and the deletion log, in that order
-    t0 = clock()
-    hot = find_hot_orphans(ws, as_of_ms, grace_ms)
-    rep.timings["hot"] = round(clock() - t0, 6)
-    t0 = clock()
-    referenced = referenced_uuids(ws)
-    rep.referenced_uuids = len(referenced)
-    rep.timings["references"] = round(clock() - t0, 6)
+        # 2. hot tier, topic records and the deletion log, in that order
+        t0 = clock()
+        hot = find_hot_orphans(ws, as_of_ms, grace_ms)
+        rep.timings["hot"] = round(clock() - t0, 6)
+        t0 = clock()
+        referenced = referenced_uuids(ws)
+        rep.referenced_uuids = len(referenced)
+        rep.timings["references"] = round(clock() - t0, 6)
 
-    # 3. anti-join per location
-    t0 = clock()
-    found = [(loc, find_object_orphans(rows, referenced, as_of_ms, grace_ms)) for loc, rows in listings]
-    rep.timings["anti_join"] = round(clock() - t0, 6)
+        # 3. anti-join per location
+        t0 = clock()
+        found = [(loc, find_object_orphans(listed, referenced, as_of_ms, grace_ms)) for loc, listed in listings]
+        rep.timings["anti_join"] = round(clock() - t0, 6)
+        # the rows go by reference counting before the collector is back (else its first run walks them)
+        rows = None
+        del listings, referenced
 
     plan_and_apply(ws, rep, locs, found, hot, as_of_ms, grace_ms, dry_run)
     log.info("reconcile as of %s (grace %s ms, dry run %s): %s offloaded orphan groups (%s objects, %s bytes), "
