@@ -476,3 +476,21 @@ def test_round_trip_random_ledgers(ledger):
             assert payload == entries[eid]
         seen += [eid for eid, _ in block_entries]
     assert seen == list(range(n))
+
+
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=300), st.integers(3200, 20000), st.integers(1, 5000))
+def test_shared_frame_ends_give_the_same_plan_and_checkpoints(sizes: list[int], block: int, interval: int) -> None:
+    from tieredcore.formats.block import checkpoints_for, frame_ends
+
+    ends = frame_ends(sizes)
+    assert ends[0] == 0 and ends[-1] == sum(sizes) + 12 * len(sizes) and len(ends) == len(sizes) + 1
+    plans = plan_blocks(sizes, block)
+    assert plan_blocks(sizes, block, ends) == plans
+    assert checkpoints_for(plans, sizes, interval, ends) == checkpoints_for(plans, sizes, interval)
+
+
+def test_plan_blocks_refuses_frame_ends_of_another_ledger() -> None:
+    from tieredcore.formats.block import frame_ends
+
+    with pytest.raises(ValidationError, match="3 cumulative frame ends for 3 entries"):
+        plan_blocks([1, 2, 3], 4096, frame_ends([1, 2]))

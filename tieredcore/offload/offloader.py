@@ -39,6 +39,7 @@ from tieredcore.formats.block import (
     build_block,
     checkpoints_for,
     encode_frames,
+    frame_ends,
     index_entries_for,
     padding,
     plan_blocks,
@@ -162,7 +163,8 @@ class LedgerOffloader:
             raise LedgerStateError(f"ledger {lid} has no entries: nothing to offload")
         frames = ledger if isinstance(ledger, FrameSource) else None
         sizes = frames.entry_sizes() if frames is not None else _entry_sizes(ledger)
-        plans = plan_blocks(sizes, self.max_block_size)  # validates that every entry fits a block
+        ends = frame_ends(sizes)  # once for the blocks and the checkpoints
+        plans = plan_blocks(sizes, self.max_block_size, ends)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
         dkey, ikey = data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid)
         if self.before_write is not None:
@@ -226,7 +228,7 @@ class LedgerOffloader:
         entries = index_entries_for(plans)
         md = _ledger_metadata(ledger)
         index = encode_index_v1(encode_ledger_metadata(md), total, entries)
-        index += encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval))
+        index += encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval, ends))
         index_md = self.user_metadata("index", extra_metadata)
         if crcs is not None:
             chunk_crcs = crcs.finish()
