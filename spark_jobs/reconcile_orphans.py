@@ -37,12 +37,10 @@ from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects, list
 from tieredcore.lifecycle.reconcile.orphans import (
     DEFAULT_GRACE_MS,
     ObjectOrphans,
-    find_hot_orphans,
     find_object_orphans,
 )
-from tieredcore.lifecycle.reconcile.references import referenced_uuids
 from tieredcore.lifecycle.reconcile.report import ReconcileReport
-from tieredcore.lifecycle.reconcile.run import plan_and_apply, start
+from tieredcore.lifecycle.reconcile.run import plan_and_apply, read_references, start
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
@@ -106,14 +104,8 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
     rep.timings["listing"] = round(clock() - t0, 6)
 
     # 2. hot tier, topic records and the deletion log, in that order
-    t0 = clock()
-    hot = find_hot_orphans(ws, as_of_ms, grace_ms)
-    rep.timings["hot"] = round(clock() - t0, 6)
-    t0 = clock()
-    referenced = referenced_uuids(ws)
-    rep.referenced_uuids = len(referenced)
+    hot, referenced = read_references(ws, rep, as_of_ms, grace_ms)
     ref_df = spark.createDataFrame([(u,) for u in sorted(referenced)], "uuid string")
-    rep.timings["references"] = round(clock() - t0, 6)
 
     # 3. anti-join and grace filter in Spark
     t0 = clock()

@@ -70,15 +70,18 @@ _INTEGER = re.compile(r"^[0-9]+$")
 _USERINFO = re.compile(r"//[^/@?#&]*@")
 
 
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
 def check_bucket_name(name: str, where: str = "policy") -> None:
     """S3 bucket naming rules: 3-63 chars of a-z 0-9 . -, alphanumeric ends, no '..', not an IP."""
     ok = bool(_BUCKET.match(name or "")) and ".." not in name and ".-" not in name and "-." not in name
-    if ok:
-        try:
-            ipaddress.ip_address(name)
-            ok = False
-        except ValueError:
-            pass
+    ok = ok and not _is_ip_address(name)
     if not ok:
         raise ValidationError(
             f"{where}: bad bucket name {name!r} (3-63 characters: lowercase letters, digits, '.', '-'; "
@@ -100,13 +103,7 @@ def check_gcs_bucket_name(name: str, where: str) -> None:
     alphanumeric ends, not an IP address, not starting with 'goog' or containing 'google'."""
     ok = bool(_GCS_BUCKET.match(name or "")) and ".." not in name and all(
         0 < len(part) <= 63 for part in name.split(".")) and (len(name) <= 63 or "." in name)
-    ok = ok and not name.startswith("goog") and "google" not in name
-    if ok:
-        try:
-            ipaddress.ip_address(name)
-            ok = False
-        except ValueError:
-            pass
+    ok = ok and not name.startswith("goog") and "google" not in name and not _is_ip_address(name)
     if not ok:
         raise ValidationError(
             f"{where}: bad GCS bucket name {name!r} (3-63 characters, or up to 222 in dot-separated parts of at "

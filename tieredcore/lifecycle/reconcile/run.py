@@ -297,6 +297,20 @@ def start(ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tuple[R
     return rep, locs
 
 
+def read_references(ws: Workspace, rep: ReconcileReport, as_of_ms: int, grace_ms: int):
+    """Step 2 of a reconciliation, after every listing: the hot tier's orphans, then every uuid the topic
+    records and the deletion log reference (in that order: see the package docstring); timed in ``rep``."""
+    clock = time.perf_counter
+    t0 = clock()
+    hot = find_hot_orphans(ws, as_of_ms, grace_ms)
+    rep.timings["hot"] = round(clock() - t0, 6)
+    t0 = clock()
+    referenced = referenced_uuids(ws)
+    rep.referenced_uuids = len(referenced)
+    rep.timings["references"] = round(clock() - t0, 6)
+    return hot, referenced
+
+
 def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
               *, page_size: int = 1000) -> ReconcileReport:
     """The whole reconciliation in one process (the Spark job distributes the listing and anti-join).
@@ -322,13 +336,7 @@ def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dr
         rep.timings["listing"] = round(clock() - t0, 6)
 
         # 2. hot tier, topic records and the deletion log, in that order
-        t0 = clock()
-        hot = find_hot_orphans(ws, as_of_ms, grace_ms)
-        rep.timings["hot"] = round(clock() - t0, 6)
-        t0 = clock()
-        referenced = referenced_uuids(ws)
-        rep.referenced_uuids = len(referenced)
-        rep.timings["references"] = round(clock() - t0, 6)
+        hot, referenced = read_references(ws, rep, as_of_ms, grace_ms)
 
         # 3. anti-join per location
         t0 = clock()
