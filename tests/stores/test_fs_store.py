@@ -418,3 +418,72 @@ def test_concurrent_processes(tmp_path):
     keys = [o.key for o in iter_objects(store)]
     assert len(keys) == 3 * 54 + 1
     assert _internal_leftovers(store) == {"tmp": [], "uploads": [], "trash": []}
+
+
+# --- copying file ranges into parts (fs_multipart.copy_range) ------------------------------------
+
+
+def _copy_with(tmp_path: Path, src_bytes: bytes, src_off: int, dst_off: int, n: int) -> bytes:
+    from tieredcore.stores.fs_multipart import copy_range
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(src_bytes)
+    sfd = os.open(src, os.O_RDONLY)
+    dfd = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.pwrite(dfd, b"\xaa" * dst_off, 0)
+        copy_range(sfd, src_off, dfd, dst_off, n)
+        return os.pread(dfd, dst_off + n + 1, 0)
+    finally:
+        os.close(sfd)
+        os.close(dfd)
+
+
+@pytest.mark.parametrize(
+    ("src_off", "dst_off", "n"),
+    [
+        (0, 128, (1 << 20) + 7),  # a block's frames: 128 bytes into the object, page-misaligned
+        (17, 0, 300_000),
+        (4096 * 5 + 3, 128, (17 << 20) + 11),  # more than one mapping window, an unaligned mapping start
+        (65536 + 1, 65536 * 3 + 1, 1 << 20),  # congruent modulo the page: copy_file_range
+        (5, 9, 1000),  # small: copy_file_range
+    ],
+)
+def test_copy_range_copies_exact_bytes_at_any_alignment(tmp_path, src_off, dst_off, n):
+    data = os.urandom(src_off + n + 4096)
+    got = _copy_with(tmp_path, data, src_off, dst_off, n)
+    assert got == b"\xaa" * dst_off + data[src_off : src_off + n]
+
+
+def test_copy_range_refuses_a_source_shorter_than_the_range(tmp_path):
+    # a hot-tier file cut short under a recorded slice: a clear error, not a short object or a SIGBUS
+    with pytest.raises(BlobStoreError, match="shorter than recorded"):
+        _copy_with(tmp_path, os.urandom(1 << 20), 100, 128, 1 << 20)
+
+
+def test_copy_range_reports_a_source_truncated_while_copying(tmp_path, monkeypatch):
+    """The mapped copy's pwrite from a page the source no longer has fails with EFAULT in the kernel:
+    an OSError for the store to report, never a SIGBUS that kills the offloading process."""
+    from tieredcore.stores import fs_multipart
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(os.urandom(8 << 20))
+    real_pwrite = os.pwrite
+    calls = []
+
+    def truncating_pwrite(fd, data, offset):
+        if not calls:
+            os.truncate(src, 4096)  # another process cuts the file between mapping and copying
+        calls.append(offset)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(fs_multipart.os, "pwrite", truncating_pwrite)
+    sfd = os.open(src, os.O_RDONLY)
+    dfd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(OSError):
+            fs_multipart.copy_range(sfd, 3, dfd, 128, (8 << 20) - 3)
+        assert calls, "a misaligned range is copied by pwrite from a mapping"
+    finally:
+        os.close(sfd)
+        os.close(dfd)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import mmap
 import os
 import re
 import secrets
@@ -52,11 +53,26 @@ _MANIFEST = "manifest.json"
 _JOURNAL = "parts.log"
 _DATA = "data"
 _COPY_CHUNK = 1 << 20
+_MAPPED_COPY_WINDOW = 16 << 20  # bytes mapped at a time by _mapped_copy
+_MAPPED_COPY_MIN = 256 << 10  # below this, setting up a mapping costs more than it saves
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault the window in with one call
 _UPLOAD_CACHE_MAX = 64
 
 
 def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
-    """Kernel-side copy (copy_file_range: reflink or in-kernel) with a pread/pwrite fallback."""
+    """Kernel-side copy (copy_file_range: reflink or in-kernel) with a pread/pwrite fallback.
+
+    copy_file_range splices whole source pages: when source and destination offsets differ modulo the
+    page size (a block's frames start 128 bytes into the object, anywhere in the hot-tier file), every
+    page is written as two partial ones, and the copy and the fsync that follows it measured ~1.5x
+    slower than an aligned copy. Such ranges are written with pwrite from a read-only mapping of the
+    source instead: one copy, as fast as an aligned copy_file_range."""
+    if n > 0 and (src_off - dst_off) % mmap.PAGESIZE and n >= _MAPPED_COPY_MIN:
+        try:
+            _mapped_copy(src_fd, src_off, dst_fd, dst_off, n)
+            return
+        except _NotMappable:
+            pass
     use_cfr = hasattr(os, "copy_file_range")
     while n > 0:
         if use_cfr:
@@ -75,6 +91,47 @@ def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> 
         src_off += c
         dst_off += c
         n -= c
+
+
+class _NotMappable(Exception):
+    """The source cannot be mapped (a special file, a filesystem without mmap): copy another way."""
+
+
+def _mapped_copy(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
+    """pwrite from read-only mappings of the source, a window at a time (mapped pages count towards
+    RSS while mapped). A source shorter than the range is an error before anything is mapped; one
+    truncated during the copy makes pwrite fail with EFAULT (the kernel's copy from a vanished page),
+    never a SIGBUS in this process, because only the kernel touches the mapping."""
+    try:
+        size = os.fstat(src_fd).st_size
+    except OSError as e:
+        raise _NotMappable from e
+    if src_off + n > size:
+        raise BlobStoreError("filesystem store: multipart part file is shorter than recorded")
+    gran = mmap.ALLOCATIONGRANULARITY
+    while n > 0:
+        base = src_off - src_off % gran
+        skew = src_off - base
+        take = min(n, _MAPPED_COPY_WINDOW - skew)
+        try:
+            m = mmap.mmap(src_fd, skew + take, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ,
+                          offset=base)
+        except (OSError, ValueError) as e:
+            raise _NotMappable from e
+        try:
+            with memoryview(m) as mv:
+                done = 0
+                while done < take:
+                    with mv[skew + done : skew + take] as piece:  # released even if pwrite raises
+                        c = os.pwrite(dst_fd, piece, dst_off + done)
+                    if c == 0:
+                        raise BlobStoreError("filesystem store: short write copying a part")
+                    done += c
+        finally:
+            m.close()
+        src_off += take
+        dst_off += take
+        n -= take
 
 
 def write_pieces(fd: int, pieces: Sequence[Buffer | FileSlice], offset: int) -> None:
