@@ -459,6 +459,44 @@ def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_stor
     assert_nothing_written(blob_store)
 
 
+@pytest.mark.parametrize("bad_entry", [0, 13, 38, 39])
+def test_frames_are_checked_in_windows_smaller_than_a_block(fs_store, tmp_path: Path, monkeypatch,
+                                                           bad_entry: int) -> None:
+    """The filesystem store copies the frames itself; the offloader checks them a window of whole entries
+    at a time (windows much smaller than a block here, entries larger than a window too): a bad frame in
+    any window fails the offload with nothing written, and good ledgers read back exactly."""
+    import tieredcore.offload.offloader as offloader_mod
+
+    monkeypatch.setattr(offloader_mod, "CHECK_WINDOW", 4096)
+    hot = LocalLedgerStore(tmp_path / "hot")
+    sizes = [900, 3000, 5000, 12_000, 0, 1] * 6 + [20_000, 7, 4083, 4084]  # some larger than the window
+    payloads = [payload(i, n) for i, n in enumerate(sizes)]
+    good = sealed_ledger(hot, payloads)
+    off = LedgerOffloader(fs_store, max_block_size=64 * 1024, offset_cache=OffsetCache())
+    obj = off.offload(good, UUID)
+    assert obj.blocks > 1
+    h = off.read_offloaded(good.ledger_id, UUID)
+    assert read_all(h, 7) == payloads
+    h.close()
+    good.close()
+    off.delete_offloaded(obj.ledger_id, UUID)
+    assert_nothing_written(fs_store)
+
+    bad = sealed_ledger(hot, payloads)
+    at = bad.frame_offset(bad_entry) + 12 + max(0, sizes[bad_entry] - 1)  # the last payload byte (or a header byte)
+    bad.close()
+    with open(tmp_path / "hot" / f"{bad.ledger_id}.log", "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+    bad = hot.open_ledger(bad.ledger_id)
+    with pytest.raises(Exception, match=rf"(?i)entry {bad_entry}\b"):
+        off.offload(bad, uuidlib.uuid4())
+    bad.close()
+    assert_nothing_written(fs_store)
+
+
 class _PartSpy:
     """The S3 store as is, recording the parts it is sent (and failing one, when asked)."""
 

@@ -456,34 +456,35 @@ def test_copy_range_copies_exact_bytes_at_any_alignment(tmp_path, src_off, dst_o
 
 
 def test_copy_range_refuses_a_source_shorter_than_the_range(tmp_path):
-    # a hot-tier file cut short under a recorded slice: a clear error, not a short object or a SIGBUS
+    # a hot-tier file cut short under a recorded slice: a clear error, not a short object
     with pytest.raises(BlobStoreError, match="shorter than recorded"):
         _copy_with(tmp_path, os.urandom(1 << 20), 100, 128, 1 << 20)
+    with pytest.raises(BlobStoreError, match="shorter than recorded"):  # the copy_file_range path
+        _copy_with(tmp_path, os.urandom(1 << 20), 128, 128, 1 << 20)
 
 
 def test_copy_range_reports_a_source_truncated_while_copying(tmp_path, monkeypatch):
-    """The mapped copy's pwrite from a page the source no longer has fails with EFAULT in the kernel:
-    an OSError for the store to report, never a SIGBUS that kills the offloading process."""
+    """A source cut short between two windows of a misaligned copy: the same error."""
     from tieredcore.stores import fs_multipart
 
     src, dst = tmp_path / "src", tmp_path / "dst"
-    src.write_bytes(os.urandom(8 << 20))
-    real_pwrite = os.pwrite
-    calls = []
+    src.write_bytes(os.urandom(12 << 20))
+    real = fs_multipart.preadv_exact
+    reads = []
 
-    def truncating_pwrite(fd, data, offset):
-        if not calls:
-            os.truncate(src, 4096)  # another process cuts the file between mapping and copying
-        calls.append(offset)
-        return real_pwrite(fd, data, offset)
+    def truncating_read(fd, out, offset):
+        if reads:
+            os.truncate(src, 4096)  # another process cuts the file after the first window
+        reads.append(offset)
+        return real(fd, out, offset)
 
-    monkeypatch.setattr(fs_multipart.os, "pwrite", truncating_pwrite)
+    monkeypatch.setattr(fs_multipart, "preadv_exact", truncating_read)
     sfd = os.open(src, os.O_RDONLY)
     dfd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        with pytest.raises(OSError):
-            fs_multipart.copy_range(sfd, 3, dfd, 128, (8 << 20) - 3)
-        assert calls, "a misaligned range is copied by pwrite from a mapping"
+        with pytest.raises(BlobStoreError, match="shorter than recorded"):
+            fs_multipart.copy_range(sfd, 3, dfd, 128, (12 << 20) - 3)
+        assert len(reads) >= 2, "a misaligned range is copied through the buffer, a window at a time"
     finally:
         os.close(sfd)
         os.close(dfd)

@@ -98,14 +98,22 @@ class ChunkCrcWriter:
         cs = self.chunk_size
         pos, n = 0, len(mv)
         self.length += n
-        while pos < n:
-            take = min(cs - self._fill, n - pos)
-            self._crc = _crc(mv[pos : pos + take], self._crc)
+        if self._fill:  # complete the chunk a previous update started
+            take = min(cs - self._fill, n)
+            self._crc = _crc(mv[:take], self._crc)
             self._fill += take
-            pos += take
+            pos = take
             if self._fill == cs:
                 self.crcs.append(self._crc)
                 self._crc = self._fill = 0
+        whole = (n - pos) // cs * cs
+        if whole:  # whole chunks in one C-level loop (no bytecode per chunk)
+            starts = range(pos, pos + whole, cs)
+            self.crcs += map(_crc, map(mv.__getitem__, map(slice, starts, range(pos + cs, pos + whole + 1, cs))))
+            pos += whole
+        if pos < n:  # the start of the next chunk
+            self._crc = _crc(mv[pos:], 0)
+            self._fill = n - pos
 
     def finish(self) -> list[int]:
         if self._fill:

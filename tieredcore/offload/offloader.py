@@ -17,6 +17,7 @@ import logging
 import mmap
 import threading
 import uuid as uuidlib
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
@@ -58,6 +59,11 @@ from tieredcore.stores.location import StoreLocation
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]  # (bytes uploaded so far, total bytes)
+
+# frames CRC-checked per read when the store copies them from the hot tier itself: the window stays in
+# the CPU's cache from the read to the CRCs (offloading 256 MiB of 64 KiB entries with a fresh
+# offloader measured 0.14 s with 1-16 MiB windows, 0.20 s with whole 64 MiB blocks)
+CHECK_WINDOW = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -180,16 +186,23 @@ class LedgerOffloader:
             # block: memory stays at about two blocks whatever the ledger size, and no block pays for
             # freshly faulted-in memory.
             zero_copy = frames is not None and self.store.copies_file_slices
-            nbufs = 1 if zero_copy else min(2, len(plans))
-            bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(nbufs)]
-            try:
-                with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
+            if zero_copy:
+                # the check reads a block's frames a window at a time into one small buffer: it stays in
+                # the CPU's cache between the read and the CRCs, and a process's first block does not
+                # fault in a whole block buffer (measured: 74 ms for a fresh 64 MiB buffer, 17 ms after)
+                window = max(CHECK_WINDOW, max(sizes) + C.ENTRY_HEADER_SIZE)
+                bufs = [self._pool.take(min(window, total))]
+            else:
+                window = 0
+                bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(min(2, len(plans)))]
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
+                try:
                     if zero_copy:
                         # the kernel copies a block's frames from the hot-tier file while the worker reads
                         # and CRC-checks the same frames: a block costs max(copy, check), not their sum.
                         # Every check passes before the upload completes, so a bad frame never commits.
                         for i, plan in enumerate(plans):
-                            check = pool.submit(_block_bytes, ledger, frames, plan, bufs[0], True, crcs)
+                            check = pool.submit(_check_block, frames, plan, ends, bufs[0], window, crcs)
                             try:
                                 parts.append(self.store.upload_part(dkey, upload_id, i + 1,
                                                                     _block_pieces(frames, plan)))
@@ -200,13 +213,13 @@ class LedgerOffloader:
                                 progress(done, total)
                     else:
                         # block bytes are fed to the chunk checksums inside the (single) worker, in block order
-                        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], False, crcs)
+                        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], crcs)
                         part_size = self._part_size_for(total)
                         for i, plan in enumerate(plans):
                             block = pending.result()
                             if i + 1 < len(plans):
                                 pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1],
-                                                      bufs[(i + 1) % 2], False, crcs)
+                                                      bufs[(i + 1) % 2], crcs)
                             if part_size:
                                 parts += self._upload_block_parts(dkey, upload_id, len(parts) + 1, block, part_size)
                             else:
@@ -216,32 +229,38 @@ class LedgerOffloader:
                                 block.release()
                             if progress is not None:
                                 progress(done, total)
-            finally:
-                for b in bufs:
-                    self._pool.give(b)
-            self.store.complete_multipart(dkey, upload_id, parts)
+                finally:
+                    for b in bufs:
+                        self._pool.give(b)
+                # the worker builds the index while the store completes the upload (e.g. its fsync)
+                index_job = pool.submit(self._index_prefix, ledger, plans, sizes, ends, total)
+                self.store.complete_multipart(dkey, upload_id, parts)
         except BaseException:
             # any failure, KeyboardInterrupt included: abort so no part is billed or left behind
             _quietly(f"abort upload {upload_id} of {dkey}", self.store.abort_multipart, dkey, upload_id)
             raise
 
-        entries = index_entries_for(plans)
-        md = _ledger_metadata(ledger)
-        index = encode_index_v1(encode_ledger_metadata(md), total, entries)
-        index += encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval, ends))
-        index_md = self.user_metadata("index", extra_metadata)
-        if crcs is not None:
-            chunk_crcs = crcs.finish()
-            if crcs.length != total:  # the bytes hashed are the bytes uploaded, or nothing is committed
-                raise FormatError(f"ledger {lid}: checksummed {crcs.length} bytes, uploaded {total}")
-            index += encode_checksums(index, self.checksum_chunk, chunk_crcs)
-            index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{self.checksum_chunk}"
         try:
+            index = index_job.result()
+            index_md = self.user_metadata("index", extra_metadata)
+            if crcs is not None:
+                chunk_crcs = crcs.finish()
+                if crcs.length != total:  # the bytes hashed are the bytes uploaded, or nothing is committed
+                    raise FormatError(f"ledger {lid}: checksummed {crcs.length} bytes, uploaded {total}")
+                index += encode_checksums(index, self.checksum_chunk, chunk_crcs)
+                index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{self.checksum_chunk}"
             self.store.put(ikey, index, index_md)
         except BaseException:
             _quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
             raise
+        md = ledger.metadata
         return OffloadedObject(lid, uuid, dkey, ikey, total, len(plans), md.entries, md.length)
+
+    def _index_prefix(self, ledger: ReadHandle, plans: Sequence[BlockPlan], sizes: Sequence[int], ends: list[int],
+                      total: int) -> bytes:
+        """The V1 index and its checkpoint section (the checksums follow once every byte is hashed)."""
+        index = encode_index_v1(encode_ledger_metadata(_ledger_metadata(ledger)), total, index_entries_for(plans))
+        return index + encode_checkpoints(checkpoints_for(plans, sizes, self.checkpoint_interval, ends))
 
     def _part_size_for(self, total: int) -> int:
         """Size of the parts a block is cut into for concurrent upload; 0: one part per block (a store
@@ -403,10 +422,36 @@ def _entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
     return out
 
 
-def _block_bytes(
-    ledger: ReadHandle, frames: FrameSource | None, plan: BlockPlan, buf: mmap.mmap, zero_copy: bool,
+def _check_block(
+    frames: FrameSource, plan: BlockPlan, ends: Sequence[int], buf: mmap.mmap, window: int,
     crcs: ChunkCrcWriter | None,
-) -> bytes | memoryview | list:
+) -> None:
+    """CRC-check a block's frames in the hot tier (and feed the block's bytes to the chunk checksums)
+    without building the block: the store copies the same frames from the hot-tier file itself. Frames
+    are read in runs of whole entries of at most ``window`` bytes (``buf`` holds one)."""
+    hl = C.BLOCK_HEADER_LENGTH
+    if crcs is not None:
+        crcs.update(block_header(plan.first_entry, plan.block_size))
+    mv = memoryview(buf)
+    try:
+        first, stop = plan.first_entry, plan.last_entry + 1
+        while first < stop:
+            # entries first..nxt-1: as many as fit the window, at least one (the window holds the largest)
+            nxt = max(first + 1, bisect_right(ends, ends[first] + window, first + 1, stop + 1) - 1)
+            with mv[: ends[nxt] - ends[first]] as run:
+                frames.read_frames_into(first, nxt - 1, run)  # CRC-verified
+                if crcs is not None:
+                    crcs.update(run)
+            first = nxt
+    finally:
+        mv.release()
+    if crcs is not None:
+        crcs.update(padding(plan.block_size - hl - plan.frames_length))
+
+
+def _block_bytes(
+    ledger: ReadHandle, frames: FrameSource | None, plan: BlockPlan, buf: mmap.mmap, crcs: ChunkCrcWriter | None,
+) -> bytes | memoryview:
     if frames is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
         block = build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
         if crcs is not None:
@@ -416,20 +461,10 @@ def _block_bytes(
     # buffer (one copy from the page cache, no join) and write header and padding around them
     mv = memoryview(buf)[: plan.block_size]
     hl = C.BLOCK_HEADER_LENGTH
-    body = mv[hl : hl + plan.frames_length]
-    frames.read_frames_into(plan.first_entry, plan.last_entry, body)  # CRC-verified
-    header = block_header(plan.first_entry, plan.block_size)
-    pad = padding(plan.block_size - hl - plan.frames_length)
-    if zero_copy:
-        # only checked (and checksummed): the caller uploads the same frames as a kernel copy
-        if crcs is not None:
-            for piece in (header, body, pad):
-                crcs.update(piece)
-        body.release()
-        mv.release()
-        return []
-    mv[:hl] = header
-    mv[hl + plan.frames_length :] = pad
+    with mv[hl : hl + plan.frames_length] as body:
+        frames.read_frames_into(plan.first_entry, plan.last_entry, body)  # CRC-verified
+    mv[:hl] = block_header(plan.first_entry, plan.block_size)
+    mv[hl + plan.frames_length :] = padding(plan.block_size - hl - plan.frames_length)
     if crcs is not None:
         crcs.update(mv)
     return mv
