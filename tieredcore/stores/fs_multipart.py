@@ -12,7 +12,8 @@ Layout under the store's internal area (``<root>/.tiered``)::
 An upload directory is flock'ed while a part is written or the upload is completed or aborted, and its
 journal is read incrementally (parsed states are cached per upload id). Completing an upload whose
 parts start with the data file's chain cuts that file and appends the rest to it; otherwise the parts
-are copied into a new temp file of the store. Copies go through copy_file_range where the kernel can.
+are copied into a new temp file of the store. Copies go through copy_file_range where the kernel can
+and source and destination offsets agree modulo the page size, else through a small buffer.
 
 The store validates arguments, maps OSError to BlobStoreError and publishes the assembled file as the
 object: this module never touches objects. Multipart state survives restarts of the process but not a
