@@ -5,7 +5,8 @@ phase after a `sync` so none inherits another's dirty pages:
   1. baselines: copy the ledgers' files as plain files (shutil.copyfile, i.e. `cp`: an in-kernel
      copy_file_range), and again through a 1 MiB user-space buffer; + fsync when the store fsyncs,
   2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
-  3. read every entry back sequentially through the offloaded read handle (1,000 entries per call),
+  3. read every entry back sequentially through the offloaded read handle (1,000 entries per call, as
+     EntryBatches, what catch-up readers use; and again as Entry objects),
   4. the integrity costs: the same offload without chunk checksums, the same read without verifying
      them, and the deletion-lag cleanup's proof (every offloaded frame read back and compared with the
      hot tier's CRC32C, tieredcore.offload.verify),
@@ -99,15 +100,21 @@ def copy_userspace(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> No
                 os.fsync(out.fileno())
 
 
-def read_back(off: LedgerOffloader, done: list[tuple[int, str]]) -> tuple[int, int]:
+def read_back(off: LedgerOffloader, done: list[tuple[int, str]], per_entry: bool = False) -> tuple[int, int]:
+    """Every entry, 1,000 per call: batches (what catch-up readers use), or Entry objects (`per_entry`)."""
     entries = nbytes = 0
     for lid, u in done:
         h = off.read_offloaded(lid, u)
         lac = h.last_add_confirmed
         for first in range(0, lac + 1, 1000):
-            got = h.read(first, min(first + 999, lac))
-            entries += len(got)
-            nbytes += sum(len(e.data) for e in got)
+            if per_entry:
+                got = h.read(first, min(first + 999, lac))
+                entries += len(got)
+                nbytes += sum(len(e.data) for e in got)
+            else:
+                b = h.read_batch(first, min(first + 999, lac))
+                entries += len(b)
+                nbytes += b.payload_bytes
         h.close()
     return entries, nbytes
 
@@ -205,7 +212,7 @@ def s3_phase(a: argparse.Namespace, root: Path, block: int) -> dict:
                 h = off.read_offloaded(lid, u)
                 lac = h.last_add_confirmed
                 for first in range(0, lac + 1, 1000):
-                    h.read(first, min(first + 999, lac))
+                    h.read_batch(first, min(first + 999, lac))
                 requests += h.requests
                 h.close()
             read_s.append(time.perf_counter() - t0)
@@ -301,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             payload = sum(hot.ledger_metadata(i).length for i in ids)
 
             copy_s, user_s, off_s, read_s = [], [], [], []
-            nock_s, nover_s, proof_s = [], [], []
+            nock_s, nover_s, proof_s, entry_s = [], [], [], []
             for rnd in range(a.rounds):
                 for d in (root / "copy", root / "ucopy", root / "cold"):
                     shutil.rmtree(d, ignore_errors=True)
@@ -331,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                 n, nb = read_back(off, done)
                 read_s.append(time.perf_counter() - t0)
                 assert nb == payload, (nb, payload)
+                t0 = time.perf_counter()
+                assert read_back(off, done, per_entry=True)[1] == payload
+                entry_s.append(time.perf_counter() - t0)
 
                 # integrity costs: reads without verifying, the lag cleanup's proof, writes without checksums
                 off_nv = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block,
@@ -354,10 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  round {rnd + 1}: copy {payload / copy_s[-1] / MB:,.0f} MB/s, user-space copy "
                       f"{payload / user_s[-1] / MB:,.0f} MB/s, offload "
                       f"{payload / off_s[-1] / MB:,.0f} MB/s (no checksums {payload / nock_s[-1] / MB:,.0f}), read "
-                      f"{payload / read_s[-1] / MB:,.0f} MB/s (unverified {payload / nover_s[-1] / MB:,.0f}), "
+                      f"{payload / read_s[-1] / MB:,.0f} MB/s (unverified {payload / nover_s[-1] / MB:,.0f}, "
+                      f"as Entry objects {payload / entry_s[-1] / MB:,.0f}), "
                       f"proof against hot {payload / proof_s[-1] / MB:,.0f} MB/s", flush=True)
             series = (("copy", copy_s), ("user", user_s), ("offload", off_s), ("read", read_s),
-                      ("nock", nock_s), ("nover", nover_s), ("proof", proof_s))
+                      ("nock", nock_s), ("nover", nover_s), ("proof", proof_s), ("entry", entry_s))
             best = {k: min(v) for k, v in series}
             med = {k: statistics.median(v) for k, v in series}
             r = {
@@ -378,13 +389,15 @@ def main(argv: list[str] | None = None) -> int:
                 "checksum_read_cost": med["read"] / med["nover"],
                 "proof_MBps": payload / best["proof"] / MB,
                 "proof_ratio": best["copy"] / best["proof"],
+                "entry_read_MBps": payload / best["entry"] / MB,
+                "entry_read_ratio": best["copy"] / best["entry"],
             }
             results.append(r)
             print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | plain copy "
                   f"{r['plain_copy_MBps']:,.0f} MB/s | offload {r['offload_MBps']:,.0f} MB/s "
                   f"(x{r['offload_ratio']:.2f}; median x{r['offload_ratio_median']:.2f}) | sequential read "
-                  f"{r['read_MBps']:,.0f} MB/s (x{r['read_ratio']:.2f}; median x{r['read_ratio_median']:.2f})",
-                  flush=True)
+                  f"{r['read_MBps']:,.0f} MB/s (x{r['read_ratio']:.2f}; median x{r['read_ratio_median']:.2f}; "
+                  f"as Entry objects {r['entry_read_MBps']:,.0f} MB/s, x{r['entry_read_ratio']:.2f})", flush=True)
             print(f"{'':>17} against a user-space copy ({r['userspace_copy_MBps']:,.0f} MB/s): offload "
                   f"x{r['offload_ratio_userspace']:.2f}, sequential read x{r['read_ratio_userspace']:.2f}", flush=True)
             print(f"{'':>17} integrity: writing chunk checksums costs x{r['checksum_write_cost']:.2f} offload time, "

@@ -440,3 +440,49 @@ def test_s3_catch_up_read_fetches_one_get_per_stream_window(s3_store, tmp_path: 
             for s in range(0, obj.data_length, C.DEFAULT_STREAM_WINDOW)
         ]
         assert h.bytes_fetched == obj.data_length
+
+
+# --- batch reads (EntryBatch: one buffer, offsets arrays) -------------------------------------------
+
+
+def _check_batch(b, first: int, payloads: list[bytes]) -> None:
+    """A batch holds exactly payloads (entries first..), and its frames are those entries' frames."""
+    from tieredcore.formats.block import encode_consecutive_frames
+
+    assert (b.first_entry, len(b)) == (first, len(payloads))
+    assert b.payloads() == payloads
+    assert [bytes(b.buf[s : s + n]) for s, n in zip(b.starts, b.lengths, strict=True)] == payloads
+    assert bytes(b.frames()) == encode_consecutive_frames(first, payloads)
+    assert b.payload_bytes == sum(map(len, payloads))
+    assert [e.entry_id for e in b.entries()] == list(range(first, first + len(payloads)))
+
+
+@pytest.mark.parametrize("read_buffer", [1, 700, 5000, MIB])
+def test_read_batch_across_windows_blocks_and_padding(fs_store, tmp_path: Path, read_buffer: int) -> None:
+    """Small read buffers put a batch's frames in several fetched windows and blocks (with padding and
+    headers between them): the batch joins exactly the frames; in one window it is a view of it."""
+    payloads = [payload(i, (i * 37) % 230) for i in range(120)]
+    off, obj = offload(fs_store, tmp_path, payloads, max_block_size=1000, read_buffer=read_buffer)
+    assert obj.blocks > 10
+    for first, last in ((0, 119), (0, 0), (5, 6), (6, 7), (13, 40), (119, 119), (50, 119)):
+        h = off.read_offloaded(obj.ledger_id, UUID)
+        _check_batch(h.read_batch(first, last), first, payloads[first : last + 1])
+        h.close()
+    h = off.read_offloaded(obj.ledger_id, UUID)  # one handle, consecutive batches (a stream)
+    for first in range(0, 120, 9):
+        _check_batch(h.read_batch(first, min(first + 8, 119)), first, payloads[first : first + 9])
+    with pytest.raises(BadRangeError):
+        h.read_batch(3, 2)
+
+
+def test_read_batch_of_the_hot_tier_is_the_verified_frames(tmp_path: Path) -> None:
+    from tieredcore.model import EntryBatch
+
+    hot = LocalLedgerStore(tmp_path / "hot")
+    payloads = [payload(i, i % 50) for i in range(200)]
+    h = sealed_ledger(hot, payloads)
+    for first, last in ((0, 199), (17, 17), (3, 150)):
+        _check_batch(h.read_batch(first, last), first, payloads[first : last + 1])
+    both = EntryBatch.concat([h.read_batch(0, 99), h.read_batch(100, 149), h.read_batch(150, 199)])
+    _check_batch(both, 0, payloads)
+    h.close()

@@ -87,3 +87,61 @@ def test_former_and_sink_refuse_bad_sequences(tmp_path):
     assert not list(off.store.list_multipart_uploads(""))
     with pytest.raises(ValidationError, match="140-byte minimum"):
         BlockFormer(139)
+
+
+def _batch(ledger_id: int, first: int, payloads: list[bytes]):
+    """An EntryBatch of payloads as a reader returns one (frames back to back, after some leading bytes)."""
+    import array
+
+    from tieredcore.formats.block import encode_consecutive_frames
+    from tieredcore.model import EntryBatch
+
+    lead = b"\xee" * 5
+    buf = lead + encode_consecutive_frames(first, payloads)
+    starts, at = array.array("q"), len(lead)
+    for p in payloads:
+        starts.append(at + 12)
+        at += 12 + len(p)
+    return EntryBatch(ledger_id, first, buf, starts, array.array("i", map(len, payloads)), len(lead), len(buf))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block=st.integers(min_value=140, max_value=700),
+    pad_last=st.booleans(),
+    ledgers=st.lists(st.lists(st.integers(min_value=0, max_value=900), min_size=1, max_size=25), min_size=1,
+                     max_size=3),
+    cuts=st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=10),
+)
+def test_add_batch_forms_the_blocks_add_forms(block: int, pad_last: bool, ledgers: list[list[int]],
+                                              cuts: list[int]) -> None:
+    """Batches of any size (entries larger than a block, exactly full blocks, ledger changes) form the
+    same blocks, with the same frames and sizes, as the same entries added one at a time."""
+    one, many = BlockFormer(block, pad_last=pad_last), BlockFormer(block, pad_last=pad_last)
+    want, got = [], []
+    k = 0
+    for lid, sizes in enumerate(ledgers, start=7):
+        payloads = [bytes([lid, i % 256]) * (n // 2) + b"z" * (n % 2) for i, n in enumerate(sizes)]
+        for i, p in enumerate(payloads):
+            closed = one.add(lid, i, p)
+            if closed is not None:
+                want.append(closed)
+        i = 0
+        while i < len(payloads):
+            n = cuts[k % len(cuts)]
+            k += 1
+            got += many.add_batch(_batch(lid, i, payloads[i : i + n]))
+            i += n
+    for former, out in ((one, want), (many, got)):
+        tail = former.flush()
+        if tail is not None:
+            out.append(tail)
+    assert [(b.ledger_id, b.first_entry, bytes(b.frames), b.sizes, b.block_size) for b in got] == \
+           [(b.ledger_id, b.first_entry, bytes(b.frames), b.sizes, b.block_size) for b in want]
+
+
+def test_add_batch_refuses_a_gap_like_add() -> None:
+    former = BlockFormer(1024)
+    former.add_batch(_batch(1, 0, [b"x", b"y"]))
+    with pytest.raises(ValidationError, match="entry 3 after entry 1"):
+        former.add_batch(_batch(1, 3, [b"z"]))

@@ -268,14 +268,15 @@ def _verify_offloaded_copies(ws: Workspace, t: TopicName, info, props: dict[str,
             e = 0
             while e <= last:
                 hi = min(e + 999, last)
-                for entry in h.read(e, hi):  # type: ignore[union-attr]
-                    seq = first_seq + entry.entry_id
-                    if reason is None and (seq >= expected_count or entry.data != gen.payload(seq)):
-                        reason = (f"entry {li.ledgerId}:{entry.entry_id} (#{seq}) of the offloaded copy "
+                batch = h.read_batch(e, hi)  # type: ignore[union-attr]
+                for entry_id, data in enumerate(batch.payloads(), start=e):
+                    seq = first_seq + entry_id
+                    if reason is None and (seq >= expected_count or data != gen.payload(seq)):
+                        reason = (f"entry {li.ledgerId}:{entry_id} (#{seq}) of the offloaded copy "
                                   + ("is beyond the generated entries" if seq >= expected_count
                                      else "differs from the generated payload"))
-                    got += 1
-                    nbytes += len(entry.data)
+                got += len(batch)
+                nbytes += batch.payload_bytes
                 e = hi + 1
                 progress(f"verify: {t.full}: ledger {li.ledgerId}: {got:,} offloaded entries")
         except TieredError as ex:  # unreadable offloaded copy: this ledger only

@@ -60,7 +60,7 @@ from tieredcore.formats.constants import (
 )
 from tieredcore.formats.keys import INDEX_SUFFIX
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
-from tieredcore.formats.segment import BlockFormer, FormedBlock, frame_header
+from tieredcore.formats.segment import BlockFormer, FormedBlock
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.policies import (
     DEFAULT_COMPACTION_DELETE_DELAY_MS,
@@ -747,13 +747,11 @@ class Compactor:
                 n, payload = 0, 0
                 batch = max(1, READ_BYTES // max(1, li.size // max(1, li.entries) + ENTRY_HEADER_SIZE))
                 for first in range(0, li.entries, batch):
-                    last = min(first + batch - 1, li.entries - 1)
-                    for e in h.read(first, last):
-                        closed = former.add(li.ledgerId, e.entry_id, e.data)
-                        n += 1
-                        payload += len(e.data)
-                        if closed is not None:
-                            put(closed)
+                    b = h.read_batch(first, min(first + batch - 1, li.entries - 1))
+                    for closed in former.add_batch(b):
+                        put(closed)
+                    n += len(b)
+                    payload += b.payload_bytes
                 tail = former.flush()
                 if tail is not None:
                     put(tail)
@@ -780,11 +778,11 @@ class Compactor:
                 crc, payload, n = 0, 0, 0
                 step = max(1, READ_BYTES // max(1, (p.payload // (p.last - p.first + 1)) + ENTRY_HEADER_SIZE))
                 for first in range(p.first, p.last + 1, step):
-                    for e in h.read(first, min(first + step - 1, p.last)):
-                        crc = crc32c.crc32c(frame_header(len(e.data), e.entry_id), crc)
-                        crc = crc32c.crc32c(e.data, crc)
-                        payload += len(e.data)
-                        n += 1
+                    b = h.read_batch(first, min(first + step - 1, p.last))
+                    with b.frames() as frames:  # the batch's frames back to back: one CRC call
+                        crc = crc32c.crc32c(frames, crc)
+                    payload += b.payload_bytes
+                    n += len(b)
                 row.bytes_read += h.bytes_fetched
                 row.requests += h.requests
             finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +35,7 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.index import LedgerIndex, index_trailer
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
-from tieredcore.model import Entry, LedgerMetadata
+from tieredcore.model import Entry, EntryBatch, LedgerMetadata
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.stores.blob import BlobStore
 
@@ -146,6 +147,12 @@ class OffloadedLedgerHandle:
             fut.cancel()  # a fetch already running finishes; its bytes are dropped
 
     def read(self, first: int, last: int) -> list[Entry]:
+        return self.read_batch(first, last).entries()
+
+    def read_batch(self, first: int, last: int) -> EntryBatch:
+        """Entries first..last as one EntryBatch: frames walked in place in the fetched windows (their
+        ids and lengths checked), payload offsets collected in arrays; the batch's buffer is the window
+        itself when its frames lie in one, else the frame runs joined once."""
         lac = self.index.last_entry_id
         if first < 0 or first > last or last > lac:
             raise BadRangeError(
@@ -163,13 +170,20 @@ class OffloadedLedgerHandle:
         with self._lock:
             sequential = pos in self._streams
 
-        out: list[Entry] = []
-        append = out.append
+        starts, lengths = array("q"), array("i")
+        add_start, add_length = starts.append, lengths.append
+        runs: list[memoryview] = []  # runs of contiguous frames of the batch, in earlier windows
+        done = 0  # bytes in `runs`
+        run = -1  # where the current run starts in buf (-1: none open)
         unpack = _FRAME.unpack_from
         key, objlen = self.key, self._object_length
         buf, bstart, bend = b"", 0, 0
         while eid <= last:
             if pos < bstart or pos + 12 > bend:
+                if run >= 0:
+                    runs.append(memoryview(buf)[run : pos - bstart])
+                    done += pos - bstart - run
+                    run = -1
                 bstart, buf = self._fetch(pos, 12, (last - eid + 1) * self._avg_frame, sequential)
                 bend = bstart + len(buf)
             rel = pos - bstart
@@ -185,6 +199,10 @@ class OffloadedLedgerHandle:
                 nxt = block.offset + C.BLOCK_HEADER_LENGTH
                 if block.first_entry_id != eid or nxt <= pos:
                     raise FormatError(f"{key}: entry {eid} expected at offset {pos}, found block end")
+                if run >= 0:  # the frames stop here: padding and a header are not part of the run
+                    runs.append(memoryview(buf)[run:rel])
+                    done += rel - run
+                    run = -1
                 pos = nxt
                 continue
             if fid != eid:
@@ -193,11 +211,18 @@ class OffloadedLedgerHandle:
             if end > objlen:
                 raise FormatError(f"{key}: entry {eid} of {length} bytes runs past the object end {objlen}")
             if end > bend:
+                if run >= 0:
+                    runs.append(memoryview(buf)[run:rel])
+                    done += rel - run
+                    run = -1
                 bstart, buf = self._fetch(pos, 12 + length, (last - eid + 1) * self._avg_frame, sequential)
                 bend = bstart + len(buf)
                 rel = pos - bstart
             if eid >= first:
-                append(Entry(eid, buf[rel + 12 : rel + 12 + length]))
+                if run < 0:
+                    run = rel
+                add_start(done + rel - run + 12)
+                add_length(length)
             pos = end
             eid += 1
         if last < lac:
@@ -206,7 +231,14 @@ class OffloadedLedgerHandle:
             self._streams[pos] = None
             while len(self._streams) > _MAX_STREAMS:
                 self._streams.popitem(last=False)
-        return out
+        tail = memoryview(buf)[run : pos - bstart]
+        if not runs:  # every frame in one window: the batch is a view of it, nothing copied
+            return EntryBatch(self._ledger_id, first, tail, starts, lengths, 0, len(tail))
+        runs.append(tail)
+        joined = b"".join(runs)
+        for r in runs:
+            r.release()
+        return EntryBatch(self._ledger_id, first, joined, starts, lengths, 0, len(joined))
 
     # -- fetching -----------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from tieredcore.formats.segment import (
     segment_sections,
 )
 from tieredcore.formats.trailer import ChunkChecksums, ChunkCrcWriter, IndexTrailer
-from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata, ReadHandle
+from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, EntryBatch, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
 from tieredcore.offload.offloader import LedgerOffloader, _check_version, _entry_sizes, _quietly
@@ -534,15 +534,14 @@ class SegmentLedgerHandle:
         return sum(h.bytes_fetched for h in self._handles.values())
 
     def read(self, first: int, last: int) -> list[Entry]:
+        return self.read_batch(first, last).entries()
+
+    def read_batch(self, first: int, last: int) -> EntryBatch:
         lac = self.last_add_confirmed
         if first < 0 or first > last or last > lac:
             raise BadRangeError(f"ledger {self._ledger_id}: bad read range {first}..{last} (last add confirmed {lac})")
-        out: list[Entry] = []
-        for p in self.pieces:
-            if p.last < first or p.first > last:
-                continue
-            out += self._handle(p).read(max(first, p.first), min(last, p.last))
-        return out
+        return EntryBatch.concat([self._handle(p).read_batch(max(first, p.first), min(last, p.last))
+                                  for p in self.pieces if not (p.last < first or p.first > last)])
 
     def close(self) -> None:
         for h in self._handles.values():

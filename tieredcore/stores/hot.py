@@ -50,7 +50,7 @@ from tieredcore.errors import (
     StaleHandleError,
     ValidationError,
 )
-from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, LedgerMetadata
+from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, EntryBatch, LedgerMetadata
 from tieredcore.stores._io import pread_exact, preadv_exact, write_all
 from tieredcore.stores.blob import FileSlice
 from tieredcore.stores.hot_format import (
@@ -493,6 +493,13 @@ class LocalLedgerHandle:
         starts = map(operator.add, rel, itertools.repeat(FRAME_HEADER_LEN))
         payloads = map(buf.__getitem__, map(slice, starts, itertools.islice(rel, 1, None)))
         return list(map(Entry, range(first, last + 1), payloads))
+
+    def read_batch(self, first: int, last: int) -> EntryBatch:
+        """Entries first..last as one batch: the verified frames as read, payload offsets from the index."""
+        first, last = self._check_range(first, last)
+        buf, rel = self._read_verified(first, last)
+        starts = array.array("q", map(operator.add, itertools.islice(rel, len(rel) - 1), itertools.repeat(FRAME_HEADER_LEN)))
+        return EntryBatch(self._id, first, buf, starts, self._lens[first : last + 1], 0, rel[-1])
 
     def read_frames(self, first: int, last: int) -> bytes:
         """Raw contiguous ``[len][entryId][payload]`` frames of entries first..last, CRC-verified."""

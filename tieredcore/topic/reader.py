@@ -19,6 +19,7 @@ exists, the reader continues from the same entry on the other copy, logs which, 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,7 +36,7 @@ from tieredcore.errors import (
 )
 from tieredcore.formats import constants as C
 from tieredcore.formats.mlinfo import LedgerInfo
-from tieredcore.model import Entry, Position, ReadHandle
+from tieredcore.model import Entry, EntryBatch, Position, ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.context import is_offloaded
 from tieredcore.offload.copies import copy_key, has_offloaded_copy, open_offloaded
@@ -150,6 +151,15 @@ class TopicReader:
         self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
     ) -> Iterator[tuple[Position, bytes]]:
         """Every entry from start to end (inclusive; None = topic start / last confirmed entry)."""
+        for b in self.read_batches(topic, start, end):
+            lid, first = b.ledger_id, b.first_entry
+            yield from zip(map(Position, itertools.repeat(lid), range(first, first + len(b))), b.payloads(), strict=True)
+
+    def read_batches(
+        self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
+    ) -> Iterator[EntryBatch]:
+        """The same entries as EntryBatches of up to ``batch_entries`` entries of one ledger each (catch-up
+        readers: no object per entry)."""
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         info, _ = self.ml.get_topic(t)
         for li in list(info.ledgerInfo):
@@ -167,8 +177,7 @@ class TopicReader:
                 e = first
                 while e <= last:
                     hi = min(e + self.batch_entries - 1, last)
-                    for entry in s.read(e, hi):
-                        yield Position(lid, entry.entry_id), entry.data
+                    yield s.read_batch(e, hi)
                     e = hi + 1
             finally:
                 s.close()
@@ -227,6 +236,9 @@ class _LedgerSession:
             return h
 
     def read(self, first: int, last: int) -> list[Entry]:
+        return self.read_batch(first, last).entries()
+
+    def read_batch(self, first: int, last: int) -> EntryBatch:
         while True:
             assert self.handle is not None and self.tier is not None
             try:
@@ -236,7 +248,7 @@ class _LedgerSession:
                     raise LedgerStateError(
                         f"ledger {self.li.ledgerId}: the offloaded segments hold entries 0.."
                         f"{self.handle.last_add_confirmed} only, not {first}..{last}")
-                return self.handle.read(first, last)
+                return self.handle.read_batch(first, last)
             except COPY_FAILURES as e:
                 self.tried.append((self.tier, e))
                 self._close_handle()
