@@ -3,6 +3,7 @@ against the topic's metadata on open, and the streaming verification against the
 
 from __future__ import annotations
 
+import re
 import struct
 import uuid as uuidlib
 from pathlib import Path
@@ -297,3 +298,23 @@ def test_a_failed_upload_that_keeps_views_of_its_buffers_does_not_break_later_of
         obj = off.offload(hot.open_ledger(lid), u)
         assert obj.entries == 10
         assert len(off.read_offloaded(lid, u).read(0, 9)) == 10
+
+
+@pytest.mark.parametrize("bad", [0, 1, 171, 172, 1999])
+def test_verify_against_hot_names_the_entry_in_any_window(tmp_path: Path, bad: int) -> None:
+    """Frames are CRC'd a stream window at a time against the hot CRCs; a difference anywhere (the first
+    entry, either side of a window edge, the last) names that entry and its bytes."""
+    big = [payload(i, 3000) for i in range(2000)]
+    off, hot_h, obj = make(tmp_path, big, max_block_size=256 * 1024)
+    crcs = hot_h.entry_crcs()
+    assert verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), crcs, window=512 * 1024).entries == 2000
+    crcs[bad] ^= 1
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    with pytest.raises(CorruptObjectError, match=rf"entry {bad} at bytes (\d+)-(\d+) differs from the hot copy") as e:
+        verify_offloaded(h, crcs, window=512 * 1024)
+    a, b = map(int, re.search(r"bytes (\d+)-(\d+)", str(e.value)).groups())
+    frame = off.store.get_range(obj.data_key, a, b)
+    assert struct.unpack_from(">iq", frame) == (3000, bad) and len(frame) == 12 + 3000
+    # a plain list of CRCs (not an array) is compared the same way
+    with pytest.raises(CorruptObjectError, match=rf"entry {bad} "):
+        verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), list(crcs), window=512 * 1024)

@@ -18,6 +18,7 @@ replacement copy, and by the deep scrub.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,13 +98,26 @@ class _Walk:
 def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end: int, w: _Walk,
                         expected_crcs: Sequence[int] | None) -> None:
     """The frames of block ``i`` from ``pos`` to ``end``, then its padding (shared by V1 and streaming
-    blocks, whose bodies are the same)."""
+    blocks, whose bodies are the same). Frames are walked in place in the stream's buffer; their CRCs
+    are computed and compared with the hot copy's a buffer at a time (one C-level pass, per-entry work
+    only to name a differing entry)."""
     first = w.next_id
-    while pos + C.ENTRY_HEADER_SIZE <= end:
-        flen, eid = _FRAME.unpack(s.view(pos, C.ENTRY_HEADER_SIZE))
+    hot = _HotCrcs(key, expected_crcs) if expected_crcs is not None else None
+    unpack = _FRAME.unpack_from
+    hl = C.ENTRY_HEADER_SIZE
+    buf, base = s.buf, s.start
+    bend = base + len(buf)
+    pending = None  # the buffer whose frames hot holds (collected with bound appends: no call per frame)
+    add_start = add_stop = None
+    while pos + hl <= end:
+        if pos + hl > bend:
+            s.view(pos, hl)  # fetches the next window (or names the object end)
+            buf, base = s.buf, s.start
+            bend = base + len(buf)
+        flen, eid = unpack(buf, pos - base)
         if flen < 0:
             break
-        stop = pos + C.ENTRY_HEADER_SIZE + flen
+        stop = pos + hl + flen
         if stop > end:
             raise CorruptObjectError(f"{key}: frame at bytes {pos}-{stop - 1} (entry {eid}, length {flen}) "
                                      f"overruns block {i} ending at {end}")
@@ -112,16 +126,22 @@ def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end:
         if eid > w.last_id:  # a frame after the last entry (room left in the last block)
             raise CorruptObjectError(f"{key}: frame at byte {pos} holds entry {eid}, the index ends at "
                                      f"entry {w.last_id}")
-        frame = s.view(pos, stop - pos)
-        if expected_crcs is not None:
-            got = _crc(frame)
-            if got != expected_crcs[eid]:
-                raise CorruptObjectError(
-                    f"{key}: entry {eid} at bytes {pos}-{stop - 1} differs from the hot copy "
-                    f"(CRC32C {got:08x}, hot {expected_crcs[eid]:08x})")
+        if stop > bend:
+            s.view(pos, stop - pos)  # the frame runs into the next window
+            buf, base = s.buf, s.start
+            bend = base + len(buf)
+        if hot is not None:
+            if buf is not pending:
+                hot.check()
+                add_start, add_stop = hot.start(buf, base, eid)
+                pending = buf
+            add_start(pos - base)  # type: ignore[misc]
+            add_stop(stop - base)  # type: ignore[misc]
         w.payload += flen
         w.next_id += 1
         pos = stop
+    if hot is not None:
+        hot.check()
     if w.next_id == first:
         raise CorruptObjectError(f"{where}: holds no entries")
     pad_start = pos
@@ -132,6 +152,39 @@ def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end:
             raise CorruptObjectError(f"{key}: bytes {pos}-{pos + n - 1} of block {i} are not padding")
         pos += n
     w.blocks += 1
+
+
+class _HotCrcs:
+    """Frames collected per stream buffer, CRC'd and compared with the hot copy's CRCs in bulk."""
+
+    def __init__(self, key: str, expected: Sequence[int]) -> None:
+        self.key = key
+        self.expected = expected if isinstance(expected, array) and expected.typecode == "I" else array("I", expected)
+        self.buf: memoryview | None = None
+        self.base = 0
+        self.first = 0
+        self.starts: list[int] = []
+        self.stops: list[int] = []
+
+    def start(self, buf: memoryview, base: int, eid: int):  # noqa: ANN201
+        """Collect the frames of ``buf`` (object offset ``base``) from entry ``eid`` on: returns the
+        appenders of their start and stop offsets in ``buf``."""
+        self.buf, self.base, self.first = buf, base, eid
+        return self.starts.append, self.stops.append
+
+    def check(self) -> None:
+        if self.buf is None or not self.starts:
+            return
+        buf, starts, stops = self.buf, self.starts, self.stops
+        got = array("I", map(_crc, map(buf.__getitem__, map(slice, starts, stops))))
+        want = self.expected[self.first : self.first + len(got)]
+        if got != want:
+            k = next(k for k, (g, x) in enumerate(zip(got, want, strict=True)) if g != x)
+            a, b = self.base + starts[k], self.base + stops[k]
+            raise CorruptObjectError(
+                f"{self.key}: entry {self.first + k} at bytes {a}-{b - 1} differs from the hot copy "
+                f"(CRC32C {got[k]:08x}, hot {want[k]:08x})")
+        self.buf, self.starts, self.stops = None, [], []
 
 
 def verify_offloaded(
