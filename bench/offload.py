@@ -5,8 +5,8 @@ phase after a `sync` so none inherits another's dirty pages:
   1. baselines: copy the ledgers' files as plain files (shutil.copyfile, i.e. `cp`: an in-kernel
      copy_file_range), and again through a 1 MiB user-space buffer; + fsync when the store fsyncs,
   2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
-  3. read every entry back sequentially through the offloaded read handle (1,000 entries per call, as
-     EntryBatches, what catch-up readers use; and again as Entry objects),
+  3. read every entry back sequentially through the offloaded read handle (1,000 entries or ~4 MiB per
+     call, as EntryBatches, what catch-up readers use; and again as Entry objects),
   4. the integrity costs: the same offload without chunk checksums, the same read without verifying
      them, and the deletion-lag cleanup's proof (every offloaded frame read back and compared with the
      hot tier's CRC32C, tieredcore.offload.verify),
@@ -100,19 +100,25 @@ def copy_userspace(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> No
                 os.fsync(out.fileno())
 
 
+def per_call(h) -> int:
+    """Entries per read call: 1,000, or fewer to keep a call near 4 MiB (a catch-up reader's batch)."""
+    return max(1, min(1000, (4 << 20) // max(1, h.length // (h.last_add_confirmed + 1))))
+
+
 def read_back(off: LedgerOffloader, done: list[tuple[int, str]], per_entry: bool = False) -> tuple[int, int]:
-    """Every entry, 1,000 per call: batches (what catch-up readers use), or Entry objects (`per_entry`)."""
+    """Every entry, per_call() at a time: batches (what catch-up readers use), or Entry objects."""
     entries = nbytes = 0
     for lid, u in done:
         h = off.read_offloaded(lid, u)
         lac = h.last_add_confirmed
-        for first in range(0, lac + 1, 1000):
+        step = per_call(h)
+        for first in range(0, lac + 1, step):
             if per_entry:
-                got = h.read(first, min(first + 999, lac))
+                got = h.read(first, min(first + step - 1, lac))
                 entries += len(got)
                 nbytes += sum(len(e.data) for e in got)
             else:
-                b = h.read_batch(first, min(first + 999, lac))
+                b = h.read_batch(first, min(first + step - 1, lac))
                 entries += len(b)
                 nbytes += b.payload_bytes
         h.close()
@@ -211,8 +217,9 @@ def s3_phase(a: argparse.Namespace, root: Path, block: int) -> dict:
             for lid, u, _key in done:
                 h = off.read_offloaded(lid, u)
                 lac = h.last_add_confirmed
-                for first in range(0, lac + 1, 1000):
-                    h.read_batch(first, min(first + 999, lac))
+                step = per_call(h)
+                for first in range(0, lac + 1, step):
+                    h.read_batch(first, min(first + step - 1, lac))
                 requests += h.requests
                 h.close()
             read_s.append(time.perf_counter() - t0)

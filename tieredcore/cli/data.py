@@ -148,16 +148,23 @@ def _verify_whole_topic(reader: TopicReader, t: TopicName, props: dict[str, str]
     mismatch = None
     chunk: list[bytes] = []
     nbytes = 0
+    seq = 0
     try:
-        for seq, (pos, data) in enumerate(reader.read(t)):
-            if seq < expected_count and data != gen.payload(seq) and mismatch is None:
-                mismatch = f"entry {pos} (#{seq}) differs from the generated payload"
-            chunk.append(data)
-            nbytes += len(data)
+        for batch in reader.read_batches(t):
+            payloads = batch.payloads()
+            if mismatch is None:
+                for i, data in enumerate(payloads):
+                    if seq + i < expected_count and data != gen.payload(seq + i):
+                        mismatch = (f"entry {Position(batch.ledger_id, batch.first_entry + i)} (#{seq + i}) "
+                                    "differs from the generated payload")
+                        break
+            chunk += payloads
+            nbytes += batch.payload_bytes
+            seq += len(payloads)
             if len(chunk) >= 4096:
                 digest.update_many(chunk)
                 chunk = []
-                progress(f"verify: {t.full}: {seq + 1:,} entries")
+                progress(f"verify: {t.full}: {seq:,} entries")
     except TieredError as e:
         # unreadable data (corrupt entry, missing object) fails this topic; the others are still
         # verified and the report (--json included) still printed
@@ -191,15 +198,18 @@ def _verify_by_ledger(reader: TopicReader, t: TopicName, info, props: dict[str, 
         chunk: list[bytes] = []
         wanted = gen.payloads(first_seq, INT64_MAX)  # lazy: as many as the ledger holds
         try:
-            for pos, data in reader.read(t, Position(li.ledgerId, 0), Position(li.ledgerId, INT64_MAX)):
-                seq = first_seq + got
-                want = next(wanted)
-                if reason is None and (seq >= expected_count or data != want):
-                    reason = (f"entry {pos} (#{seq}) is beyond the {expected_count} generated entries"
-                              if seq >= expected_count else f"entry {pos} (#{seq}) differs from the generated payload")
-                got += 1
-                nbytes += len(data)
-                chunk.append(data)
+            for batch in reader.read_batches(t, Position(li.ledgerId, 0), Position(li.ledgerId, INT64_MAX)):
+                payloads = batch.payloads()
+                for i, data in enumerate(payloads):
+                    seq = first_seq + got + i
+                    want = next(wanted)
+                    if reason is None and (seq >= expected_count or data != want):
+                        pos = Position(li.ledgerId, batch.first_entry + i)
+                        reason = (f"entry {pos} (#{seq}) is beyond the {expected_count} generated entries"
+                                  if seq >= expected_count else f"entry {pos} (#{seq}) differs from the generated payload")
+                got += len(payloads)
+                nbytes += batch.payload_bytes
+                chunk += payloads
                 if len(chunk) >= 4096:
                     digest.update_many(chunk)
                     chunk = []

@@ -21,6 +21,8 @@ checksums and read as before (frame ids and lengths are still checked).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import struct
 import threading
@@ -147,12 +149,37 @@ class OffloadedLedgerHandle:
             fut.cancel()  # a fetch already running finishes; its bytes are dropped
 
     def read(self, first: int, last: int) -> list[Entry]:
-        return self.read_batch(first, last).entries()
+        runs, starts, lengths = self._walk(first, last)
+        out: list[Entry] = []
+        i = 0
+        for buf, _a, _b, n in runs:  # payloads sliced straight from the windows (one copy each)
+            st = starts[i : i + n]
+            out += map(Entry, range(first + i, first + i + n),
+                       map(buf.__getitem__, map(slice, st, map(operator.add, st, lengths[i : i + n]))))
+            i += n
+        return out
 
     def read_batch(self, first: int, last: int) -> EntryBatch:
-        """Entries first..last as one EntryBatch: frames walked in place in the fetched windows (their
-        ids and lengths checked), payload offsets collected in arrays; the batch's buffer is the window
-        itself when its frames lie in one, else the frame runs joined once."""
+        """Entries first..last as one EntryBatch. Frames lying in one fetched window are returned as that
+        window (nothing copied); frames spread over several windows or blocks are joined once (large
+        batches of large entries: a fresh allocation per call, so read a few MiB per call)."""
+        runs, starts, lengths = self._walk(first, last)
+        if len(runs) == 1:
+            buf, a, b, _n = runs[0]
+            return EntryBatch(self._ledger_id, first, buf, starts, lengths, a, b)
+        moved: array = array("q")
+        at = i = 0
+        for _buf, a, b, n in runs:
+            moved.extend(map(operator.add, starts[i : i + n], itertools.repeat(at - a)))
+            at += b - a
+            i += n
+        joined = b"".join(memoryview(buf)[a:b] for buf, a, b, _n in runs)
+        return EntryBatch(self._ledger_id, first, joined, moved, lengths, 0, len(joined))
+
+    def _walk(self, first: int, last: int) -> tuple[list[tuple[bytes, int, int, int]], array, array]:
+        """Walk the frames of entries first..last in place in the fetched windows (ids and lengths
+        checked): ``(runs, starts, lengths)``, a run ``(window, start, end, entries)`` being contiguous
+        frames of the batch in one window, ``starts`` the payload offsets in their run's window."""
         lac = self.index.last_entry_id
         if first < 0 or first > last or last > lac:
             raise BadRangeError(
@@ -172,17 +199,16 @@ class OffloadedLedgerHandle:
 
         starts, lengths = array("q"), array("i")
         add_start, add_length = starts.append, lengths.append
-        runs: list[memoryview] = []  # runs of contiguous frames of the batch, in earlier windows
-        done = 0  # bytes in `runs`
+        runs: list[tuple[bytes, int, int, int]] = []
         run = -1  # where the current run starts in buf (-1: none open)
+        run_first = 0  # the batch index of its first entry
         unpack = _FRAME.unpack_from
         key, objlen = self.key, self._object_length
         buf, bstart, bend = b"", 0, 0
         while eid <= last:
             if pos < bstart or pos + 12 > bend:
                 if run >= 0:
-                    runs.append(memoryview(buf)[run : pos - bstart])
-                    done += pos - bstart - run
+                    runs.append((buf, run, pos - bstart, eid - first - run_first))
                     run = -1
                 bstart, buf = self._fetch(pos, 12, (last - eid + 1) * self._avg_frame, sequential)
                 bend = bstart + len(buf)
@@ -200,8 +226,7 @@ class OffloadedLedgerHandle:
                 if block.first_entry_id != eid or nxt <= pos:
                     raise FormatError(f"{key}: entry {eid} expected at offset {pos}, found block end")
                 if run >= 0:  # the frames stop here: padding and a header are not part of the run
-                    runs.append(memoryview(buf)[run:rel])
-                    done += rel - run
+                    runs.append((buf, run, rel, eid - first - run_first))
                     run = -1
                 pos = nxt
                 continue
@@ -212,33 +237,26 @@ class OffloadedLedgerHandle:
                 raise FormatError(f"{key}: entry {eid} of {length} bytes runs past the object end {objlen}")
             if end > bend:
                 if run >= 0:
-                    runs.append(memoryview(buf)[run:rel])
-                    done += rel - run
+                    runs.append((buf, run, rel, eid - first - run_first))
                     run = -1
                 bstart, buf = self._fetch(pos, 12 + length, (last - eid + 1) * self._avg_frame, sequential)
                 bend = bstart + len(buf)
                 rel = pos - bstart
             if eid >= first:
                 if run < 0:
-                    run = rel
-                add_start(done + rel - run + 12)
+                    run, run_first = rel, eid - first
+                add_start(rel + 12)
                 add_length(length)
             pos = end
             eid += 1
+        runs.append((buf, run, pos - bstart, last + 1 - first - run_first))
         if last < lac:
             self.offset_cache.put(self._ledger_id, self._uuid, last + 1, pos)
         with self._lock:
             self._streams[pos] = None
             while len(self._streams) > _MAX_STREAMS:
                 self._streams.popitem(last=False)
-        tail = memoryview(buf)[run : pos - bstart]
-        if not runs:  # every frame in one window: the batch is a view of it, nothing copied
-            return EntryBatch(self._ledger_id, first, tail, starts, lengths, 0, len(tail))
-        runs.append(tail)
-        joined = b"".join(runs)
-        for r in runs:
-            r.release()
-        return EntryBatch(self._ledger_id, first, joined, starts, lengths, 0, len(joined))
+        return runs, starts, lengths
 
     # -- fetching -----------------------------------------------------------------------------
 

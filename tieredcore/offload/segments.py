@@ -534,14 +534,21 @@ class SegmentLedgerHandle:
         return sum(h.bytes_fetched for h in self._handles.values())
 
     def read(self, first: int, last: int) -> list[Entry]:
-        return self.read_batch(first, last).entries()
+        out: list[Entry] = []
+        for h, a, b in self._spans(first, last):
+            out += h.read(a, b)
+        return out
 
     def read_batch(self, first: int, last: int) -> EntryBatch:
+        return EntryBatch.concat([h.read_batch(a, b) for h, a, b in self._spans(first, last)])
+
+    def _spans(self, first: int, last: int) -> list[tuple[OffloadedLedgerHandle, int, int]]:
+        """(piece handle, first, last) of each segment holding part of first..last, in order."""
         lac = self.last_add_confirmed
         if first < 0 or first > last or last > lac:
             raise BadRangeError(f"ledger {self._ledger_id}: bad read range {first}..{last} (last add confirmed {lac})")
-        return EntryBatch.concat([self._handle(p).read_batch(max(first, p.first), min(last, p.last))
-                                  for p in self.pieces if not (p.last < first or p.first > last)])
+        return [(self._handle(p), max(first, p.first), min(last, p.last))
+                for p in self.pieces if not (p.last < first or p.first > last)]
 
     def close(self) -> None:
         for h in self._handles.values():

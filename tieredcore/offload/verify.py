@@ -80,7 +80,7 @@ class _Stream:
             keep = self.buf[keep_from - self.start :]
             stop = min(max(pos + n, self.end + self.window), self.length)
             new = self.h.read_range(self.end, stop)
-            self.buf = memoryview(bytes(keep) + bytes(new)) if len(keep) else new
+            self.buf = memoryview(b"".join((keep, new))) if len(keep) else new  # one copy of the window
             self.start = keep_from
         return self.buf[pos - self.start : pos - self.start + n]
 

@@ -19,7 +19,6 @@ exists, the reader continues from the same entry on the other copy, logs which, 
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -151,15 +150,23 @@ class TopicReader:
         self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
     ) -> Iterator[tuple[Position, bytes]]:
         """Every entry from start to end (inclusive; None = topic start / last confirmed entry)."""
-        for b in self.read_batches(topic, start, end):
-            lid, first = b.ledger_id, b.first_entry
-            yield from zip(map(Position, itertools.repeat(lid), range(first, first + len(b))), b.payloads(), strict=True)
+        for lid, s, first, last in self._ranges(topic, start, end):
+            for entry in s.read(first, last):
+                yield Position(lid, entry.entry_id), entry.data
 
     def read_batches(
         self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
     ) -> Iterator[EntryBatch]:
         """The same entries as EntryBatches of up to ``batch_entries`` entries of one ledger each (catch-up
         readers: no object per entry)."""
+        for _lid, s, first, last in self._ranges(topic, start, end):
+            yield s.read_batch(first, last)
+
+    def _ranges(
+        self, topic: str | TopicName, start: Position | None, end: Position | None
+    ) -> Iterator[tuple[int, _LedgerSession, int, int]]:
+        """(ledger id, its open session, first, last) of each read of up to ``batch_entries`` entries from
+        start to end; each ledger's session is closed when its reads are done (or the caller stops)."""
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         info, _ = self.ml.get_topic(t)
         for li in list(info.ledgerInfo):
@@ -177,7 +184,7 @@ class TopicReader:
                 e = first
                 while e <= last:
                     hi = min(e + self.batch_entries - 1, last)
-                    yield s.read_batch(e, hi)
+                    yield lid, s, e, hi
                     e = hi + 1
             finally:
                 s.close()
