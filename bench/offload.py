@@ -130,7 +130,7 @@ def verify_against_hot(off: LedgerOffloader, hot: LocalLedgerStore, done: list[t
     entries = 0
     for lid, u in done:
         h, hh = off.read_offloaded(lid, u), hot.open_ledger(lid)
-        entries += verify_offloaded(h, hh.entry_crcs()).entries
+        entries += verify_offloaded(h, hh.entry_crcs(), expected_sizes=hh.entry_sizes()).entries
         h.close()
         hh.close()
     return entries

@@ -176,7 +176,8 @@ def test_offloaded_frame_length(tmp_path: Path) -> None:
     data[128:132] = struct.pack(">i", I32)
     store.put(obj.data_key, bytes(data), store.head(obj.data_key).metadata)
     for fn in (lambda: off.read_offloaded(0, u).read(0, 19), lambda: verify_offloaded(off.read_offloaded(0, u)),
-               lambda: verify_offloaded(off.read_offloaded(0, u), list(h.entry_crcs()))):
+               lambda: verify_offloaded(off.read_offloaded(0, u), list(h.entry_crcs())),
+               lambda: verify_offloaded(off.read_offloaded(0, u), h.entry_crcs(), expected_sizes=h.entry_sizes())):
         with pytest.raises(TieredError):
             fn()
         assert _peak(fn) < BUDGET

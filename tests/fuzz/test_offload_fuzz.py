@@ -204,6 +204,9 @@ def test_frame_beyond_the_last_entry(offloads: dict[str, Offloaded]) -> None:
         assert [e.data for e in h.read(0, len(PAYLOADS) - 1)] == PAYLOADS
         with pytest.raises(CorruptObjectError, match="the index ends at entry"):
             verify_offloaded(h, o.hot_crcs)
+        with pytest.raises(CorruptObjectError, match="not padding"):  # frames cut by the hot sizes
+            verify_offloaded(o.offloader().read_offloaded(o.ledger_id, UUID), o.hot_crcs,
+                             expected_sizes=list(map(len, PAYLOADS)))
         with pytest.raises(CorruptObjectError, match="the index ends at entry"):
             verify_offloaded(o.offloader().read_offloaded(o.ledger_id, UUID))
     finally:

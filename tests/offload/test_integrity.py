@@ -216,9 +216,12 @@ def _change_frame_length(data: bytearray) -> None:
 
 @pytest.mark.parametrize("damage", [_flip_payload, _cut_tail, _change_frame_length])
 @pytest.mark.parametrize("pulsar_index", [False, True])
-def test_verify_against_hot_catches_what_counts_miss(tmp_path: Path, damage, pulsar_index: bool) -> None:
+@pytest.mark.parametrize("with_sizes", [False, True], ids=["walked", "cut-by-hot-sizes"])
+def test_verify_against_hot_catches_what_counts_miss(tmp_path: Path, damage, pulsar_index: bool,
+                                                     with_sizes: bool) -> None:
     off, hot_h, obj = make(tmp_path, PAYLOADS, pulsar_index=pulsar_index)
-    rep = verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), hot_h.entry_crcs())
+    sizes = hot_h.entry_sizes() if with_sizes else None
+    rep = verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), hot_h.entry_crcs(), expected_sizes=sizes)
     assert (rep.entries, rep.blocks, rep.against_hot) == (300, obj.blocks, True)
     assert rep.bytes_read >= obj.data_length
     data = bytearray(off.store.get(obj.data_key))
@@ -226,13 +229,13 @@ def test_verify_against_hot_catches_what_counts_miss(tmp_path: Path, damage, pul
     if damage is _cut_tail:  # the index's data length no longer matches: the open refuses
         replace_object(off.store, obj.data_key, bytes(data))
         with pytest.raises(CorruptObjectError):
-            verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), hot_h.entry_crcs())
+            verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), hot_h.entry_crcs(), expected_sizes=sizes)
         return
     replace_object(off.store, obj.data_key, bytes(data))
     h = off.read_offloaded(obj.ledger_id, UUID)
     assert h.last_add_confirmed + 1 == 300 and h.length == sum(map(len, PAYLOADS))  # counts still agree
     with pytest.raises(CorruptObjectError, match=obj.data_key):
-        verify_offloaded(h, hot_h.entry_crcs())
+        verify_offloaded(h, hot_h.entry_crcs(), expected_sizes=sizes)
 
 
 def test_verify_streams_in_bounded_windows(tmp_path: Path) -> None:
@@ -301,20 +304,45 @@ def test_a_failed_upload_that_keeps_views_of_its_buffers_does_not_break_later_of
 
 
 @pytest.mark.parametrize("bad", [0, 1, 171, 172, 1999])
-def test_verify_against_hot_names_the_entry_in_any_window(tmp_path: Path, bad: int) -> None:
+@pytest.mark.parametrize("with_sizes", [False, True], ids=["walked", "cut-by-hot-sizes"])
+def test_verify_against_hot_names_the_entry_in_any_window(tmp_path: Path, bad: int, with_sizes: bool) -> None:
     """Frames are CRC'd a stream window at a time against the hot CRCs; a difference anywhere (the first
     entry, either side of a window edge, the last) names that entry and its bytes."""
-    big = [payload(i, 3000) for i in range(2000)]
+    big = [payload(i, 3000 + i % 7) for i in range(2000)]
     off, hot_h, obj = make(tmp_path, big, max_block_size=256 * 1024)
     crcs = hot_h.entry_crcs()
-    assert verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), crcs, window=512 * 1024).entries == 2000
+    sizes = hot_h.entry_sizes() if with_sizes else None
+    rep = verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), crcs, window=512 * 1024, expected_sizes=sizes)
+    assert (rep.entries, rep.blocks) == (2000, obj.blocks)
     crcs[bad] ^= 1
     h = off.read_offloaded(obj.ledger_id, UUID)
     with pytest.raises(CorruptObjectError, match=rf"entry {bad} at bytes (\d+)-(\d+) differs from the hot copy") as e:
-        verify_offloaded(h, crcs, window=512 * 1024)
+        verify_offloaded(h, crcs, window=512 * 1024, expected_sizes=sizes)
     a, b = map(int, re.search(r"bytes (\d+)-(\d+)", str(e.value)).groups())
     frame = off.store.get_range(obj.data_key, a, b)
-    assert struct.unpack_from(">iq", frame) == (3000, bad) and len(frame) == 12 + 3000
+    assert struct.unpack_from(">iq", frame) == (3000 + bad % 7, bad) and len(frame) == 12 + 3000 + bad % 7
     # a plain list of CRCs (not an array) is compared the same way
     with pytest.raises(CorruptObjectError, match=rf"entry {bad} "):
-        verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), list(crcs), window=512 * 1024)
+        verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), list(crcs), window=512 * 1024,
+                         expected_sizes=None if sizes is None else list(sizes))
+
+
+@pytest.mark.parametrize("change", ["longer", "shorter", "fewer", "more"])
+def test_hot_sizes_that_disagree_with_the_copy_fail_the_proof(tmp_path: Path, change: str) -> None:
+    """The hot copy's sizes cut the frames: sizes that do not describe the copy (a wrong size, an entry
+    missing or added) fail the proof, whatever the CRCs say."""
+    off, hot_h, obj = make(tmp_path, PAYLOADS)
+    crcs, sizes = list(hot_h.entry_crcs()), list(hot_h.entry_sizes())
+    if change == "longer":
+        sizes[7] += 1
+    elif change == "shorter":
+        sizes[7] -= 1
+    elif change == "fewer":
+        crcs, sizes = crcs[:-1], sizes[:-1]
+    else:
+        crcs, sizes = [*crcs, 0], [*sizes, 5]
+    with pytest.raises(CorruptObjectError):
+        verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), crcs, expected_sizes=sizes)
+    crcs, sizes = list(hot_h.entry_crcs()), list(hot_h.entry_sizes())
+    with pytest.raises(CorruptObjectError, match="300 CRCs and 299 sizes"):
+        verify_offloaded(off.read_offloaded(obj.ledger_id, UUID), crcs, expected_sizes=sizes[:-1])

@@ -153,7 +153,8 @@ def _check_copy(ws: Workspace, lid: int, row: LedgerResult, deep: bool, open_cop
         h = open_copy()
         try:
             if deep:
-                rep = verify_offloaded(h, _hot_crcs(ws, lid))
+                crcs, sizes = _hot_record(ws, lid)
+                rep = verify_offloaded(h, crcs, expected_sizes=sizes)
                 row.bytes += rep.bytes_read
                 row.blocks = rep.blocks
         finally:
@@ -196,14 +197,14 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
     return ""
 
 
-def _hot_crcs(ws: Workspace, lid: int):
-    """The hot copy's per-entry CRCs when it exists and is readable (else None: structure and chunk
-    checksums only)."""
+def _hot_record(ws: Workspace, lid: int):
+    """The hot copy's per-entry CRCs and payload sizes when it exists and is readable (else None, None:
+    structure and chunk checksums only)."""
     try:
         h = ws.hot.open_ledger(lid)
     except TieredError:
-        return None
+        return None, None
     try:
-        return h.entry_crcs()
+        return h.entry_crcs(), h.entry_sizes()
     finally:
         h.close()

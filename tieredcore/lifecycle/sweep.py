@@ -262,7 +262,8 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
         try:
             h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
             try:
-                verify_offloaded(h, hot.entry_crcs() if hot is not None else None)
+                verify_offloaded(h, hot.entry_crcs() if hot is not None else None,
+                                 expected_sizes=hot.entry_sizes() if hot is not None else None)
             finally:
                 h.close()
         except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run

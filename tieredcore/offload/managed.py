@@ -310,7 +310,7 @@ class TopicOffloader:
             try:
                 new = self.offloader.read_offloaded(ledger_id, new_uuid, state["expect"])
                 try:
-                    verify_offloaded(new, handle.entry_crcs())
+                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes())
                 finally:
                     new.close()
             except TieredError as e:

@@ -17,8 +17,11 @@ replacement copy, and by the deep scrub.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +29,7 @@ import crc32c
 
 from tieredcore.errors import CorruptObjectError
 from tieredcore.formats import constants as C
-from tieredcore.formats.block import padding
+from tieredcore.formats.block import frame_ends, padding
 from tieredcore.formats.index import LedgerSection, SegmentIndex
 from tieredcore.offload.reader import OffloadedLedgerHandle
 from tieredcore.offload.segments import SegmentLedgerHandle
@@ -95,14 +98,90 @@ class _Walk:
     blocks: int = 0
 
 
+@dataclass
+class _Hot:
+    """The hot copy's record of a ledger's frames: CRC32C per frame and, when known, the cumulative frame
+    ends from its payload sizes (frames can then be cut where the hot copy says, without a walk)."""
+
+    crcs: array
+    cum: list[int] | None
+
+    @classmethod
+    def of(cls, key: str, crcs: Sequence[int] | None, sizes: Sequence[int] | None) -> _Hot | None:
+        if crcs is None:
+            return None
+        if sizes is not None and len(sizes) != len(crcs):
+            raise CorruptObjectError(f"{key}: the hot copy lists {len(crcs)} CRCs and {len(sizes)} sizes")
+        arr = crcs if isinstance(crcs, array) and crcs.typecode == "I" else array("I", crcs)
+        return cls(arr, frame_ends(sizes) if sizes is not None else None)
+
+
 def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end: int, w: _Walk,
-                        expected_crcs: Sequence[int] | None) -> None:
-    """The frames of block ``i`` from ``pos`` to ``end``, then its padding (shared by V1 and streaming
-    blocks, whose bodies are the same). Frames are walked in place in the stream's buffer; their CRCs
-    are computed and compared with the hot copy's a buffer at a time (one C-level pass, per-entry work
-    only to name a differing entry)."""
+                        hot: _Hot | None, stop_id: int) -> None:
+    """The frames of block ``i`` from ``pos`` to ``end`` (its entries end before ``stop_id``, says the
+    index), then its padding (shared by V1 and streaming blocks, whose bodies are the same)."""
     first = w.next_id
-    hot = _HotCrcs(key, expected_crcs) if expected_crcs is not None else None
+    if hot is not None and hot.cum is not None:
+        pos = _frames_cut_by_hot(s, key, where, i, pos, end, w, hot, stop_id)
+    else:
+        pos = _frames_walked(s, key, i, pos, end, w, hot)
+    if w.next_id == first:
+        raise CorruptObjectError(f"{where}: holds no entries")
+    pad_start = pos
+    while pos < end:  # padding (the FE DC DE AD cycle from its first byte), a window at a time
+        n = min(end - pos, s.window)
+        phase = (pos - pad_start) % 4
+        if s.view(pos, n) != padding(n + phase)[phase:]:
+            raise CorruptObjectError(f"{key}: bytes {pos}-{pos + n - 1} of block {i} are not padding")
+        pos += n
+    w.blocks += 1
+
+
+def _frames_cut_by_hot(s: _Stream, key: str, where: str, i: int, pos: int, end: int, w: _Walk, hot: _Hot,
+                       stop_id: int) -> int:
+    """Entries w.next_id..stop_id-1 where the hot copy's sizes put them, each frame's CRC32C (which
+    covers its length and entry id) compared with the hot copy's, a stream window at a time in C: no
+    per-entry Python unless an entry differs. Returns the offset after the last frame."""
+    k0, cum = w.next_id, hot.cum
+    assert cum is not None
+    if stop_id <= k0 or stop_id > len(cum) - 1:
+        raise CorruptObjectError(f"{where}: the index puts entries {k0}..{stop_id - 1} here, the hot copy holds "
+                                 f"entries 0..{len(cum) - 2}")
+    shift = pos - cum[k0]  # object offset of frame k = cum[k] + shift
+    frames_end = cum[stop_id] + shift
+    if frames_end > end:
+        raise CorruptObjectError(f"{where}: entries {k0}..{stop_id - 1} of the hot copy take "
+                                 f"{frames_end - pos} bytes, more than the block holds")
+    k = k0
+    while k < stop_id:
+        at = cum[k] + shift
+        if at + C.ENTRY_HEADER_SIZE > s.end:
+            s.view(at, C.ENTRY_HEADER_SIZE)  # the next window
+        base = s.start
+        # frames k..j-1 lie in this window
+        j = bisect_right(cum, s.end - shift, k + 1, stop_id + 1) - 1
+        if j == k:  # frame k runs into the next window: fetched (the window's tail kept) and checked alone
+            s.view(at, cum[k + 1] - cum[k])
+            base, j = s.start, k + 1
+        bounds = list(map(operator.add, cum[k : j + 1], itertools.repeat(shift - base)))
+        got = array("I", map(_crc, map(s.buf.__getitem__, map(slice, bounds, itertools.islice(bounds, 1, None)))))
+        want = hot.crcs[k:j]
+        if got != want:
+            x = next(x for x, (g, h) in enumerate(zip(got, want, strict=True)) if g != h)
+            a, b = base + bounds[x], base + bounds[x + 1]
+            raise CorruptObjectError(f"{key}: entry {k + x} at bytes {a}-{b - 1} differs from the hot copy "
+                                     f"(CRC32C {got[x]:08x}, hot {want[x]:08x})")
+        k = j
+    w.payload += cum[stop_id] - cum[k0] - C.ENTRY_HEADER_SIZE * (stop_id - k0)
+    w.next_id = stop_id
+    return frames_end
+
+
+def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, hot_record: _Hot | None) -> int:
+    """The frames of block ``i`` walked in place in the stream's buffer (ids and lengths checked), until
+    padding or the block end; given the hot CRCs, compared a buffer at a time (one C-level pass,
+    per-entry work only to name a differing entry). Returns the offset after the last frame."""
+    hot = _HotCrcs(key, hot_record.crcs) if hot_record is not None else None
     unpack = _FRAME.unpack_from
     hl = C.ENTRY_HEADER_SIZE
     buf, base = s.buf, s.start
@@ -142,24 +221,15 @@ def _frames_and_padding(s: _Stream, key: str, where: str, i: int, pos: int, end:
         pos = stop
     if hot is not None:
         hot.check()
-    if w.next_id == first:
-        raise CorruptObjectError(f"{where}: holds no entries")
-    pad_start = pos
-    while pos < end:  # padding (the FE DC DE AD cycle from its first byte), a window at a time
-        n = min(end - pos, s.window)
-        phase = (pos - pad_start) % 4
-        if s.view(pos, n) != padding(n + phase)[phase:]:
-            raise CorruptObjectError(f"{key}: bytes {pos}-{pos + n - 1} of block {i} are not padding")
-        pos += n
-    w.blocks += 1
+    return pos
 
 
 class _HotCrcs:
     """Frames collected per stream buffer, CRC'd and compared with the hot copy's CRCs in bulk."""
 
-    def __init__(self, key: str, expected: Sequence[int]) -> None:
+    def __init__(self, key: str, expected: array) -> None:
         self.key = key
-        self.expected = expected if isinstance(expected, array) and expected.typecode == "I" else array("I", expected)
+        self.expected = expected
         self.buf: memoryview | None = None
         self.base = 0
         self.first = 0
@@ -189,14 +259,16 @@ class _HotCrcs:
 
 def verify_offloaded(
     h: OffloadedLedgerHandle | SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
-    window: int = DEFAULT_WINDOW,
+    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None,
 ) -> VerifyReport:
     """Read the whole data object of ``h`` back and check it (see the module docstring).
-    ``expected_crcs``: the hot copy's CRC32C per entry (frame header + payload), index = entry id.
+    ``expected_crcs``: the hot copy's CRC32C per entry (frame header + payload), index = entry id;
+    ``expected_sizes``, its payload sizes: frames are then cut where the hot copy says and checked in
+    bulk (the CRCs cover each frame's length and entry id), not walked one by one.
     A ledger held by streaming segments (:class:`SegmentLedgerHandle`) is checked the same way, over
     its blocks in each segment (:func:`verify_segments`)."""
     if isinstance(h, SegmentLedgerHandle):
-        return verify_segments(h, expected_crcs, window=window)
+        return verify_segments(h, expected_crcs, window=window, expected_sizes=expected_sizes)
     idx = h.index
     key = h.key
     rep = VerifyReport(against_hot=expected_crcs is not None)
@@ -204,6 +276,7 @@ def verify_offloaded(
     n_entries = idx.last_entry_id + 1
     if expected_crcs is not None and len(expected_crcs) != n_entries:
         raise CorruptObjectError(f"{key}: holds {n_entries} entries, the hot copy {len(expected_crcs)}")
+    hot = _Hot.of(key, expected_crcs, expected_sizes)
     s = _Stream(h, window)
     blocks = idx.entries
     length = idx.data_object_length
@@ -220,7 +293,8 @@ def verify_offloaded(
                                      f"expected entry {w.next_id})")
         if s.view(e.offset + C.BLOCK_HEADER_USED, C.BLOCK_HEADER_ZEROS) != _ZEROS:
             raise CorruptObjectError(f"{where}: header bytes 28..127 are not zero")
-        _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, expected_crcs)
+        stop_id = blocks[i + 1].first_entry_id if i + 1 < len(blocks) else n_entries
+        _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, hot, stop_id)
     if s.end != length:
         raise CorruptObjectError(f"{key}: data object has {length - s.end} bytes after its last block")
     if w.next_id != n_entries or w.payload != idx.length:
@@ -234,7 +308,7 @@ def verify_offloaded(
 
 
 def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
-                    window: int = DEFAULT_WINDOW) -> VerifyReport:
+                    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None) -> VerifyReport:
     """Read back every block of the ledger in each of its segments and check it as
     :func:`verify_offloaded` checks a V1 object: the streaming block header (magic, header length, block
     length up to where the index says the next block starts, first entry, **ledger id**, zero bytes),
@@ -249,6 +323,7 @@ def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None 
                                       else len(expected_crcs) < n_entries):
         raise CorruptObjectError(f"ledger {h.ledger_id}: its segments hold {n_entries} entries, the hot copy "
                                  f"{len(expected_crcs)}")
+    hot = _Hot.of(f"ledger {h.ledger_id}", expected_crcs, expected_sizes)
     w = _Walk(0, -1)
     for p in h.pieces:
         ph = h.piece_handle(p)
@@ -283,7 +358,8 @@ def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None 
                                          f"{e.first_entry_id}; expected entry {w.next_id})")
             if s.view(e.offset + _SEG_HEADER.size, _SEG_ZEROS_LEN) != _SEG_ZEROS:
                 raise CorruptObjectError(f"{where}: header bytes {_SEG_HEADER.size}..127 are not zero")
-            _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, expected_crcs)
+            stop_id = blocks[i + 1].first_entry_id if i + 1 < len(blocks) else p.last + 1
+            _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, hot, stop_id)
         if w.next_id != p.last + 1 or w.payload != section.size:
             raise CorruptObjectError(f"{key}: holds entries through {w.next_id - 1} / {w.payload} bytes of ledger "
                                      f"{h.ledger_id}, its index says {p.last} / {section.size}")
