@@ -488,3 +488,33 @@ def test_copy_range_reports_a_source_truncated_while_copying(tmp_path, monkeypat
     finally:
         os.close(sfd)
         os.close(dfd)
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_parts_start_their_writeback_as_they_are_written(tmp_path, monkeypatch, fsync):
+    """With fsync on, every byte of a part (buffers, kernel-copied and buffered file slices) is handed to
+    the disk as soon as it is written (sync_file_range WRITE), so the fsync at completion only waits;
+    without fsync nothing is asked of the disk."""
+    from tieredcore.stores import fs_multipart
+    from tieredcore.stores.blob import FileSlice
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(fs_multipart, "_SYNC_FILE_RANGE", lambda fd, off, n, flags: calls.append((off, n)) or 0)
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(3 << 20))
+    store = FilesystemBlobStore(tmp_path / "store", fsync=fsync)
+    up = store.initiate_multipart("k")
+    p1 = store.upload_part("k", up, 1, [b"h" * 128, FileSlice(str(src), 5, 2 << 20), b"p" * 10])  # misaligned
+    # at data-file offset 128 + 2 MiB + 10 = 138 (mod 4096): a source offset congruent to it is copied by
+    # copy_file_range
+    p2 = store.upload_part("k", up, 2, [FileSlice(str(src), 4096 + 138, 1 << 20)])
+    store.complete_multipart("k", up, [p1, p2])
+    size = 128 + (2 << 20) + 10 + (1 << 20)
+    assert store.head("k").size == size
+    if not fsync:
+        assert calls == []
+        return
+    calls.sort()
+    assert calls[0][0] == 0
+    assert all(a + n == b for (a, n), (b, _) in zip(calls, calls[1:], strict=False)), calls
+    assert calls[-1][0] + calls[-1][1] == size

@@ -582,7 +582,7 @@ class FilesystemBlobStore:
         size = sum(map(piece_length, pieces))
         etag = secrets.token_hex(16)
         with self._oserrors("upload_part", key), self._multipart.open_upload(key, upload_id) as up:
-            self._multipart.write_part(up, part_number, pieces, size, etag)
+            self._multipart.write_part(up, part_number, pieces, size, etag, writeback=self.fsync)
         return CompletedPart(part_number=part_number, etag=etag, size=size)
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:

@@ -22,6 +22,7 @@ machine crash before complete (parts are fsynced only as part of the completed o
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
@@ -30,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -59,14 +61,15 @@ _PAGE = mmap.PAGESIZE
 _UPLOAD_CACHE_MAX = 64
 
 
-def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> None:
+def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int, writeback: bool = False) -> None:
     """Kernel-side copy (copy_file_range: reflink or in-kernel) with a pread/pwrite fallback.
 
     copy_file_range splices whole source pages: when source and destination offsets differ modulo the
     page size (a block's frames start 128 bytes into the object, anywhere in the hot-tier file), every
     page is written as two partial ones, and the copy and the fsync that follows it measured ~1.5x
     slower than an aligned copy. Such ranges go through a small reused buffer instead (pread + pwrite:
-    measured as fast as an aligned copy_file_range, and faster than pwrite from a mapping)."""
+    measured as fast as an aligned copy_file_range, and faster than pwrite from a mapping).
+    ``writeback``: start writing each copied range to disk right away (see start_writeback)."""
     use_cfr = hasattr(os, "copy_file_range") and not (n >= _BUFFERED_COPY_MIN and (src_off - dst_off) % _PAGE)
     while n > 0:
         if use_cfr:
@@ -84,6 +87,8 @@ def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> 
                 c = write_all(dst_fd, window[:got], dst_off) if got else 0
         if c == 0:
             raise BlobStoreError("filesystem store: multipart part file is shorter than recorded")
+        if writeback:
+            start_writeback(dst_fd, dst_off, c)
         src_off += c
         dst_off += c
         n -= c
@@ -100,18 +105,47 @@ def _copy_buffer() -> mmap.mmap:
     return buf
 
 
-def write_pieces(fd: int, pieces: Sequence[Buffer | FileSlice], offset: int) -> None:
-    """Write the pieces back to back at `offset` of fd; FileSlices are copied with copy_range."""
+def write_pieces(fd: int, pieces: Sequence[Buffer | FileSlice], offset: int, writeback: bool = False) -> None:
+    """Write the pieces back to back at `offset` of fd; FileSlices are copied with copy_range.
+    ``writeback``: start writing them to disk as they are written (see start_writeback)."""
     for p in pieces:
         if isinstance(p, FileSlice):
             src = os.open(p.path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                copy_range(src, p.offset, fd, offset, p.length)
+                copy_range(src, p.offset, fd, offset, p.length, writeback)
             finally:
                 os.close(src)
             offset += p.length
         else:
-            offset += write_all(fd, p, offset)
+            n = write_all(fd, p, offset)
+            if writeback:
+                start_writeback(fd, offset, n)
+            offset += n
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _sync_file_range() if sys.platform.startswith("linux") else None
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, n: int) -> None:
+    """Ask the kernel to start writing ``[offset, offset + n)`` of fd to disk now, without waiting
+    (Linux sync_file_range WRITE; elsewhere nothing). Bytes of a part that will be fsynced at
+    completion then go to disk while later parts are still being copied: the fsync only waits for what
+    is in flight (measured on 128 MiB: copy + fsync 64-80 ms instead of 87-107). Not a durability
+    step: the fsync at completion still is."""
+    if _SYNC_FILE_RANGE is not None and n > 0:
+        _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)  # an error only forgoes the head start
 
 
 @dataclass
@@ -270,7 +304,8 @@ class MultipartUploads:
         up.state.apply(rec)
 
     def write_part(
-        self, up: Upload, part_number: int, pieces: Sequence[Buffer | FileSlice], size: int, etag: str
+        self, up: Upload, part_number: int, pieces: Sequence[Buffer | FileSlice], size: int, etag: str,
+        writeback: bool = False,
     ) -> None:
         """Store part `part_number` (`size` bytes): appended to the data file when it is the next in
         sequence, else in a part file of its own (replacing an earlier upload of that number)."""
@@ -280,7 +315,7 @@ class MultipartUploads:
             offset = state.data_end
             dfd = os.open(_DATA, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
             try:
-                write_pieces(dfd, pieces, offset)
+                write_pieces(dfd, pieces, offset, writeback)
             except BaseException:
                 os.ftruncate(dfd, offset)
                 raise
@@ -291,7 +326,7 @@ class MultipartUploads:
             name = f"part-{part_number}-{secrets.token_hex(4)}"
             pfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=up.fd)
             try:
-                write_pieces(pfd, pieces, 0)
+                write_pieces(pfd, pieces, 0, writeback)
             except BaseException:
                 os.close(pfd)
                 unlink_quiet(name.encode(), dir_fd=up.fd)
