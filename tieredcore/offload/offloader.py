@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import mmap
+import queue
 import threading
 import uuid as uuidlib
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, replace
 
@@ -52,7 +53,7 @@ from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encod
 from tieredcore.model import LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
-from tieredcore.stores.blob import MAX_PART_NUMBER, BlobStore
+from tieredcore.stores.blob import MAX_PART_NUMBER, BlobStore, Buffer
 from tieredcore.stores.hot_tier import FrameSource
 from tieredcore.stores.location import StoreLocation
 
@@ -122,7 +123,7 @@ class LedgerOffloader:
         self.read_buffer = read_buffer
         self.cluster = cluster
         self.offset_cache = offset_cache if offset_cache is not None else SHARED_OFFSET_CACHE
-        self._pool = BufferPool(keep=2)
+        self._pool = BufferPool(keep=max(2, upload_concurrency + 2))  # two blocks, or the parts in flight
         # exact frame offsets every `checkpoint_interval` frame bytes, in the index trailer (which
         # Pulsar ignores): a random read walks at most that far instead of from its block's start
         self.checkpoint_interval = checkpoint_interval
@@ -186,7 +187,8 @@ class LedgerOffloader:
             # block: memory stays at about two blocks whatever the ledger size, and no block pays for
             # freshly faulted-in memory.
             zero_copy = frames is not None and self.store.copies_file_slices
-            if zero_copy:
+            part_size = 0 if zero_copy else self._part_size_for(total)
+            if zero_copy or part_size:
                 # the check reads a block's frames a window at a time into one small buffer: it stays in
                 # the CPU's cache between the read and the CRCs, and a process's first block does not
                 # fault in a whole block buffer (measured: 74 ms for a fresh 64 MiB buffer, 17 ms after)
@@ -211,19 +213,18 @@ class LedgerOffloader:
                             done += plan.block_size
                             if progress is not None:
                                 progress(done, total)
+                    elif part_size:
+                        parts = self._upload_streamed(pool, dkey, upload_id, _object_pieces(
+                            ledger, frames, plans, ends, bufs[0], window, crcs), part_size, total, progress)
                     else:
                         # block bytes are fed to the chunk checksums inside the (single) worker, in block order
                         pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], crcs)
-                        part_size = self._part_size_for(total)
                         for i, plan in enumerate(plans):
                             block = pending.result()
                             if i + 1 < len(plans):
                                 pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1],
                                                       bufs[(i + 1) % 2], crcs)
-                            if part_size:
-                                parts += self._upload_block_parts(dkey, upload_id, len(parts) + 1, block, part_size)
-                            else:
-                                parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
+                            parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
                             done += plan.block_size
                             if isinstance(block, memoryview):
                                 block.release()
@@ -270,26 +271,53 @@ class LedgerOffloader:
         # S3 allows 10,000 parts per upload: larger parts for (very) large ledgers
         return max(self.part_size, -(-total // (MAX_PART_NUMBER - 1)))
 
-    def _upload_block_parts(self, key: str, upload_id: str, first_part: int, block, part_size: int) -> list:
-        """One block as parts of about ``part_size`` bytes (each at least that, so every part but the
-        object's last meets the store's minimum) sent ``upload_concurrency`` at a time, like a transfer
-        manager does with a file. Returns when all are done (the block's buffer is then reusable)."""
-        n = len(block)
-        k = max(1, n // part_size)
-        bounds = [n * j // k for j in range(k + 1)]
-        if k == 1:
-            return [self.store.upload_part(key, upload_id, first_part, block)]
+    def _upload_streamed(self, pool: ThreadPoolExecutor, key: str, upload_id: str, pieces: Iterator[Buffer],
+                         part_size: int, total: int, progress: ProgressFn | None) -> list:
+        """The object (``pieces``: its bytes in order) as parts of exactly ``part_size`` bytes (the last:
+        the rest), filled by the worker into a few reused part buffers and sent ``upload_concurrency`` at
+        a time, like a transfer manager does with a file: memory stays at concurrency + 2 parts whatever
+        the block size, and the first part goes up as soon as it is read, not after a whole block."""
         if self._uploader is None:
             self._uploader = ThreadPoolExecutor(max_workers=self.upload_concurrency,
                                                 thread_name_prefix="offload-parts")
-        mv = memoryview(block)
+        n_parts = -(-total // part_size)
+        nbuf = min(self.upload_concurrency + 2, n_parts)
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        bufs = [self._pool.take(min(part_size, total)) for _ in range(nbuf)]
+        for b in bufs:
+            free.put(b)
+        ready: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        filling = pool.submit(_fill_parts, pieces, part_size, free, ready, stop)
+        futures: list[Future] = []
+        failed: list[Future] = []
+        done = 0
         try:
-            futures = [self._uploader.submit(self.store.upload_part, key, upload_id, first_part + j,
-                                             mv[bounds[j] : bounds[j + 1]]) for j in range(k)]
-            wait(futures)  # every request has finished with the buffer before it is reused or aborted
+            while True:
+                item = ready.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                number, buf, n = item
+                fut = self._uploader.submit(_send_part, self.store, key, upload_id, number, buf, n, free)
+                fut.add_done_callback(lambda f: f.exception() is not None and failed.append(f))
+                futures.append(fut)
+                if failed:  # a part failed: stop reading, the caller aborts the upload
+                    failed[0].result()
+                if progress is not None:
+                    done = min(total, done + n)
+                    progress(done, total)
+            wait(futures)
             return [f.result() for f in futures]
         finally:
-            mv.release()
+            stop.set()
+            free.put(None)  # wakes the worker if it waits for a buffer
+            with suppress(Exception):
+                filling.result()
+            wait(futures)  # every request has finished with its buffer before the buffers are reused
+            for b in bufs:
+                self._pool.give(b)
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -449,6 +477,83 @@ def _check_block(
         mv.release()
     if crcs is not None:
         crcs.update(padding(plan.block_size - hl - plan.frames_length))
+
+
+def _object_pieces(
+    ledger: ReadHandle, frames: FrameSource | None, plans: Sequence[BlockPlan], ends: Sequence[int],
+    buf: mmap.mmap, window: int, crcs: ChunkCrcWriter | None,
+) -> Iterator[Buffer]:
+    """The data object's bytes in order, block by block: header, frames (from the hot tier, CRC-checked
+    a window of whole entries at a time into ``buf``; a piece is only valid until the next is asked
+    for), padding. Every piece is fed to the chunk checksums."""
+    hl = C.BLOCK_HEADER_LENGTH
+    mv = memoryview(buf)
+    for plan in plans:
+        if frames is None:
+            pieces: Iterable[Buffer] = [build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))]
+        else:
+            pieces = _checked_block(frames, plan, ends, mv, window, hl)
+        for piece in pieces:
+            if crcs is not None:
+                crcs.update(piece)
+            yield piece
+
+
+def _checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview, window: int,
+                   hl: int) -> Iterator[Buffer]:
+    yield block_header(plan.first_entry, plan.block_size)
+    first, stop = plan.first_entry, plan.last_entry + 1
+    while first < stop:
+        nxt = max(first + 1, bisect_right(ends, ends[first] + window, first + 1, stop + 1) - 1)
+        n = ends[nxt] - ends[first]
+        with (mv[:n] if n <= len(mv) else memoryview(bytearray(n))) as run:
+            frames.read_frames_into(first, nxt - 1, run)  # CRC-verified
+            yield run
+        first = nxt
+    yield padding(plan.block_size - hl - plan.frames_length)
+
+
+def _fill_parts(pieces: Iterator[Buffer], part_size: int, free: queue.SimpleQueue, ready: queue.SimpleQueue,
+                stop: threading.Event) -> None:
+    """Worker side of LedgerOffloader._upload_streamed: copy the object's pieces into part buffers taken
+    from ``free`` and hand each full one to ``ready`` as (part number, buffer, length); then None. An
+    error is handed over instead (the uploading side raises it)."""
+    try:
+        buf, fill, number = None, 0, 0
+        for piece in pieces:
+            mv = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
+            pos, n = 0, len(mv)
+            while pos < n:
+                if buf is None:
+                    buf = free.get()
+                    if buf is None or stop.is_set():
+                        return
+                take = min(part_size - fill, n - pos)
+                buf[fill : fill + take] = mv[pos : pos + take]
+                fill += take
+                pos += take
+                if fill == part_size:
+                    number += 1
+                    ready.put((number, buf, fill))
+                    buf, fill = None, 0
+            mv.release()
+        if fill:
+            ready.put((number + 1, buf, fill))
+        ready.put(None)
+    except BaseException as e:  # noqa: BLE001 - handed to the uploading thread, which raises it
+        ready.put(e)
+
+
+def _send_part(store: BlobStore, key: str, upload_id: str, number: int, buf: mmap.mmap, n: int,
+               free: queue.SimpleQueue):  # noqa: ANN202
+    """Upload part ``number`` (the first n bytes of buf), then give the buffer back for the next part."""
+    view = memoryview(buf)[:n]
+    try:
+        return store.upload_part(key, upload_id, number, view)
+    finally:
+        with suppress(BufferError):
+            view.release()
+        free.put(buf)
 
 
 def _block_bytes(
