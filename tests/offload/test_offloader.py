@@ -436,6 +436,15 @@ def test_object_key_grammar_round_trips_ledger_and_segment_keys():
     assert parse_key(f"p/{u.upper()}", "p/") is None  # uuids are lowercase
 
 
+def flip_byte(path: Path, at: int, mask: int) -> None:
+    """Damage one byte of a hot-tier file in place (what a bad disk sector does)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ mask]))
+
+
 @pytest.mark.parametrize("bad_block", [0, 2])
 def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_store, tmp_path: Path,
                                                                       bad_block: int) -> None:
@@ -447,11 +456,7 @@ def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_stor
     entry = bad_block * 4 + 1  # 4 entries of 900 B per 4 KiB block
     off_in_log = h.frame_offset(entry) + 20
     h.close()
-    with open(tmp_path / "hot" / f"{h.ledger_id}.log", "r+b") as f:
-        f.seek(off_in_log)
-        b = f.read(1)
-        f.seek(off_in_log)
-        f.write(bytes([b[0] ^ 0x5A]))
+    flip_byte(tmp_path / "hot" / f"{h.ledger_id}.log", off_in_log, 0x5A)
     h = hot.open_ledger(h.ledger_id)
     off = LedgerOffloader(blob_store, max_block_size=4096, offset_cache=OffsetCache())
     with pytest.raises(Exception, match=rf"(?i)crc.*entry {entry}|entry {entry}.*crc"):
@@ -461,11 +466,12 @@ def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_stor
 
 
 @pytest.mark.parametrize("bad_entry", [0, 13, 38, 39])
-def test_frames_are_checked_in_windows_smaller_than_a_block(fs_store, tmp_path: Path, monkeypatch,
+def test_frames_are_checked_in_windows_smaller_than_a_block(blob_store, tmp_path: Path, monkeypatch,
                                                            bad_entry: int) -> None:
-    """The filesystem store copies the frames itself; the offloader checks them a window of whole entries
-    at a time (windows much smaller than a block here, entries larger than a window too): a bad frame in
-    any window fails the offload with nothing written, and good ledgers read back exactly."""
+    """The offloader checks the hot tier's frames a window of whole entries at a time (windows much
+    smaller than a block here, entries larger than a window too), whether the filesystem store copies
+    them itself or they go to S3 as streamed parts: a bad frame in any window fails the offload with
+    nothing written, and good ledgers read back exactly."""
     import tieredcore.offload.offloader as offloader_mod
 
     monkeypatch.setattr(offloader_mod, "CHECK_WINDOW", 4096)
@@ -473,7 +479,7 @@ def test_frames_are_checked_in_windows_smaller_than_a_block(fs_store, tmp_path: 
     sizes = [900, 3000, 5000, 12_000, 0, 1] * 6 + [20_000, 7, 4083, 4084]  # some larger than the window
     payloads = [payload(i, n) for i, n in enumerate(sizes)]
     good = sealed_ledger(hot, payloads)
-    off = LedgerOffloader(fs_store, max_block_size=64 * 1024, offset_cache=OffsetCache())
+    off = LedgerOffloader(blob_store, max_block_size=64 * 1024, offset_cache=OffsetCache())
     obj = off.offload(good, UUID)
     assert obj.blocks > 1
     h = off.read_offloaded(good.ledger_id, UUID)
@@ -481,21 +487,17 @@ def test_frames_are_checked_in_windows_smaller_than_a_block(fs_store, tmp_path: 
     h.close()
     good.close()
     off.delete_offloaded(obj.ledger_id, UUID)
-    assert_nothing_written(fs_store)
+    assert_nothing_written(blob_store)
 
     bad = sealed_ledger(hot, payloads)
     at = bad.frame_offset(bad_entry) + 12 + max(0, sizes[bad_entry] - 1)  # the last payload byte (or a header byte)
     bad.close()
-    with open(tmp_path / "hot" / f"{bad.ledger_id}.log", "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0x01]))
+    flip_byte(tmp_path / "hot" / f"{bad.ledger_id}.log", at, 0x01)
     bad = hot.open_ledger(bad.ledger_id)
     with pytest.raises(Exception, match=rf"(?i)entry {bad_entry}\b"):
         off.offload(bad, uuidlib.uuid4())
     bad.close()
-    assert_nothing_written(fs_store)
+    assert_nothing_written(blob_store)
 
 
 class _PartSpy:

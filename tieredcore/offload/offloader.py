@@ -455,28 +455,11 @@ def _check_block(
     crcs: ChunkCrcWriter | None,
 ) -> None:
     """CRC-check a block's frames in the hot tier (and feed the block's bytes to the chunk checksums)
-    without building the block: the store copies the same frames from the hot-tier file itself. Frames
-    are read in runs of whole entries of at most ``window`` bytes (``buf`` holds one)."""
-    hl = C.BLOCK_HEADER_LENGTH
-    if crcs is not None:
-        crcs.update(block_header(plan.first_entry, plan.block_size))
-    mv = memoryview(buf)
-    try:
-        first, stop = plan.first_entry, plan.last_entry + 1
-        while first < stop:
-            # entries first..nxt-1: as many as fit the window, at least one (an entry larger than the
-            # window is read into a buffer of its own)
-            nxt = max(first + 1, bisect_right(ends, ends[first] + window, first + 1, stop + 1) - 1)
-            n = ends[nxt] - ends[first]
-            with (mv[:n] if n <= len(mv) else memoryview(bytearray(n))) as run:
-                frames.read_frames_into(first, nxt - 1, run)  # CRC-verified
-                if crcs is not None:
-                    crcs.update(run)
-            first = nxt
-    finally:
-        mv.release()
-    if crcs is not None:
-        crcs.update(padding(plan.block_size - hl - plan.frames_length))
+    without building the block: the store copies the same frames from the hot-tier file itself."""
+    with memoryview(buf) as mv:
+        for piece in _checked_block(frames, plan, ends, mv, window):
+            if crcs is not None:
+                crcs.update(piece)
 
 
 def _object_pieces(
@@ -486,21 +469,23 @@ def _object_pieces(
     """The data object's bytes in order, block by block: header, frames (from the hot tier, CRC-checked
     a window of whole entries at a time into ``buf``; a piece is only valid until the next is asked
     for), padding. Every piece is fed to the chunk checksums."""
-    hl = C.BLOCK_HEADER_LENGTH
     mv = memoryview(buf)
     for plan in plans:
         if frames is None:
             pieces: Iterable[Buffer] = [build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))]
         else:
-            pieces = _checked_block(frames, plan, ends, mv, window, hl)
+            pieces = _checked_block(frames, plan, ends, mv, window)
         for piece in pieces:
             if crcs is not None:
                 crcs.update(piece)
             yield piece
 
 
-def _checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview, window: int,
-                   hl: int) -> Iterator[Buffer]:
+def _checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview,
+                   window: int) -> Iterator[Buffer]:
+    """A block of hot-tier frames as pieces: its header, its frames read in runs of whole entries of at
+    most ``window`` bytes into ``mv`` (CRC-checked; an entry larger than the window gets a buffer of
+    its own; a run is only valid until the next piece is asked for), its padding."""
     yield block_header(plan.first_entry, plan.block_size)
     first, stop = plan.first_entry, plan.last_entry + 1
     while first < stop:
@@ -510,7 +495,7 @@ def _checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv
             frames.read_frames_into(first, nxt - 1, run)  # CRC-verified
             yield run
         first = nxt
-    yield padding(plan.block_size - hl - plan.frames_length)
+    yield padding(plan.block_size - C.BLOCK_HEADER_LENGTH - plan.frames_length)
 
 
 def _fill_parts(pieces: Iterator[Buffer], part_size: int, free: queue.SimpleQueue, ready: queue.SimpleQueue,
