@@ -29,14 +29,14 @@ class HotLedger(ReadHandle, Protocol):
         """CRC32C of each entry's offload frame (12-byte header + payload), entries 0..LAC."""
         ...
 
+    def entry_sizes(self) -> Sequence[int]:
+        """Payload sizes of entries 0..LAC (with the CRCs: what an offloaded copy is proven against)."""
+        ...
+
 
 @runtime_checkable
 class FrameSource(HotLedger, Protocol):
     """A hot ledger stored as contiguous offload frames (the offloader's fast path)."""
-
-    def entry_sizes(self) -> Sequence[int]:
-        """Payload sizes of entries 0..LAC."""
-        ...
 
     def read_frames_into(self, first: int, last: int, out: memoryview) -> int:
         """The frames of entries first..last, CRC-verified, written into `out` (exactly their length)."""
