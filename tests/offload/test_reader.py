@@ -416,7 +416,7 @@ class FailingAhead(RecordingStore):
 
 @pytest.mark.parametrize("store_cls", [RecordingStore, FailingAhead])
 def test_s3_catch_up_read_fetches_one_get_per_stream_window(s3_store, tmp_path: Path, store_cls) -> None:
-    """A catch-up reader of a 20 MiB object fetches 8 MiB windows, the next one read ahead while the
+    """A catch-up reader of a 20 MiB object fetches 8 MiB windows, the next two read ahead while the
     current one is parsed (frames straddling two windows are joined, not fetched again): ceil(object /
     8 MiB) GETs, each byte once. A failed read-ahead is fetched again by the reader, invisibly."""
     entries = [payload(i, 4096) for i in range(5000)]  # ~20 MiB, frames straddle every window border

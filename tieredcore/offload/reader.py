@@ -45,7 +45,8 @@ _FRAME = struct.Struct(">iq")
 _MAX_WINDOWS = 8
 _MAX_WINDOW_BYTES = 40 * 1024 * 1024  # fetched windows kept per handle (at least the newest one)
 _MAX_STREAMS = 16
-_MAX_AHEAD = 4  # windows read ahead at once per handle (one per concurrent stream)
+_MAX_AHEAD = 4  # windows read ahead at once per handle (for up to two concurrent streams)
+_READ_AHEAD_DEPTH = 2  # windows a stream reads ahead of the one being consumed
 _READ_AHEAD_THREADS = 4
 
 _read_ahead_pool: ThreadPoolExecutor | None = None
@@ -303,27 +304,32 @@ class OffloadedLedgerHandle:
             total = sum(map(len, self._windows.values()))
             while len(self._windows) > 1 and (len(self._windows) > _MAX_WINDOWS or total > _MAX_WINDOW_BYTES):
                 total -= len(self._windows.popitem(last=False)[1])
-            if (stream and self.read_ahead and end < self._object_length and end not in self._ahead
-                    and not any(s <= end < s + len(d) for s, d in self._windows.items())):
-                # the next window of this stream, fetched while the caller consumes this one
-                nxt_end = min(end + self.stream_window, self._object_length)
-                self._ahead[end] = (nxt_end, _read_ahead_executor().submit(self._get, end, nxt_end))
+            if stream and self.read_ahead:
+                # the next windows of this stream, fetched while the caller consumes this one
+                at = end
+                for _ in range(_READ_AHEAD_DEPTH):
+                    if at >= self._object_length:
+                        break
+                    nxt_end = min(at + self.stream_window, self._object_length)
+                    if at not in self._ahead and not any(s <= at < s + len(d) for s, d in self._windows.items()):
+                        self._ahead[at] = (nxt_end, _read_ahead_executor().submit(self._get, at, nxt_end))
+                    at = nxt_end
                 while len(self._ahead) > _MAX_AHEAD:
                     self._ahead.popitem(last=False)[1][1].cancel()
         return start, data
 
-    def _take_ahead(self, ahead: tuple[int, int, Future], pos: int) -> tuple[int, bytes] | None:
+    def _take_ahead(self, ahead: tuple[int, int, Future], pos: int) -> tuple[int, bytes]:
         """The window read ahead (joined to the tail of the window before it when the frame at pos
-        straddles the two); None when the fetch failed: the caller fetches again, and a persistent error
-        reaches the reader."""
-        a_start, _a_end, fut = ahead
+        straddles the two). When its fetch failed, the reader fetches the same window itself (the
+        stream's later windows, already on their way, still line up); a persistent error reaches it."""
+        a_start, a_end, fut = ahead
         with self._lock:
             self._ahead.pop(a_start, None)
             prev = next((d for s, d in self._windows.items() if s <= pos and s + len(d) == a_start), b"")
         try:
             start, data = fut.result()
         except Exception:
-            return None
+            start, data = self._get(a_start, a_end)
         if pos >= a_start:
             return start, data
         return pos, prev[len(prev) - (a_start - pos):] + data
