@@ -273,14 +273,17 @@ class LedgerOffloader:
 
     def _upload_streamed(self, pool: ThreadPoolExecutor, key: str, upload_id: str, pieces: Iterator[Buffer],
                          part_size: int, total: int, progress: ProgressFn | None) -> list:
-        """The object (``pieces``: its bytes in order) as parts of exactly ``part_size`` bytes (the last:
-        the rest), filled by the worker into a few reused part buffers and sent ``upload_concurrency`` at
+        """The object (``pieces``: its bytes in order) as parts of the same size, at least ``part_size``
+        bytes (the last: the rest), filled by the worker into a few reused part buffers and sent ``upload_concurrency`` at
         a time, like a transfer manager does with a file: memory stays at concurrency + 2 parts whatever
         the block size, and the first part goes up as soon as it is read, not after a whole block."""
         if self._uploader is None:
             self._uploader = ThreadPoolExecutor(max_workers=self.upload_concurrency,
                                                 thread_name_prefix="offload-parts")
-        n_parts = -(-total // part_size)
+        # as many parts as fit whole at part_size, evened out (each a little larger): a 32.1 MiB object
+        # goes up as 4 parts, not 4 full ones and a tiny fifth that waits for a free connection
+        n_parts = max(1, total // part_size)
+        part_size = -(-total // n_parts)
         nbuf = min(self.upload_concurrency + 2, n_parts)
         free: queue.SimpleQueue = queue.SimpleQueue()
         bufs = [self._pool.take(min(part_size, total)) for _ in range(nbuf)]
