@@ -139,13 +139,15 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 
 def start_writeback(fd: int, offset: int, n: int) -> None:
-    """Ask the kernel to start writing ``[offset, offset + n)`` of fd to disk now, without waiting
-    (Linux sync_file_range WRITE; elsewhere nothing). Bytes of a part that will be fsynced at
-    completion then go to disk while later parts are still being copied: the fsync only waits for what
-    is in flight (measured on 128 MiB: copy + fsync 64-80 ms instead of 87-107). Not a durability
-    step: the fsync at completion still is."""
-    if _SYNC_FILE_RANGE is not None and n > 0:
-        _SYNC_FILE_RANGE(fd, offset, n, _SYNC_FILE_RANGE_WRITE)  # an error only forgoes the head start
+    """Ask the kernel to start writing the whole pages of fd just written (``[offset, offset + n)``) to
+    disk now, without waiting (Linux sync_file_range WRITE; elsewhere nothing). Bytes of a part that
+    will be fsynced at completion then go to disk while later parts are still being copied: the fsync
+    only waits for what is in flight (measured on 128 MiB: copy + fsync 64-80 ms instead of 87-107).
+    The last, partly written page is left out: the next write completes it, and writing into a page
+    under writeback waits for the disk. Not a durability step: the fsync at completion still is."""
+    start, end = offset - offset % _PAGE, (offset + n) - (offset + n) % _PAGE
+    if _SYNC_FILE_RANGE is not None and end > start:
+        _SYNC_FILE_RANGE(fd, start, end - start, _SYNC_FILE_RANGE_WRITE)  # an error only forgoes the head start
 
 
 @dataclass
