@@ -69,6 +69,7 @@ class CompletedPart:
     part_number: int
     etag: str
     size: int
+    checksum_crc32: str | None = None  # S3: the part's CRC32 as the store computed it (base64), for completion
 
 
 @dataclass(frozen=True)
