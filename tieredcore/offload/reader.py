@@ -291,7 +291,7 @@ class OffloadedLedgerHandle:
                 assert self.checksums is not None
                 start -= start % self.checksums.chunk_size
                 size = max(size, pos + need - start)
-            end = min(start + size, self._object_length)
+            end = self._window_end(start, start + size) if stream else min(start + size, self._object_length)
             with self._lock:  # stop where a window held already begins (concurrent readers' streams)
                 end = min([end, *(s for s in self._windows if pos + need <= s < end)])
             got = self._get(start, end)
@@ -310,13 +310,21 @@ class OffloadedLedgerHandle:
                 for _ in range(_READ_AHEAD_DEPTH):
                     if at >= self._object_length:
                         break
-                    nxt_end = min(at + self.stream_window, self._object_length)
+                    nxt_end = self._window_end(at, at + self.stream_window)
                     if at not in self._ahead and not any(s <= at < s + len(d) for s, d in self._windows.items()):
                         self._ahead[at] = (nxt_end, _read_ahead_executor().submit(self._get, at, nxt_end))
                     at = nxt_end
                 while len(self._ahead) > _MAX_AHEAD:
                     self._ahead.popitem(last=False)[1][1].cancel()
         return start, data
+
+    def _window_end(self, start: int, end: int) -> int:
+        """Where a stream's window [start, end) stops: on a store read ahead by this handle, at the
+        object's end when less than half a window would be left after it (a 32.1 MiB object is 4 GETs,
+        not 4 and a sliver); stores that read ahead themselves get the window as asked."""
+        if self.read_ahead and self._object_length - end < self.stream_window // 2:
+            return self._object_length
+        return min(end, self._object_length)
 
     def _take_ahead(self, ahead: tuple[int, int, Future], pos: int) -> tuple[int, bytes]:
         """The window read ahead (joined to the tail of the window before it when the frame at pos
