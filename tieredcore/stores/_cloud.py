@@ -14,11 +14,16 @@ import binascii
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from tieredcore.errors import BlobStoreError, ValidationError
-from tieredcore.stores.blob import MAX_PART_NUMBER, MIN_PART_NUMBER, Buffer, CompletedPart, Pieces, read_piece
+from tieredcore.errors import BlobStoreError, NoSuchUploadError, ValidationError
+from tieredcore.stores.blob import (
+    Buffer,
+    MultipartUploadInfo,
+    Pieces,
+    read_piece,
+)
 
 INTERNAL_PREFIX = ".tiered/"
 UPLOADS_PREFIX = INTERNAL_PREFIX + "uploads/"
@@ -50,25 +55,6 @@ def check_key(key: object, where: str) -> str:
     if is_internal(key):
         raise ValidationError(f"{where}: key {key!r} is in the store's reserved area {INTERNAL_PREFIX!r}")
     return key
-
-
-def check_part_number(part_number: object, where: str) -> int:
-    if (isinstance(part_number, bool) or not isinstance(part_number, int)
-            or not MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER):
-        raise ValidationError(f"part number {part_number!r} for {where}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}")
-    return part_number
-
-
-def check_parts(parts: Sequence[CompletedPart], where: str) -> None:
-    if not parts:
-        raise ValidationError(f"complete_multipart of {where}: no parts given")
-    prev = 0
-    for p in parts:
-        if p.part_number <= prev:
-            raise ValidationError(
-                f"complete_multipart of {where}: part numbers must be strictly ascending ({p.part_number} after {prev})"
-            )
-        prev = p.part_number
 
 
 def part_body(data: Buffer | Pieces) -> bytes:
@@ -113,3 +99,49 @@ class UploadRecord:
             return cls(upload_id, str(doc["k"]), {str(k): str(v) for k, v in doc["m"].items()}, float(doc["t"]))
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
             raise BlobStoreError(f"{where}: upload marker {marker_key(upload_id)!r} is unreadable ({e})") from None
+
+
+def upload_record(where: str, key: str, upload_id: object, op: str,
+                  marker_metadata: Callable[[], Mapping[str, str] | None]) -> UploadRecord:
+    """The record of upload ``upload_id`` of ``key`` in the store at ``where``; ``marker_metadata()`` reads
+    its marker's metadata (None: no marker). NoSuchUploadError for an unknown id or another key's upload."""
+    missing = NoSuchUploadError(f"{where}/{key}: {op}: no multipart upload {upload_id!r}")
+    if not is_upload_id(upload_id):
+        raise missing
+    assert isinstance(upload_id, str)
+    metadata = marker_metadata()
+    if metadata is None:
+        raise missing
+    rec = UploadRecord.from_marker(upload_id, metadata, where)
+    if rec.key != key:
+        raise NoSuchUploadError(f"{where}/{key}: {op}: upload {upload_id!r} is one of key {rec.key!r}")
+    return rec
+
+
+def uploads_listed(markers: Iterable[tuple[str, Mapping[str, str] | None]], prefix: str,
+                   where: str) -> list[MultipartUploadInfo]:
+    """The uploads of keys under ``prefix`` from a listing of the markers (name, metadata), in S3's order."""
+    out: list[MultipartUploadInfo] = []
+    for name, metadata in markers:
+        upload_id = name[len(UPLOADS_PREFIX):]
+        if not is_upload_id(upload_id):
+            continue
+        rec = UploadRecord.from_marker(upload_id, metadata, where)
+        if rec.key.startswith(prefix):
+            out.append(MultipartUploadInfo(key=rec.key, upload_id=upload_id, initiated=rec.initiated))
+    return sorted(out, key=lambda u: (u.key, u.initiated, u.upload_id))
+
+
+def encode_token(service_token: str | None, key: str | None) -> str:
+    """A listing's continuation token: the service's own token and a key, as opaque text."""
+    return base64.urlsafe_b64encode(json.dumps([service_token, key]).encode()).decode()
+
+
+def decode_token(token: str) -> tuple[str | None, str | None]:
+    try:
+        pair = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if isinstance(pair, list) and len(pair) == 2 and all(x is None or isinstance(x, str) for x in pair):
+            return pair[0], pair[1]
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise ValidationError(f"list: {token!r} is not a continuation token of this store")

@@ -33,7 +33,6 @@ import base64
 import binascii
 import contextlib
 import hashlib
-import json
 import os
 import random
 import re
@@ -57,13 +56,14 @@ from tieredcore.stores._cloud import (
     UPLOADS_PREFIX,
     UploadRecord,
     check_key,
-    check_part_number,
-    check_parts,
     check_range,
+    decode_token,
+    encode_token,
     is_internal,
-    is_upload_id,
     marker_key,
     part_body,
+    upload_record,
+    uploads_listed,
 )
 from tieredcore.stores.blob import (
     Buffer,
@@ -72,6 +72,8 @@ from tieredcore.stores.blob import (
     MultipartUploadInfo,
     ObjectInfo,
     Pieces,
+    check_part_number,
+    check_parts,
     normalize_metadata,
 )
 from tieredcore.stores.requests import counted
@@ -270,7 +272,7 @@ class AzureBlobStore:
              start_after: str | None = None) -> ListPage:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
-        marker, skip = self._decode_token(token) if token else (None, start_after)
+        marker, skip = decode_token(token) if token else (None, start_after)
         out: list[ObjectInfo] = []
         try:
             pages = self.client.list_blobs(name_starts_with=prefix or None,
@@ -283,29 +285,15 @@ class AzureBlobStore:
                     out.append(ObjectInfo(key=b.name, size=int(b.size), last_modified=b.last_modified.timestamp()))
                     if len(out) == page_size:
                         if i + 1 < len(items):  # resume within this service page, after the last key returned
-                            return ListPage(out, self._encode_token(marker, b.name))
+                            return ListPage(out, encode_token(marker, b.name))
                         nxt = pages.continuation_token  # this service page is done: resume at the next one
-                        return ListPage(out, self._encode_token(nxt, b.name) if nxt else None)
+                        return ListPage(out, encode_token(nxt, b.name) if nxt else None)
                 marker = pages.continuation_token
                 if not marker:
                     break
         except AzureError as e:
             raise self._error(e, "list", prefix) from e
         return ListPage(out, None)
-
-    @staticmethod
-    def _encode_token(marker: str | None, last: str) -> str:
-        return base64.urlsafe_b64encode(json.dumps([marker, last]).encode()).decode()
-
-    @staticmethod
-    def _decode_token(token: str) -> tuple[str | None, str]:
-        try:
-            marker, last = json.loads(base64.urlsafe_b64decode(token.encode()))
-            if (marker is None or isinstance(marker, str)) and isinstance(last, str):
-                return marker, last
-        except (ValueError, TypeError, binascii.Error):
-            pass
-        raise ValidationError(f"list: {token!r} is not a continuation token of this store")
 
     def delete(self, keys: Sequence[str]) -> None:
         if isinstance(keys, str):
@@ -339,19 +327,15 @@ class AzureBlobStore:
         return rec.upload_id
 
     def _record(self, key: str, upload_id: str, op: str) -> UploadRecord:
-        missing = NoSuchUploadError(f"{self._where(key)}: {op}: no multipart upload {upload_id!r}")
-        if not is_upload_id(upload_id):
-            raise missing
-        try:
-            props = self._blob(marker_key(upload_id)).get_blob_properties()
-        except ResourceNotFoundError:
-            raise missing from None
-        except AzureError as e:
-            raise self._error(e, op, key) from e
-        rec = UploadRecord.from_marker(upload_id, props.metadata, self._where(None))
-        if rec.key != key:
-            raise NoSuchUploadError(f"{self._where(key)}: {op}: upload {upload_id!r} is one of key {rec.key!r}")
-        return rec
+        def marker_metadata() -> Mapping[str, str] | None:
+            try:
+                return self._blob(marker_key(upload_id)).get_blob_properties().metadata
+            except ResourceNotFoundError:
+                return None
+            except AzureError as e:
+                raise self._error(e, op, key) from e
+
+        return upload_record(self._where(None), key, upload_id, op, marker_metadata)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         check_part_number(part_number, self._where(key))
@@ -435,15 +419,8 @@ class AzureBlobStore:
             raise self._error(e, "abort_multipart", key) from e
 
     def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]:
-        out: list[MultipartUploadInfo] = []
         try:
-            for b in self.client.list_blobs(name_starts_with=UPLOADS_PREFIX, include=["metadata"]):
-                upload_id = b.name[len(UPLOADS_PREFIX):]
-                if not is_upload_id(upload_id):
-                    continue
-                rec = UploadRecord.from_marker(upload_id, b.metadata, self._where(None))
-                if rec.key.startswith(prefix):
-                    out.append(MultipartUploadInfo(key=rec.key, upload_id=upload_id, initiated=rec.initiated))
+            return uploads_listed(((b.name, b.metadata) for b in self.client.list_blobs(
+                name_starts_with=UPLOADS_PREFIX, include=["metadata"])), prefix, self._where(None))
         except AzureError as e:
             raise self._error(e, "list_multipart_uploads", prefix) from e
-        return sorted(out, key=lambda u: (u.key, u.initiated, u.upload_id))

@@ -176,3 +176,25 @@ def normalize_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
             raise ValidationError(f"user-metadata key {k!r} duplicates another key once lower-cased")
         out[lk] = v
     return out
+
+
+# --- argument checks shared by the stores ---------------------------------------------------
+
+
+def check_part_number(part_number: object, where: str) -> int:
+    if (isinstance(part_number, bool) or not isinstance(part_number, int)
+            or not MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER):
+        raise ValidationError(f"part number {part_number!r} for {where}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}")
+    return part_number
+
+
+def check_parts(parts: Sequence[CompletedPart], where: str) -> None:
+    if not parts:
+        raise ValidationError(f"complete_multipart of {where}: no parts given")
+    prev = 0
+    for p in parts:
+        if p.part_number <= prev:
+            raise ValidationError(
+                f"complete_multipart of {where}: part numbers must be strictly ascending ({p.part_number} after {prev})"
+            )
+        prev = p.part_number

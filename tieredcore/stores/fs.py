@@ -50,8 +50,6 @@ from tieredcore.errors import (
 from tieredcore.stores._fs_util import fsync_dir, short_repr, unlink_quiet
 from tieredcore.stores._io import pread_exact, write_all
 from tieredcore.stores.blob import (
-    MAX_PART_NUMBER,
-    MIN_PART_NUMBER,
     Buffer,
     CompletedPart,
     FileSlice,
@@ -59,6 +57,7 @@ from tieredcore.stores.blob import (
     MultipartUploadInfo,
     ObjectInfo,
     Pieces,
+    check_part_number,
     normalize_metadata,
     piece_length,
 )
@@ -567,15 +566,7 @@ class FilesystemBlobStore:
             return self._multipart.initiate(key, meta, self.fsync)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
-        if (
-            isinstance(part_number, bool)
-            or not isinstance(part_number, int)
-            or not (MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER)
-        ):
-            raise ValidationError(
-                f"part number {part_number!r} for {short_repr(key)}: "
-                f"must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
-            )
+        check_part_number(part_number, short_repr(key))
         pieces = [_byte_view(data)] if isinstance(data, bytes | bytearray | memoryview) else [
             p if isinstance(p, FileSlice) else _byte_view(p) for p in data
         ]

@@ -25,7 +25,6 @@ seconds), not at all with ``max_attempts=1``.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
@@ -52,13 +51,14 @@ from tieredcore.stores._cloud import (
     UPLOADS_PREFIX,
     UploadRecord,
     check_key,
-    check_part_number,
-    check_parts,
     check_range,
+    decode_token,
+    encode_token,
     is_internal,
-    is_upload_id,
     marker_key,
     part_body,
+    upload_record,
+    uploads_listed,
 )
 from tieredcore.stores.blob import (
     Buffer,
@@ -67,6 +67,8 @@ from tieredcore.stores.blob import (
     MultipartUploadInfo,
     ObjectInfo,
     Pieces,
+    check_part_number,
+    check_parts,
     normalize_metadata,
 )
 from tieredcore.stores.requests import counted
@@ -280,7 +282,7 @@ class GcsBlobStore:
              start_after: str | None = None) -> ListPage:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
-        page_token, after = self._decode_token(token) if token else (None, start_after)
+        page_token, after = decode_token(token) if token else (None, start_after)
         try:
             it = self.client.list_blobs(self.bucket, prefix=prefix or None, page_size=page_size,
                                         page_token=page_token, start_offset=after or None, **self._kw())
@@ -294,21 +296,7 @@ class GcsBlobStore:
                    if not is_internal(b.name) and (after is None or b.name > after)
                    and b.name.startswith(prefix)]
         objects.sort(key=lambda o: o.key.encode())  # the service's order (UTF-8 bytes)
-        return ListPage(objects, self._encode_token(next_page, after) if next_page else None)
-
-    @staticmethod
-    def _encode_token(page_token: str, after: str | None) -> str:
-        return base64.urlsafe_b64encode(json.dumps([page_token, after]).encode()).decode()
-
-    @staticmethod
-    def _decode_token(token: str) -> tuple[str, str | None]:
-        try:
-            page_token, after = json.loads(base64.urlsafe_b64decode(token.encode()))
-            if isinstance(page_token, str) and (after is None or isinstance(after, str)):
-                return page_token, after
-        except (ValueError, TypeError, binascii.Error):
-            pass
-        raise ValidationError(f"list: {token!r} is not a continuation token of this store")
+        return ListPage(objects, encode_token(next_page, after) if next_page else None)
 
     def _delete_quietly(self, name: str) -> str | None:
         """Deletes one object; a missing one is fine. Returns what failed, else None."""
@@ -353,19 +341,14 @@ class GcsBlobStore:
         return rec.upload_id
 
     def _record(self, key: str, upload_id: str, op: str) -> UploadRecord:
-        missing = NoSuchUploadError(f"{self._where(key)}: {op}: no multipart upload {upload_id!r}")
-        if not is_upload_id(upload_id):
-            raise missing
-        try:
-            blob = self.bucket.get_blob(marker_key(upload_id), **self._kw())
-        except (gexc.GoogleAPIError, GoogleAuthError) as e:
-            raise self._error(e, op, key) from e
-        if blob is None:
-            raise missing
-        rec = UploadRecord.from_marker(upload_id, blob.metadata, self._where(None))
-        if rec.key != key:
-            raise NoSuchUploadError(f"{self._where(key)}: {op}: upload {upload_id!r} is one of key {rec.key!r}")
-        return rec
+        def marker_metadata() -> Mapping[str, str] | None:
+            try:
+                blob = self.bucket.get_blob(marker_key(upload_id), **self._kw())
+            except (gexc.GoogleAPIError, GoogleAuthError) as e:
+                raise self._error(e, op, key) from e
+            return None if blob is None else (blob.metadata or {})
+
+        return upload_record(self._where(None), key, upload_id, op, marker_metadata)
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
         check_part_number(part_number, self._where(key))
@@ -452,15 +435,8 @@ class GcsBlobStore:
         self._drop_upload(key, upload_id)
 
     def list_multipart_uploads(self, prefix: str = "") -> list[MultipartUploadInfo]:
-        out: list[MultipartUploadInfo] = []
         try:
-            for b in self.client.list_blobs(self.bucket, prefix=UPLOADS_PREFIX, **self._kw()):
-                upload_id = b.name[len(UPLOADS_PREFIX):]
-                if not is_upload_id(upload_id):
-                    continue
-                rec = UploadRecord.from_marker(upload_id, b.metadata, self._where(None))
-                if rec.key.startswith(prefix):
-                    out.append(MultipartUploadInfo(key=rec.key, upload_id=upload_id, initiated=rec.initiated))
+            return uploads_listed(((b.name, b.metadata) for b in self.client.list_blobs(
+                self.bucket, prefix=UPLOADS_PREFIX, **self._kw())), prefix, self._where(None))
         except (gexc.GoogleAPIError, GoogleAuthError) as e:
             raise self._error(e, "list_multipart_uploads", prefix) from e
-        return sorted(out, key=lambda u: (u.key, u.initiated, u.upload_id))

@@ -37,14 +37,14 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.stores.blob import (
-    MAX_PART_NUMBER,
-    MIN_PART_NUMBER,
     Buffer,
     CompletedPart,
     ListPage,
     MultipartUploadInfo,
     ObjectInfo,
     Pieces,
+    check_part_number,
+    check_parts,
     normalize_metadata,
     read_piece,
 )
@@ -354,14 +354,7 @@ class S3BlobStore:
     reads_ahead = False
 
     def upload_part(self, key: str, upload_id: str, part_number: int, data: Buffer | Pieces) -> CompletedPart:
-        if (
-            isinstance(part_number, bool)
-            or not isinstance(part_number, int)
-            or not (MIN_PART_NUMBER <= part_number <= MAX_PART_NUMBER)
-        ):
-            raise ValidationError(
-                f"part number {part_number!r} for {self._where(key)}: must be {MIN_PART_NUMBER}..{MAX_PART_NUMBER}"
-            )
+        check_part_number(part_number, self._where(key))
         if not isinstance(data, bytes | bytearray | memoryview):
             data = b"".join(memoryview(read_piece(p)) for p in data)
         body = data if isinstance(data, bytes | bytearray) else _ViewBody(data)
@@ -380,16 +373,7 @@ class S3BlobStore:
                              checksum_crc32=resp.get("ChecksumCRC32"))
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
-        if not parts:
-            raise ValidationError(f"complete_multipart of {self._where(key)}: no parts given")
-        prev = 0
-        for p in parts:
-            if p.part_number <= prev:
-                raise ValidationError(
-                    f"complete_multipart of {self._where(key)}: part numbers must be strictly ascending "
-                    f"({p.part_number} after {prev})"
-                )
-            prev = p.part_number
+        check_parts(parts, self._where(key))
         try:
             self.client.complete_multipart_upload(
                 Bucket=self.bucket,
