@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.zk import ZooKeeperServer  # noqa: E402
 from tieredcore.formats.mlinfo import ManagedLedgerInfo  # noqa: E402
+from tieredcore.meta.deletion_log import DeletionLog, DeletionRecord  # noqa: E402
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore  # noqa: E402
+from tieredcore.meta.sqlite import SqliteMetadataStore  # noqa: E402
+from tieredcore.meta.store import MetadataStore  # noqa: E402
+from tieredcore.meta.zookeeper import ZkMetadataStore  # noqa: E402
 from tieredcore.names import TopicName  # noqa: E402
-from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord  # noqa: E402
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore  # noqa: E402
-from tieredcore.stores.metadata import MetadataStore  # noqa: E402
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore  # noqa: E402
-from tieredcore.stores.zk_meta import ZkMetadataStore  # noqa: E402
 
 
 def topic_info(ledgers: int) -> ManagedLedgerInfo:

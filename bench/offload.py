@@ -44,10 +44,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore  # noqa: E402
+from tieredcore.hot.local import LocalLedgerStore  # noqa: E402
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
 from tieredcore.offload.verify import verify_offloaded  # noqa: E402
-from tieredcore.stores.fs import FilesystemBlobStore  # noqa: E402
-from tieredcore.stores.hot import LocalLedgerStore  # noqa: E402
 
 MB = 1_000_000
 
@@ -164,7 +164,7 @@ def _start_moto() -> tuple[subprocess.Popen, str]:
 
 
 def _s3_big_child(hot_root: str, url: str, bucket: str, lid: int, block: int, q) -> None:
-    from tieredcore.stores.s3 import S3BlobStore
+    from tieredcore.cold.backends.s3 import S3BlobStore
 
     hot = LocalLedgerStore(hot_root)
     off = LedgerOffloader(S3BlobStore(bucket, endpoint_url=url, region="us-east-1"), max_block_size=block)
@@ -181,7 +181,7 @@ def s3_phase(a: argparse.Namespace, root: Path, block: int) -> dict:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     import boto3
 
-    from tieredcore.stores.s3 import S3BlobStore
+    from tieredcore.cold.backends.s3 import S3BlobStore
 
     total, es = human_size(a.s3_total), a.s3_entry_size
     proc, url = _start_moto()

@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tieredcore.cold.blob import iter_objects  # noqa: E402
 from tieredcore.config import Config  # noqa: E402
 from tieredcore.formats.mlinfo import ManagedLedgerInfo, encode_managed_ledger_info  # noqa: E402
 from tieredcore.formats.uuids import uuid_to_msb_lsb  # noqa: E402
@@ -46,9 +47,8 @@ from tieredcore.lifecycle.reconcile.listing import list_objects, list_rest, list
 from tieredcore.lifecycle.reconcile.orphans import DEFAULT_GRACE_MS, find_object_orphans  # noqa: E402
 from tieredcore.lifecycle.reconcile.references import referenced_uuids  # noqa: E402
 from tieredcore.lifecycle.reconcile.run import plan_object_records, reconcile, store_locations  # noqa: E402
-from tieredcore.stores.blob import iter_objects  # noqa: E402
-from tieredcore.stores.managed_ledgers import topic_path  # noqa: E402
-from tieredcore.stores.metadata import CreateOp  # noqa: E402
+from tieredcore.meta.managed_ledgers import topic_path  # noqa: E402
+from tieredcore.meta.store import CreateOp  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 LEDGERS_PER_TOPIC = 100

@@ -53,15 +53,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore  # noqa: E402
+from tieredcore.cold.blob import BlobStore, iter_objects  # noqa: E402
+from tieredcore.cold.chunk_cache import MemoryChunkCache  # noqa: E402
+from tieredcore.cold.keyring import KeyRing  # noqa: E402
+from tieredcore.cold.transformed import TransformedBlobStore  # noqa: E402
 from tieredcore.formats.transform import GCM_OVERHEAD, TransformSpec  # noqa: E402
+from tieredcore.hot.local import LocalLedgerStore  # noqa: E402
 from tieredcore.offload.cache import OffsetCache  # noqa: E402
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
-from tieredcore.stores.blob import BlobStore, iter_objects  # noqa: E402
-from tieredcore.stores.chunk_cache import MemoryChunkCache  # noqa: E402
-from tieredcore.stores.fs import FilesystemBlobStore  # noqa: E402
-from tieredcore.stores.hot import LocalLedgerStore  # noqa: E402
-from tieredcore.stores.keyring import KeyRing  # noqa: E402
-from tieredcore.stores.transformed import TransformedBlobStore  # noqa: E402
 
 MB = 1_000_000
 POOL = 16 * 1024 * 1024  # payload pool: larger than any zstd window and chunk, so entries never repeat within one

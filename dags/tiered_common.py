@@ -323,7 +323,7 @@ def split_due(config: Any, names: Sequence[str], has_work: Any, what: str) -> tu
 
 def deletions_due(ws: Any, at_ms: int) -> bool:
     """Does the deletion log hold a record due at ``at_ms``?"""
-    from tieredcore.stores.deletion_log import DeletionLog
+    from tieredcore.meta.deletion_log import DeletionLog
 
     return bool(DeletionLog(ws.metadata).due(at_ms, 1))
 

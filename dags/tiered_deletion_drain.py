@@ -48,7 +48,7 @@ from tiered_common import (
 )
 
 JOB = "deletion_drain"
-# the job's defaults (tieredcore.stores.deletion_log); not imported: parse time stays light
+# the job's defaults (tieredcore.meta.deletion_log); not imported: parse time stays light
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_RETRY_DELAY_MS = 600_000
 

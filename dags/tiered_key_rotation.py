@@ -57,8 +57,8 @@ with tiered_dag(
         """The rotation job's arguments (the key ring configured, the target a valid key id)."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from tieredcore.cold.keyring import check_key_id
         from tieredcore.errors import ValidationError
-        from tieredcore.stores.keyring import check_key_id
 
         ctx: Any = get_current_context()
         params = ctx["params"]

@@ -3,7 +3,7 @@
 
 - ``TieredObjectStoreHook``: is the configured object store usable? (the DAGs' preflight check).
 - ``azure_environment`` / ``gcs_environment``: the Azure Blob (``wasb``) and Google Cloud connections as the
-  environment variables tieredcore's azure:// and gs:// stores read (tieredcore.stores.azure / .gcs). The
+  environment variables tieredcore's azure:// and gs:// stores read (tieredcore.cold.backends.azure / .gcs). The
   connections' fields are read directly: neither the Microsoft Azure nor the Google provider is needed.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
-    from tieredcore.stores.location import StoreLocation
+    from tieredcore.cold.location import StoreLocation
 
 WASB_CONN_ID = "wasb_default"
 GCP_CONN_ID = "google_cloud_default"
@@ -140,8 +140,8 @@ class TieredObjectStoreHook(BaseHook):
         """The parsed store URL (AirflowFailException: a URL tieredcore does not accept)."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from tieredcore.cold.location import StoreLocation
         from tieredcore.errors import ValidationError
-        from tieredcore.stores.location import StoreLocation
 
         try:
             return StoreLocation.from_url(self.store_url, "object store URL")

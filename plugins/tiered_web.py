@@ -28,11 +28,11 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
+from tieredcore.cold.requests import REQUEST_KINDS
 from tieredcore.config import Config
 from tieredcore.errors import TieredError
 from tieredcore.lifecycle.overview import TIERS, Overview, Prices, build_overview
 from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, attempt_dir_name, attempts_in
-from tieredcore.stores.requests import REQUEST_KINDS
 from tieredcore.workspace import Workspace
 
 URL_PREFIX = "/tiered"

@@ -21,6 +21,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tieredcore.clock import parse_time_ms
+from tieredcore.cold.requests import (
+    RequestCounts,
+    RequestCountsParam,
+    count_requests,
+    counting_partition,
+    request_document,
+)
 from tieredcore.config import Config
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.runner import run_work, split_cache_records
@@ -38,13 +45,6 @@ from tieredcore.reports import (
     outcome_line,
     report_name,
     summary_document,
-)
-from tieredcore.stores.requests import (
-    RequestCounts,
-    RequestCountsParam,
-    count_requests,
-    counting_partition,
-    request_document,
 )
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)

@@ -26,7 +26,7 @@ from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.drain import DrainReport, DrainRow, drain
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     TYPE_LEDGER,

@@ -7,7 +7,7 @@ Object stores:
 - ``blob_store``: parametrized over ["fs", "s3"], for contract tests that must hold for both.
 - ``azurite`` / ``gcs_emulator`` (session): Azurite and gcp-storage-emulator on 127.0.0.1
   (tests/support/object_stores.py); ``azure_store`` / ``gcs_store``: a store on a fresh container/bucket.
-  The BlobStore contract suite (tests/stores/test_blob_contract.py) runs over all four stores.
+  The BlobStore contract suite (tests/cold/test_blob_contract.py) runs over all four stores.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def moto_endpoint(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> It
 @pytest.fixture
 def s3_store(moto_endpoint: str):
     """S3BlobStore on a new bucket (unique per test) of the session's moto server."""
-    from tieredcore.stores.s3 import S3BlobStore
+    from tieredcore.cold.backends.s3 import S3BlobStore
 
     bucket = f"test-{uuid.uuid4().hex[:24]}"
     store = S3BlobStore(bucket, endpoint_url=moto_endpoint, region="us-east-1", max_attempts=2)
@@ -135,7 +135,7 @@ def s3_store(moto_endpoint: str):
 @pytest.fixture
 def fs_store(tmp_path: Path):
     """FilesystemBlobStore rooted at tmp_path / 'store'."""
-    from tieredcore.stores.fs import FilesystemBlobStore
+    from tieredcore.cold.backends.fs import FilesystemBlobStore
 
     return FilesystemBlobStore(tmp_path / "store")
 
@@ -173,7 +173,7 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def azure_store(azurite):
     """AzureBlobStore on a new container (unique per test) of the session's Azurite."""
-    from tieredcore.stores.azure import AzureBlobStore
+    from tieredcore.cold.backends.azure import AzureBlobStore
 
     store = AzureBlobStore(f"test-{uuid.uuid4().hex[:24]}", endpoint=azurite.endpoint, max_attempts=2,
                            env=azurite.env())
@@ -184,7 +184,7 @@ def azure_store(azurite):
 @pytest.fixture
 def gcs_store(gcs_emulator):
     """GcsBlobStore on a new bucket (unique per test) of the session's GCS emulator."""
-    from tieredcore.stores.gcs import GcsBlobStore
+    from tieredcore.cold.backends.gcs import GcsBlobStore
 
     store = GcsBlobStore(f"test-{uuid.uuid4().hex[:24]}", endpoint=gcs_emulator.endpoint, max_attempts=2, env={})
     store.client.create_bucket(store.bucket_name)
@@ -246,11 +246,11 @@ def any_meta(request, tmp_path):
     """A metadata store of each kind (the embedded SQLite file, a real ZooKeeper): for suites whose
     contract must hold on both. A second handle on the same store: pickle.loads(pickle.dumps(store))."""
     if request.param == "zk":
-        from tieredcore.stores.zk_meta import ZkMetadataStore
+        from tieredcore.meta.zookeeper import ZkMetadataStore
 
         store = ZkMetadataStore(request.getfixturevalue("zk_url"))
     else:
-        from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+        from tieredcore.meta.sqlite import SqliteMetadataStore
 
         store = SqliteMetadataStore(tmp_path / "meta.db")
     yield store

@@ -51,7 +51,7 @@ def imported(path: Path, name: str, known: set[str]) -> Iterator[str]:
 
 
 def package_of(module: str) -> str:
-    """``tieredcore.stores.s3`` -> ``tieredcore.stores``; a top-level module is its own node."""
+    """``tieredcore.cold.backends.s3`` -> ``tieredcore.stores``; a top-level module is its own node."""
     parts = module.split(".")
     return ".".join(parts[:2])
 
@@ -120,9 +120,9 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_the_walker_sees_modules_and_their_imports():
     graph = module_graph()
-    assert {"tieredcore.formats.index", "tieredcore.stores.location", "tieredcore.lifecycle.drain"} <= set(graph)
-    assert "tieredcore.stores.blob" in graph["tieredcore.stores.fs"]
-    assert "tieredcore.stores.location" in graph["tieredcore.config"]
+    assert {"tieredcore.formats.index", "tieredcore.cold.location", "tieredcore.lifecycle.drain"} <= set(graph)
+    assert "tieredcore.cold.blob" in graph["tieredcore.cold.backends.fs"]
+    assert "tieredcore.cold.location" in graph["tieredcore.config"]
 
 
 def test_cycle_finder_finds_cycles():

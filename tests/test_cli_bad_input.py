@@ -24,8 +24,8 @@ from tests.support.clihelp import (
 )
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES
 from tieredcore.errors import MetadataStoreError
+from tieredcore.meta.sqlite import SqliteMetadataStore
 from tieredcore.model import INT64_MAX
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 
 TOO_BIG = str(INT64_MAX + 1)
 HUGE = "9" * 5000

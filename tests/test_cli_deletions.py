@@ -13,9 +13,9 @@ import pytest
 
 from tests.support.workspaces import END_ISO, build_workspace
 from tieredcore.cli.main import main
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import PENDING, DeletionLog, DeletionRecord
+from tieredcore.meta.deletion_log import PENDING, DeletionLog, DeletionRecord
 from tieredcore.workspace import Workspace
 
 T0, T1 = "persistent://t/ns/topic-0000", "persistent://t/ns/topic-0001"

@@ -18,12 +18,12 @@ from tests.support.clihelp import (
     generate,
     snapshot,
 )
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.keyring import KeyRing
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import MANIFEST_SUFFIX
 from tieredcore.formats.manifest import Manifest
 from tieredcore.lifecycle.work import policy_store
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.keyring import KeyRing
 from tieredcore.workspace import Workspace
 
 BITS = "2048"  # the smallest allowed: quick to generate

@@ -59,7 +59,7 @@ def test_another_cluster_on_the_same_store_touches_nothing(ws1: Path, tmp_path: 
     import uuid as uuidlib
 
     from tieredcore.config import Config
-    from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord
+    from tieredcore.meta.deletion_log import DeletionLog, DeletionRecord
     from tieredcore.workspace import Workspace
 
     index = next(k for k in before if k.endswith("-index"))  # {uuid}-ledger-{id}-index

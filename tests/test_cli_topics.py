@@ -10,7 +10,7 @@ import pytest
 
 from tieredcore.cli.main import main
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.stores.deletion_log import DeletionLog
+from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.workspace import Workspace
 
 T = "persistent://t/ns/topic-0000"

@@ -22,14 +22,14 @@ from tests.support.clihelp import (
     snapshot,
 )
 from tests.support.workspaces import END_ISO
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.keyring import KeyRing
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
 from tieredcore.names import TopicName
+from tieredcore.offload.ownership import is_marker_key
 from tieredcore.reports import summary_document
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.keyring import KeyRing
-from tieredcore.stores.ownership import is_marker_key
-from tieredcore.stores.transformed import TransformedBlobStore
 from tieredcore.workspace import Workspace
 
 MIB = 1024 * 1024

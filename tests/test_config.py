@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.location import open_blob_store
 from tieredcore.config import CONFIG_FILE_NAME, ENV_CONFIG, ENV_OVERRIDES, Config, open_metadata_store
 from tieredcore.errors import MetadataStoreError, ValidationError
 from tieredcore.formats.constants import DEFAULT_MAX_BLOCK_SIZE, DEFAULT_READ_BUFFER_SIZE
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.location import open_blob_store
 
 MIB = 1024 * 1024
 
@@ -308,7 +308,7 @@ def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_open_blob_store_s3(no_aws: None) -> None:
-    from tieredcore.stores.s3 import S3BlobStore
+    from tieredcore.cold.backends.s3 import S3BlobStore
 
     store, prefix = open_blob_store("s3://my-bucket/some/prefix?endpoint=http://127.0.0.1:9000&region=eu-west-3")
     assert isinstance(store, S3BlobStore)

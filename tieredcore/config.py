@@ -11,7 +11,7 @@ URL-like strings:
               azure://container/prefix                 (Azure Blob; credentials: AZURE_STORAGE_*)
               gs://bucket/prefix                       (GCS; credentials: Application Default Credentials)
 
-Store URLs are checked (tieredcore.stores.location.parse_store_url) when a Config is built, so every
+Store URLs are checked (tieredcore.cold.location.parse_store_url) when a Config is built, so every
 entry point refuses a bad one before anything is created.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
 
+from tieredcore.cold.location import StoreLocation, parse_store_url
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import (
     DEFAULT_CHECKPOINT_INTERVAL,
@@ -36,12 +37,11 @@ from tieredcore.formats.constants import (
     DEFAULT_UPLOAD_PART_SIZE,
     MIN_UPLOAD_PART_SIZE,
 )
-from tieredcore.stores.location import StoreLocation, parse_store_url
 
 if TYPE_CHECKING:
-    from tieredcore.stores.blob import BlobStore
-    from tieredcore.stores.hot import LocalLedgerStore
-    from tieredcore.stores.metadata import MetadataStore
+    from tieredcore.cold.blob import BlobStore
+    from tieredcore.hot.local import LocalLedgerStore
+    from tieredcore.meta.store import MetadataStore
 
 CONFIG_FILE_NAME = "tiered.toml"
 ENV_CONFIG = "TIERED_CONFIG"
@@ -128,7 +128,7 @@ class Config:
             if not getattr(self, name):
                 raise ValidationError(f"configuration: {name} is empty")
         check_metadata_url(self.metadata_url)
-        from tieredcore.stores.ownership import check_cluster_name
+        from tieredcore.offload.ownership import check_cluster_name
 
         check_cluster_name(self.cluster, "configuration: cluster")
         store = parse_store_url(self.store_url)  # a bad URL fails here, before anything is created
@@ -227,7 +227,7 @@ class Config:
         return open_metadata_store(self.metadata_url)
 
     def open_hot(self) -> LocalLedgerStore:
-        from tieredcore.stores.hot import LocalLedgerStore
+        from tieredcore.hot.local import LocalLedgerStore
 
         return LocalLedgerStore(_file_path(self.hot_url, "hot_url"), fsync=self.hot_fsync)
 
@@ -307,7 +307,7 @@ def check_metadata_url(url: str) -> None:
         if not unquote(u.path) or u.netloc:
             raise ValidationError(f"metadata_url: expected sqlite:///absolute/path.db, got {url!r}")
     elif u.scheme == "zk":
-        from tieredcore.stores.zk_meta import ZkLocation
+        from tieredcore.meta.zookeeper import ZkLocation
 
         ZkLocation.parse(url)
     else:
@@ -319,11 +319,11 @@ def check_metadata_url(url: str) -> None:
 def open_metadata_store(url: str) -> MetadataStore:
     u = urlparse(url)
     if u.scheme == "sqlite":
-        from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+        from tieredcore.meta.sqlite import SqliteMetadataStore
 
         return SqliteMetadataStore(unquote(u.path))
     if u.scheme == "zk":
-        from tieredcore.stores.zk_meta import ZkMetadataStore
+        from tieredcore.meta.zookeeper import ZkMetadataStore
 
         return ZkMetadataStore(url)
     raise ValidationError(

@@ -25,6 +25,20 @@ def int64_or_none(digits: str) -> int | None:
     return n if n <= INT64_MAX else None
 
 
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """`length` bytes at `offset` of a local file. A part given as pieces may contain these: a store
+    with ``copies_file_slices`` copies them in the kernel (copy_file_range) without the bytes passing
+    through Python; any other store reads them."""
+
+    path: str
+    offset: int
+    length: int
+
+
 class Entry(NamedTuple):
     entry_id: int
     data: bytes

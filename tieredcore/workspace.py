@@ -9,27 +9,27 @@ from pathlib import Path
 from typing import Protocol
 
 from tieredcore.clock import now_ms
+from tieredcore.cold.blob import BlobStore
+from tieredcore.cold.chunk_cache import ChunkCache, open_chunk_cache
+from tieredcore.cold.failures import StoreFailureBudget
+from tieredcore.cold.keyring import KeyRing
+from tieredcore.cold.location import StoreLocation
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.transform import TransformSpec
+from tieredcore.hot.tier import HotTier
+from tieredcore.meta.deletion_log import DeletionLog
+from tieredcore.meta.leases import TopicLeases
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
+from tieredcore.meta.store import MetadataStore
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.ownership import claim_store, ensure_identity, read_identity
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
-from tieredcore.stores.blob import BlobStore
-from tieredcore.stores.chunk_cache import ChunkCache, open_chunk_cache
-from tieredcore.stores.deletion_log import DeletionLog
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot_tier import HotTier
-from tieredcore.stores.keyring import KeyRing
-from tieredcore.stores.leases import TopicLeases
-from tieredcore.stores.location import StoreLocation
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
-from tieredcore.stores.metadata import MetadataStore
-from tieredcore.stores.ownership import claim_store, ensure_identity, read_identity
-from tieredcore.stores.transformed import TransformedBlobStore
 from tieredcore.topic.reader import TIERED_FIRST, TopicReader
 
 
@@ -98,7 +98,7 @@ class Workspace:
     @cached_property
     def identity(self) -> str:
         """The metadata store's identity (created on first use): the owner named in store markers and
-        object metadata (tieredcore.stores.ownership)."""
+        object metadata (tieredcore.offload.ownership)."""
         return ensure_identity(self.metadata)
 
     def identity_if_any(self) -> str | None:

@@ -143,7 +143,7 @@ def test_no_connection_or_metadata_access_at_parse_time(monkeypatch: pytest.Monk
     from airflow.sdk import BaseHook, Connection, Variable
 
     from tieredcore.config import Config
-    from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+    from tieredcore.meta.sqlite import SqliteMetadataStore
 
     def boom(*a, **k):
         raise AssertionError("accessed at parse time")

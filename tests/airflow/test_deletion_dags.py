@@ -110,7 +110,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
     recon = bag.get_dag("tiered_orphan_reconciliation")
     assert recon.params["grace"] == "1h"
     # the drain DAG's param defaults are the job's defaults
-    from tieredcore.stores.deletion_log import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_DELAY_MS
+    from tieredcore.meta.deletion_log import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_DELAY_MS
 
     drain = bag.get_dag("tiered_deletion_drain")
     assert drain.params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
@@ -276,8 +276,8 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     from tieredcore.config import Config
     from tieredcore.formats.keys import data_key, index_key
     from tieredcore.lifecycle.work import policy_store
+    from tieredcore.meta.deletion_log import DeletionLog
     from tieredcore.offload.managed import context_uuid
-    from tieredcore.stores.deletion_log import DeletionLog
     from tieredcore.workspace import Workspace
 
     cfg = make_workspace(tmp_path / "ws", ["public/default", "acme/orders"], topics=2, ledgers=4, entries=40)

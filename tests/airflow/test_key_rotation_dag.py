@@ -42,6 +42,7 @@ def test_key_rotation_dag_rewraps_everything(tmp_path: Path, spark_env) -> None:
     from tiered_airflow import tiered_run_id
 
     from tests.support.workspaces import build_workspace
+    from tieredcore.cold.keyring import KeyRing
     from tieredcore.config import Config
     from tieredcore.lifecycle.keys import key_status, retire
     from tieredcore.lifecycle.runner import run_work
@@ -49,7 +50,6 @@ def test_key_rotation_dag_rewraps_everything(tmp_path: Path, spark_env) -> None:
     from tieredcore.lifecycle.work import policy_store
     from tieredcore.names import TopicName
     from tieredcore.offload.copies import open_offloaded
-    from tieredcore.stores.keyring import KeyRing
     from tieredcore.workspace import Workspace
 
     ring = tmp_path / "ring"

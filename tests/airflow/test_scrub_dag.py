@@ -22,8 +22,8 @@ def test_scrub_dag_repairs_and_reports_data_loss(tmp_path: Path, spark_env) -> N
     from tieredcore.formats.keys import data_key, index_key
     from tieredcore.lifecycle.runner import run_work
     from tieredcore.lifecycle.sweep import plan_offload
+    from tieredcore.meta.managed_ledgers import find_ledger
     from tieredcore.offload.context import context_uuid
-    from tieredcore.stores.managed_ledgers import find_ledger
     from tieredcore.workspace import Workspace
 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=2, ledgers=2, entries=30)

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from tieredcore.config import Config
-from tieredcore.stores.deletion_log import DeletionLog
+from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.workspace import Workspace
 
 

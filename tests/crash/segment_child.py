@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout (te
 
 from tests.support.segments import offload_everything, streaming  # noqa: E402
 from tieredcore.config import Config  # noqa: E402
-from tieredcore.stores.deletion_log import DeletionLog  # noqa: E402
+from tieredcore.meta.deletion_log import DeletionLog  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 

@@ -54,8 +54,8 @@ from tests.support.segments import (
 )
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.lifecycle.drain import drain
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
 from tieredcore.workspace import Workspace
 
 pytestmark = pytest.mark.slow

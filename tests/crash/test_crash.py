@@ -33,6 +33,7 @@ import pytest
 
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.clock import now_ms
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -40,11 +41,10 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.orphans import managed_ledger_of
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.managed_ledgers import find_ledger
-from tieredcore.stores.ownership import is_marker_key
+from tieredcore.offload.ownership import is_marker_key
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 

@@ -53,8 +53,8 @@ from tests.support.workspaces import END_MS
 from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.lifecycle.drain import drain
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
 from tieredcore.workspace import Workspace
 
 CHILD = Path(__file__).with_name("segment_child.py")

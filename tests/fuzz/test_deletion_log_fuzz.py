@@ -18,8 +18,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tieredcore.errors import TieredError
-from tieredcore.stores.deletion_log import DEAD, PENDING, STATS, DeletionLog, DeletionRecord
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
+from tieredcore.meta.deletion_log import DEAD, PENDING, STATS, DeletionLog, DeletionRecord
+from tieredcore.meta.sqlite import SqliteMetadataStore
 
 from .strategies import FUZZ, FUZZ_IO, HANG_TIMEOUT, mutated, outcome
 

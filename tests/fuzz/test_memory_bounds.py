@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.errors import TieredError
 from tieredcore.formats.block import block_header, decode_block, iter_data_object, scan_frames
 from tieredcore.formats.index import IndexEntry, encode_index_v1, encode_index_v2, index_trailer, parse_index
@@ -31,13 +32,12 @@ from tieredcore.formats.ledger_metadata import decode_ledger_metadata
 from tieredcore.formats.mlinfo import decode_managed_ledger_info
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.trailer import parse_trailer
+from tieredcore.hot.format import IDX_RECORD
+from tieredcore.hot.local import LocalLedgerStore
+from tieredcore.meta.deletion_log import DeletionRecord
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.deletion_log import DeletionRecord
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import LocalLedgerStore
-from tieredcore.stores.hot_format import IDX_RECORD
 
 from .strategies import HANG_TIMEOUT
 

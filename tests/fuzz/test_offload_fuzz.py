@@ -20,16 +20,16 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.errors import CorruptObjectError, TieredError
 from tieredcore.formats.block import block_header, encode_frames
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.index import encode_index_v1, parse_index_v1
 from tieredcore.formats.keys import data_key, index_key
+from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import LocalLedgerStore
 
 from .strategies import FUZZ_IO, HANG_TIMEOUT, mutated, outcome
 

@@ -49,6 +49,7 @@ from tests.support.segments import (
 )
 from tests.support.v2_checker import check_v2_segment
 from tests.support.workspaces import END_MS, INTERVAL_MS, build_workspace, offload, sealed
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import NotFoundError
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
@@ -69,13 +70,12 @@ from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.offload.context import covering_offloaded_ms, is_complete
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.managed import ABANDONED_PREFIX, REPLACEMENT_PREFIX
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
-from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.workspace import Workspace
 
 MIN = 60_000

@@ -53,11 +53,11 @@ from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import MetadataStoreError
 from tieredcore.lifecycle.compaction import BLOCK_SIZE
 from tieredcore.lifecycle.drain import drain
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.workspace import Workspace
 
 MIN_SIZE, TARGET = 80 * KiB, 160 * KiB

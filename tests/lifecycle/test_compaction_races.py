@@ -47,9 +47,9 @@ from tieredcore.lifecycle.compaction import Compactor
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
+from tieredcore.meta.leases import TopicLeases
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP, REASON_REPAIR
-from tieredcore.stores.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
-from tieredcore.stores.leases import TopicLeases
 from tieredcore.workspace import Workspace
 
 MIN_SIZE, TARGET = 80 * KiB, 160 * KiB  # the V1 topic: batches of ledgers 0-4, 5-9, 10-11

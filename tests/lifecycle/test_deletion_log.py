@@ -10,7 +10,7 @@ import uuid as uuidlib
 import pytest
 
 from tieredcore.errors import ValidationError
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     DEAD,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,

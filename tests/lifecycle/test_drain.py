@@ -12,6 +12,7 @@ import pytest
 from tests.support.workspaces import END_MS, offload_one, sealed
 from tieredcore.cli.common import Progress
 from tieredcore.cli.data import cmd_verify
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import BlobStoreError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -23,16 +24,15 @@ from tieredcore.lifecycle.drain import (
     driver_metadata_from_dict,
     failed_keys,
 )
-from tieredcore.offload.managed import TopicOffloader, context_uuid
-from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     PENDING,
     STATE_RETRYING,
     DeletionLog,
     DeletionRecord,
 )
-from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.offload.managed import TopicOffloader, context_uuid
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 

@@ -15,6 +15,8 @@ import pytest
 from tests.support.offload_harness import FaultyBlobStore, raiser
 from tests.support.segments import hot_snapshot
 from tests.support.workspaces import END_MS, sealed
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.keyring import KeyRing, KeyRingError
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, ValidationError
 from tieredcore.formats.keys import MANIFEST_SUFFIX
 from tieredcore.formats.manifest import Manifest
@@ -34,8 +36,6 @@ from tieredcore.lifecycle.work import LedgerResult, policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.offload.copies import open_offloaded
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.keyring import KeyRing, KeyRingError
 from tieredcore.workspace import Workspace
 
 ENC, ZSTD, PLAIN = "t/a", "t/b", "t/c"

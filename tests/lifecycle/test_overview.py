@@ -17,7 +17,7 @@ from tieredcore.cli import main as cli
 from tieredcore.config import Config
 from tieredcore.lifecycle.overview import GIB, MONTH_MS, Prices, build_overview, runs_per_month, tier_snapshot
 from tieredcore.lifecycle.work import policy_store
-from tieredcore.stores.deletion_log import DeletionRecord
+from tieredcore.meta.deletion_log import DeletionRecord
 from tieredcore.workspace import Workspace
 
 HOUR = 3600 * 1000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tieredcore.cold.location import check_bucket_name
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.policies import S3_MIN_PART, OffloadPolicy, PolicyStore, StoreSpec
-from tieredcore.stores.location import check_bucket_name
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 
 MIB = 1024 * 1024
@@ -132,7 +132,7 @@ def test_store_prefix_must_be_relative_without_dotdot(prefix):
 
 
 def test_store_url_round_trip():
-    from tieredcore.stores.location import StoreLocation
+    from tieredcore.cold.location import StoreLocation
 
     # prefixes are normalised (the key prefix always ends with '/')
     assert StoreSpec("filesystem", root="/a/b", prefix="p").url() == "file:///a/b?prefix=p/"

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.workspaces import sealed
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.blob import ObjectInfo, iter_objects
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.lifecycle.reconcile.listing import (
     ObjectRow,
@@ -33,18 +35,16 @@ from tieredcore.lifecycle.reconcile.orphans import (
 from tieredcore.lifecycle.reconcile.references import referenced_uuids
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.work import policy_store
-from tieredcore.names import TopicName
-from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
-from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.blob import ObjectInfo, iter_objects
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
     DeletionLog,
     DeletionRecord,
 )
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.managed_ledgers import find_ledger
+from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.names import TopicName
+from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.topic.writer import ledger_custom_metadata
 
 GRACE = 3600 * 1000

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.workspaces import END_MS, INTERVAL_MS, offload
 from tieredcore.cli.workload import PayloadGenerator
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
@@ -25,10 +26,9 @@ from tieredcore.lifecycle.retention import (
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult, policy_store
+from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 MIN = 60_000
 T = "persistent://t/a/topic-0000"

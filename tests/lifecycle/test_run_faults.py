@@ -12,13 +12,13 @@ import threading
 import pytest
 
 from tests.support.workspaces import END_MS
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import LeaseHeldError
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.leases import TopicLeases
-from tieredcore.stores.metadata import Versioned
+from tieredcore.meta.leases import TopicLeases
+from tieredcore.meta.store import Versioned
 from tieredcore.workspace import Workspace
 
 T0 = "persistent://t/a/topic-0000"

@@ -17,9 +17,9 @@ from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import deep_for, plan_scrub
 from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
+from tieredcore.meta.deletion_log import DeletionLog
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.context import context_uuid
-from tieredcore.stores.deletion_log import DeletionLog
-from tieredcore.stores.managed_ledgers import find_ledger
 
 T = "persistent://t/a/topic-0000"
 ML = "t/a/persistent/topic-0000"

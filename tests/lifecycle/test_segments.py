@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.workspaces import END_MS, sealed, stream
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.location import parse_store_url
 from tieredcore.formats.keys import segment_data_key, segment_index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
@@ -23,14 +25,12 @@ from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork, policy_store
+from tieredcore.meta.deletion_log import DeletionLog
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader, SegmentSource
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import DeletionLog
-from tieredcore.stores.location import parse_store_url
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.writer import TopicWriter
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.workspaces import END_MS, INTERVAL_MS, sealed
 from tieredcore.cli import main as cli
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import CorruptEntryError, TopicNotFoundError, ValidationError
 from tieredcore.formats.constants import METADATA_FORMAT_VERSION_KEY
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
@@ -24,13 +26,11 @@ from tieredcore.lifecycle.work import (
     TopicWork,
     policy_store,
 )
+from tieredcore.meta.deletion_log import DeletionLog, DeletionRecord
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import Position
 from tieredcore.offload.context import replacement_uuids
 from tieredcore.offload.managed import context_uuid
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 
 HOUR = 3600 * 1000

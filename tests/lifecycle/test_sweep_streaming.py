@@ -10,6 +10,8 @@ from dataclasses import asdict
 import pytest
 
 from tests.support.workspaces import END_MS, INTERVAL_MS
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.blob import iter_objects
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import OPTION_STREAMING, OPTION_UPTO, plan_offload
 from tieredcore.lifecycle.work import (
@@ -22,12 +24,10 @@ from tieredcore.lifecycle.work import (
     parse_covers,
     policy_store,
 )
+from tieredcore.meta.leases import TopicLeases
 from tieredcore.offload.context import covered_through, is_offloaded, segment_refs
 from tieredcore.offload.streaming import WATERMARK_KEY, parse_watermark
 from tieredcore.reports import EXIT_FAILED, EXIT_OK, exit_code
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.leases import TopicLeases
 from tieredcore.topic.reader import HOT_FIRST
 
 T = "persistent://t/s/topic-0000"

@@ -17,8 +17,8 @@ import pytest
 from tests.support.clihelp import _clean_env  # noqa: F401  (autouse)
 from tests.support.workspaces import END_MS, build_workspace
 from tieredcore.cli.main import main
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.config import Config
-from tieredcore.stores.fs import FilesystemBlobStore
 from tieredcore.workspace import Workspace
 
 pytestmark = pytest.mark.slow

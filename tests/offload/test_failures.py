@@ -18,6 +18,7 @@ from tests.support import offload_harness as H
 from tieredcore.errors import BlobStoreError, MetadataStoreError, OffloadedLedgerNotFoundError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.managed import (
     ABANDONED_PREFIX,
     OUTCOME_CONFLICT,
@@ -30,7 +31,6 @@ from tieredcore.offload.managed import (
     context_uuid,
 )
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.managed_ledgers import find_ledger
 
 TOPIC = H.TOPIC
 

@@ -13,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.errors import CorruptObjectError, FormatError
 from tieredcore.formats import constants as C
 from tieredcore.formats.index import index_trailer, parse_index
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checksums, parse_trailer
+from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import LocalLedgerStore
 
 UUID = uuidlib.UUID("0badcafe-0000-4000-8000-00000000beef")
 TOPIC = "public/default/persistent/t"

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from tieredcore.clock import now_ms
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.lifecycle.drain import drain
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.managed import (
     ABANDONED_PREFIX,
     OUTCOME_OFFLOADED,
@@ -23,8 +25,6 @@ from tieredcore.offload.managed import (
     abandoned_uuids,
     context_uuid,
 )
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import (
     LedgerStateError,
     NoSuchObjectError,
@@ -29,11 +31,9 @@ from tieredcore.formats.index import (
     parse_index,
 )
 from tieredcore.formats.keys import data_key, index_key
+from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import LocalLedgerStore
 
 ML_NAME = "public/default/persistent/my-topic"
 CUSTOM = {
@@ -381,9 +381,9 @@ def test_checkpoint_interval_zero_writes_exactly_pulsars_index(tmp_path):
     import struct as _struct
     import uuid as _uuid
 
+    from tieredcore.cold.backends.fs import FilesystemBlobStore as _Fs
+    from tieredcore.hot.local import LocalLedgerStore as _Hot
     from tieredcore.offload.offloader import LedgerOffloader as _Off
-    from tieredcore.stores.fs import FilesystemBlobStore as _Fs
-    from tieredcore.stores.hot import LocalLedgerStore as _Hot
 
     hot = _Hot(tmp_path / "hot")
     led = hot.create_ledger({"application": b"pulsar"})

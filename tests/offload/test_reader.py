@@ -22,9 +22,9 @@ from tieredcore.errors import (
 )
 from tieredcore.formats import constants as C
 from tieredcore.formats.index import LedgerIndex
+from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.hot import LocalLedgerStore
 
 UUID = uuidlib.UUID("0badcafe-0000-4000-8000-000000000001")
 MIB = 1024 * 1024

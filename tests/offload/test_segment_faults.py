@@ -44,6 +44,8 @@ from tieredcore.clock import now_ms
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import MetadataStoreError
 from tieredcore.lifecycle.drain import drain
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.offload.managed import (
     OUTCOME_CONFLICT,
     OUTCOME_FAILED,
@@ -52,8 +54,6 @@ from tieredcore.offload.managed import (
     REASON_OFFLOAD_CLEANUP,
     REASON_OFFLOAD_CONFLICT,
 )
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.workspace import Workspace
 
 SEGMENTS = 5

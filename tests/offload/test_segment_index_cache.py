@@ -9,11 +9,11 @@ import uuid as uuidlib
 
 import pytest
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.model import Entry
 from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader, SegmentSource
-from tieredcore.stores.fs import FilesystemBlobStore
 
 
 class ListHandle:

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.errors import ValidationError
 from tieredcore.formats.index import parse_index
 from tieredcore.formats.segment import BlockFormer, LedgerRun, plan_segment
 from tieredcore.model import Entry
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader, SegmentSource
-from tieredcore.stores.fs import FilesystemBlobStore
 
 
 class ListHandle:

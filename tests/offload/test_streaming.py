@@ -9,6 +9,7 @@ import os
 from tests.support.workspaces import END_MS
 from tieredcore.errors import MetadataStoreError
 from tieredcore.formats.index import SegmentIndex, parse_index
+from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, incomplete_segment_uuids, segment_pieces, segment_refs
 from tieredcore.offload.segments import SegmentOffloader
@@ -18,7 +19,6 @@ from tieredcore.offload.streaming import (
     StreamingOffloader,
     parse_watermark,
 )
-from tieredcore.stores.deletion_log import TYPE_SEGMENT
 from tieredcore.topic.writer import TopicWriter
 
 TOPIC = "persistent://t/a/topic-0000"

@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.workspaces import END_ISO, END_MS
 from tieredcore.cli import main as cli
+from tieredcore.cold.keyring import KeyRing
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.block import block_header, encode_consecutive_frames, padding
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
@@ -31,8 +33,6 @@ from tieredcore.lifecycle.work import LedgerResult, policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.reader import OffloadedLedgerHandle
-from tieredcore.stores.keyring import KeyRing
-from tieredcore.stores.transformed import TransformedBlobStore
 from tieredcore.workspace import Workspace
 
 NS = "m/x"

@@ -10,6 +10,9 @@ import pytest
 from tests.support.segments import hot_snapshot
 from tests.support.workspaces import END_MS, sealed
 from tieredcore.clock import now_ms
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.keyring import KeyRing
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.formats import constants as C
 from tieredcore.formats.keys import parse_key
 from tieredcore.formats.manifest import TRANSFORMED_FORMAT_VERSION, Manifest
@@ -19,9 +22,6 @@ from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import LedgerResult, policy_store
 from tieredcore.offload.copies import open_offloaded
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.keyring import KeyRing
-from tieredcore.stores.transformed import TransformedBlobStore
 
 T = "persistent://t/a/topic-0000"
 ML = "t/a/persistent/topic-0000"

@@ -14,6 +14,7 @@ import pytest
 
 from spark_jobs import compact_segments
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.compaction import plan_topic
@@ -23,7 +24,6 @@ from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, referenced_uuids, segment_pieces
 from tieredcore.offload.copies import open_offloaded
-from tieredcore.stores.blob import iter_objects
 from tieredcore.workspace import Workspace
 
 from .conftest import spark_submit

@@ -16,10 +16,10 @@ import pytest
 from spark_jobs import _jobkit, deletion_drain, reconcile_orphans
 from spark_jobs._jobkit import SUMMARY_PREFIX
 from tests.support.workspaces import END_ISO, build_workspace, sealed
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import DeletionLog, DeletionRecord, Entry
+from tieredcore.meta.deletion_log import DeletionLog, DeletionRecord, Entry
 from tieredcore.workspace import Workspace
 
 from .conftest import spark_submit

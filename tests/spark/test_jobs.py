@@ -17,6 +17,7 @@ from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
 from spark_jobs._jobkit import SUMMARY_PREFIX, parse_as_of, run_id_for
 from tests.support.workspaces import END_ISO, END_MS, build_workspace
 from tieredcore.cli import main as cli
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import data_key, index_key
@@ -24,7 +25,6 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.work import DETAIL_SCHEMA, KIND_OFFLOAD, TopicWork, policy_store
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
-from tieredcore.stores.blob import iter_objects
 from tieredcore.workspace import Workspace
 
 from .conftest import finish, spark_popen, spark_submit

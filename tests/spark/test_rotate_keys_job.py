@@ -14,6 +14,7 @@ import pytest
 from spark_jobs import _jobkit, rotate_keys
 from spark_jobs._jobkit import SUMMARY_PREFIX
 from tests.support.workspaces import END_ISO, END_MS, build_workspace
+from tieredcore.cold.keyring import KeyRing
 from tieredcore.config import Config
 from tieredcore.lifecycle.keys import find_manifests, key_status, retire, rotate
 from tieredcore.lifecycle.runner import run_work
@@ -21,7 +22,6 @@ from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import LedgerResult, policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import open_offloaded
-from tieredcore.stores.keyring import KeyRing
 from tieredcore.workspace import Workspace
 
 from .conftest import spark_submit

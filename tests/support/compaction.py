@@ -46,12 +46,12 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete, is_sealed, segment_pieces, segment_refs
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.stores.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.workspace import Workspace
 
 HOUR = 3600 * 1000

@@ -22,18 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tieredcore.cold.backends.fs import FilesystemBlobStore
+from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import BlobStoreError, MetadataStoreError, ValidationError
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
+from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.lifecycle.drain import DrainReport
 from tieredcore.lifecycle.drain import drain as drain_log
+from tieredcore.meta.deletion_log import DeletionLog
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
+from tieredcore.meta.sqlite import SqliteMetadataStore
 from tieredcore.offload.managed import ABANDONED_PREFIX, TopicOffloader, abandoned_uuids, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.deletion_log import DeletionLog
-from tieredcore.stores.fs import FilesystemBlobStore
-from tieredcore.stores.hot import LocalLedgerStore
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.writer import TopicWriter
 
 TOPIC = "public/default/offload-protocol"

@@ -24,6 +24,7 @@ from tieredcore.cli.workload import (
     Digest,
     PayloadGenerator,
 )
+from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.formats.keys import parse_key
 from tieredcore.lifecycle.drain import drain
@@ -36,10 +37,9 @@ from tieredcore.offload.context import (
     segment_pieces,
     segment_refs,
 )
+from tieredcore.offload.ownership import is_marker_key
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.ownership import is_marker_key
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 

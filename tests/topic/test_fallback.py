@@ -12,8 +12,8 @@ from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import policy_store
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.context import context_uuid
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 
 T = "persistent://t/a/topic-0000"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.workspaces import END_MS, sealed, stream
+from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.location import parse_store_url
 from tieredcore.errors import CorruptEntryError, OffloadedLedgerNotFoundError
 from tieredcore.formats.keys import segment_data_key, segment_index_key
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.stores.blob import iter_objects
-from tieredcore.stores.location import parse_store_url
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.writer import TopicWriter
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from tieredcore.errors import HotLedgerNotFoundError, StaleHandleError, TopicNotFoundError, ValidationError
+from tieredcore.hot.local import LocalLedgerStore
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
+from tieredcore.meta.sqlite import SqliteMetadataStore
 from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.managed import OUTCOME_OFFLOADED, TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.stores.hot import LocalLedgerStore
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST, TopicReader
 from tieredcore.topic.writer import TopicWriter
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tieredcore.errors import HotLedgerNotFoundError, ValidationError
+from tieredcore.hot.local import LocalLedgerStore
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
+from tieredcore.meta.sqlite import SqliteMetadataStore
 from tieredcore.model import STATE_CLOSED, STATE_OPEN, Position
 from tieredcore.names import TopicName
-from tieredcore.stores.hot import LocalLedgerStore
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
-from tieredcore.stores.sqlite_meta import SqliteMetadataStore
 from tieredcore.topic.writer import TopicWriter, ledger_custom_metadata
 
 TOPIC = "persistent://public/default/my-topic"

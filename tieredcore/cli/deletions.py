@@ -29,7 +29,7 @@ from tieredcore.lifecycle.drain import (
 from tieredcore.lifecycle.reconcile.orphans import DEFAULT_GRACE_MS
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.retention import OUTCOME_PLANNED, OUTCOME_TRIMMED, plan_retention, trim_topic
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     DeletionLog,

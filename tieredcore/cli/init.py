@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
         raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
     # a store whose owner marker names this cluster with another metadata store is refused before
-    # anything is written (tieredcore.stores.ownership); a filesystem store not created yet has no marker
+    # anything is written (tieredcore.offload.ownership); a filesystem store not created yet has no marker
     if not _new_local_store(cfg):
         _check_store_unclaimed(cfg)
     _make_dirs(dirs)
@@ -116,7 +116,7 @@ def _check_store_unclaimed(cfg: Config) -> None:
     """StoreOwnershipError when the store's marker for this cluster names another metadata store (an
     existing metadata store is read for its identity, a missing one is not created)."""
     from tieredcore.formats.keys import normalize_prefix
-    from tieredcore.stores.ownership import StoreOwnershipError, read_identity, read_marker
+    from tieredcore.offload.ownership import StoreOwnershipError, read_identity, read_marker
 
     store, prefix = cfg.open_store()
     marker = read_marker(store, normalize_prefix(prefix), cfg.cluster)

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tieredcore.cold.keyring import DEFAULT_RSA_BITS, MIN_RSA_BITS, KeyRing, check_key_id
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.keys import (
     OUTCOME_REWRAPPED,
@@ -19,7 +20,6 @@ from tieredcore.lifecycle.keys import (
     retire,
     timed_rotation,
 )
-from tieredcore.stores.keyring import DEFAULT_RSA_BITS, MIN_RSA_BITS, KeyRing, check_key_id
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1

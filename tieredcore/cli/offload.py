@@ -18,10 +18,12 @@ from tieredcore.cli.common import (
     select_topics,
 )
 from tieredcore.clock import now_ms, parse_time_ms
+from tieredcore.cold.location import StoreLocation
 from tieredcore.errors import HotLedgerNotFoundError, NotFoundError, TieredError, ValidationError
 from tieredcore.formats.keys import INDEX_SUFFIX, LEDGER_INFIX, MANIFEST_SUFFIX, normalize_prefix
 from tieredcore.formats.manifest import Manifest
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.hot.tier import FrameSource
 from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
 from tieredcore.lifecycle.work import LedgerResult, policy_store
@@ -38,8 +40,6 @@ from tieredcore.offload.context import (
     segment_refs,
 )
 from tieredcore.offload.copies import copy_uuids
-from tieredcore.stores.hot_tier import FrameSource
-from tieredcore.stores.location import StoreLocation
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("offload", "status")
@@ -384,9 +384,9 @@ def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def _store_totals(ws: Workspace) -> dict[str, Any]:
     """Objects under the workspace store's offload prefix (what an operator's bill is made of), but the
-    owner markers (tieredcore.stores.ownership)."""
-    from tieredcore.stores.blob import iter_objects
-    from tieredcore.stores.ownership import is_marker_key
+    owner markers (tieredcore.offload.ownership)."""
+    from tieredcore.cold.blob import iter_objects
+    from tieredcore.offload.ownership import is_marker_key
 
     n = size = 0
     prefix = ws.offloader.prefix

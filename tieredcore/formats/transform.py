@@ -9,7 +9,7 @@
   chunk to its object and position (:func:`chunk_aad`): a chunk swapped with another, moved to another
   position or object, or truncated fails authentication instead of decrypting into wrong data.
 
-The data key is wrapped by a key ring's RSA key (:mod:`tieredcore.stores.keyring`); this module only
+The data key is wrapped by a key ring's RSA key (:mod:`tieredcore.cold.keyring`); this module only
 transforms bytes.
 """
 

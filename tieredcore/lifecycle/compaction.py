@@ -44,6 +44,9 @@ from typing import Any
 import crc32c
 
 from tieredcore.clock import now_ms
+from tieredcore.cold.failures import StoreFailureBudget
+from tieredcore.cold.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.errors import (
     CorruptObjectError,
     LeaseHeldError,
@@ -67,6 +70,7 @@ from tieredcore.lifecycle.policies import (
     DEFAULT_COMPACTION_MIN_OBJECT_SIZE,
     DEFAULT_COMPACTION_TARGET_SIZE,
 )
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     LedgerInfo,
@@ -85,10 +89,6 @@ from tieredcore.offload.context import (
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.segments import S3_MIN_PART_SIZE, OffloadedSegment, SegmentOffloader, SegmentSink
-from tieredcore.stores.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
-from tieredcore.stores.transformed import TransformedBlobStore
 
 log = logging.getLogger(__name__)
 

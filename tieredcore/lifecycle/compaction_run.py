@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.compaction import (
@@ -25,7 +26,6 @@ from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.reports import Totals, totals
-from tieredcore.stores.requests import request_label
 from tieredcore.workspace import Workspace
 
 __all__ = [

@@ -25,7 +25,7 @@ For each due record, in this order:
    PIP-186: a forged ``offloaded`` record naming another topic's ledger id and uuid would otherwise pass
    the in-use check of the wrong topic). A mismatch → nothing deleted, acknowledged (``refused_mismatch``).
    Every existing object is also checked against this workspace's cluster and identity
-   (tieredcore.stores.ownership): an object another cluster or another workspace of this cluster wrote
+   (tieredcore.offload.ownership): an object another cluster or another workspace of this cluster wrote
    (a shared bucket) is never deleted, whatever the record says → acknowledged (``refused_foreign``).
 4. **Delete**, idempotently. Hot: ``delete_ledger``; a hot ledger that is already gone is a success
    (outcome ``already_deleted``: acknowledged, ``deleted_hot`` not incremented — nothing was deleted by
@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tieredcore.cold.blob import BlobStore
 from tieredcore.errors import (
     BlobStoreError,
     HotLedgerNotFoundError,
@@ -63,18 +64,7 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key, with_manifests
-from tieredcore.names import TopicName, namespace_of
-from tieredcore.offload.context import (
-    context_uuid,
-    driver_dict,
-    driver_metadata_from_dict,
-    is_offloaded,
-    segment_uuids,
-)
-from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.reports import Totals, totals
-from tieredcore.stores.blob import BlobStore
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     STATE_DEAD,
@@ -86,8 +76,18 @@ from tieredcore.stores.deletion_log import (
     DeletionRecord,
     Entry,
 )
-from tieredcore.stores.managed_ledgers import find_ledger
-from tieredcore.stores.ownership import foreign_reason
+from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.names import TopicName, namespace_of
+from tieredcore.offload.context import (
+    context_uuid,
+    driver_dict,
+    driver_metadata_from_dict,
+    is_offloaded,
+    segment_uuids,
+)
+from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.offload.ownership import foreign_reason
+from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)

@@ -27,17 +27,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tieredcore.cold.failures import StoreFailureBudget
+from tieredcore.cold.keyring import KeyRing, check_key_id
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.errors import NoSuchObjectError, NotFoundError, TieredError, ValidationError
 from tieredcore.formats.keys import MANIFEST_SUFFIX, parse_key
 from tieredcore.formats.manifest import Manifest
 from tieredcore.lifecycle.reconcile.listing import list_objects
 from tieredcore.lifecycle.reconcile.run import owned_locations, store_locations
 from tieredcore.offload.context import driver_metadata_from_dict
+from tieredcore.offload.ownership import foreign_reason
 from tieredcore.reports import Totals, totals
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.keyring import KeyRing, check_key_id
-from tieredcore.stores.ownership import foreign_reason
-from tieredcore.stores.transformed import TransformedBlobStore
 from tieredcore.workspace import Workspace
 
 __all__ = [

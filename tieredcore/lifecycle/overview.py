@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
 from tieredcore.lifecycle.work import policy_store
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.reports import SUMMARY_FILE
-from tieredcore.stores.requests import REQUEST_KINDS, sum_kinds
 from tieredcore.workspace import Workspace
 
 TIERS = ("hot", "both", "cold")  # hot only / hot + object store / object store only

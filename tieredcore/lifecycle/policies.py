@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from tieredcore.cold.location import DRIVER_SCHEMES, StoreLocation, check_bucket_name, parse_store_url
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import (
     DEFAULT_MAX_BLOCK_SIZE,
@@ -18,9 +19,8 @@ from tieredcore.formats.constants import (
     STREAMING_MIN_BLOCK_SIZE,
 )
 from tieredcore.formats.transform import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, TransformSpec
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.stores.location import DRIVER_SCHEMES, StoreLocation, check_bucket_name, parse_store_url
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore
 from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 
 S3_MIN_PART = 5 * 1024 * 1024

@@ -31,6 +31,13 @@ from tieredcore.lifecycle.work import (
     policy_store,
     resolve_namespaces,
 )
+from tieredcore.meta.deletion_log import (
+    TYPE_LEDGER,
+    TYPE_OFFLOADED,
+    TYPE_SEGMENT,
+    DeletionLog,
+    DeletionRecord,
+)
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     abandoned_uuids,
@@ -38,13 +45,6 @@ from tieredcore.offload.context import (
     driver_dict,
     replacement_uuids,
     uuid_from_halves,
-)
-from tieredcore.stores.deletion_log import (
-    TYPE_LEDGER,
-    TYPE_OFFLOADED,
-    TYPE_SEGMENT,
-    DeletionLog,
-    DeletionRecord,
 )
 from tieredcore.workspace import Workspace
 

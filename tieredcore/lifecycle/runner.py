@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 
+from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.retention import trim_work
@@ -25,7 +26,6 @@ from tieredcore.lifecycle.work import (
 )
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import OUTCOME_FAILED
-from tieredcore.stores.requests import request_label
 from tieredcore.workspace import Workspace
 
 CACHE_RECORD = "chunk_cache"  # the key of a partition's cache record (never a LedgerResult field)

@@ -38,17 +38,17 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
 from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offloaded
 from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.workspace import Workspace
 
 OUTCOME_OK = "ok"

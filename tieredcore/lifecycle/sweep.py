@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
     BlobStoreError,
     FormatError,
@@ -60,6 +61,8 @@ from tieredcore.lifecycle.work import (
     policy_store,
     resolve_namespaces,
 )
+from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionRecord
+from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import INT64_MAX, Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, is_sealed
@@ -67,9 +70,6 @@ from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
 from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
 from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionRecord
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.managed_ledgers import find_ledger
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import LeaseHeldError, TieredError
 from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.managed import OUTCOME_ABORTED, OUTCOME_BUSY, OUTCOME_FAILED
 from tieredcore.offload.streaming import OUTCOME_HELD
 from tieredcore.reports import Totals, totals
-from tieredcore.stores.failures import StoreFailureBudget
 from tieredcore.workspace import Workspace
 
 KIND_OFFLOAD = "offload"
@@ -188,7 +188,7 @@ class RunSummary:
     # ledgers whose data no copy holds any more (scrub: damaged offloaded copy, no hot copy)
     data_loss: list[str] = field(default_factory=list)
     # the chunk cache counters of the run's partitions, added up (hits, misses, loads = GETs, evictions...;
-    # empty when no transformed object was read): tieredcore.stores.chunk_cache.CacheStats
+    # empty when no transformed object was read): tieredcore.cold.chunk_cache.CacheStats
     cache: dict[str, int] = field(default_factory=dict)
 
     @classmethod

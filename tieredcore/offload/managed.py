@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tieredcore.clock import now_ms
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
     HotLedgerNotFoundError,
     LeaseHeldError,
@@ -41,6 +42,10 @@ from tieredcore.errors import (
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
+from tieredcore.hot.tier import HotTier
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
+from tieredcore.meta.leases import TopicLeases
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     ABANDONED_PREFIX,
@@ -57,11 +62,6 @@ from tieredcore.offload.context import (
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
-from tieredcore.stores.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot_tier import HotTier
-from tieredcore.stores.leases import TopicLeases
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 log = logging.getLogger(__name__)
 

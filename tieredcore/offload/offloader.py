@@ -25,6 +25,8 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from tieredcore import __version__
+from tieredcore.cold.blob import MAX_PART_NUMBER, BlobStore
+from tieredcore.cold.location import StoreLocation
 from tieredcore.errors import (
     CorruptObjectError,
     FormatError,
@@ -50,12 +52,10 @@ from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v
 from tieredcore.formats.keys import data_key, index_key, normalize_prefix, with_manifests
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
-from tieredcore.model import LedgerMetadata, ReadHandle
+from tieredcore.hot.tier import FrameSource
+from tieredcore.model import Buffer, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
-from tieredcore.stores.blob import MAX_PART_NUMBER, BlobStore, Buffer
-from tieredcore.stores.hot_tier import FrameSource
-from tieredcore.stores.location import StoreLocation
 
 log = logging.getLogger(__name__)
 

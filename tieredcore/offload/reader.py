@@ -32,6 +32,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from tieredcore.cold.blob import BlobStore
 from tieredcore.errors import BadRangeError, FormatError
 from tieredcore.formats import constants as C
 from tieredcore.formats.index import LedgerIndex, index_trailer
@@ -39,7 +40,6 @@ from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
 from tieredcore.model import Entry, EntryBatch, LedgerMetadata
 from tieredcore.offload.cache import OffsetCache
-from tieredcore.stores.blob import BlobStore
 
 _FRAME = struct.Struct(">iq")
 _MAX_WINDOWS = 8

@@ -44,13 +44,20 @@ from tieredcore.formats.segment import (
     segment_sections,
 )
 from tieredcore.formats.trailer import ChunkChecksums, ChunkCrcWriter, IndexTrailer
-from tieredcore.model import STATE_CLOSED, STATE_OPEN, Entry, EntryBatch, LedgerMetadata, ReadHandle
+from tieredcore.hot.tier import FrameSource
+from tieredcore.model import (
+    STATE_CLOSED,
+    STATE_OPEN,
+    Entry,
+    EntryBatch,
+    FileSlice,
+    LedgerMetadata,
+    ReadHandle,
+)
 from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
 from tieredcore.offload.offloader import LedgerOffloader, _check_version, _entry_sizes, _quietly
 from tieredcore.offload.reader import OffloadedLedgerHandle
-from tieredcore.stores.blob import FileSlice
-from tieredcore.stores.hot_tier import FrameSource
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.clock import now_ms
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
     HotLedgerNotFoundError,
     LeaseHeldError,
@@ -44,6 +45,10 @@ from tieredcore.errors import (
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import LedgerRun, SegmentPlan, plan_segment
 from tieredcore.formats.uuids import uuid_to_msb_lsb
+from tieredcore.hot.tier import HotTier
+from tieredcore.meta.deletion_log import TYPE_SEGMENT, DeletionLog, DeletionRecord
+from tieredcore.meta.leases import TopicLeases
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.model import Position, ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
@@ -65,11 +70,6 @@ from tieredcore.offload.managed import (
 )
 from tieredcore.offload.offloader import _entry_sizes
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSource
-from tieredcore.stores.deletion_log import TYPE_SEGMENT, DeletionLog, DeletionRecord
-from tieredcore.stores.failures import StoreFailureBudget
-from tieredcore.stores.hot_tier import HotTier
-from tieredcore.stores.leases import TopicLeases
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 log = logging.getLogger(__name__)
 

@@ -35,14 +35,14 @@ from tieredcore.errors import (
 )
 from tieredcore.formats import constants as C
 from tieredcore.formats.mlinfo import LedgerInfo
+from tieredcore.hot.tier import HotTier
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.model import Entry, EntryBatch, Position, ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.context import is_offloaded
 from tieredcore.offload.copies import copy_key, has_offloaded_copy, open_offloaded
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentLedgerHandle
-from tieredcore.stores.hot_tier import HotTier
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 log = logging.getLogger(__name__)
 

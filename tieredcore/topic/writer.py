@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from tieredcore.clock import now_ms
 from tieredcore.errors import HotLedgerNotFoundError, TopicNotFoundError, ValidationError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.hot.tier import HotTier, LedgerWriter
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.model import Position
 from tieredcore.names import TopicName
-from tieredcore.stores.hot_tier import HotTier, LedgerWriter
-from tieredcore.stores.managed_ledgers import ManagedLedgerStore, find_ledger
 
 
 def ledger_custom_metadata(topic: TopicName) -> dict[str, bytes]:

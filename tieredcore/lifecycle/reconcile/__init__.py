@@ -16,7 +16,7 @@ The pieces are separate so that a Spark job can run them per key prefix:
 - ``run``: the locations, the records planned and appended (:func:`plan_and_apply`, shared with the
   Spark job), and :func:`reconcile` wiring it all together.
 
-Ownership (tieredcore.stores.ownership): every location is claimed (or checked, in a dry run) before it is
+Ownership (tieredcore.offload.ownership): every location is claimed (or checked, in a dry run) before it is
 listed, and a store whose owner marker names another metadata store for this cluster is skipped with an
 error. Every orphan candidate is HEADed (candidates are few) and never recorded when its metadata names
 another cluster or another workspace: those are counted (``foreign_cluster_*``) and left alone. Owner

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
+from tieredcore.cold.blob import BlobStore, ObjectInfo, iter_objects
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import OBJECT_KEY, normalize_prefix
-from tieredcore.stores.blob import BlobStore, ObjectInfo, iter_objects
-from tieredcore.stores.ownership import MARKER_PREFIX, is_marker_key
+from tieredcore.offload.ownership import MARKER_PREFIX, is_marker_key
 
 HEX_DIGITS = "0123456789abcdef"
 # Highest code point: UTF-8 never has a byte above 0xF4, so p + c + this sorts after nearly every key

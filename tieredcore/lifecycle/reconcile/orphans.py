@@ -8,14 +8,14 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+from tieredcore.cold.blob import BlobStore, MultipartUploadInfo
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_key
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, _excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
 from tieredcore.names import TopicName
 from tieredcore.offload.context import is_offloaded
-from tieredcore.stores.blob import BlobStore, MultipartUploadInfo
-from tieredcore.stores.ownership import foreign_reason
+from tieredcore.offload.ownership import foreign_reason
 from tieredcore.workspace import Workspace
 
 DEFAULT_GRACE_MS = 3600 * 1000

@@ -11,9 +11,9 @@ from typing import Any
 
 from tieredcore.errors import NotFoundError
 from tieredcore.formats.keys import UUID_PATTERN
+from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionLog
 from tieredcore.names import TopicName
 from tieredcore.offload.context import add_referenced_uuids
-from tieredcore.stores.deletion_log import TYPE_LEDGER, DeletionLog
 from tieredcore.workspace import Workspace
 
 _UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())

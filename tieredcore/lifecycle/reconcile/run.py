@@ -9,6 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tieredcore.cold.blob import BlobStore
+from tieredcore.cold.location import StoreLocation
 from tieredcore.errors import StoreOwnershipError, TieredError
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, gc_paused, list_objects
 from tieredcore.lifecycle.reconcile.orphans import (
@@ -31,18 +33,16 @@ from tieredcore.lifecycle.reconcile.report import (
     ReconcileReport,
     namespace_of,
 )
-from tieredcore.names import UNKNOWN_NAMESPACE
-from tieredcore.offload.context import segment_drivers
-from tieredcore.stores.blob import BlobStore
-from tieredcore.stores.deletion_log import (
+from tieredcore.meta.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
     TYPE_SEGMENT,
     DeletionLog,
     DeletionRecord,
 )
-from tieredcore.stores.location import StoreLocation
-from tieredcore.stores.ownership import read_marker
+from tieredcore.names import UNKNOWN_NAMESPACE
+from tieredcore.offload.context import segment_drivers
+from tieredcore.offload.ownership import read_marker
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
