@@ -64,7 +64,6 @@ from tieredcore.formats.keys import parse_key  # noqa: E402
 from tieredcore.lifecycle.compaction import BLOCK_SIZE, READ_BYTES  # noqa: E402
 from tieredcore.lifecycle.compaction_run import run_topics  # noqa: E402
 from tieredcore.lifecycle.drain import drain  # noqa: E402
-from tieredcore.lifecycle.work import policy_store  # noqa: E402
 from tieredcore.offload.context import referenced_uuids  # noqa: E402
 from tieredcore.offload.reader import _MAX_WINDOWS as MAX_WINDOWS  # noqa: E402
 from tieredcore.offload.segments import S3_MIN_PART_SIZE  # noqa: E402
@@ -119,7 +118,7 @@ class Bench:
         names: list[str] = []
         payload = 0
         with Workspace(self.config) as ws:
-            policy_store(ws).set_namespace(NAMESPACE, {"compaction_enabled": True})
+            ws.policies.set_namespace(NAMESPACE, {"compaction_enabled": True})
             off = ws.topic_offloader()
             for t in ws.ml.list_topics(NAMESPACE):
                 info, _ = ws.ml.get_topic(t)
@@ -390,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
               f"old objects {old_bytes / 2**20:,.0f} MiB (built in {build_s:,.0f} s)", flush=True)
 
         with Workspace(b.config) as ws:
-            target = policy_store(ws).for_namespace(NAMESPACE).compaction_target_size
+            target = ws.policies.for_namespace(NAMESPACE).compaction_target_size
         copy_s, packed_s, comp_s, peaks = [], [], [], []
         last: dict = {}
         for rnd in range(a.rounds):
@@ -479,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # last, as it deletes the old objects (no restore after it): the drain past the delete delay
         with Workspace(b.config) as ws:
-            delay = policy_store(ws).for_namespace(NAMESPACE).compaction_delete_delay_ms
+            delay = ws.policies.for_namespace(NAMESPACE).compaction_delete_delay_ms
             dr = drain(ws, AS_OF_MS + delay + 1)
         prefix = b.config.store_location.prefix
         store_after = sum(1 for p in b.store_walk()

@@ -39,7 +39,6 @@ sys.path.insert(0, str(REPO))
 
 from tieredcore.cli import main as cli  # noqa: E402
 from tieredcore.config import CONFIG_FILE_NAME, Config  # noqa: E402
-from tieredcore.lifecycle.work import policy_store  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -171,7 +170,7 @@ def make_template(root: Path, topics: int, ledgers: int, entries: int) -> Path:
                          "--ledgers", str(ledgers), "--entries", str(entries), "--entry-size", "1000-3000",
                          "--end-time", "2026-01-01T00:00:00Z"]) == 0
     with Workspace(Config.load(root / CONFIG_FILE_NAME, env={})) as ws:
-        policy_store(ws).set_namespace(NAMESPACE, {"offload_threshold_bytes": 0})
+        ws.policies.set_namespace(NAMESPACE, {"offload_threshold_bytes": 0})
     return root
 
 

@@ -44,13 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tieredcore.cold.backends.fs import FilesystemBlobStore  # noqa: E402
 from tieredcore.formats.constants import STREAMING_MIN_BLOCK_SIZE  # noqa: E402
 from tieredcore.hot.local import LocalLedgerStore  # noqa: E402
-from tieredcore.lifecycle.policies import DEFAULT_MAX_SEGMENT_SIZE  # noqa: E402
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore  # noqa: E402
 from tieredcore.meta.sqlite import SqliteMetadataStore  # noqa: E402
 from tieredcore.offload.context import covered_through  # noqa: E402
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
 from tieredcore.offload.segments import S3_MIN_PART_SIZE, SegmentOffloader  # noqa: E402
 from tieredcore.offload.streaming import WATERMARK_KEY, StreamingOffloader  # noqa: E402
+from tieredcore.policy import DEFAULT_MAX_SEGMENT_SIZE  # noqa: E402
 from tieredcore.topic.writer import TopicWriter  # noqa: E402
 
 MB = 1_000_000

@@ -257,7 +257,6 @@ def planned_namespaces(params: dict[str, Any], config: Any, enabled: str, what: 
     from airflow.sdk.exceptions import AirflowFailException
 
     from tieredcore.errors import TieredError
-    from tieredcore.lifecycle.work import policy_store
     from tieredcore.names import NamespaceName
     from tieredcore.workspace import Workspace
 
@@ -265,7 +264,7 @@ def planned_namespaces(params: dict[str, Any], config: Any, enabled: str, what: 
         if params.get("namespaces"):
             return sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
         with Workspace(config) as ws:
-            return getattr(policy_store(ws), f"namespaces_with_{enabled}")()
+            return getattr(ws.policies, f"namespaces_with_{enabled}")()
     except TieredError as e:
         raise AirflowFailException(f"planning the {what}: {e}") from None
 

@@ -38,7 +38,6 @@ from tieredcore.lifecycle.compaction_run import (
     plan_topics,
     run_topics,
 )
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.units import non_negative_duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
@@ -98,7 +97,7 @@ def plan_run(ws: Workspace, run: Run, namespaces: Sequence[str] | None, topics: 
         off = len(chosen) - len(enabled)
         if off:
             notes.append(f"dry run: {off} topic(s) with compaction off planned anyway (a real run leaves them out)")
-    ps = policy_store(ws)
+    ps = ws.policies
     for t in chosen:  # overrides against each topic's policy (e.g. a min size above its target size)
         thresholds.apply(ps.for_topic(t), f"topic {t} with the run's threshold overrides")
     return Planned(chosen, notes, thresholds, cost)

@@ -25,7 +25,7 @@ from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES
 from tieredcore.lifecycle.compaction import REASON_COMPACTION
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import copy_uuids
-from tieredcore.topic.reader import TIERED_FIRST
+from tieredcore.policy import TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 NS, OFF = "iot/sensors", "acme/payments"  # compaction is enabled in NS by the tests that compact

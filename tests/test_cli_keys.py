@@ -23,7 +23,6 @@ from tieredcore.cold.keyring import KeyRing
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import MANIFEST_SUFFIX
 from tieredcore.formats.manifest import Manifest
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.workspace import Workspace
 
 BITS = "2048"  # the smallest allowed: quick to generate
@@ -50,7 +49,7 @@ def workspace(tmp_path: Path, capsys, *, key_ring: bool = True) -> Cli:
 
 def encrypt(cli: Cli) -> None:
     with Workspace(cli.config()) as ws:
-        policy_store(ws).set_namespace(NS, {"transform": "zstd+aes", "transform_chunk_size": 4096})
+        ws.policies.set_namespace(NS, {"transform": "zstd+aes", "transform_chunk_size": 4096})
 
 
 def manifests(cli: Cli) -> dict[str, bytes]:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol
 
 from tieredcore.clock import now_ms
 from tieredcore.cold.blob import BlobStore
@@ -30,27 +29,8 @@ from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.ownership import claim_store, ensure_identity, read_identity
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
-from tieredcore.topic.reader import TIERED_FIRST, TopicReader
-
-
-class OffloadPolicyLike(Protocol):
-    """What the workspace reads of a namespace policy (tieredcore.lifecycle.policies.OffloadPolicy)."""
-
-    @property
-    def store(self) -> StoreSpecLike | None: ...
-
-    @property
-    def max_block_size(self) -> int: ...
-
-    @property
-    def read_buffer_size(self) -> int: ...
-
-    @property
-    def streaming_block_size(self) -> int: ...
-
-
-class StoreSpecLike(Protocol):
-    def location(self) -> StoreLocation: ...
+from tieredcore.policy import TIERED_FIRST, OffloadPolicy, PolicyStore
+from tieredcore.topic.reader import TopicReader
 
 
 class Workspace:
@@ -66,6 +46,15 @@ class Workspace:
     @cached_property
     def ml(self) -> ManagedLedgerStore:
         return ManagedLedgerStore(self.metadata)
+
+    @cached_property
+    def policies(self) -> PolicyStore:
+        """Namespace and topic policies, over the configuration's defaults (the cluster default under
+        namespace and topic policies)."""
+        c = self.config
+        defaults = OffloadPolicy(max_block_size=c.max_block_size, read_buffer_size=c.read_buffer)
+        return PolicyStore(self.ml, defaults=defaults, default_store_is_s3=c.store_url.startswith("s3://"),
+                           default_key_ring=c.key_ring)
 
     @cached_property
     def deletion_log(self) -> DeletionLog:
@@ -142,7 +131,7 @@ class Workspace:
 
     def streaming_offloader(
         self,
-        policy: OffloadPolicyLike,
+        policy: OffloadPolicy,
         clock_ms: Callable[[], int] = now_ms,
         progress: Callable[[str, int, int, int], None] | None = None,
     ) -> StreamingOffloader:
@@ -198,12 +187,12 @@ class Workspace:
             off = self._offloaders[k] = self._new_offloader(store, location.prefix, k[1], k[2])
         return off
 
-    def offloader_for_policy(self, policy: OffloadPolicyLike) -> LedgerOffloader:
+    def offloader_for_policy(self, policy: OffloadPolicy) -> LedgerOffloader:
         """The offloader a namespace policy names (its own store, block and buffer sizes, transform)."""
         loc = policy.store.location() if policy.store is not None else self.config.store_location
-        spec = getattr(policy, "transform_spec", None)
+        spec = policy.transform_spec
         return self.offloader_at(loc, policy.max_block_size, policy.read_buffer_size, spec,
-                                 getattr(policy, "key_ring", "") if spec is not None and spec.encryption else "")
+                                 policy.key_ring if spec.encryption else "")
 
     def offloader_for_driver(self, driver_metadata: pb.OffloadDriverMetadata) -> LedgerOffloader:
         """The offloader that can read objects described by an OffloadContext's driver metadata

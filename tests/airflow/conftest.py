@@ -86,11 +86,10 @@ def make_workspace(root: Path, namespaces: list[str], store_url: str | None = No
 
 def set_policy(config_path: Path, namespace: str, **policy: Any) -> None:
     from tieredcore.config import Config
-    from tieredcore.lifecycle.work import policy_store
     from tieredcore.workspace import Workspace
 
     with Workspace(Config.load(config_path, env={})) as ws:
-        policy_store(ws).set_namespace(namespace, policy)
+        ws.policies.set_namespace(namespace, policy)
 
 
 def topic_ledgers(config_path: Path) -> dict[str, list]:

@@ -275,7 +275,6 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
 
     from tieredcore.config import Config
     from tieredcore.formats.keys import data_key, index_key
-    from tieredcore.lifecycle.work import policy_store
     from tieredcore.meta.deletion_log import DeletionLog
     from tieredcore.offload.managed import context_uuid
     from tieredcore.workspace import Workspace
@@ -287,7 +286,7 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     config = Config.load(cfg, env={})
     before: dict[str, dict] = {}
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         for ns in ("public/default", "acme/orders"):
             for t in ws.ml.list_topics(ns):
                 info, _ = ws.ml.get_topic(t)

@@ -47,7 +47,6 @@ def test_key_rotation_dag_rewraps_everything(tmp_path: Path, spark_env) -> None:
     from tieredcore.lifecycle.keys import key_status, retire
     from tieredcore.lifecycle.runner import run_work
     from tieredcore.lifecycle.sweep import plan_offload
-    from tieredcore.lifecycle.work import policy_store
     from tieredcore.names import TopicName
     from tieredcore.offload.copies import open_offloaded
     from tieredcore.workspace import Workspace
@@ -73,7 +72,7 @@ def test_key_rotation_dag_rewraps_everything(tmp_path: Path, spark_env) -> None:
         return out
 
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(ENC, {"offload_threshold_bytes": 0, "transform": "zstd+aes", "transform_chunk_size": 4096})
         ps.set_namespace(ZSTD, {"offload_threshold_bytes": 0, "transform": "zstd", "transform_chunk_size": 4096})
         rows = list(run_work(config, [w.as_dict() for w in plan_offload(ws, None, int(SWEEP_AT.timestamp() * 1000))]))

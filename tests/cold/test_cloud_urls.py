@@ -107,7 +107,7 @@ def test_driver_metadata_follows_pulsar() -> None:
 
 
 def test_a_policy_store_may_be_azure_or_gcs() -> None:
-    from tieredcore.lifecycle.policies import StoreSpec
+    from tieredcore.policy import StoreSpec
 
     spec = StoreSpec(driver="azureblob", bucket="cont", prefix="ns/")
     spec.validate("namespace a/b")

@@ -20,7 +20,7 @@ from tieredcore.cold.blob import iter_objects
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.formats.keys import data_key
 from tieredcore.offload.ownership import is_marker_key
-from tieredcore.topic.reader import TIERED_FIRST
+from tieredcore.policy import TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 T0, T1 = "persistent://t/ns/topic-0000", "persistent://t/ns/topic-0001"

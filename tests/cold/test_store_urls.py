@@ -308,7 +308,7 @@ def test_a_ceph_style_region_is_accepted() -> None:
 ])
 def test_a_policy_store_is_checked_like_a_configured_one(store, message) -> None:
     from tieredcore.errors import ValidationError
-    from tieredcore.lifecycle.policies import StoreSpec
+    from tieredcore.policy import StoreSpec
 
     with pytest.raises(ValidationError, match=message):
         StoreSpec(**store).validate("namespace a/b")

@@ -40,12 +40,11 @@ from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.orphans import managed_ledger_of
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.offload.ownership import is_marker_key
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -69,7 +68,7 @@ def build(root: Path, topics: int) -> Config:
 
 
 def set_ns(ws: Workspace, **fields) -> None:
-    policy_store(ws).set_namespace(NS, fields)
+    ws.policies.set_namespace(NS, fields)
 
 
 def lag_clean_everything_offloaded(ws: Workspace, as_of: int) -> None:

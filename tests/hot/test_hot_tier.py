@@ -16,7 +16,7 @@ from tieredcore.hot.local import LocalLedgerStore
 from tieredcore.hot.tier import FrameSource, HotLedger, HotTier, LedgerWriter
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.sweep import lag_cleanup_topic
-from tieredcore.lifecycle.work import KIND_LAG_CLEANUP, TopicWork, policy_store
+from tieredcore.lifecycle.work import KIND_LAG_CLEANUP, TopicWork
 from tieredcore.model import ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.offloader import LedgerOffloader
@@ -105,7 +105,7 @@ def test_the_core_runs_over_nothing_but_the_seam(tmp_path: Path) -> None:
         assert len(ids) == 3
         results = ws.topic_offloader().offload_ledgers(topic, ids)
         assert [r.outcome for r in results] == ["offloaded"] * 3
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace("t/n", {"deletion_lag_ms": 0})
         t = TopicName.parse(topic)
         rows = lag_cleanup_topic(ws, ps.for_topic(t), t, TopicWork(topic, KIND_LAG_CLEANUP, ids, 1 << 62))

@@ -69,7 +69,6 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.offload.context import covering_offloaded_ms, is_complete
 from tieredcore.offload.copies import open_offloaded
@@ -511,9 +510,9 @@ def test_a_segment_retention_left_half_referenced_is_compacted_away(tmp_path, en
         lids = list(before)
         shared = copies(ws)[lids[0]][-1][1]
         assert copies(ws)[lids[1]][0][1] == shared
-        policy_store(ws).set_namespace(NS, {"retention_time_minutes": 15})  # ledger 0 closed 20 min before END
+        ws.policies.set_namespace(NS, {"retention_time_minutes": 15})  # ledger 0 closed 20 min before END
         assert [r.ledger for r in trim_topic(ws, TOPIC, END_MS)] == [lids[0]]
-        policy_store(ws).set_namespace(NS, {"retention_time_minutes": -1})
+        ws.policies.set_namespace(NS, {"retention_time_minutes": -1})
         rep = drain(ws, END_MS)
         assert rep.still_in_use == 1 and set(segment_keys_of(ws, shared)) and pending(ws) == []
         rest = {lid: v for lid, v in before.items() if lid != lids[0]}
@@ -536,7 +535,7 @@ def test_deletion_lag_and_retention_keep_working_on_compacted_ledgers(tmp_path, 
         prefix = ws.offloader.prefix
         a_keys = {segment_data_key(prefix, seg_a), segment_index_key(prefix, seg_a)}
 
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(NS, {"deletion_lag_ms": 0})
         rows = list(run_work(ws.config, [w.as_dict() for w in plan_lag_cleanup(ws, None, LATER)]))
         assert sorted((r["ledger"], r["outcome"]) for r in rows) == [(lid, "marked") for lid in lids[:-1]], rows
@@ -624,7 +623,7 @@ def test_new_segments_go_to_the_store_the_policy_names_now(tmp_path, env_clean):
     with open_ws(v1_topic(tmp_path / "ws")) as ws:
         before = hot_snapshot(ws)
         elsewhere = tmp_path / "elsewhere"
-        policy_store(ws).set_namespace(NS, {"store": {"driver": "filesystem", "root": str(elsewhere),
+        ws.policies.set_namespace(NS, {"store": {"driver": "filesystem", "root": str(elsewhere),
                                                       "prefix": "cpt"}})
         old_layout = copies(ws)
         old_keys = set(store_keys(ws))

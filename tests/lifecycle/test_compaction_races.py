@@ -46,7 +46,6 @@ from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.lifecycle.compaction import Compactor
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP, REASON_REPAIR
@@ -204,7 +203,7 @@ def test_a_streaming_offload_with_the_lease_is_busy(ws):
 
 def trim(ws: Workspace, as_of: int):
     """Retention of 105 minutes: at END the oldest ledger only (closed 110 minutes before)."""
-    policy_store(ws).set_namespace(NS, {"retention_time_minutes": 105})
+    ws.policies.set_namespace(NS, {"retention_time_minutes": 105})
     return trim_topic(ws, TOPIC, as_of)
 
 

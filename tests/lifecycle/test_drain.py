@@ -33,7 +33,7 @@ from tieredcore.meta.deletion_log import (
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.managed import TopicOffloader, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 T0 = "persistent://t/a/topic-0000"

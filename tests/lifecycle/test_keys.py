@@ -32,7 +32,7 @@ from tieredcore.lifecycle.keys import (
 )
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, policy_store
+from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.names import TopicName
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.offload.copies import open_offloaded
@@ -72,7 +72,7 @@ def setup(make_ws, key_pool, tmp_path):
     ring = make_ring(tmp_path / "ring", key_pool, ["k1"], "k1")
     ws = make_ws([ENC, ZSTD, PLAIN], ledgers=LEDGERS, entries=60, entry_size="20-2000",
                  config_overrides={"key_ring": str(ring)})
-    ps = policy_store(ws)
+    ps = ws.policies
     ps.set_namespace(ENC, {"offload_threshold_bytes": 0, "transform": "zstd+aes", "transform_chunk_size": 4096})
     ps.set_namespace(ZSTD, {"offload_threshold_bytes": 0, "transform": "zstd", "transform_chunk_size": 4096})
     ps.set_namespace(PLAIN, {"offload_threshold_bytes": 0})

@@ -16,7 +16,6 @@ from tests.support.workspaces import END_MS, INTERVAL_MS, build_workspace, offlo
 from tieredcore.cli import main as cli
 from tieredcore.config import Config
 from tieredcore.lifecycle.overview import GIB, MONTH_MS, Prices, build_overview, runs_per_month, tier_snapshot
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.deletion_log import DeletionRecord
 from tieredcore.workspace import Workspace
 
@@ -41,7 +40,7 @@ def ws_config(tmp_path: Path) -> Config:
     (threshold 0 s), the oldest offloaded at END (deletion lag 1 h); a/quiet: offload off."""
     cfg = Config.load(build_workspace(tmp_path / "ws", ["a/lag", "a/quiet"]), env={})
     with Workspace(cfg) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace("a/lag", {"offload_threshold_seconds": 0, "deletion_lag_ms": HOUR})
         ps.set_namespace("a/quiet", {"offload_threshold_bytes": -1, "deletion_lag_ms": HOUR})
         offload(ws, LAG_TOPIC, sealed(ws, LAG_TOPIC)[:1], as_of=END_MS)
@@ -146,7 +145,7 @@ def test_cold_after_the_lag_cleanup_and_its_deletion_in_flight(tmp_path: Path) -
     cfg = Config.load(build_workspace(tmp_path / "ws", ["a/cold"]), env={})
     topic = "persistent://a/cold/topic-0000"
     with Workspace(cfg) as ws:
-        policy_store(ws).set_namespace("a/cold", {"offload_threshold_seconds": 0, "deletion_lag_ms": HOUR})
+        ws.policies.set_namespace("a/cold", {"offload_threshold_seconds": 0, "deletion_lag_ms": HOUR})
         first, second = sealed(ws, topic)[:2]
         offload(ws, topic, [first], as_of=END_MS - 2 * HOUR)
         offload(ws, topic, [second], as_of=NOW - HOUR // 2)  # not past its lag yet

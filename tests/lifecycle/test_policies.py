@@ -6,9 +6,8 @@ import pytest
 
 from tieredcore.cold.location import check_bucket_name
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.policies import S3_MIN_PART, OffloadPolicy, PolicyStore, StoreSpec
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, S3_MIN_PART, TIERED_FIRST, OffloadPolicy, PolicyStore, StoreSpec
 
 MIB = 1024 * 1024
 

@@ -34,7 +34,6 @@ from tieredcore.lifecycle.reconcile.orphans import (
 )
 from tieredcore.lifecycle.reconcile.references import referenced_uuids
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
@@ -99,7 +98,7 @@ class Seeded:
 def seeded(make_ws):
     ws = make_ws(["t/a", "t/b"], topics=2, ledgers=3, entries=8)
     cold = Path(ws.store.root)
-    ps = policy_store(ws)
+    ps = ws.policies
     ps.set_namespace("t/b", {"store": {"driver": "filesystem", "root": str(cold), "prefix": "pfx"}})
     pol_off = ws.offloader_for_policy(ps.for_namespace("t/b"))
     assert pol_off.store.root == ws.store.root and pol_off.prefix == "pfx/"

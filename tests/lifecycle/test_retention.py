@@ -25,7 +25,7 @@ from tieredcore.lifecycle.retention import (
 )
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
-from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult, policy_store
+from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult
 from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
@@ -57,7 +57,7 @@ def drain_lag_records(ws, as_of):
 
 
 def set_ns(ws, ns="t/a", **fields):
-    return policy_store(ws).set_namespace(ns, fields)
+    return ws.policies.set_namespace(ns, fields)
 
 
 def ledger_infos(ws, topic=T):
@@ -420,7 +420,7 @@ def test_plan_retention_per_namespace_and_topic_policy(make_ws):
     ws = make_ws(["t/a", "t/b", "t/c"], ledgers=4, entries=10, entry_size="100")
     set_ns(ws, "t/a", retention_time_minutes=15)  # ages 31, 21, 11, 1 at END+1m
     set_ns(ws, "t/b", retention_size_mb=0)  # everything sealed goes
-    policy_store(ws).set_topic("persistent://t/c/topic-0000", {"retention_time_minutes": 25})
+    ws.policies.set_topic("persistent://t/c/topic-0000", {"retention_time_minutes": 25})
     plan = plan_retention(ws, None, END_MS + MIN)
     got = {w.topic: len(w.ledgers) for w in plan}
     assert got == {"persistent://t/a/topic-0000": 2, "persistent://t/b/topic-0000": 4,
@@ -508,7 +508,7 @@ def test_delete_topic_records_both_tiers_then_deletes_metadata(four):
     l0, l1, l2, l3 = ws.fixture["ids"]
     u = ws.fixture["uuids"]
     open_id = ids(ws)[-1]
-    policy_store(ws).set_topic(T, {"retention_time_minutes": 60})
+    ws.policies.set_topic(T, {"retention_time_minutes": 60})
     res = delete_topic(ws, T, END_MS + MIN)
     assert res.deleted and res.policies_deleted and res.ledgers == 5
     assert res.records == {"ledger": 4, "offloaded": 4, "segment": 0}

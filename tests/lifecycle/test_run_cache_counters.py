@@ -13,14 +13,14 @@ from tests.support.workspaces import END_ISO, END_MS
 from tieredcore.lifecycle.runner import CACHE_RECORD, run_work, split_cache_records
 from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
+from tieredcore.lifecycle.work import LedgerResult, RunSummary
 
 COUNTERS = {"hits", "misses", "evictions", "expirations", "loads", "load_failures", "prefetched", "waits"}
 
 
 def _offloaded(make_ws, transform: str):
     ws = make_ws(["t/a"], topics=2, ledgers=3, entries=80, entry_size="500-3000")
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": transform,
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": transform,
                                            "transform_chunk_size": 4096})
     rows = [LedgerResult(**r) for r in run_work(ws.config, [w.as_dict() for w in plan_offload(ws, None, END_MS)])]
     assert len(rows) == 6 and {r.outcome for r in rows} == {"offloaded"}
@@ -64,7 +64,7 @@ def test_scrub_job_reports_the_cache_counters(tmp_path):
 
     cfg = build_workspace(tmp_path / "ws", ["t/a"], topics=2, ledgers=2, entries=50, entry_size="1K-4K")
     with Workspace(Config.load(cfg, env={})) as ws:
-        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": "zstd",
+        ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": "zstd",
                                                "transform_chunk_size": 8192})
         assert {r["outcome"] for r in run_work(ws.config, [w.as_dict() for w in plan_offload(ws, None, END_MS)])} \
             == {"offloaded"}

@@ -16,7 +16,7 @@ from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import LeaseHeldError
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
+from tieredcore.lifecycle.work import LedgerResult, RunSummary
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.store import Versioned
 from tieredcore.workspace import Workspace
@@ -68,7 +68,7 @@ def test_lease_acquire_renew_release_and_expiry(make_ws):
 
 def test_a_second_runner_skips_a_leased_topic_and_says_so(make_ws):
     ws = make_ws(["t/a"], topics=2, ledgers=2)
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     other = TopicLeases(ws.metadata, holder="other-sweep:123")
     held = other.acquire(T0, "offload")
     res = rows(ws, plan_offload(ws, None, END_MS))
@@ -94,7 +94,7 @@ def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(make_ws):
     import sys
 
     ws = make_ws(["t/a"], ledgers=2)
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(child.stdout)  # exited: a runner that crashed while holding the lease
     held = TopicLeases(ws.metadata, holder=f"{_s.gethostname()}:{dead_pid}:abcd").acquire(T0, "offload")
@@ -109,7 +109,7 @@ def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(make_ws):
 
 def test_lease_left_by_a_crashed_runner_expires(make_ws):
     ws = make_ws(["t/a"], ledgers=2)
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     path = TopicLeases.path(T0)
     ws.metadata.create(path, json.dumps({"holder": "dead:1", "purpose": "offload", "acquired_ms": 0,
                                          "expires_ms": 1}).encode())
@@ -153,7 +153,7 @@ def _offload_to_broken_store(ws, limit: int) -> tuple[list[LedgerResult], int]:
     the connections the endpoint saw."""
     srv = ResettingServer()
     try:
-        policy_store(ws).set_namespace("t/a", {
+        ws.policies.set_namespace("t/a", {
             "offload_threshold_bytes": 0, "max_block_size": 5 * 1024 * 1024,
             "store": {"driver": "aws-s3", "bucket": "bucket-x", "prefix": "p",
                       "endpoint": f"http://127.0.0.1:{srv.port}", "region": "us-east-1"}})
@@ -187,7 +187,7 @@ def test_run_stops_after_n_consecutive_store_failures(make_ws, aws_env):
 def test_a_corrupt_hot_ledger_fails_only_itself(make_ws, damage):
     ws = make_ws(["t/a", "t/b"], ledgers=3)
     for ns in ("t/a", "t/b"):
-        policy_store(ws).set_namespace(ns, {"offload_threshold_bytes": 0})
+        ws.policies.set_namespace(ns, {"offload_threshold_bytes": 0})
     info, _ = ws.ml.get_topic(T0)
     victim = info.ledgerInfo[1].ledgerId
     if damage == "idx-short":

@@ -16,7 +16,7 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import deep_for, plan_scrub
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, RunSummary, policy_store
+from tieredcore.lifecycle.work import LedgerResult, RunSummary
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.context import context_uuid
@@ -30,7 +30,7 @@ AS_OF = END_MS + 3600 * 1000
 def ws(make_ws):
     """Two topics, 3 sealed ledgers each, all offloaded; hot copies still there."""
     w = make_ws(["t/a"], topics=2, ledgers=3, entries=30, entry_size="200-900")
-    policy_store(w).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    w.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     rows = list(run_work(w.config, [u.as_dict() for u in plan_offload(w, None, END_MS)]))
     assert {r["outcome"] for r in rows} == {"offloaded"} and len(rows) == 6
     return w
@@ -162,7 +162,7 @@ def test_pulsar_style_objects_are_checked_against_the_hot_copy(make_ws):
     """No checksums (Pulsar's objects): a deep scrub still finds a flipped payload byte through the hot
     tier's CRCs."""
     w = make_ws(["t/a"], ledgers=2, entries=20, config_overrides={"checksum_chunk": 0, "checkpoint_interval": 0})
-    policy_store(w).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    w.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     list(run_work(w.config, [u.as_dict() for u in plan_offload(w, None, END_MS)]))
     victim = ledgers(w)[0]
     flip_payload(w, victim)

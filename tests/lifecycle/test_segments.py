@@ -24,14 +24,14 @@ from tieredcore.lifecycle.reconcile.run import reconcile, store_locations
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
-from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork, policy_store
+from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader, SegmentSource
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.writer import TopicWriter
 
 HOUR = 3600 * 1000
@@ -43,7 +43,7 @@ ML = "t/a/persistent/topic-0000"
 
 
 def set_ns(ws, ns="t/a", **fields):
-    return policy_store(ws).set_namespace(ns, fields)
+    return ws.policies.set_namespace(ns, fields)
 
 
 def ledger_infos(ws, topic=T):

@@ -24,14 +24,13 @@ from tieredcore.lifecycle.work import (
     LedgerResult,
     RunSummary,
     TopicWork,
-    policy_store,
 )
 from tieredcore.meta.deletion_log import DeletionLog, DeletionRecord
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import Position
 from tieredcore.offload.context import replacement_uuids
 from tieredcore.offload.managed import context_uuid
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 
 HOUR = 3600 * 1000
 T = "persistent://t/a/topic-0000"
@@ -42,7 +41,7 @@ ML = "t/a/persistent/topic-0000"
 
 
 def set_ns(ws, ns, **fields):
-    return policy_store(ws).set_namespace(ns, fields)
+    return ws.policies.set_namespace(ns, fields)
 
 
 def ledger_infos(ws, topic=T):
@@ -183,8 +182,8 @@ def test_disabled_namespace_and_topic_override(make_ws):
     ws = make_ws(["t/on", "t/off"], topics=2)
     set_ns(ws, "t/on", offload_threshold_bytes=0)
     set_ns(ws, "t/off", offload_threshold_bytes=-1)
-    policy_store(ws).set_topic("t/on/topic-0001", {"offload_threshold_bytes": -1})
-    policy_store(ws).set_topic("t/off/topic-0001", {"offload_threshold_seconds": 0})
+    ws.policies.set_topic("t/on/topic-0001", {"offload_threshold_bytes": -1})
+    ws.policies.set_topic("t/off/topic-0001", {"offload_threshold_seconds": 0})
     plan = planned(plan_offload(ws, None, END_MS))
     assert sorted(plan) == ["persistent://t/off/topic-0001", "persistent://t/on/topic-0000"]
     # explicit namespaces: the disabled one still plans only its enabled topic
@@ -319,13 +318,13 @@ def test_cluster_defaults_come_from_the_configuration(make_ws):
     namespace policies (docs/metadata.md: topic > namespace > cluster default)."""
     ws = make_ws(entries=10, entry_size="1000", config_overrides={"max_block_size": 4096, "read_buffer": 2048})
     set_ns(ws, "t/a", offload_threshold_bytes=0)
-    pol = policy_store(ws).for_topic(T)
+    pol = ws.policies.for_topic(T)
     assert pol.max_block_size == 4096 and pol.read_buffer_size == 2048
     res = run(ws, plan_offload(ws, None, END_MS))
     assert all(r.outcome == "offloaded" and r.blocks >= 3 for r in res), res
     # a namespace override still wins
     set_ns(ws, "t/a", max_block_size=1 << 20)
-    assert policy_store(ws).for_topic(T).max_block_size == 1 << 20
+    assert ws.policies.for_topic(T).max_block_size == 1 << 20
 
 
 def test_a_failing_topic_does_not_stop_the_others(make_ws, tmp_path):

@@ -22,13 +22,12 @@ from tieredcore.lifecycle.work import (
     RunSummary,
     TopicWork,
     parse_covers,
-    policy_store,
 )
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.offload.context import covered_through, is_offloaded, segment_refs
 from tieredcore.offload.streaming import WATERMARK_KEY, parse_watermark
+from tieredcore.policy import HOT_FIRST
 from tieredcore.reports import EXIT_FAILED, EXIT_OK, exit_code
-from tieredcore.topic.reader import HOT_FIRST
 
 T = "persistent://t/s/topic-0000"
 MINUTE = 60_000
@@ -41,7 +40,7 @@ def streaming_ws(make_ws, namespaces=("t/s",), open_entries=30, **kw):
     kw.setdefault("ledgers", 2)
     ws = make_ws(namespaces, entries=50, entry_size="100", open_entries=open_entries, **kw)
     for ns in namespaces:
-        policy_store(ws).set_namespace(ns, STREAMING)
+        ws.policies.set_namespace(ns, STREAMING)
     return ws
 
 
@@ -69,9 +68,9 @@ def read_all(ws, topic=T):
 def test_a_streaming_namespace_is_swept_without_thresholds_and_ledger_mode_is_unchanged(make_ws):
     ws = streaming_ws(make_ws, namespaces=("t/s", "t/l", "t/off"))
     # ledger mode, every sealed ledger
-    policy_store(ws).set_namespace("t/l", {"offload_mode": "ledger", "offload_threshold_bytes": 0})
-    policy_store(ws).set_namespace("t/off", {"offload_mode": "ledger"})  # ledger mode, no threshold: off
-    assert policy_store(ws).namespaces_with_offload() == ["t/l", "t/s"]
+    ws.policies.set_namespace("t/l", {"offload_mode": "ledger", "offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/off", {"offload_mode": "ledger"})  # ledger mode, no threshold: off
+    assert ws.policies.namespaces_with_offload() == ["t/l", "t/s"]
     plan = {w.topic: w for w in plan_offload(ws, None, END_MS)}
     assert sorted(plan) == ["persistent://t/l/topic-0000", T]
     lids = [li.ledgerId for li in infos(ws).ledgerInfo]
@@ -87,7 +86,7 @@ def test_a_streaming_namespace_is_swept_without_thresholds_and_ledger_mode_is_un
 def test_segments_follow_the_policy_and_the_runs_clock(make_ws, tmp_path):
     ws = streaming_ws(make_ws)
     other = tmp_path / "streamed"  # the namespace's own store: the policy decides where segments go
-    policy_store(ws).set_namespace("t/s", {"store": {"driver": "filesystem", "root": str(other)}})
+    ws.policies.set_namespace("t/s", {"store": {"driver": "filesystem", "root": str(other)}})
     before = read_all(ws)
     res = run(ws, plan_offload(ws, ["t/s"], END_MS))
     # 130 entries of 100 bytes in 1 KiB blocks of 8 entries (one ledger per block), cut at 8 KiB
@@ -218,7 +217,7 @@ def test_a_failing_store_fails_its_segments_and_the_other_topics_still_run(make_
     ws = streaming_ws(make_ws, namespaces=("t/s", "t/bad"))
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where t/bad's store root should be")
-    policy_store(ws).set_namespace("t/bad", {"store": {"driver": "filesystem", "root": str(blocker / "cold")}})
+    ws.policies.set_namespace("t/bad", {"store": {"driver": "filesystem", "root": str(blocker / "cold")}})
     res = run(ws, plan_offload(ws, None, END_MS + 10 * MINUTE))
     bad = [r for r in res if r.namespace == "t/bad"]
     # its store cannot be opened: one failed row for the topic (no segment was planned or started)
@@ -259,7 +258,7 @@ def test_switching_back_to_ledger_mode_does_not_offload_streamed_ledgers_again(m
     ws = streaming_ws(make_ws, ledgers=3)
     run(ws, plan_offload(ws, None, END_MS + 10 * MINUTE))
     lids = [li.ledgerId for li in infos(ws).ledgerInfo]
-    policy_store(ws).set_namespace("t/s", {"offload_mode": "ledger", "offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/s", {"offload_mode": "ledger", "offload_threshold_bytes": 0})
     assert plan_offload(ws, None, END_MS + 10 * MINUTE) == []  # the sealed ones are all in segments
     # ... and a streaming unit planned before the switch still runs as planned (nothing left to do)
     w = TopicWork(T, KIND_OFFLOAD, lids, END_MS + 10 * MINUTE, options={OPTION_STREAMING: True})
@@ -273,7 +272,7 @@ def test_store_failure_budget_stops_streaming_too(make_ws, aws_env, limit):
     ws = streaming_ws(make_ws, topics=5)
     srv = ResettingServer()
     try:
-        policy_store(ws).set_namespace("t/s", {
+        ws.policies.set_namespace("t/s", {
             "streaming_block_size": 5 * 1024 * 1024, "max_segment_size": 16 * 1024 * 1024,
             "store": {"driver": "aws-s3", "bucket": "bucket-x", "prefix": "p",
                       "endpoint": f"http://127.0.0.1:{srv.port}", "region": "us-east-1"}})

@@ -41,7 +41,6 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import Position
 from tieredcore.offload.managed import OUTCOME_OFFLOADED
 from tieredcore.topic.reader import TIER_HOT, TIER_OFFLOADED
@@ -78,7 +77,7 @@ def mixed(request, tmp_path, env_clean) -> Iterator[tuple[Workspace, dict[int, l
         v1, open_lid = lids[:2], lids[-1]
         offload(ws, TOPIC, v1, END_MS)
         # deletion lag 0: the V1 ledgers' hot copies go (phase 1 + the drain)
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(NS, {"deletion_lag_ms": 0})
         rows = list(run_work(ws.config, [w.as_dict() for w in plan_lag_cleanup(ws, None, END_MS + 1)]))
         assert sorted((r["ledger"], r["outcome"]) for r in rows) == [(lid, "marked") for lid in v1], rows

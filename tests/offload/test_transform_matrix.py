@@ -29,7 +29,7 @@ from tieredcore.formats.constants import BLOCK_HEADER_LENGTH, ENTRY_HEADER_SIZE
 from tieredcore.formats.index import LedgerIndex
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, policy_store
+from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.reader import OffloadedLedgerHandle
@@ -96,7 +96,7 @@ def built(request, tmp_path_factory, ring_dir) -> Built:
         mp.undo()
     config = Config.load(cfg_path, env={})
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(NS, {"offload_threshold_bytes": 0, "transform": transform})
         for name, s in SHAPES.items():
             ps.set_topic(_topic(name), {"transform_chunk_size": s.chunk_size, "max_block_size": s.block_size})

@@ -20,7 +20,7 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, policy_store
+from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.offload.copies import open_offloaded
 
 T = "persistent://t/a/topic-0000"
@@ -47,7 +47,7 @@ def _raw_keys(ws):
 @pytest.mark.parametrize("transform", ["zstd", "aes", "zstd+aes"])
 def test_sweep_offloads_transformed_objects_and_reads_them_back(make_ws, ring_dir, transform):
     ws = make_ws(["t/a"], ledgers=4, entries=200, entry_size="20-3000", config_overrides={"key_ring": str(ring_dir)})
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": transform,
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": transform,
                                            "transform_chunk_size": 8192})
     before = hot_snapshot(ws, T)
     _offload(ws)
@@ -59,7 +59,7 @@ def test_sweep_offloads_transformed_objects_and_reads_them_back(make_ws, ring_di
     m = Manifest.from_json(store.get(manifests[0]), "m")
     assert m.encrypted == ("aes" in transform) and (m.kek_id in (None, "kek-1"))
     # the reader follows the driver metadata, whatever the policy says now
-    policy_store(ws).set_namespace("t/a", {"transform": "none"})
+    ws.policies.set_namespace("t/a", {"transform": "none"})
     info, _ = ws.ml.get_topic(T)
     for li in info.ledgerInfo[:-1]:
         props = {kv.key: kv.value for kv in li.offloadContext.driverMetadata.properties}
@@ -80,10 +80,10 @@ def test_sweep_offloads_transformed_objects_and_reads_them_back(make_ws, ring_di
 
 def test_deleting_transformed_objects_removes_their_manifests(make_ws, ring_dir):
     ws = make_ws(["t/a"], ledgers=3, entries=50, config_overrides={"key_ring": str(ring_dir)})
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": "zstd+aes",
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": "zstd+aes",
                                            "retention_time_minutes": 0, "transform_chunk_size": 4096})
     with pytest.raises(Exception, match="below the retention"):  # sanity: the policy validates as a whole
-        policy_store(ws).set_namespace("t/a", {"offload_threshold_seconds": 10})
+        ws.policies.set_namespace("t/a", {"offload_threshold_seconds": 10})
     _offload(ws)
     store, keys = _raw_keys(ws)
     assert keys
@@ -104,19 +104,19 @@ def test_deleting_transformed_objects_removes_their_manifests(make_ws, ring_dir)
 def test_encrypting_policy_without_a_key_ring_is_refused(make_ws):
     ws = make_ws(["t/a"], ledgers=2)
     with pytest.raises(Exception, match="needs a key ring"):
-        policy_store(ws).set_namespace("t/a", {"transform": "aes"})
+        ws.policies.set_namespace("t/a", {"transform": "aes"})
     with pytest.raises(Exception, match="is not one of none, zstd, aes, zstd\\+aes"):
-        policy_store(ws).set_namespace("t/a", {"transform": "gzip"})
+        ws.policies.set_namespace("t/a", {"transform": "gzip"})
     with pytest.raises(Exception, match="chunk size"):
-        policy_store(ws).set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 10})
-    assert policy_store(ws).for_namespace("t/a").transform == "none"
+        ws.policies.set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 10})
+    assert ws.policies.for_namespace("t/a").transform == "none"
 
 
 
 def test_streaming_segments_honour_the_transform(make_ws, ring_dir):
     ws = make_ws(["t/s"], ledgers=3, entries=60, entry_size="20-2000", open_entries=25,
                  config_overrides={"key_ring": str(ring_dir)})
-    policy_store(ws).set_namespace("t/s", {"offload_mode": "streaming", "max_segment_size": 16 * 1024,
+    ws.policies.set_namespace("t/s", {"offload_mode": "streaming", "max_segment_size": 16 * 1024,
                                            "streaming_block_size": 1024, "max_segment_rollover_ms": 0,
                                            "transform": "zstd+aes", "transform_chunk_size": 4096})
     topic = "persistent://t/s/topic-0000"
@@ -143,10 +143,10 @@ def test_compaction_re_transforms_objects_offloaded_before_compression(make_ws, 
     from tieredcore.lifecycle.compaction_run import CompactionReport, run_topics
 
     ws = make_ws(["t/a"], ledgers=4, entries=400, entry_size="500-1500", config_overrides={"key_ring": str(ring_dir)})
-    policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+    ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
     before = hot_snapshot(ws, T)
     _offload(ws)
-    policy_store(ws).set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 65536,
+    ws.policies.set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 65536,
                                            "compaction_enabled": True, "compaction_min_object_size": 4096,
                                            "compaction_target_size": 1 << 20})
     rows = list(run_topics(ws.config, [ML], as_of_ms=END_MS, dry_run=False))

@@ -20,7 +20,6 @@ from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.compaction import plan_topic
 from tieredcore.lifecycle.compaction_run import DETAIL_SCHEMA
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, referenced_uuids, segment_pieces
 from tieredcore.offload.copies import open_offloaded
@@ -54,7 +53,7 @@ def small_objects(root: Path) -> Path:
         for ns in (SMALL, OFF):
             for t in ws.ml.list_topics(ns):
                 offload(ws, t.full, sealed(ws, t.full))
-        policy_store(ws).set_namespace(SMALL, {"compaction_enabled": True})
+        ws.policies.set_namespace(SMALL, {"compaction_enabled": True})
     return cfg
 
 

@@ -23,7 +23,7 @@ from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
-from tieredcore.lifecycle.work import DETAIL_SCHEMA, KIND_OFFLOAD, TopicWork, policy_store
+from tieredcore.lifecycle.work import DETAIL_SCHEMA, KIND_OFFLOAD, TopicWork
 from tieredcore.offload.managed import abandoned_uuids, context_uuid
 from tieredcore.workspace import Workspace
 
@@ -151,7 +151,7 @@ def test_lag_cleanup_driver_drain_deletes_the_marked_hot_copies(small_config):
     """What --drain runs after the distributed phase (in-process: no Spark)."""
     cfg = Config.load(small_config, env={})
     with Workspace(cfg) as ws:
-        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": 0})
+        ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": 0})
         t = ws.ml.list_topics("t/a")[0].full
         ids = [li.ledgerId for li in ledgers(ws, t)[:-1]]
         assert {r["outcome"] for r in run_work(cfg, [TopicWork(t, KIND_OFFLOAD, ids, END_MS).as_dict()])} == {
@@ -241,7 +241,7 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where t/bad's store root should be")
     with Workspace(Config.load(cfg_path, env={})) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace("t/on", {"offload_threshold_bytes": 0})
         ps.set_namespace("t/off", {"offload_threshold_bytes": -1})
         ps.set_namespace("t/bad", {"offload_threshold_seconds": 0,
@@ -338,7 +338,7 @@ def test_deletion_lag_cleanup_job(tmp_path, metadata, request):
     overrides = {"metadata_url": request.getfixturevalue("zk_url")} if metadata == "zk" else None
     cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=3, ledgers=4, config_overrides=overrides)
     with Workspace(Config.load(cfg_path, env={})) as ws:
-        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": HOUR})
+        ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "deletion_lag_ms": HOUR})
         topics = [t.full for t in ws.ml.list_topics("t/a")]
         ids = {t: [li.ledgerId for li in ledgers(ws, t)[:-1]] for t in topics}
         # ledgers 0-1 of each topic offloaded at END, ledgers 2-3 half an hour later
@@ -404,7 +404,7 @@ def test_concurrent_sweeps_on_s3_offload_every_ledger_exactly_once(tmp_path, mot
     cfg_path = build_workspace(tmp_path / "ws", ["t/a"], topics=4, ledgers=5, entries=100, entry_size="100-8000",
                                config_overrides={"store_url": store_url, "max_block_size": 5 * 1024 * 1024})
     with Workspace(Config.load(cfg_path, env={})) as ws:
-        policy_store(ws).set_namespace("t/a", {"offload_threshold_bytes": 0})
+        ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0})
         topics = [t.full for t in ws.ml.list_topics("t/a")]
         sealed = {(t, li.ledgerId) for t in topics for li in ledgers(ws, t)[:-1]}
 
@@ -469,7 +469,7 @@ def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest
     streaming = {"offload_mode": "streaming", "max_segment_size": 4096, "streaming_block_size": 1024,
                  "max_segment_rollover_ms": 10 * 60 * 1000}
     with Workspace(Config.load(cfg_path, env={})) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace("t/s", streaming)
         ps.set_namespace("t/bad", {**streaming, "store": {"driver": "filesystem", "root": str(blocker / "cold")}})
 

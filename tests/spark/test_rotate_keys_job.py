@@ -19,7 +19,7 @@ from tieredcore.config import Config
 from tieredcore.lifecycle.keys import find_manifests, key_status, retire, rotate
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import LedgerResult, policy_store
+from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.workspace import Workspace
@@ -98,7 +98,7 @@ def test_rotate_keys_with_spark(tmp_path, key_pool, s3_store, moto_endpoint):
     config = Config.load(str(cfg), env={})
     reports = tmp_path / "reports"
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(ENC, {"offload_threshold_bytes": 0, "transform": "zstd+aes", "transform_chunk_size": 4096})
         ps.set_namespace(S3_ENC, {"offload_threshold_bytes": 0, "transform": "aes", "transform_chunk_size": 4096,
                                   "store": {"driver": "aws-s3", "bucket": s3_store.bucket, "prefix": "b/",

@@ -25,7 +25,6 @@ import pytest
 
 from tests.support.workspaces import build_workspace
 from tieredcore.config import Config
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.workspace import Workspace
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -196,7 +195,7 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
                                end=END.isoformat(), config_overrides=overrides)
     config = Config.load(cfg_path, env={})
     with Workspace(config) as ws:
-        policy_store(ws).set_namespace(NAMESPACE, {"offload_threshold_bytes": 0, "deletion_lag_ms": 30 * 60_000})
+        ws.policies.set_namespace(NAMESPACE, {"offload_threshold_bytes": 0, "deletion_lag_ms": 30 * 60_000})
         topics = [t.full for t in ws.ml.list_topics(NAMESPACE)]
     assert len(topics) == TOPICS
 

@@ -45,7 +45,6 @@ from tieredcore.lifecycle.compaction_run import Thresholds, compactor_for
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.model import Position
 from tieredcore.names import TopicName
@@ -89,7 +88,7 @@ def mixed_topic(root: Path, store_url: str | None = None) -> tuple[Path, Snapsho
         lids = list(before)
         v1 = lids[:2]
         offload(ws, TOPIC, v1, END_MS)
-        ps = policy_store(ws)
+        ps = ws.policies
         ps.set_namespace(NS, {"deletion_lag_ms": 0})
         rows = list(run_work(ws.config, [w.as_dict() for w in plan_lag_cleanup(ws, None, END_MS + 1)]))
         assert sorted((r["ledger"], r["outcome"]) for r in rows) == [(lid, "marked") for lid in v1], rows
@@ -115,7 +114,7 @@ def compactor(ws: Workspace, *, min_object_size: int, target_size: int, delay_ms
     (:func:`compactor_for`: 4 MiB blocks, parts of the store's minimum size) unless ``block_size`` is
     given (then parts of ``min_part_size``). ``leases``: True (the workspace's), None or another
     TopicLeases."""
-    pol = Thresholds(min_object_size, target_size, delay_ms).apply(policy_store(ws).for_topic(TOPIC), "test")
+    pol = Thresholds(min_object_size, target_size, delay_ms).apply(ws.policies.for_topic(TOPIC), "test")
     clock = clock_ms if callable(clock_ms) else (lambda: clock_ms)
     c = compactor_for(ws, pol, clock_ms=clock, on_step=on_step)
     if block_size is not None:

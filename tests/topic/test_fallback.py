@@ -11,10 +11,9 @@ from tieredcore.errors import CorruptEntryError, CorruptObjectError, OffloadedLe
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.offload.context import context_uuid
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 
 T = "persistent://t/a/topic-0000"
 
@@ -24,7 +23,7 @@ def ws(make_ws):  # noqa: F811
     """4 sealed ledgers of 50 entries (~1 KiB each) offloaded, hot copies still there."""
     w = make_ws(["t/a"], entries=50, entry_size="1000-1100",
                 config_overrides={"read_buffer": 8192, "max_block_size": 16 * 1024})
-    policy_store(w).set_namespace("t/a", {"offload_threshold_bytes": 0, "max_block_size": 16 * 1024,
+    w.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "max_block_size": 16 * 1024,
                                           "read_buffer_size": 8192})
     rows = list(run_work(w.config, [u.as_dict() for u in plan_offload(w, None, END_MS)]))
     assert [r["outcome"] for r in rows] == ["offloaded"] * 4

@@ -15,7 +15,7 @@ from tieredcore.formats.keys import segment_data_key, segment_index_key
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.writer import TopicWriter
 
 T = "persistent://t/a/topic-0000"

@@ -18,7 +18,8 @@ from tieredcore.names import TopicName
 from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.managed import OUTCOME_OFFLOADED, TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.topic.reader import HOT_FIRST, TIERED_FIRST, TopicReader
+from tieredcore.policy import HOT_FIRST, TIERED_FIRST
+from tieredcore.topic.reader import TopicReader
 from tieredcore.topic.writer import TopicWriter
 
 TOPIC = "persistent://public/default/reader-topic"

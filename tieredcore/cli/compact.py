@@ -20,9 +20,8 @@ from tieredcore.lifecycle.compaction_run import (
     plan_topics,
     run_topics,
 )
-from tieredcore.lifecycle.policies import OffloadPolicy
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import TopicName
+from tieredcore.policy import OffloadPolicy
 from tieredcore.units import non_negative_duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
@@ -112,7 +111,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Progress | None = None) 
     if a.topic and a.namespace:
         raise ValidationError("give topic names or --namespace, not both")
     namespaces = require_namespaces(ws, a.namespace) if a.namespace else None
-    ps = policy_store(ws)
+    ps = ws.policies
     if a.dry_run and not a.topic and namespaces is None:
         namespaces = ws.ml.list_namespaces()  # what would compaction save anywhere?
     candidates, notes = plan_topics(ws, namespaces, a.topic or None, require_enabled=False)

@@ -38,7 +38,8 @@ from tieredcore.offload.context import (
     is_sealed,
 )
 from tieredcore.offload.copies import has_offloaded_copy, open_offloaded
-from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST, TopicReader
+from tieredcore.policy import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.topic.reader import TopicReader
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("generate", "verify")

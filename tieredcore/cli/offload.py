@@ -26,7 +26,7 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.hot.tier import FrameSource
 from tieredcore.lifecycle.planner import ManualOffload
 from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
-from tieredcore.lifecycle.work import LedgerResult, policy_store
+from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     context_uuid,
@@ -104,7 +104,7 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
 
     # each topic goes where its effective policy says (store, block size), as in the Spark sweep;
     # resolved for every topic before the first offload so a bad policy changes nothing
-    ps = policy_store(ws)
+    ps = ws.policies
     clock = {} if as_of is None else {"clock_ms": lambda: as_of}
     offloaders = [ws.topic_offloader(progress=on_progress, offloader=ws.offloader_for_policy(ps.for_topic(t)),
                                      **clock)
@@ -142,7 +142,7 @@ def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Pro
     if args.topic and args.namespace:
         raise ValidationError("give topic names or --namespace, not both")
     topics = select_topics(ws, args.namespace, args.topic)
-    ps = policy_store(ws)
+    ps = ws.policies
     policies = [ps.for_topic(t) for t in topics]  # all resolved first: a bad policy changes nothing
 
     def on_progress(topic: str, lid: int, done: int, total: int) -> None:

@@ -8,11 +8,9 @@ from typing import Any
 
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.formats.transform import TRANSFORMS
-from tieredcore.lifecycle.policies import DRIVERS, OFFLOAD_MODES, OffloadPolicy, PolicyStore, merge
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.topic.reader import READ_PRIORITIES
+from tieredcore.policy import DRIVERS, OFFLOAD_MODES, READ_PRIORITIES, OffloadPolicy, PolicyStore, merge
 from tieredcore.units import duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
@@ -152,7 +150,7 @@ def _check_key_ring(ws: Workspace, ps: PolicyStore, a: argparse.Namespace, updat
 
 
 def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
-    ps = policy_store(ws)  # the workspace configuration is the cluster default
+    ps = ws.policies  # the workspace configuration is the cluster default
     cmd = a.policies_cmd
     if cmd == "list":
         rows = []

@@ -13,7 +13,7 @@ from tieredcore.cli.common import (
 from tieredcore.errors import ValidationError
 from tieredcore.model import Position
 from tieredcore.names import TopicName
-from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
+from tieredcore.policy import READ_PRIORITIES, TIERED_FIRST
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("read",)

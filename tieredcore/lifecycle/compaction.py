@@ -65,11 +65,6 @@ from tieredcore.formats.keys import INDEX_SUFFIX
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import BlockFormer, FormedBlock
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.policies import (
-    DEFAULT_COMPACTION_DELETE_DELAY_MS,
-    DEFAULT_COMPACTION_MIN_OBJECT_SIZE,
-    DEFAULT_COMPACTION_TARGET_SIZE,
-)
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
@@ -89,6 +84,11 @@ from tieredcore.offload.context import (
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.segments import S3_MIN_PART_SIZE, OffloadedSegment, SegmentOffloader, SegmentSink
+from tieredcore.policy import (
+    DEFAULT_COMPACTION_DELETE_DELAY_MS,
+    DEFAULT_COMPACTION_MIN_OBJECT_SIZE,
+    DEFAULT_COMPACTION_TARGET_SIZE,
+)
 
 log = logging.getLogger(__name__)
 

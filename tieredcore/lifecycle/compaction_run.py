@@ -20,11 +20,10 @@ from tieredcore.lifecycle.compaction import (
     Compactor,
     CostModel,
 )
-from tieredcore.lifecycle.policies import OffloadPolicy
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.policy import OffloadPolicy
 from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
 
@@ -86,7 +85,7 @@ def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: 
     topics of ``namespaces`` (default: every namespace with compaction enabled). With
     ``require_enabled`` (every run that changes anything) topics whose policy has compaction off are
     left out with a note; a dry run may look at any topic (what would enabling it save?)."""
-    ps = policy_store(ws)
+    ps = ws.policies
     notes: list[str] = []
     if topics:
         chosen = [TopicName.parse(t) for t in topics]
@@ -115,7 +114,7 @@ def run_topics(config: Config, topics: Iterable[str], *, as_of_ms: int, dry_run:
     """Compact each topic (one workspace for all; a Spark partition's work). Rows as dicts."""
     th = thresholds if isinstance(thresholds, Thresholds) else Thresholds(**(thresholds or {}))
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         budget = ws.failure_budget()
         for topic in topics:
             t = TopicName.parse(topic)

@@ -22,7 +22,6 @@ from typing import Any
 from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
-from tieredcore.lifecycle.work import policy_store
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.reports import SUMMARY_FILE
@@ -200,7 +199,7 @@ def _ns_of_topic(topic: str) -> str:
 
 def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices, history_runs: int = 20) -> Overview:
     """The overview at ``now_ms`` (a clock given, so a page and a test agree)."""
-    ps = policy_store(ws)
+    ps = ws.policies
     rows: dict[str, dict[str, Any]] = {}
     for name in ws.ml.list_namespaces():
         acc = rows.setdefault(name, {"tiers": _empty_tiers(), "objects": 0, "offload": None, "deletion": None})

@@ -23,12 +23,10 @@ from dataclasses import asdict, dataclass, field
 
 from tieredcore.errors import TopicNotFoundError, VersionConflictError
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
-from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import (
     KIND_RETENTION,
     LedgerResult,
     TopicWork,
-    policy_store,
     resolve_namespaces,
 )
 from tieredcore.meta.deletion_log import (
@@ -46,6 +44,7 @@ from tieredcore.offload.context import (
     replacement_uuids,
     uuid_from_halves,
 )
+from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -141,7 +140,7 @@ def plan_retention(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, dry_run: bool = False
 ) -> list[TopicWork]:
     """Topics with ledgers past retention (time or size, both tiers) under their effective policy."""
-    ps = policy_store(ws)
+    ps = ws.policies
     out: list[TopicWork] = []
     for ns in resolve_namespaces(ws, namespaces, KIND_RETENTION):
         for t in ws.ml.list_topics(ns):
@@ -171,7 +170,7 @@ def trim_topic(
     in use)."""
     started = time.monotonic()
     t = TopicName.parse(topic)
-    pol = policy if policy is not None else policy_store(ws).for_topic(t)
+    pol = policy if policy is not None else ws.policies.for_topic(t)
     cap = None if ledgers is None else set(ledgers)
 
     def select(info) -> list[int]:
@@ -299,7 +298,7 @@ def delete_topic(ws: Workspace, topic: str | TopicName, as_of_ms: int, dry_run: 
     change meanwhile: records for whatever is new, then again), then its topic-level policies.
     TopicNotFoundError if there is no such topic."""
     t = TopicName.parse(topic)
-    pol = policy_store(ws).for_topic(t)
+    pol = ws.policies.for_topic(t)
     res = TopicDeletion(t.full, dry_run=dry_run)
     dlog = DeletionLog(ws.metadata)
     covered: dict[int, set[Key]] = {}

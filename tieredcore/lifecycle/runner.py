@@ -22,7 +22,6 @@ from tieredcore.lifecycle.work import (
     KIND_SCRUB,
     LedgerResult,
     TopicWork,
-    policy_store,
 )
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import OUTCOME_FAILED
@@ -36,7 +35,7 @@ def run_work(config: Config, units: Iterable[dict], *, with_cache: bool = False)
     failing ledger or topic: failures are rows, so the other topics still run. ``with_cache``: then one
     ``{CACHE_RECORD: counters}`` record when the partition opened a chunk cache."""
     with Workspace(config) as ws:
-        ps = policy_store(ws)
+        ps = ws.policies
         budget = ws.failure_budget()  # per Spark task: a failing store stops this task's remaining work
         for u in units:
             w = TopicWork(**u)

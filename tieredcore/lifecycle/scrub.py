@@ -40,7 +40,6 @@ from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
-from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.names import TopicName
@@ -49,6 +48,7 @@ from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offlo
 from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
 OUTCOME_OK = "ok"

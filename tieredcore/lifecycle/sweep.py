@@ -49,7 +49,6 @@ from tieredcore.lifecycle.planner import (
     ledgers_as_of,
     select_by_threshold,
 )
-from tieredcore.lifecycle.policies import OffloadPolicy
 from tieredcore.lifecycle.work import (
     KIND_LAG_CLEANUP,
     KIND_OFFLOAD,
@@ -58,7 +57,6 @@ from tieredcore.lifecycle.work import (
     TopicWork,
     format_covers,
     held_topic_rows,
-    policy_store,
     resolve_namespaces,
 )
 from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionRecord
@@ -70,6 +68,7 @@ from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
 from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
 from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -88,7 +87,7 @@ def plan_offload(
     dry_run: bool = False,
 ) -> list[TopicWork]:
     """Topics with ledgers due for offload under their effective policy at `as_of_ms`."""
-    ps = policy_store(ws)
+    ps = ws.policies
     out: list[TopicWork] = []
     for ns in resolve_namespaces(ws, namespaces, KIND_OFFLOAD):
         for t in ws.ml.list_topics(ns):
@@ -166,7 +165,7 @@ def plan_lag_cleanup(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, dry_run: bool = False
 ) -> list[TopicWork]:
     """Topics with hot copies whose offload completed more than the deletion lag before `as_of_ms`."""
-    ps = policy_store(ws)
+    ps = ws.policies
     out = []
     for ns in resolve_namespaces(ws, namespaces, KIND_LAG_CLEANUP):
         for t in ws.ml.list_topics(ns):

@@ -12,7 +12,6 @@ from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import LeaseHeldError, TieredError
-from tieredcore.lifecycle.policies import OffloadPolicy, PolicyStore
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.managed import OUTCOME_ABORTED, OUTCOME_BUSY, OUTCOME_FAILED
 from tieredcore.offload.streaming import OUTCOME_HELD
@@ -109,15 +108,10 @@ def parse_covers(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def policy_store(ws: Workspace) -> PolicyStore:
-    # the workspace configuration is the cluster default under namespace and topic policies
-    defaults = OffloadPolicy(max_block_size=ws.config.max_block_size, read_buffer_size=ws.config.read_buffer)
-    return PolicyStore(ws.ml, defaults=defaults, default_store_is_s3=ws.config.store_url.startswith("s3://"),
-                       default_key_ring=ws.config.key_ring)
 
 
 def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:
-    ps = policy_store(ws)
+    ps = ws.policies
     if namespaces:
         return [NamespaceName.parse(n).name for n in namespaces]
     if kind == KIND_OFFLOAD:

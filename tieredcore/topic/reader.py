@@ -43,12 +43,10 @@ from tieredcore.offload.context import is_offloaded
 from tieredcore.offload.copies import copy_key, has_offloaded_copy, open_offloaded
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentLedgerHandle
+from tieredcore.policy import READ_PRIORITIES, TIERED_FIRST
 
 log = logging.getLogger(__name__)
 
-TIERED_FIRST = "tiered-storage-first"
-HOT_FIRST = "bookkeeper-first"
-READ_PRIORITIES = (TIERED_FIRST, HOT_FIRST)
 TIER_HOT = "hot"
 TIER_OFFLOADED = "offloaded"
 

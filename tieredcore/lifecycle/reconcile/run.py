@@ -80,7 +80,6 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
     """The workspace's store, every store a namespace or topic policy names, and every store named in
     a ledger's OffloadContext driver metadata (objects stay where they were written when a policy
     changes). Deduplicated; a location nested in another on the same store is excluded from it."""
-    from tieredcore.lifecycle.work import policy_store
 
     found: dict[tuple, Location] = {}  # by StoreLocation.objects
 
@@ -90,7 +89,7 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
             found[where.objects] = Location(offloader.store, where)
 
     add(ws.offloader)
-    ps = policy_store(ws)
+    ps = ws.policies
     namespaces = sorted(set(ws.ml.list_namespaces()) | set(ws.ml.list_policy_namespaces()))
     for ns in namespaces:
         pols = [ps.for_namespace(ns)] + [ps.for_topic(t) for t in ws.ml.list_topic_policy_topics(ns)]

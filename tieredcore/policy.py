@@ -21,8 +21,11 @@ from tieredcore.formats.constants import (
 from tieredcore.formats.transform import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, TransformSpec
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.topic.reader import READ_PRIORITIES, TIERED_FIRST
 
+# where a topic reader reads a ledger held by both tiers (Pulsar's managedLedgerDataReadPriority)
+TIERED_FIRST = "tiered-storage-first"
+HOT_FIRST = "bookkeeper-first"
+READ_PRIORITIES = (TIERED_FIRST, HOT_FIRST)
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
 DRIVERS = ("filesystem", "aws-s3", "azureblob", "google-cloud-storage")
