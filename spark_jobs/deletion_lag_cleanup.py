@@ -17,8 +17,9 @@ from typing import Any
 from spark_jobs._jobkit import Run, base_parser, run_ledger_job, say
 from tieredcore.config import Config
 from tieredcore.errors import TieredError
-from tieredcore.lifecycle.drain import OUTCOME_DEAD, OUTCOME_RETRYING, drain
+from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 JOB = "deletion_lag_cleanup"
@@ -35,8 +36,8 @@ def drain_after(config: Config, as_of: int, rows: list[dict]) -> tuple[dict[str,
         say(JOB, "ERROR", f"drain failed: {type(e).__name__}: {e}")
         return {"error": f"{type(e).__name__}: {e}"}, 1
     for r in rep.rows:
-        if r.outcome in (OUTCOME_RETRYING, OUTCOME_DEAD):
-            say(JOB, "WARNING" if r.outcome == OUTCOME_RETRYING else "ERROR",
+        if r.outcome in (Outcome.RETRYING, Outcome.DEAD_LETTERED):
+            say(JOB, "WARNING" if r.outcome == Outcome.RETRYING else "ERROR",
                 f"drain: {r.type} ledger {r.ledger} of {r.topic}: {r.outcome}: {r.error}")
     out = {k: v for k, v in rep.as_dict().items() if k not in ("rows", "as_of_ms", "dry_run")}
     return out, 0

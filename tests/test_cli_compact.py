@@ -22,7 +22,7 @@ from tests.support.workspaces import END_MS, build_workspace
 from tieredcore.cli.main import main
 from tieredcore.cli.workload import PayloadGenerator
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES
-from tieredcore.lifecycle.compaction import REASON_COMPACTION
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.policy import TIERED_FIRST
@@ -193,7 +193,7 @@ def test_compaction_repacks_small_objects_and_every_entry_reads_the_same(cli: Cl
     # the old objects: in the deletion log, due an hour (the default delete delay) after the switch
     records = pending(cli)
     assert {r.uuid for r in records} == {u for t in (T0, T1) for us in old[t].values() for u in us}
-    assert {(r.reason, r.next_attempt_ms) for r in records} == {(REASON_COMPACTION, AS_OF_MS + HOUR)}
+    assert {(r.reason, r.next_attempt_ms) for r in records} == {(Reason.COMPACTION, AS_OF_MS + HOUR)}
 
     # a second run finds nothing to do and changes nothing
     after = state(cli)

@@ -55,7 +55,7 @@ from tests.support.segments import (
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
-from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
+from tieredcore.meta.reasons import Reason
 from tieredcore.workspace import Workspace
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_killed_after_a_step_then_rerun_drain_reconcile(tmp_path, topic, step, b
         assert landed <= set(completed_segments(ws))
         if killed is not None:
             # recorded before it was taken off the topic; not referenced by anything now
-            assert (TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, killed) in records(ws)
+            assert (TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, killed) in records(ws)
             assert killed not in completed_segments(ws) and killed not in incomplete_segments(ws)
 
         rep = drain(ws, AS_OF + DELAY)  # after the delete delay: the killed attempt and the old objects
@@ -168,7 +168,7 @@ def test_a_drain_after_the_delay_keeps_the_old_objects_of_a_switch_that_never_ha
     done = json.loads(run_child(tmp_path, cfg_path, "none").split(" ", 1)[1])
     assert [r[0] for r in done] == ["compacted", "compacted"], done
     with Workspace(config) as ws:
-        assert (TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, killed) in records(ws)
+        assert (TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, killed) in records(ws)
         drain_and_reconcile(ws, LATER)
         assert_clean(ws, before)
         assert segment_keys_of(ws, killed) == []

@@ -54,7 +54,7 @@ from tieredcore.clock import now_ms
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
-from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
+from tieredcore.meta.reasons import Reason
 from tieredcore.workspace import Workspace
 
 CHILD = Path(__file__).with_name("segment_child.py")
@@ -182,7 +182,7 @@ def test_killed_at_a_segment_step_then_rerun_drain_reconcile(tmp_path, topic_ws,
             assert ws.deletion_log.pending() == []
         else:
             assert killed not in done and killed not in {r[1] for r in rerun}
-            assert pending_segment_records(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, killed)]
+            assert pending_segment_records(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, killed)]
             rep = drain(ws, later)
             assert rep.entries == 1 and rep.deleted + rep.already_deleted == 1, rep.rows
             assert (rep.still_in_use, rep.retrying, rep.dead_lettered) == (0, 0, 0), rep.rows
@@ -199,18 +199,18 @@ def test_rerun_killed_after_recording_the_stale_segment(tmp_path, topic_ws):
     run_child(tmp_path, cfg_path, "part@2:2")
     with Workspace(config) as ws:
         killed = killed_state(ws, "part", 2)
-    run_child(tmp_path, cfg_path, f"append:{REASON_OFFLOAD_CLEANUP}", tag="rerun-")
+    run_child(tmp_path, cfg_path, f"append:{Reason.OFFLOAD_CLEANUP}", tag="rerun-")
     later = max(now_ms(), END_MS) + DAY_MS
     with Workspace(config) as ws:
         assert incomplete_segments(ws) == {killed: incomplete_segments(ws)[killed]}
-        assert pending_segment_records(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, killed)]
+        assert pending_segment_records(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, killed)]
         rep = drain(ws, later)
         assert (rep.entries, rep.still_in_use, rep.deleted) == (1, 1, 0), rep.rows
         assert store_uploads(ws) == [segment_offloader(ws).keys(killed)[0]]  # still there: still referenced
     rerun = done_results(run_child(tmp_path, cfg_path, "none"))
     assert [r[0] for r in rerun] == ["offloaded"] * (SEGMENTS - 1), rerun
     with Workspace(config) as ws:
-        assert pending_segment_records(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, killed)]
+        assert pending_segment_records(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, killed)]
         drain_and_reconcile(ws, later)
         final_checks(ws, before)
 
@@ -228,13 +228,13 @@ def test_rerun_killed_after_its_own_assignment(tmp_path, topic_ws):
         stale = incomplete_segments(ws)
         assert first not in stale and len(stale) == 1
         (second,) = stale
-        assert pending_segment_records(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, first)]
+        assert pending_segment_records(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, first)]
         rep = drain(ws, later)
         assert (rep.entries, rep.deleted, rep.still_in_use) == (1, 1, 0), rep.rows
         assert segment_keys_of(ws, first) == []
     rerun = done_results(run_child(tmp_path, cfg_path, "none"))
     assert [r[0] for r in rerun] == ["offloaded"] * (SEGMENTS - 1), rerun
     with Workspace(config) as ws:
-        assert pending_segment_records(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, second)]
+        assert pending_segment_records(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, second)]
         drain_and_reconcile(ws, later)
         final_checks(ws, before)

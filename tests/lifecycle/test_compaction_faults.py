@@ -55,7 +55,7 @@ from tieredcore.lifecycle.compaction import BLOCK_SIZE
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
-from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
+from tieredcore.meta.reasons import Reason
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.workspace import Workspace
@@ -201,7 +201,7 @@ def test_a_metadata_error_at_the_switch_leaves_the_outcome_to_the_next_run(tmp_p
         rows = compactor(ws, min_object_size=MIN_SIZE, target_size=TARGET).compact_topic(TOPIC)
         assert [r.outcome for r in rows] == ["compacted"] * (1 if landed else 2), [(r.outcome, r.error) for r in rows]
         if not landed:
-            assert (TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, ours) in {(t, r, u) for t, r, u, _n in pending(ws)}
+            assert (TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, ours) in {(t, r, u) for t, r, u, _n in pending(ws)}
         drain_and_reconcile(ws, LATER)
         assert_clean(ws, before)
         assert (ours in completed_segments(ws)) == landed and len(segment_keys_of(ws, ours)) == 2 * landed

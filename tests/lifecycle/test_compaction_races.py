@@ -48,7 +48,7 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.meta.leases import TopicLeases
-from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP, REASON_REPAIR
+from tieredcore.meta.reasons import Reason
 from tieredcore.workspace import Workspace
 
 MIN_SIZE, TARGET = 80 * KiB, 160 * KiB  # the V1 topic: batches of ledgers 0-4, 5-9, 10-11
@@ -139,7 +139,7 @@ def test_a_repair_replacing_a_covered_ledgers_copy_wins(ws, step):
     lost(ws, rows, at.assigned[0], f"ledger {lids[2]} changed meanwhile")
     assert copies(ws)[lids[2]][0][1] == at.result.uuid
     recs = {(t, r, u) for t, r, u, _n in pending(ws)}
-    assert (TYPE_OFFLOADED, REASON_REPAIR, damaged) in recs
+    assert (TYPE_OFFLOADED, Reason.REPAIR, damaged) in recs
     # recorded before the switch, the old objects' records (the damaged one's too) wait for the delay
     assert {(t, u) for t, r, u in recs if r == "compaction"} == {(t, u) for u, t in units_of(layout, lids[:5]).items()}
     rep = drain(ws, AS_OF + DELAY)
@@ -178,7 +178,7 @@ def test_a_streaming_offload_of_the_open_ledger(ws, step):
         assert_single_copies(ws, before)
     else:
         lost(ws, rows, at.assigned[0], "assignment is gone")
-        assert [(r.type, r.reason, r.outcome) for r in rep.rows] == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, "deleted")]
+        assert [(r.type, r.reason, r.outcome) for r in rep.rows] == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, "deleted")]
     assert copies(ws)[lids[-1]] == [(TYPE_SEGMENT, streamed, 0, 4)]
     if step == "recorded":
         finish(ws, before)
@@ -281,7 +281,7 @@ def test_two_compactions_without_leases_one_wins(ws, step):
     else:
         (ours,) = at.assigned
         lost(ws, rows, ours, "")
-        assert (TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, ours) in {(t, r, u) for t, r, u, _n in pending(ws)}
+        assert (TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, ours) in {(t, r, u) for t, r, u, _n in pending(ws)}
     read_everything(ws, before, cut_points(layout, copies(ws)))
     # the old objects: recorded by the rival (and by us when we got that far), due after the delay
     old = units_of(layout, list(before)[:-1])

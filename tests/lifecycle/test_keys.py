@@ -20,22 +20,14 @@ from tieredcore.cold.keyring import KeyRing, KeyRingError
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, ValidationError
 from tieredcore.formats.keys import MANIFEST_SUFFIX
 from tieredcore.formats.manifest import Manifest
-from tieredcore.lifecycle.keys import (
-    OUTCOME_REWRAPPED,
-    OUTCOME_SKIPPED,
-    OUTCOME_WOULD_REWRAP,
-    RotationReport,
-    find_manifests,
-    key_status,
-    retire,
-    rotate,
-)
+from tieredcore.lifecycle.keys import RotationReport, find_manifests, key_status, retire, rotate
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_offload
 from tieredcore.lifecycle.work import LedgerResult
 from tieredcore.names import TopicName
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.offload.copies import open_offloaded
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 ENC, ZSTD, PLAIN = "t/a", "t/b", "t/c"
@@ -145,7 +137,7 @@ def test_status_counts_objects_per_key(setup, key_pool):
         assert st.active == "k2" and st.ring_keys == ["k1", "k2"]
         rows = rotate(ws, find_manifests(ws).refs)
         (foreign,) = [r for r in rows if r.reason.startswith("not ours")]
-        assert foreign.outcome == OUTCOME_SKIPPED and "cluster 'elsewhere'" in foreign.reason
+        assert foreign.outcome == Outcome.SKIPPED and "cluster 'elsewhere'" in foreign.reason
         assert Manifest.from_json(ws.store.get(mkey), mkey).kek_id == "k1"  # left alone
         st = key_status(ws)
         assert st.needing("k1") == 0 and st.needing("k2") == n_enc - 1
@@ -169,20 +161,20 @@ def test_rotate_dry_run_then_rotate_then_retire(setup, key_pool):
         listing = find_manifests(ws)
         assert len(listing.refs) == n_enc + n_zstd and listing.errors == []
         dry = rotate(ws, listing.refs, dry_run=True)
-        assert sorted(r.outcome for r in dry) == [OUTCOME_SKIPPED] * n_zstd + [OUTCOME_WOULD_REWRAP] * n_enc
+        assert sorted(r.outcome for r in dry) == [Outcome.SKIPPED] * n_zstd + [Outcome.WOULD_REWRAP] * n_enc
         assert physical(ws) == start  # a dry run writes nothing
 
         rows = rotate(ws, listing.refs)
         rep = RotationReport.of("k2", False, rows, listing)
-        assert rep.outcomes() == {OUTCOME_REWRAPPED: n_enc, OUTCOME_SKIPPED: n_zstd} and rep.failures == 0
-        assert {r.reason for r in rows if r.outcome == OUTCOME_SKIPPED} == {"not encrypted"}
-        assert {(r.kek_from, r.kek_to) for r in rows if r.outcome == OUTCOME_REWRAPPED} == {("k1", "k2")}
+        assert rep.outcomes() == {Outcome.REWRAPPED: n_enc, Outcome.SKIPPED: n_zstd} and rep.failures == 0
+        assert {r.reason for r in rows if r.outcome == Outcome.SKIPPED} == {"not encrypted"}
+        assert {(r.kek_from, r.kek_to) for r in rows if r.outcome == Outcome.REWRAPPED} == {("k1", "k2")}
         after = physical(ws)
         assert data_objects(after) == data_objects(start)  # chunks never rewritten
         assert set(kek_of(after).values()) == {"k2", None}
 
         again = rotate(ws, find_manifests(ws).refs)  # idempotent
-        assert {r.outcome for r in again} == {OUTCOME_SKIPPED}
+        assert {r.outcome for r in again} == {Outcome.SKIPPED}
         assert physical(ws) == after
         assert key_status(ws).needing("k1") == 0
         assert retire(ws, "k1") == ring / "k1.pem.retired"
@@ -226,10 +218,10 @@ def test_rotation_interrupted_and_resumed(setup, key_pool):
         rows = rotate(ws, refs)
         failed = [r for r in rows if r.failed]
         assert len(failed) == 1 and "injected" in failed[0].reason and failed[0].kek_from == "k1"
-        assert sum(r.outcome == OUTCOME_REWRAPPED for r in rows) == n_enc - 2 - 1
+        assert sum(r.outcome == Outcome.REWRAPPED for r in rows) == n_enc - 2 - 1
     with fresh(config) as ws:
         rows = rotate(ws, find_manifests(ws).refs)  # resumed: only what is left
-        assert [r.key for r in rows if r.outcome == OUTCOME_REWRAPPED] == [failed[0].key]
+        assert [r.key for r in rows if r.outcome == Outcome.REWRAPPED] == [failed[0].key]
         end = physical(ws)
         assert data_objects(end) == data_objects(start)
         assert {k: v for k, v in kek_of(end).items() if v is not None} == {

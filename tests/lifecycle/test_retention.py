@@ -15,19 +15,13 @@ from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.planner import select_retention
-from tieredcore.lifecycle.retention import (
-    REASON_RETENTION,
-    REASON_TOPIC_DELETION,
-    delete_topic,
-    object_groups,
-    plan_retention,
-    trim_topic,
-)
+from tieredcore.lifecycle.retention import delete_topic, object_groups, plan_retention, trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult
 from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 
 MIN = 60_000
@@ -289,7 +283,7 @@ def test_trim_records_every_uuid_ever_recorded_then_removes_ledgers(four):
         (l2, TYPE_LEDGER, ""), (l2, TYPE_OFFLOADED, ws.fixture["incomplete"]),  # complete or not
     ])
     for r in recs:
-        assert r.reason == REASON_RETENTION and r.created_ms == as_of and r.topic == ML
+        assert r.reason == Reason.RETENTION and r.created_ms == as_of and r.topic == ML
         assert r.component == "managed-ledger"
         if r.type == TYPE_OFFLOADED:
             assert r.driver["name"] == "filesystem" and r.driver["properties"]["root"]
@@ -520,7 +514,7 @@ def test_delete_topic_records_both_tiers_then_deletes_metadata(four):
         (l2, TYPE_LEDGER, ""), (l2, TYPE_OFFLOADED, ws.fixture["incomplete"]),
         (l3, TYPE_LEDGER, ""), (open_id, TYPE_LEDGER, ""),
     ])
-    assert {r.reason for r in recs} == {REASON_TOPIC_DELETION}
+    assert {r.reason for r in recs} == {Reason.TOPIC_DELETION}
     drain = _drain()
     if drain is not None:
         rep = drain(ws, END_MS + MIN)

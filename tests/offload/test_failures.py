@@ -19,18 +19,10 @@ from tieredcore.errors import BlobStoreError, MetadataStoreError, OffloadedLedge
 from tieredcore.formats.keys import data_key, index_key
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.meta.managed_ledgers import find_ledger
-from tieredcore.offload.managed import (
-    ABANDONED_PREFIX,
-    OUTCOME_CONFLICT,
-    OUTCOME_FAILED,
-    OUTCOME_OFFLOADED,
-    OUTCOME_SKIPPED,
-    OUTCOME_UNKNOWN,
-    REASON_OFFLOAD_CLEANUP,
-    REASON_OFFLOAD_CONFLICT,
-    context_uuid,
-)
+from tieredcore.meta.reasons import Reason
+from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.outcomes import Outcome
 
 TOPIC = H.TOPIC
 
@@ -74,11 +66,11 @@ def assert_complete(env, ledger_id: int, uuid: str) -> None:
 
 
 def cleanup(ledger_id: int, *uuids: str) -> list[tuple[str, int, str]]:
-    return [(REASON_OFFLOAD_CLEANUP, ledger_id, u) for u in uuids]
+    return [(Reason.OFFLOAD_CLEANUP, ledger_id, u) for u in uuids]
 
 
 def conflict(ledger_id: int, uuid: str) -> tuple[str, int, str]:
-    return (REASON_OFFLOAD_CONFLICT, ledger_id, uuid)
+    return (Reason.OFFLOAD_CONFLICT, ledger_id, uuid)
 
 
 def drain_all(env, as_of_ms: int | None = None) -> dict:
@@ -163,7 +155,7 @@ def test_write_failure_leaves_nothing_and_a_retry_succeeds(env, op, nth):
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
     assert (op, nth) in env.store.faults.fired
-    assert res.outcome == OUTCOME_FAILED and not res.ok
+    assert res.outcome == Outcome.FAILED and not res.ok
     assert f"injected failure at {op}" in res.error
     assert res.uuid is not None
     assert_nothing_left(env)
@@ -181,7 +173,7 @@ def test_write_failure_leaves_nothing_and_a_retry_succeeds(env, op, nth):
     seen: dict = {}
     retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
 
-    assert retry.outcome == OUTCOME_OFFLOADED, retry.error
+    assert retry.outcome == Outcome.OFFLOADED, retry.error
     assert retry.uuid != res.uuid
     assert seen["records"] == cleanup(lid, res.uuid)  # durable before anything was written
     assert seen["abandoned"] == []  # no property any more: the record replaces it
@@ -208,7 +200,7 @@ def test_failed_cleanup_of_a_failed_write_is_finished_by_the_drain(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_FAILED
+    assert res.outcome == Outcome.FAILED
     assert "injected part failure" in res.error  # the original error, not the cleanup's
     assert H.leftovers(env.raw_store) == ([], [data_key("", res.uuid, lid)])
     assert_incomplete_attempt(env, lid, res.uuid)
@@ -216,7 +208,7 @@ def test_failed_cleanup_of_a_failed_write_is_finished_by_the_drain(env):
     seen: dict = {}
     retry = env.topic_offloader(tag=2, progress=watch_abandoned(env, lid, seen)).offload_ledger(TOPIC, lid)
 
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert seen["records"] == cleanup(lid, res.uuid)
     assert seen["uuids_in_store"] == {res.uuid, retry.uuid}  # no direct delete any more
     assert H.abandoned(env.ledger(lid)) == []
@@ -234,14 +226,14 @@ def test_index_failure_with_failed_data_delete_is_finished_by_the_retry(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_FAILED and "injected index failure" in res.error
+    assert res.outcome == Outcome.FAILED and "injected index failure" in res.error
     assert H.leftovers(env.raw_store) == ([data_key("", res.uuid, lid)], [])  # data without index
     with pytest.raises(OffloadedLedgerNotFoundError):  # never readable: the index is the commit point
         env.offloader.read_offloaded(lid, res.uuid)
 
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
 
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == cleanup(lid, res.uuid)
     assert H.uuids_in_store(env.raw_store) == {res.uuid, retry.uuid}
@@ -256,13 +248,13 @@ def test_abandoned_attempt_stays_recorded_while_its_objects_cannot_be_removed(en
     env.store.faults.on("complete_multipart", 1, H.raiser(BlobStoreError("injected complete failure")))
     env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
     first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
-    assert first.outcome == OUTCOME_FAILED
+    assert first.outcome == Outcome.FAILED
     assert H.upload_keys(env.raw_store) == [data_key("", first.uuid, lid)]
 
     env.store.faults.on("abort_multipart", 2, H.raiser(BlobStoreError("store still unavailable")))
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
 
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert_complete(env, lid, retry.uuid)
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == cleanup(lid, first.uuid)
@@ -287,13 +279,13 @@ def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_succ
     env.store.faults.on("upload_part", 2, H.raiser(BlobStoreError("injected part failure")))
     env.store.faults.on("abort_multipart", 1, H.raiser(BlobStoreError("injected abort failure")))
     a1 = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
-    assert a1.outcome == OUTCOME_FAILED
+    assert a1.outcome == Outcome.FAILED
     assert H.upload_keys(env.raw_store) == [data_key("", a1.uuid, lid)]
 
     # second attempt: a1 gets a record (nothing deleted yet) and its own write fails at initiate
     env.store.faults.on("initiate_multipart", 2, H.raiser(BlobStoreError("injected initiate failure")))
     a2 = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
-    assert a2.outcome == OUTCOME_FAILED
+    assert a2.outcome == Outcome.FAILED
     assert_incomplete_attempt(env, lid, a2.uuid)
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == cleanup(lid, a1.uuid)
@@ -301,7 +293,7 @@ def test_abandoned_attempts_of_earlier_failures_are_all_cleaned_by_the_next_succ
 
     a3 = env.topic_offloader(tag=3).offload_ledger(TOPIC, lid)
 
-    assert a3.outcome == OUTCOME_OFFLOADED
+    assert a3.outcome == Outcome.OFFLOADED
     assert_complete(env, lid, a3.uuid)
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == sorted(cleanup(lid, a1.uuid, a2.uuid))
@@ -316,7 +308,7 @@ def test_legacy_abandoned_properties_become_records_and_are_dropped(env):
     lid = env.ledgers[0]
     env.store.faults.on("initiate_multipart", 1, H.raiser(BlobStoreError("injected initiate failure")))
     a1 = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
-    assert a1.outcome == OUTCOME_FAILED
+    assert a1.outcome == Outcome.FAILED
     legacy = "0000beef-0000-4000-8000-000000000001"
     # what an earlier version wrote: the cluster name (every writer's) and the topic
     md = {"managedledgername": "public/default/persistent/offload-protocol", "pulsarclustername": "standalone"}
@@ -330,7 +322,7 @@ def test_legacy_abandoned_properties_become_records_and_are_dropped(env):
 
     a2 = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
 
-    assert a2.outcome == OUTCOME_OFFLOADED
+    assert a2.outcome == Outcome.OFFLOADED
     assert H.properties(env.ledger(lid)) == {}
     assert H.records(env) == sorted(cleanup(lid, a1.uuid, legacy))
     assert drain_all(env)["deleted"] == 1
@@ -343,7 +335,7 @@ def test_failure_while_recording_the_attempt_writes_nothing(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_FAILED and "injected metadata failure" in res.error
+    assert res.outcome == Outcome.FAILED and "injected metadata failure" in res.error
     assert env.store.faults.log == []  # not a single object-store call
     assert_nothing_left(env)
     assert not env.ledger(lid).HasField("offloadContext")
@@ -356,7 +348,7 @@ def test_records_are_durable_before_the_cas_that_replaces_the_attempt(env):
     lid = env.ledgers[0]
     env.store.faults.on("initiate_multipart", 1, H.raiser(BlobStoreError("injected initiate failure")))
     first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
-    assert first.outcome == OUTCOME_FAILED
+    assert first.outcome == Outcome.FAILED
     seen = {}
 
     def at_cas(*_):
@@ -366,7 +358,7 @@ def test_records_are_durable_before_the_cas_that_replaces_the_attempt(env):
     env.meta.faults.on("put", 2, at_cas)  # put #1 was the first attempt's step 1
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
 
-    assert retry.outcome == OUTCOME_FAILED and "step-1 CAS" in retry.error
+    assert retry.outcome == Outcome.FAILED and "step-1 CAS" in retry.error
     assert seen["records"] == cleanup(lid, first.uuid)
     assert_incomplete_attempt(env, lid, first.uuid)  # not replaced
     counts = drain_all(env)
@@ -380,14 +372,14 @@ def test_recording_error_that_landed_is_an_abandoned_attempt_for_the_next_one(en
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_FAILED
+    assert res.outcome == Outcome.FAILED
     assert env.store.faults.log == []
     assert_nothing_left(env)
     recorded = context_uuid(env.ledger(lid))
     assert recorded is not None and not env.ledger(lid).offloadContext.complete
 
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == cleanup(lid, recorded)
     drain_all(env)
@@ -410,7 +402,7 @@ def test_conflict_at_completion_records_only_our_objects(env):
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
     assert ("put", 2) in env.meta.faults.fired
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     assert other in res.error
     assert_incomplete_attempt(env, lid, other)  # the other attempt's record untouched
     assert env.store.faults.calls["delete"] == 0  # no direct delete: a record instead
@@ -436,7 +428,7 @@ def test_conflict_whose_cleanup_fails_keeps_our_uuid_recorded(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     li = env.ledger(lid)
     assert context_uuid(li) == other and not li.offloadContext.complete
     assert H.abandoned(li) == []
@@ -448,7 +440,7 @@ def test_conflict_whose_cleanup_fails_keeps_our_uuid_recorded(env):
 
     # the next attempt replaces `other` (a record for it too); a later drain removes both
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == sorted([conflict(lid, res.uuid), *cleanup(lid, other)])
     drain_all(env, env.clock() + 3_600_000)
@@ -462,7 +454,7 @@ def test_conflict_at_completion_when_the_other_attempt_already_completed(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     li = env.ledger(lid)
     assert context_uuid(li) == other and li.offloadContext.complete
     assert H.records(env) == [conflict(lid, res.uuid)]
@@ -482,7 +474,7 @@ def test_unrelated_concurrent_change_is_retried_not_a_conflict(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_OFFLOADED
+    assert res.outcome == Outcome.OFFLOADED
     assert_complete(env, lid, res.uuid)
     info = env.info()
     assert {kv.key: kv.value for kv in info.properties} == {"someone-else": "was-here"}
@@ -499,7 +491,7 @@ def test_metadata_error_at_completion_is_unknown_and_keeps_the_objects(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_UNKNOWN and not res.ok
+    assert res.outcome == Outcome.UNKNOWN and not res.ok
     assert "connection lost" in res.error
     assert_only(env, (lid, res.uuid))  # NOT deleted: the update may have landed
     assert_readable(env, lid, res.uuid)
@@ -509,7 +501,7 @@ def test_metadata_error_at_completion_is_unknown_and_keeps_the_objects(env):
 
     # it did not land: the next attempt records ours as replaced; the drain removes its objects
     retry = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
-    assert retry.outcome == OUTCOME_OFFLOADED
+    assert retry.outcome == Outcome.OFFLOADED
     assert H.abandoned(env.ledger(lid)) == []
     assert H.records(env) == cleanup(lid, res.uuid)
     drain_all(env)
@@ -522,13 +514,13 @@ def test_metadata_error_after_the_completion_landed_keeps_a_complete_offload(env
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_UNKNOWN
+    assert res.outcome == Outcome.UNKNOWN
     assert_complete(env, lid, res.uuid)
     assert_only(env, (lid, res.uuid))
     assert_readable(env, lid, res.uuid)
     assert H.records(env) == []
     again = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
-    assert again.outcome == OUTCOME_SKIPPED and again.uuid == res.uuid
+    assert again.outcome == Outcome.SKIPPED and again.uuid == res.uuid
     assert_only(env, (lid, res.uuid))
 
 
@@ -542,7 +534,7 @@ def test_ledger_trimmed_during_offload_is_a_conflict_and_leaves_nothing(env):
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
     assert ("complete_multipart", 1) in env.store.faults.fired
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     assert "left topic" in res.error
     assert H.records(env) == [conflict(lid, res.uuid)]
     assert_only(env, (lid, res.uuid))
@@ -560,7 +552,7 @@ def test_ledger_trimmed_before_the_attempt_is_recorded(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_CONFLICT and res.uuid is None
+    assert res.outcome == Outcome.CONFLICT and res.uuid is None
     assert env.store.faults.log == []
     assert_nothing_left(env)
     assert H.records(env) == []
@@ -572,13 +564,13 @@ def test_ledger_trimmed_before_the_attempt_is_recorded(env):
 def test_already_complete_is_skipped_without_writing(env):
     lid = env.ledgers[0]
     first = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
-    assert first.outcome == OUTCOME_OFFLOADED
+    assert first.outcome == Outcome.OFFLOADED
     calls, puts = len(env.store.faults.log), env.meta.faults.calls["put"]
     before = env.info().SerializeToString()
 
     again = env.topic_offloader(tag=2).offload_ledger(TOPIC, lid)
 
-    assert again.outcome == OUTCOME_SKIPPED and again.ok
+    assert again.outcome == Outcome.SKIPPED and again.ok
     assert again.uuid == first.uuid
     assert len(env.store.faults.log) == calls
     assert env.meta.faults.calls["put"] == puts
@@ -592,7 +584,7 @@ def test_open_newest_ledger_is_a_conflict_and_nothing_is_written(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, newest)
 
-    assert res.outcome == OUTCOME_CONFLICT and "open ledger" in res.error
+    assert res.outcome == Outcome.CONFLICT and "open ledger" in res.error
     assert env.store.faults.log == []
     assert env.info().SerializeToString() == before
     assert_nothing_left(env)
@@ -605,7 +597,7 @@ def test_sealed_newest_ledger_is_never_offloaded(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, newest)
 
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     assert not env.ledger(newest).HasField("offloadContext")
     assert_nothing_left(env)
 
@@ -620,14 +612,14 @@ def test_ledger_without_close_timestamp_is_treated_as_open(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     assert not env.ledger(lid).HasField("offloadContext")
     assert_nothing_left(env)
 
 
 def test_unknown_ledger_is_a_conflict(env):
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, 10_000)
-    assert res.outcome == OUTCOME_CONFLICT
+    assert res.outcome == Outcome.CONFLICT
     assert_nothing_left(env)
 
 
@@ -637,7 +629,7 @@ def test_hot_tier_ledger_missing_is_a_conflict(env):
 
     res = env.topic_offloader(tag=1).offload_ledger(TOPIC, lid)
 
-    assert res.outcome == OUTCOME_CONFLICT and "hot-tier" in res.error
+    assert res.outcome == Outcome.CONFLICT and "hot-tier" in res.error
     assert env.store.faults.log == []
     assert_nothing_left(env)
     assert_incomplete_attempt(env, lid, res.uuid)
@@ -656,8 +648,8 @@ def test_one_failing_ledger_does_not_stop_the_others(env, failing):
     assert [r.ledger_id for r in results] == env.ledgers  # oldest first
     initiated = [k for op, k in env.store.faults.log if op == "initiate_multipart"]
     assert initiated == [data_key("", r.uuid, r.ledger_id) for r in results]
-    expected = [OUTCOME_OFFLOADED] * 3
-    expected[failing] = OUTCOME_FAILED
+    expected = [Outcome.OFFLOADED] * 3
+    expected[failing] = Outcome.FAILED
     assert [r.outcome for r in results] == expected
     ok = [r for r in results if r.ok]
     assert_only(env, *((r.ledger_id, r.uuid) for r in ok))
@@ -680,8 +672,8 @@ def assert_single_winner(env, lid, results):
     li = env.ledger(lid)
     assert li.offloadContext.complete
     winner = context_uuid(li)
-    assert [r.outcome for r in results].count(OUTCOME_OFFLOADED) == 1
-    assert {r.uuid for r in results if r.outcome == OUTCOME_OFFLOADED} == {winner}
+    assert [r.outcome for r in results].count(Outcome.OFFLOADED) == 1
+    assert {r.uuid for r in results if r.outcome == Outcome.OFFLOADED} == {winner}
     assert H.abandoned(li) == []
     return winner
 
@@ -704,9 +696,9 @@ def test_race_both_upload_concurrently(env):
     for t in threads:
         t.join()
 
-    assert sorted(r.outcome for r in results) == [OUTCOME_CONFLICT, OUTCOME_OFFLOADED]
+    assert sorted(r.outcome for r in results) == [Outcome.CONFLICT, Outcome.OFFLOADED]
     winner = assert_single_winner(env, lid, results)
-    loser = next(r.uuid for r in results if r.outcome == OUTCOME_CONFLICT)
+    loser = next(r.uuid for r in results if r.outcome == Outcome.CONFLICT)
     # the winner replaced the loser's uuid (a record) and the loser conflicted (a second one)
     assert H.records(env) == sorted([*cleanup(lid, loser), conflict(lid, loser)])
     drain_all(env)
@@ -726,8 +718,8 @@ def test_race_other_attempt_runs_after_our_objects_are_written(env):
     ra = a.offload_ledger(TOPIC, lid)
 
     rb = got["b"]
-    assert rb.outcome == OUTCOME_OFFLOADED
-    assert ra.outcome == OUTCOME_CONFLICT
+    assert rb.outcome == Outcome.OFFLOADED
+    assert ra.outcome == Outcome.CONFLICT
     assert_single_winner(env, lid, [ra, rb])
     assert_complete(env, lid, rb.uuid)
     assert H.records(env) == sorted([*cleanup(lid, ra.uuid), conflict(lid, ra.uuid)])
@@ -750,7 +742,7 @@ def test_race_loser_whose_objects_cannot_be_deleted_stays_in_the_log(env):
     ra = a.offload_ledger(TOPIC, lid)
 
     rb = got["b"]
-    assert (ra.outcome, rb.outcome) == (OUTCOME_CONFLICT, OUTCOME_OFFLOADED)
+    assert (ra.outcome, rb.outcome) == (Outcome.CONFLICT, Outcome.OFFLOADED)
     assert_complete(env, lid, rb.uuid)
     assert H.abandoned(env.ledger(lid)) == []
     assert env.store.faults.calls["delete"] == 0  # nothing deleted directly
@@ -780,8 +772,8 @@ def test_race_other_attempt_runs_while_our_upload_is_in_progress(env):
     ra = a.offload_ledger(TOPIC, lid)
 
     rb = got["b"]
-    assert rb.outcome == OUTCOME_OFFLOADED
-    assert ra.outcome == OUTCOME_CONFLICT and not ra.ok
+    assert rb.outcome == Outcome.OFFLOADED
+    assert ra.outcome == Outcome.CONFLICT and not ra.ok
     assert_single_winner(env, lid, [ra, rb])
     assert H.records(env) == sorted([*cleanup(lid, ra.uuid), conflict(lid, ra.uuid)])
     drain_all(env)
@@ -816,10 +808,10 @@ def test_free_race_of_two_offloaders_over_every_ledger(env, round_):
         winner = context_uuid(li)
         assert H.abandoned(li) == []
         # exactly one attempt wrote the recorded offload; the other skipped it or lost
-        assert [r.outcome for r in pair].count(OUTCOME_OFFLOADED) == 1, pair
-        loser = next(r for r in pair if r.outcome != OUTCOME_OFFLOADED)
-        assert loser.outcome in (OUTCOME_SKIPPED, OUTCOME_CONFLICT, OUTCOME_FAILED), pair
-        if loser.outcome == OUTCOME_SKIPPED:
+        assert [r.outcome for r in pair].count(Outcome.OFFLOADED) == 1, pair
+        loser = next(r for r in pair if r.outcome != Outcome.OFFLOADED)
+        assert loser.outcome in (Outcome.SKIPPED, Outcome.CONFLICT, Outcome.FAILED), pair
+        if loser.outcome == Outcome.SKIPPED:
             assert loser.uuid == winner
         recorded.append((lid, winner))
         assert_readable(env, lid, winner)

@@ -18,13 +18,9 @@ from tieredcore.config import Config
 from tieredcore.formats.keys import data_key, parse_ledger_key
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.managed_ledgers import find_ledger
-from tieredcore.offload.managed import (
-    ABANDONED_PREFIX,
-    OUTCOME_OFFLOADED,
-    REASON_OFFLOAD_CLEANUP,
-    abandoned_uuids,
-    context_uuid,
-)
+from tieredcore.meta.reasons import Reason
+from tieredcore.offload.managed import ABANDONED_PREFIX, abandoned_uuids, context_uuid
+from tieredcore.outcomes import Outcome
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
@@ -139,10 +135,10 @@ def test_offload_killed_mid_upload_is_recovered_by_the_next_attempt(tmp_path):
 
         res = ws.topic_offloader(progress=progress).offload_ledger(TOPIC, lid)
 
-        assert res.outcome == OUTCOME_OFFLOADED, res.error
+        assert res.outcome == Outcome.OFFLOADED, res.error
         assert res.uuid != killed
         assert seen["abandoned"] == []
-        assert seen["records"] == [(REASON_OFFLOAD_CLEANUP, lid, killed)]
+        assert seen["records"] == [(Reason.OFFLOAD_CLEANUP, lid, killed)]
         assert sorted(k for k, _ in seen["uploads"]) == sorted([data_key("", killed, lid),
                                                                 data_key("", res.uuid, lid)])
 

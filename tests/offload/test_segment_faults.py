@@ -46,14 +46,8 @@ from tieredcore.errors import MetadataStoreError
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
-from tieredcore.offload.managed import (
-    OUTCOME_CONFLICT,
-    OUTCOME_FAILED,
-    OUTCOME_OFFLOADED,
-    OUTCOME_UNKNOWN,
-    REASON_OFFLOAD_CLEANUP,
-    REASON_OFFLOAD_CONFLICT,
-)
+from tieredcore.meta.reasons import Reason
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 SEGMENTS = 5
@@ -116,14 +110,14 @@ def test_store_failure_while_writing_a_segment(s3_ws, op):
 
     res = offload_everything(streaming(ws, on_step=hook))
 
-    assert [r.outcome for r in res] == [OUTCOME_OFFLOADED, OUTCOME_FAILED], [(r.outcome, r.error) for r in res]
+    assert [r.outcome for r in res] == [Outcome.OFFLOADED, Outcome.FAILED], [(r.outcome, r.error) for r in res]
     bad = res[1]
     assert bad.uuid == hook.assigned[1] and "InternalError" in bad.error, bad
     assert proxy.faults == {INTERNAL_ERROR: 1}
     # the writer left nothing (upload aborted, or data object deleted after a failed index write); the
     # attempt is recorded for deletion, never deleted directly
     assert segment_keys_of(ws, bad.uuid) == [] and store_uploads(ws) == []
-    assert pending(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CONFLICT, bad.uuid)]
+    assert pending(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CONFLICT, bad.uuid)]
     assert list(completed_segments(ws)) == [res[0].uuid]
     # its assignment is taken back before the record is appended, so the drain may act on the record now
     assert list(incomplete_segments(ws)) == []
@@ -131,7 +125,7 @@ def test_store_failure_while_writing_a_segment(s3_ws, op):
     assert (rep.entries, rep.still_in_use) == (1, 0), rep.rows
 
     res = offload_everything(streaming(ws))
-    assert [r.outcome for r in res] == [OUTCOME_OFFLOADED] * (SEGMENTS - 1), [(r.outcome, r.error) for r in res]
+    assert [r.outcome for r in res] == [Outcome.OFFLOADED] * (SEGMENTS - 1), [(r.outcome, r.error) for r in res]
     assert pending(ws) == []
     drain_and_reconcile(ws, LATER)
     assert_segments_clean(ws, before)
@@ -158,7 +152,7 @@ def test_metadata_error_at_completion_leaves_the_outcome_to_the_next_run(fs_ws, 
     hook = OnSegment(2, "written", arm)
     res = offload_everything(streaming(ws, ml=ManagedLedgerStore(meta), on_step=hook))
 
-    assert [r.outcome for r in res] == [OUTCOME_OFFLOADED, OUTCOME_UNKNOWN], [(r.outcome, r.error) for r in res]
+    assert [r.outcome for r in res] == [Outcome.OFFLOADED, Outcome.UNKNOWN], [(r.outcome, r.error) for r in res]
     u = res[1].uuid
     assert u == hook.assigned[1] and "outcome unknown" in res[1].error
     # outcome unknown: nothing deleted, nothing recorded
@@ -173,11 +167,11 @@ def test_metadata_error_at_completion_leaves_the_outcome_to_the_next_run(fs_ws, 
     # the next run resolves it: a landed completion stays; one that did not land is an abandoned
     # attempt, recorded and replaced
     res = offload_everything(streaming(ws))
-    assert [r.outcome for r in res] == [OUTCOME_OFFLOADED] * (SEGMENTS - (2 if landed else 1))
+    assert [r.outcome for r in res] == [Outcome.OFFLOADED] * (SEGMENTS - (2 if landed else 1))
     if landed:
         assert pending(ws) == [] and u in completed_segments(ws)
     else:
-        assert pending(ws) == [(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, u)]
+        assert pending(ws) == [(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, u)]
         rep = drain(ws, LATER)
         assert (rep.entries, rep.deleted) == (1, 1), rep.rows
         assert segment_keys_of(ws, u) == []
@@ -204,13 +198,13 @@ def test_losing_the_completion_race_sends_our_segment_to_the_deletion_log(fs_ws)
     res = offload_everything(streaming(ws, on_step=hook))
 
     ours = hook.assigned[1]
-    assert [r.outcome for r in rival["results"]] == [OUTCOME_OFFLOADED] * (SEGMENTS - 1)
-    assert [r.outcome for r in res] == [OUTCOME_OFFLOADED, OUTCOME_CONFLICT], [(r.outcome, r.error) for r in res]
+    assert [r.outcome for r in rival["results"]] == [Outcome.OFFLOADED] * (SEGMENTS - 1)
+    assert [r.outcome for r in res] == [Outcome.OFFLOADED, Outcome.CONFLICT], [(r.outcome, r.error) for r in res]
     assert res[1].uuid == ours and "no longer assigned" in res[1].error
     assert ours not in completed_segments(ws) and incomplete_segments(ws) == {}
     # recorded twice (by the rival replacing it, by us losing), deleted once
-    assert pending(ws) == sorted([(TYPE_SEGMENT, REASON_OFFLOAD_CLEANUP, ours),
-                                  (TYPE_SEGMENT, REASON_OFFLOAD_CONFLICT, ours)])
+    assert pending(ws) == sorted([(TYPE_SEGMENT, Reason.OFFLOAD_CLEANUP, ours),
+                                  (TYPE_SEGMENT, Reason.OFFLOAD_CONFLICT, ours)])
     assert len(segment_keys_of(ws, ours)) == 2
     rep = drain(ws, LATER)
     assert (rep.entries, rep.deleted + rep.already_deleted, rep.still_in_use) == (2, 2, 0), rep.rows

@@ -42,7 +42,7 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.model import Position
-from tieredcore.offload.managed import OUTCOME_OFFLOADED
+from tieredcore.outcomes import Outcome
 from tieredcore.topic.reader import TIER_HOT, TIER_OFFLOADED
 from tieredcore.workspace import Workspace
 
@@ -90,7 +90,7 @@ def mixed(request, tmp_path, env_clean) -> Iterator[tuple[Workspace, dict[int, l
         res = streaming(ws).offload_topic(TOPIC, max_segment_size=MAX_SEGMENT // 2, rollover_ms=ROLLOVER_MS,
                                           as_of_ms=END_MS + 5000, force_tail=True,
                                           upto=Position(last_sealed, len(before[last_sealed]) - 1))
-        assert res and [r.outcome for r in res] == [OUTCOME_OFFLOADED] * len(res), res
+        assert res and [r.outcome for r in res] == [Outcome.OFFLOADED] * len(res), res
         yield ws, before, {"v1": set(v1), "open": open_lid, "results": res, "store": request.param}
 
 

@@ -13,12 +13,8 @@ from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.model import Position
 from tieredcore.offload.context import covered_through, incomplete_segment_uuids, segment_pieces, segment_refs
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.offload.streaming import (
-    OUTCOME_HELD,
-    WATERMARK_KEY,
-    StreamingOffloader,
-    parse_watermark,
-)
+from tieredcore.offload.streaming import WATERMARK_KEY, StreamingOffloader, parse_watermark
+from tieredcore.outcomes import Outcome
 from tieredcore.topic.writer import TopicWriter
 
 TOPIC = "persistent://t/a/topic-0000"
@@ -86,7 +82,7 @@ def test_slow_topic_tail_waits_for_rollover_then_is_readable_without_sealing(mak
 
     # the open ledger's 5 entries: one small tail, younger than the rollover
     res = so.offload_topic(TOPIC, max_segment_size=SEG, rollover_ms=ROLL, as_of_ms=t0 + ROLL - 1)
-    assert [r.outcome for r in res] == [OUTCOME_HELD]
+    assert [r.outcome for r in res] == [Outcome.HELD]
     assert _segment_keys(ws) == before
 
     res = so.offload_topic(TOPIC, max_segment_size=SEG, rollover_ms=ROLL, as_of_ms=t0 + ROLL)
@@ -108,7 +104,7 @@ def test_slow_topic_tail_waits_for_rollover_then_is_readable_without_sealing(mak
     # entries written later wait for the rollover counted from the watermark, not from the ledger's creation
     w.append_many(_payloads(3, 100))
     res = so.offload_topic(TOPIC, max_segment_size=SEG, rollover_ms=ROLL, as_of_ms=t0 + 2 * ROLL - 1)
-    assert [r.outcome for r in res] == [OUTCOME_HELD]
+    assert [r.outcome for r in res] == [Outcome.HELD]
     res = so.offload_topic(TOPIC, max_segment_size=SEG, rollover_ms=ROLL, as_of_ms=t0 + 2 * ROLL)
     assert [r.outcome for r in res] == ["offloaded"] and res[0].ledgers == [(lid, 5, 7)]
     assert _read_all_from_segments(ws, seg)[lid] == _hot(ws, lid, 7)

@@ -12,7 +12,8 @@ from tieredcore.cli import main as cli
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
-from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult, StreamingOffloader
+from tieredcore.offload.streaming import SegmentOffloadResult, StreamingOffloader
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 # the newest sealed ledger of every generated topic closes at END; the others INTERVAL earlier each
@@ -85,5 +86,5 @@ def stream(ws: Workspace, topic: str, *, max_segment_size: int = 64 * 1024, as_o
                             clock_ms=lambda: as_of)
     res = so.offload_topic(topic, max_segment_size=max_segment_size, rollover_ms=rollover_ms, as_of_ms=as_of,
                            force_tail=force_tail)
-    assert all(r.outcome in ("offloaded", OUTCOME_HELD) for r in res), res
+    assert all(r.outcome in ("offloaded", Outcome.HELD) for r in res), res
     return [r for r in res if r.outcome == "offloaded"]

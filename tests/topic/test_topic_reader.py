@@ -16,8 +16,9 @@ from tieredcore.meta.sqlite import SqliteMetadataStore
 from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.cache import OffsetCache
-from tieredcore.offload.managed import OUTCOME_OFFLOADED, TopicOffloader
+from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import HOT_FIRST, TIERED_FIRST
 from tieredcore.topic.reader import TopicReader
 from tieredcore.topic.writer import TopicWriter
@@ -56,7 +57,7 @@ class Env:
 
     def offload(self, lid: int) -> None:
         res = self.topic_offloader.offload_ledger(TOPIC, lid)
-        assert res.outcome == OUTCOME_OFFLOADED, res
+        assert res.outcome == Outcome.OFFLOADED, res
 
     def lag_delete(self, lid: int, record: bool = True) -> None:
         """What the deletion lag does: delete the hot copy, then record bookkeeperDeleted."""

@@ -12,7 +12,7 @@ from typing import Any
 from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, Progress, mib, require_namespaces
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.compaction import OK_OUTCOMES, OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT, CostModel
+from tieredcore.lifecycle.compaction import OK_OUTCOMES, CostModel
 from tieredcore.lifecycle.compaction_run import (
     CompactionReport,
     Thresholds,
@@ -21,6 +21,7 @@ from tieredcore.lifecycle.compaction_run import (
     run_topics,
 )
 from tieredcore.names import TopicName
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.units import non_negative_duration_ms, size_bytes
 from tieredcore.workspace import Workspace
@@ -165,7 +166,7 @@ def _per_topic(topics: list[str], rows: list[dict[str, Any]]) -> dict[str, dict[
             "batches": 0, "ledgers": 0, "objects_before": 0, "objects_after": 0, "bytes_before": 0,
             "bytes_after": 0, "outcomes": {}})
         d["outcomes"][r["outcome"]] = d["outcomes"].get(r["outcome"], 0) + 1
-        if r["outcome"] in (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT):
+        if r["outcome"] in (Outcome.COMPACTED, Outcome.WOULD_COMPACT):
             d["batches"] += 1
             d["ledgers"] += len(r["ledgers"])
             for k in ("objects_before", "objects_after", "bytes_before", "bytes_after"):
@@ -200,7 +201,7 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
               f"{_usd(v['cost']['total_month'])}, one-time {_usd(v['cost']['one_time'])}{flag}")
         for t, d in by_ns.get(ns, []):
             # busy (another runner holds the lease), failed, conflict...: named after the counts
-            other = {k: n for k, n in d["outcomes"].items() if k not in (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT)}
+            other = {k: n for k, n in d["outcomes"].items() if k not in (Outcome.COMPACTED, Outcome.WOULD_COMPACT)}
             more = f" ({', '.join(f'{n} {k}' for k, n in sorted(other.items()))})" if other else ""
             if not d["batches"] and not other:
                 print(f"  {t}: nothing to compact")

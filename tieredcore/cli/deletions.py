@@ -18,23 +18,17 @@ from typing import Any
 from tieredcore.cli.common import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.lifecycle.drain import (
-    OUTCOME_DEAD,
-    OUTCOME_MALFORMED,
-    OUTCOME_REFUSED,
-    OUTCOME_REFUSED_FOREIGN,
-    OUTCOME_RETRYING,
-    drain,
-)
+from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.orphans import DEFAULT_GRACE_MS
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.lifecycle.retention import OUTCOME_PLANNED, OUTCOME_TRIMMED, plan_retention, trim_topic
+from tieredcore.lifecycle.retention import plan_retention, trim_topic
 from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
     DeletionLog,
     Entry,
 )
+from tieredcore.outcomes import Outcome
 from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
 
@@ -220,8 +214,8 @@ def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
         counts = ", ".join(f"{v} {k}" for k, v in rep.counts().items() if v) or "nothing due"
         print(f"drain as of {as_of}{' (dry run)' if a.dry_run else ''}: {rep.entries} record(s): {counts}")
         for r in rep.rows:
-            if r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED, OUTCOME_RETRYING, OUTCOME_REFUSED,
-                             OUTCOME_REFUSED_FOREIGN):
+            if r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED, Outcome.RETRYING, Outcome.REFUSED_MISMATCH,
+                             Outcome.REFUSED_FOREIGN):
                 print(f"  {r.outcome:<16} {r.id} {r.topic} ledger {r.ledger} {r.type}: {r.error}")
         s = res["stats"]
         print(f"now in flight {s['in_flight']} (retrying {s['retrying']}), dead letters {s['dead_letter']}")
@@ -276,7 +270,7 @@ def _retention(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
             continue
         rows.extend({"topic": r.topic, "ledger": r.ledger, "outcome": r.outcome, "error": r.error,
                      "bytes": r.bytes, "entries": r.entries} for r in results)
-    done = OUTCOME_PLANNED if a.dry_run else OUTCOME_TRIMMED
+    done = Outcome.PLANNED if a.dry_run else Outcome.TRIMMED
     gone = [r for r in rows if r["outcome"] == done]
     res: dict[str, Any] = {
         "as_of_ms": as_of, "dry_run": a.dry_run, "topics": len(work), "ledgers": len(gone),

@@ -11,15 +11,8 @@ from typing import Any
 
 from tieredcore.cold.keyring import DEFAULT_RSA_BITS, MIN_RSA_BITS, KeyRing, check_key_id
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.keys import (
-    OUTCOME_REWRAPPED,
-    OUTCOME_SKIPPED,
-    OUTCOME_WOULD_REWRAP,
-    RotationRow,
-    key_status,
-    retire,
-    timed_rotation,
-)
+from tieredcore.lifecycle.keys import RotationRow, key_status, retire, timed_rotation
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -148,10 +141,10 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         return
     if "outcomes" in res and "target" in res:  # rotate
         o = res["outcomes"]
-        done = o.get(OUTCOME_WOULD_REWRAP if res["dry_run"] else OUTCOME_REWRAPPED, 0)
+        done = o.get(Outcome.WOULD_REWRAP if res["dry_run"] else Outcome.REWRAPPED, 0)
         print(f"keys rotate{' (dry run)' if res['dry_run'] else ''}: {res['objects']} object(s) -> key "
               f"{res['target']}: {'would re-wrap' if res['dry_run'] else 're-wrapped'} {done}, skipped "
-              f"{o.get(OUTCOME_SKIPPED, 0)}, failed {len(res['failed'])} ({res['seconds']:.1f} s)")
+              f"{o.get(Outcome.SKIPPED, 0)}, failed {len(res['failed'])} ({res['seconds']:.1f} s)")
         for loc, counts in res["locations"].items():
             print(f"  {loc}: " + (", ".join(f"{v} {k}" for k, v in counts.items()) or "no transformed objects"))
         for e in res["errors"]:

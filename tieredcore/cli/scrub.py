@@ -11,9 +11,10 @@ from tieredcore.cli.common import require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.runner import run_work
-from tieredcore.lifecycle.scrub import OUTCOME_DAMAGED, OUTCOME_UNRECOVERABLE, plan_scrub
+from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.work import LedgerResult, RunSummary
 from tieredcore.names import TopicName
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -69,13 +70,13 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
         for ns, d in sorted(summary.namespaces.items()):
             o = d["outcomes"]
             print(f"{ns:<28} {d['ledgers']:>6} {d['bytes']:>14,} {o.get('ok', 0):>5} "
-                  f"{o.get(OUTCOME_DAMAGED, 0):>8} {o.get('repaired', 0):>9} {o.get(OUTCOME_UNRECOVERABLE, 0):>5}")
+                  f"{o.get(Outcome.DAMAGED, 0):>8} {o.get('repaired', 0):>9} {o.get(Outcome.UNRECOVERABLE, 0):>5}")
         for r in rows:
             if r.outcome not in ("ok", "skipped"):
                 print(f"  {r.outcome.upper():<13} {r.topic} ledger {r.ledger}: {r.error}")
         for what in summary.data_loss:
             print(f"DATA LOSS: {what}: neither copy can be read")
-        if any(r.outcome == OUTCOME_DAMAGED for r in rows) and not a.repair:
+        if any(r.outcome == Outcome.DAMAGED for r in rows) and not a.repair:
             print("damaged copies can be repaired from their hot copies: rerun with --repair")
         res["_printed"] = True
     return res

@@ -66,6 +66,7 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import BlockFormer, FormedBlock
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT, DeletionLog, DeletionRecord
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     LedgerInfo,
@@ -82,8 +83,8 @@ from tieredcore.offload.context import (
     uuid_from_halves,
 )
 from tieredcore.offload.copies import copy_uuids
-from tieredcore.offload.managed import REASON_OFFLOAD_CLEANUP
 from tieredcore.offload.segments import S3_MIN_PART_SIZE, OffloadedSegment, SegmentOffloader, SegmentSink
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import (
     DEFAULT_COMPACTION_DELETE_DELAY_MS,
     DEFAULT_COMPACTION_MIN_OBJECT_SIZE,
@@ -116,19 +117,10 @@ DEFAULT_DELETE_DELAY_MS = DEFAULT_COMPACTION_DELETE_DELAY_MS
 BLOCK_SIZE = 4 * 1024 * 1024
 READ_BYTES = 4 * 1024 * 1024  # entries read from an old object per request batch (memory bound)
 
-REASON_COMPACTION = "compaction"  # old objects replaced by a compacted segment (kept for the delete delay)
-REASON_COMPACTION_CONFLICT = "compaction-conflict"  # our new segment lost the switch, or failed
 
-OUTCOME_COMPACTED = "compacted"
-OUTCOME_WOULD_COMPACT = "would_compact"  # dry run
-OUTCOME_CONFLICT = "conflict"  # the topic changed meanwhile: retried next run
-OUTCOME_FAILED = "failed"
-OUTCOME_UNKNOWN = "unknown"  # the switch's outcome is unknown (metadata store error): nothing cleaned up
-OUTCOME_BUSY = "busy"  # another runner holds the topic's lease
-OUTCOME_ABORTED = "aborted"  # the run's store-failure budget was spent
-OUTCOMES = (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT, OUTCOME_CONFLICT, OUTCOME_FAILED, OUTCOME_UNKNOWN,
-            OUTCOME_BUSY, OUTCOME_ABORTED)
-OK_OUTCOMES = (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT, OUTCOME_BUSY)
+OUTCOMES = (Outcome.COMPACTED, Outcome.WOULD_COMPACT, Outcome.CONFLICT, Outcome.FAILED, Outcome.UNKNOWN,
+            Outcome.BUSY, Outcome.ABORTED)
+OK_OUTCOMES = (Outcome.COMPACTED, Outcome.WOULD_COMPACT, Outcome.BUSY)
 
 KIND_LEDGER = "ledger"  # a V1 object pair holding one ledger
 KIND_SEGMENT = "segment"
@@ -485,14 +477,14 @@ class Compactor:
         Stops at the first batch that does not land; the rest is retried next run."""
         t = TopicName.parse(topic)
         if dry_run:
-            return [self._row(t, b, OUTCOME_WOULD_COMPACT, estimated=True) for b in self.plan(t)]
+            return [self._row(t, b, Outcome.WOULD_COMPACT, estimated=True) for b in self.plan(t)]
         if self.leases is None:
             return self._compact(t, budget, None)
         try:
             with self.leases.hold(t, "compaction") as held:
                 return self._compact(t, budget, held.renew)
         except LeaseHeldError as e:
-            return [CompactionResult(t.managed_ledger_name, t.namespace_name, OUTCOME_BUSY, error=str(e))]
+            return [CompactionResult(t.managed_ledger_name, t.namespace_name, Outcome.BUSY, error=str(e))]
 
     def _row(self, t: TopicName, b: Batch, outcome: str, estimated: bool = False) -> CompactionResult:
         return CompactionResult(
@@ -509,12 +501,12 @@ class Compactor:
             self._clear_stale(t)
             batches = self.plan(t)
         except TieredError as e:
-            return [CompactionResult(name, t.namespace_name, OUTCOME_FAILED, error=f"planning: {type(e).__name__}: {e}",
+            return [CompactionResult(name, t.namespace_name, Outcome.FAILED, error=f"planning: {type(e).__name__}: {e}",
                                      error_type=type(e).__name__)]
         out: list[CompactionResult] = []
         for i, b in enumerate(batches):
             if budget is not None and budget.exhausted:
-                row = self._row(t, b, OUTCOME_ABORTED)
+                row = self._row(t, b, Outcome.ABORTED)
                 row.error = budget.reason
                 out.append(row)
                 continue
@@ -529,7 +521,7 @@ class Compactor:
                     renew()
                 except LeaseHeldError as e:  # expired and taken over: keep what landed, leave the rest
                     for rest in batches[i + 1:]:
-                        busy = self._row(t, rest, OUTCOME_BUSY)
+                        busy = self._row(t, rest, Outcome.BUSY)
                         busy.error = str(e)
                         out.append(busy)
                     break
@@ -541,7 +533,7 @@ class Compactor:
         t = TopicName.parse(topic)
         name = t.managed_ledger_name
         started = time.monotonic()
-        row = self._row(t, batch, OUTCOME_FAILED)
+        row = self._row(t, batch, Outcome.FAILED)
         info, _ = self.ml.get_topic(t)
         by_id = _by_id(info)
         expected: dict[int, tuple] = {}
@@ -549,7 +541,7 @@ class Compactor:
         for lid in batch.ledgers:
             li = by_id.get(lid)
             if li is None or not _clean(li):
-                row.outcome, row.error = OUTCOME_CONFLICT, f"ledger {lid} changed since planned"
+                row.outcome, row.error = Outcome.CONFLICT, f"ledger {lid} changed since planned"
                 return self._finish(row, started)
             expected[lid] = _signature(li)
             c = LedgerInfo()
@@ -564,11 +556,11 @@ class Compactor:
                 self._verify(name, w, row)
                 self._step("verified", w.segment.uuid)
         except _Conflict as e:
-            row.outcome, row.error = OUTCOME_CONFLICT, str(e)
+            row.outcome, row.error = Outcome.CONFLICT, str(e)
             self._give_back(t, assigned, sinks)
             return self._finish(row, started)
         except Exception as e:
-            row.outcome, row.error, row.error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
+            row.outcome, row.error, row.error_type = Outcome.FAILED, f"{type(e).__name__}: {e}", type(e).__name__
             self._give_back(t, assigned, sinks)
             return self._finish(row, started)
         row.segments = [w.segment.uuid for w in written]
@@ -580,11 +572,11 @@ class Compactor:
         try:
             self.deletion_log.append([
                 DeletionRecord(topic=name, ledger_id=u.ledgers[0], type=TYPE_OFFLOADED if u.kind == KIND_LEDGER
-                               else TYPE_SEGMENT, reason=REASON_COMPACTION, created_ms=now, uuid=u.uuid,
+                               else TYPE_SEGMENT, reason=Reason.COMPACTION, created_ms=now, uuid=u.uuid,
                                driver=u.driver, next_attempt_ms=now + self.delete_delay_ms)
                 for u in batch.units])
         except TieredError as e:
-            row.outcome, row.error, row.error_type = OUTCOME_FAILED, f"recording the old objects: {e}", type(e).__name__
+            row.outcome, row.error, row.error_type = Outcome.FAILED, f"recording the old objects: {e}", type(e).__name__
             self._give_back(t, assigned, [])
             return self._finish(row, started)
         self._step("recorded", assigned[0])
@@ -637,17 +629,17 @@ class Compactor:
         try:
             self.ml.update_topic(t, switch)
         except MetadataStoreError as e:
-            row.outcome, row.error = OUTCOME_UNKNOWN, f"switching to the new segment, outcome unknown: {e}"
+            row.outcome, row.error = Outcome.UNKNOWN, f"switching to the new segment, outcome unknown: {e}"
             return self._finish(row, started)
         except TieredError as e:
-            row.outcome, row.error, row.error_type = OUTCOME_FAILED, f"switching to the new segment: {e}", type(e).__name__
+            row.outcome, row.error, row.error_type = Outcome.FAILED, f"switching to the new segment: {e}", type(e).__name__
             self._give_back(t, assigned, [])
             return self._finish(row, started)
         if "conflict" in state:
-            row.outcome, row.error = OUTCOME_CONFLICT, state["conflict"]
+            row.outcome, row.error = Outcome.CONFLICT, state["conflict"]
             self._give_back(t, assigned, [])
             return self._finish(row, started)
-        row.outcome = OUTCOME_COMPACTED
+        row.outcome = Outcome.COMPACTED
         for u in assigned:
             self._step("switched", u)
         return self._finish(row, started)
@@ -807,7 +799,7 @@ class Compactor:
             return
         now = self.clock_ms()
         self.deletion_log.append([
-            DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_SEGMENT, reason=REASON_OFFLOAD_CLEANUP,
+            DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_SEGMENT, reason=Reason.OFFLOAD_CLEANUP,
                            created_ms=now, uuid=u, driver=driver)
             for u, (lid, driver) in stale.items()])
         self._drop(t, set(stale))
@@ -843,7 +835,7 @@ class Compactor:
             now = self.clock_ms()
             dm = driver_dict(self._driver())
             self.deletion_log.append([
-                DeletionRecord(topic=name, ledger_id=0, type=TYPE_SEGMENT, reason=REASON_COMPACTION_CONFLICT,
+                DeletionRecord(topic=name, ledger_id=0, type=TYPE_SEGMENT, reason=Reason.COMPACTION_CONFLICT,
                                created_ms=now, uuid=u, driver=dm) for u in assigned])
         except TieredError as e:
             log.warning("%s: could not record compaction segments %s for deletion: %s", name, assigned, e)

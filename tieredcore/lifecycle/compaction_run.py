@@ -11,18 +11,11 @@ from typing import Any
 from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.compaction import (
-    BLOCK_SIZE,
-    OK_OUTCOMES,
-    OUTCOME_COMPACTED,
-    OUTCOME_WOULD_COMPACT,
-    CompactionResult,
-    Compactor,
-    CostModel,
-)
+from tieredcore.lifecycle.compaction import BLOCK_SIZE, OK_OUTCOMES, CompactionResult, Compactor, CostModel
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
@@ -156,7 +149,7 @@ class CompactionReport:
     thresholds: dict[str, Any] = field(default_factory=dict)
 
     def _counted(self, r: dict[str, Any]) -> bool:
-        return r["outcome"] in (OUTCOME_COMPACTED, OUTCOME_WOULD_COMPACT)
+        return r["outcome"] in (Outcome.COMPACTED, Outcome.WOULD_COMPACT)
 
     def namespaces(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -180,7 +173,7 @@ class CompactionReport:
 
     def totals(self) -> Totals:
         nss = self.namespaces()
-        done = [r for r in self.rows if r["outcome"] == OUTCOME_COMPACTED]
+        done = [r for r in self.rows if r["outcome"] == Outcome.COMPACTED]
         outcomes: dict[str, int] = {}
         for r in self.rows:
             outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1

@@ -87,6 +87,7 @@ from tieredcore.offload.context import (
 )
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.ownership import foreign_reason
+from tieredcore.outcomes import Outcome
 from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
 
@@ -104,20 +105,10 @@ __all__ = [
     "failed_keys",
 ]
 
-OUTCOME_DELETED = "deleted"
-OUTCOME_ALREADY_DELETED = "already_deleted"
-OUTCOME_STILL_IN_USE = "still_in_use"
-OUTCOME_REFUSED = "refused_mismatch"
-OUTCOME_REFUSED_FOREIGN = "refused_foreign"  # the objects belong to another cluster or workspace
-OUTCOME_MALFORMED = "malformed"
-OUTCOME_RETRYING = "retrying"
-OUTCOME_DEAD = "dead_lettered"
-OUTCOME_LOST_RACE = "lost_race"  # another consumer changed or removed the record first
-OUTCOME_WOULD_DELETE = "would_delete"  # dry run
 OUTCOMES = (
-    OUTCOME_DELETED, OUTCOME_ALREADY_DELETED, OUTCOME_STILL_IN_USE, OUTCOME_REFUSED, OUTCOME_REFUSED_FOREIGN,
-    OUTCOME_MALFORMED,
-    OUTCOME_RETRYING, OUTCOME_DEAD, OUTCOME_LOST_RACE, OUTCOME_WOULD_DELETE,
+    Outcome.DELETED, Outcome.ALREADY_DELETED, Outcome.STILL_IN_USE, Outcome.REFUSED_MISMATCH, Outcome.REFUSED_FOREIGN,
+    Outcome.MALFORMED,
+    Outcome.RETRYING, Outcome.DEAD_LETTERED, Outcome.LOST_RACE, Outcome.WOULD_DELETE,
 )
 
 OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
@@ -192,7 +183,7 @@ class DrainReport:
                                                                 "outcomes": {}})
             ns["ledgers"] += 1
             ns["outcomes"][r.outcome] = ns["outcomes"].get(r.outcome, 0) + 1
-            ns["failures"] += int(not self.dry_run and r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED))
+            ns["failures"] += int(not self.dry_run and r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED))
         return totals(
             topics=len({r.topic for r in self.rows if r.topic}), ledgers=self.entries,
             failures=self.dead() + len(self.task_errors),
@@ -209,7 +200,7 @@ class DrainReport:
     def messages(self) -> list[str]:
         out = [f"FAILED task {e}" for e in self.task_errors]
         out += [f"DEAD-LETTERED {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}"
-                for r in self.rows if r.outcome in (OUTCOME_DEAD, OUTCOME_MALFORMED)]
+                for r in self.rows if r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED)]
         return out
 
     def merge(self, other: DrainReport) -> DrainReport:
@@ -348,16 +339,16 @@ class _Drain:
 
     def _ack(self, entry: Entry, row: DrainRow, outcome: str, note: str = "", **counters: int) -> None:
         if self.dry_run:
-            self._set(row, OUTCOME_WOULD_DELETE if outcome == OUTCOME_DELETED else outcome, note)
+            self._set(row, Outcome.WOULD_DELETE if outcome == Outcome.DELETED else outcome, note)
             return
-        if outcome == OUTCOME_STILL_IN_USE:
+        if outcome == Outcome.STILL_IN_USE:
             counters["still_in_use"] = 1
-        elif outcome == OUTCOME_REFUSED:
+        elif outcome == Outcome.REFUSED_MISMATCH:
             counters["refused_mismatch"] = 1
-        elif outcome == OUTCOME_REFUSED_FOREIGN:
+        elif outcome == Outcome.REFUSED_FOREIGN:
             counters["refused_foreign"] = 1
         if not self.log.ack(entry, **counters):
-            self._set(row, OUTCOME_LOST_RACE, note)
+            self._set(row, Outcome.LOST_RACE, note)
             return
         self.report.acknowledged += 1
         for k in ("deleted_hot", "deleted_offloaded"):
@@ -368,20 +359,20 @@ class _Drain:
         if self.dry_run:
             self._set(row, outcome, reason)
             return
-        counters = {"malformed": 1} if outcome == OUTCOME_MALFORMED else {}
+        counters = {"malformed": 1} if outcome == Outcome.MALFORMED else {}
         moved = self.log.dead_letter(entry, reason, **counters)
-        self._set(row, outcome if moved else OUTCOME_LOST_RACE, reason)
+        self._set(row, outcome if moved else Outcome.LOST_RACE, reason)
 
     def _fail(self, entry: Entry, row: DrainRow, error: str) -> None:
         if self.dry_run:
-            self._set(row, OUTCOME_RETRYING, error)
+            self._set(row, Outcome.RETRYING, error)
             return
         counter = "delete_failures_hot" if row.type == TYPE_LEDGER else "delete_failures_offloaded"
         state = self.log.retry(entry, error, self.as_of_ms, delay_ms=self.delay_ms,
                                max_attempts=self.max_attempts, **{counter: 1})
         if state:
             setattr(self.report, counter, getattr(self.report, counter) + 1)
-        outcome = {STATE_RETRYING: OUTCOME_RETRYING, STATE_DEAD: OUTCOME_DEAD}.get(state, OUTCOME_LOST_RACE)
+        outcome = {STATE_RETRYING: Outcome.RETRYING, STATE_DEAD: Outcome.DEAD_LETTERED}.get(state, Outcome.LOST_RACE)
         log.warning("deletion %s (%s ledger %s of %s): %s → %s", entry.id, row.type, row.ledger, row.topic,
                     error, outcome)
         self._set(row, outcome, error)
@@ -401,7 +392,7 @@ class _Drain:
         self.report.entries += 1
         rec = entry.record
         if rec is None:
-            self._dead(entry, DrainRow(entry.id, "", -1, "", "", ""), OUTCOME_MALFORMED,
+            self._dead(entry, DrainRow(entry.id, "", -1, "", "", ""), Outcome.MALFORMED,
                        entry.error or "malformed record")
             return
         row = DrainRow(entry.id, rec.topic, rec.ledger_id, rec.type, rec.reason, "")
@@ -409,19 +400,19 @@ class _Drain:
             t = TopicName.parse(rec.topic)
             uuid = str(uuidlib.UUID(rec.uuid)) if rec.type != TYPE_LEDGER else ""
         except (ValidationError, ValueError) as e:
-            self._dead(entry, row, OUTCOME_MALFORMED, f"malformed record: {e}")
+            self._dead(entry, row, Outcome.MALFORMED, f"malformed record: {e}")
             return
         try:
             info = self._topic_info(t)
             why = _in_use(rec, uuid, info)
         except _Unsupported as e:
-            self._dead(entry, row, OUTCOME_DEAD, str(e))
+            self._dead(entry, row, Outcome.DEAD_LETTERED, str(e))
             return
         except Exception as e:  # unreadable topic record, metadata store down: cannot decide now
             self._fail(entry, row, f"reading topic {t.managed_ledger_name}: {type(e).__name__}: {e}")
             return
         if why is not None:
-            self._ack(entry, row, OUTCOME_STILL_IN_USE, why)
+            self._ack(entry, row, Outcome.STILL_IN_USE, why)
             return
         if rec.type == TYPE_LEDGER:
             self._hot(entry, row, rec, t)
@@ -432,7 +423,7 @@ class _Drain:
         try:
             meta = self.ws.hot.ledger_metadata(rec.ledger_id)
         except HotLedgerNotFoundError:
-            self._ack(entry, row, OUTCOME_ALREADY_DELETED, "hot ledger does not exist")
+            self._ack(entry, row, Outcome.ALREADY_DELETED, "hot ledger does not exist")
             return
         except Exception as e:
             self._fail(entry, row, f"reading hot ledger metadata: {type(e).__name__}: {e}")
@@ -440,23 +431,23 @@ class _Drain:
         mismatch = _hot_mismatch(rec, t.managed_ledger_name, meta.custom_metadata)
         if mismatch is not None:
             log.warning("deletion %s refused: ledger %s: %s", entry.id, rec.ledger_id, mismatch)
-            self._ack(entry, row, OUTCOME_REFUSED, mismatch)
+            self._ack(entry, row, Outcome.REFUSED_MISMATCH, mismatch)
             return
         if self.dry_run:
-            self._set(row, OUTCOME_WOULD_DELETE)
+            self._set(row, Outcome.WOULD_DELETE)
             return
         try:
             self.ws.hot.delete_ledger(rec.ledger_id)
         except Exception as e:
             self._fail(entry, row, f"deleting hot ledger: {type(e).__name__}: {e}")
             return
-        self._ack(entry, row, OUTCOME_DELETED, deleted_hot=1)
+        self._ack(entry, row, Outcome.DELETED, deleted_hot=1)
 
     def _plan_objects(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName, uuid: str) -> None:
         try:
             off: LedgerOffloader = self.ws.offloader_for_driver(driver_metadata_from_dict(rec.driver))
         except ValidationError as e:  # a driver this build cannot open: retrying will not help
-            self._dead(entry, row, OUTCOME_DEAD, f"cannot open the record's object store: {e}")
+            self._dead(entry, row, Outcome.DEAD_LETTERED, f"cannot open the record's object store: {e}")
             return
         except Exception as e:
             self._fail(entry, row, f"opening the record's object store: {type(e).__name__}: {e}")
@@ -469,17 +460,17 @@ class _Drain:
             existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
         except _Foreign as e:
             log.warning("deletion %s refused: %s", entry.id, e)
-            self._ack(entry, row, OUTCOME_REFUSED_FOREIGN, str(e))
+            self._ack(entry, row, Outcome.REFUSED_FOREIGN, str(e))
             return
         except _Refused as e:
             log.warning("deletion %s refused: %s", entry.id, e)
-            self._ack(entry, row, OUTCOME_REFUSED, str(e))
+            self._ack(entry, row, Outcome.REFUSED_MISMATCH, str(e))
             return
         except Exception as e:
             self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
             return
         if self.dry_run:
-            self._set(row, OUTCOME_WOULD_DELETE if existed else OUTCOME_ALREADY_DELETED)
+            self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
             return
         batch = self._batches.setdefault(id(off.store), _Batch(off.store))
         batch.prefixes.add(off.prefix)
@@ -549,9 +540,9 @@ class _Drain:
             if id(j) in failed:
                 self._fail(j.entry, j.row, failed[id(j)])
             elif j.existed or j.data_key in aborted:
-                self._ack(j.entry, j.row, OUTCOME_DELETED, deleted_offloaded=1)
+                self._ack(j.entry, j.row, Outcome.DELETED, deleted_offloaded=1)
             else:
-                self._ack(j.entry, j.row, OUTCOME_ALREADY_DELETED, "no object existed")
+                self._ack(j.entry, j.row, Outcome.ALREADY_DELETED, "no object existed")
 
 
 def drain(

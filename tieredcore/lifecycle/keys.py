@@ -37,6 +37,7 @@ from tieredcore.lifecycle.reconcile.listing import list_objects
 from tieredcore.lifecycle.reconcile.run import owned_locations, store_locations
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.offload.ownership import foreign_reason
+from tieredcore.outcomes import Outcome
 from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
 
@@ -53,12 +54,7 @@ __all__ = [
     "rotation_target",
 ]
 
-OUTCOME_REWRAPPED = "rewrapped"
-OUTCOME_WOULD_REWRAP = "would_rewrap"  # dry run
-OUTCOME_SKIPPED = "skipped"  # already under the target, not encrypted, foreign, deleted meanwhile
-OUTCOME_FAILED = "failed"
-OUTCOME_ABORTED = "aborted"  # not attempted: the location's store kept failing
-FAILED_OUTCOMES = frozenset({OUTCOME_FAILED, OUTCOME_ABORTED})
+FAILED_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ABORTED})
 SAMPLE_KEYS = 5
 RETIRED_SUFFIX = ".pem.retired"  # what KeyRing.retire renames a key's PEM file to
 # detail.parquet of a rotation run (Spark DDL): one row per object
@@ -267,16 +263,16 @@ def rotate(ws: Workspace, manifests: Iterable[ManifestRef], target: str | None =
     rows: list[RotationRow] = []
     for ref in manifests:
         budget = budgets.setdefault(ref.location, ws.failure_budget())
-        row = RotationRow(ref.location, ref.key, OUTCOME_FAILED, kek_to=kek)
+        row = RotationRow(ref.location, ref.key, Outcome.FAILED, kek_to=kek)
         error_type = ""
         if budget.exhausted:
-            row.outcome, row.reason = OUTCOME_ABORTED, budget.reason
+            row.outcome, row.reason = Outcome.ABORTED, budget.reason
         else:
             try:
                 store = _store(ws, stores, ref)
                 _rotate_one(store, ring, ref.key, kek, dry_run, row, cluster, identity)
             except (TieredError, OSError) as e:
-                row.outcome, row.reason, error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
+                row.outcome, row.reason, error_type = Outcome.FAILED, f"{type(e).__name__}: {e}", type(e).__name__
             budget.record(error_type, row.reason)
         rows.append(row)
         if progress is not None:
@@ -289,23 +285,23 @@ def _rotate_one(store: TransformedBlobStore, ring: KeyRing, key: str, kek: str, 
     try:
         m = _read_manifest(store, key)
     except NoSuchObjectError:
-        row.outcome, row.reason = OUTCOME_SKIPPED, "deleted meanwhile"
+        row.outcome, row.reason = Outcome.SKIPPED, "deleted meanwhile"
         return
     row.kek_from = m.kek_id
     why = foreign_reason(m.metadata, cluster, identity)
     if why is not None:
-        row.outcome, row.reason = OUTCOME_SKIPPED, f"not ours: {why}"
+        row.outcome, row.reason = Outcome.SKIPPED, f"not ours: {why}"
     elif not m.encrypted:
-        row.outcome, row.reason = OUTCOME_SKIPPED, "not encrypted"
+        row.outcome, row.reason = Outcome.SKIPPED, "not encrypted"
     elif m.kek_id == kek:
-        row.outcome, row.reason = OUTCOME_SKIPPED, f"already under {kek}"
+        row.outcome, row.reason = Outcome.SKIPPED, f"already under {kek}"
     elif dry_run:
         ring.unwrap(m.data_key or "")  # KeyRingError: this object could not be rotated
-        row.outcome = OUTCOME_WOULD_REWRAP
+        row.outcome = Outcome.WOULD_REWRAP
     elif store.rewrap(key, kek):
-        row.outcome = OUTCOME_REWRAPPED
+        row.outcome = Outcome.REWRAPPED
     else:  # another rotation got there first
-        row.outcome, row.reason = OUTCOME_SKIPPED, f"already under {kek}"
+        row.outcome, row.reason = Outcome.SKIPPED, f"already under {kek}"
 
 
 # -- retiring -------------------------------------------------------------------------------------
@@ -378,9 +374,9 @@ class RotationReport:
 
     def totals(self) -> Totals:
         return totals(ledgers=len(self.rows), failures=self.failures, outcomes=self.outcomes(),
-                      counters={k: self.outcomes().get(k, 0) for k in (OUTCOME_REWRAPPED, OUTCOME_WOULD_REWRAP,
-                                                                       OUTCOME_SKIPPED, OUTCOME_FAILED,
-                                                                       OUTCOME_ABORTED)})
+                      counters={k: self.outcomes().get(k, 0) for k in (Outcome.REWRAPPED, Outcome.WOULD_REWRAP,
+                                                                       Outcome.SKIPPED, Outcome.FAILED,
+                                                                       Outcome.ABORTED)})
 
     def summary(self) -> dict[str, Any]:
         return {"target": self.target, "dry_run": self.dry_run, "objects": len(self.rows),
@@ -394,9 +390,9 @@ class RotationReport:
     def messages(self) -> list[str]:
         verb = "would re-wrap" if self.dry_run else "re-wrapped"
         o = self.outcomes()
-        n = o.get(OUTCOME_WOULD_REWRAP if self.dry_run else OUTCOME_REWRAPPED, 0)
-        out = [f"{len(self.rows)} object(s) under key {self.target}: {verb} {n}, skipped {o.get(OUTCOME_SKIPPED, 0)}, "
-               f"failed {o.get(OUTCOME_FAILED, 0) + o.get(OUTCOME_ABORTED, 0)}"]
+        n = o.get(Outcome.WOULD_REWRAP if self.dry_run else Outcome.REWRAPPED, 0)
+        out = [f"{len(self.rows)} object(s) under key {self.target}: {verb} {n}, skipped {o.get(Outcome.SKIPPED, 0)}, "
+               f"failed {o.get(Outcome.FAILED, 0) + o.get(Outcome.ABORTED, 0)}"]
         out += [f"{loc}: {counts}" for loc, counts in self.by_location().items()]
         out += self.errors
         out += [f"FAILED {r['key']}: {r['reason']}" for r in self.failed_rows()[:20]]

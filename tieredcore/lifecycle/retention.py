@@ -36,6 +36,7 @@ from tieredcore.meta.deletion_log import (
     DeletionLog,
     DeletionRecord,
 )
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     abandoned_uuids,
@@ -44,17 +45,13 @@ from tieredcore.offload.context import (
     replacement_uuids,
     uuid_from_halves,
 )
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-REASON_RETENTION = "retention"
-REASON_TOPIC_DELETION = "topic-deletion"
 
-OUTCOME_TRIMMED = "trimmed"  # removed from the topic; its storage is in the deletion log
-OUTCOME_PLANNED = "planned"  # dry run
-OUTCOME_SKIPPED = "skipped"  # no longer selected, or the topic is gone
 
 MAX_ROUNDS = 10  # append / CAS rounds before giving up on a topic that keeps changing
 
@@ -193,7 +190,7 @@ def trim_topic(
     except TopicNotFoundError:
         return []
     if dry_run:
-        return _timed([row(li, OUTCOME_PLANNED) for li in _ledgers(info, select(info))], started)
+        return _timed([row(li, Outcome.PLANNED) for li in _ledgers(info, select(info))], started)
 
     dlog = DeletionLog(ws.metadata)
     covered: dict[int, set[Key]] = {}
@@ -225,7 +222,7 @@ def trim_topic(
         for li in _ledgers(info, select(info)):
             groups = object_groups(li)
             missing = [k for k in groups if k not in covered.get(li.ledgerId, set())]
-            new.extend(_records(ws, t, li, missing, groups, REASON_RETENTION, as_of_ms, pol))
+            new.extend(_records(ws, t, li, missing, groups, Reason.RETENTION, as_of_ms, pol))
         dlog.append(new)  # durable before the metadata change, all or none
         for r in new:
             covered.setdefault(r.ledger_id, set()).add((r.type, r.uuid))
@@ -238,14 +235,14 @@ def trim_topic(
             log.info("retention %s: topic deleted during the trim", t.full)
             break
         for li in state["removed"]:
-            results[li.ledgerId] = row(li, OUTCOME_TRIMMED)
+            results[li.ledgerId] = row(li, Outcome.TRIMMED)
         if state["blocked"] is None:
             break
     else:
         raise VersionConflictError(f"retention {t.full}: the topic kept changing over {MAX_ROUNDS} rounds")
     out = sorted(results.values(), key=lambda r: r.ledger)
     for lid in sorted(set(covered) - set(results)):
-        out.append(LedgerResult(t.full, t.namespace_name, lid, KIND_RETENTION, OUTCOME_SKIPPED,
+        out.append(LedgerResult(t.full, t.namespace_name, lid, KIND_RETENTION, Outcome.SKIPPED,
                                 error="no longer selected on current metadata (records left for the drain)"))
     return _timed(out, started)
 
@@ -313,7 +310,7 @@ def delete_topic(ws: Workspace, topic: str | TopicName, as_of_ms: int, dry_run: 
         for li in info.ledgerInfo:
             groups = object_groups(li)
             missing = [k for k in groups if k not in covered.get(li.ledgerId, set())]
-            new.extend(_records(ws, t, li, missing, groups, REASON_TOPIC_DELETION, as_of_ms, pol))
+            new.extend(_records(ws, t, li, missing, groups, Reason.TOPIC_DELETION, as_of_ms, pol))
         res.ledgers = len(info.ledgerInfo)
         if dry_run:
             for k, v in _count(new).items():

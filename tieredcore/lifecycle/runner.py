@@ -24,7 +24,7 @@ from tieredcore.lifecycle.work import (
     TopicWork,
 )
 from tieredcore.names import TopicName
-from tieredcore.offload.managed import OUTCOME_FAILED
+from tieredcore.outcomes import Outcome
 from tieredcore.workspace import Workspace
 
 CACHE_RECORD = "chunk_cache"  # the key of a partition's cache record (never a LedgerResult field)
@@ -54,7 +54,7 @@ def run_work(config: Config, units: Iterable[dict], *, with_cache: bool = False)
                     else:
                         raise ValidationError(f"unknown kind of work {w.kind!r}")
             except TieredError as e:  # the topic as a whole could not be processed
-                rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED,
+                rows = [LedgerResult(t.full, t.namespace_name, lid, w.kind, Outcome.FAILED,
                                      error=f"{type(e).__name__}: {e}") for lid in w.ledgers]
             for r in rows:
                 yield asdict(r)

@@ -42,20 +42,16 @@ from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
 from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
 from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offloaded
-from tieredcore.offload.managed import OUTCOME_NO_HOT_COPY, OUTCOME_REPLACED
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
-OUTCOME_OK = "ok"
-OUTCOME_DAMAGED = "damaged"
-OUTCOME_REPAIRED = "repaired"
-OUTCOME_UNRECOVERABLE = "unrecoverable"
-REASON_SCRUB_REPAIR = "scrub-repair"  # deletion-log reason of a damaged copy replaced by the scrub
 DEEP_WEEKDAY = 6  # "auto": deep on Sundays (UTC) of the logical date, shallow on the other days
 DEEP_MODES = ("auto", "always", "never")
 
@@ -124,21 +120,21 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     if failed or problem is None:
         return failed
     if not ws.hot.exists(lid):
-        row.outcome = OUTCOME_UNRECOVERABLE
+        row.outcome = Outcome.UNRECOVERABLE
         row.error = f"DATA LOSS: the offloaded copy {uuid} is damaged ({problem}) and there is no hot copy"
         return ""
     if not repair:
-        row.outcome = OUTCOME_DAMAGED
+        row.outcome = Outcome.DAMAGED
         row.error = f"{problem}; repairable from the hot copy (repair it: --repair)"
         return ""
     r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
-        t, lid, uuid, REASON_SCRUB_REPAIR)
-    if r.outcome == OUTCOME_REPLACED:
-        row.outcome, row.error = OUTCOME_REPAIRED, f"{problem}; replaced by {r.uuid}, verified against the hot copy"
-    elif r.outcome == OUTCOME_NO_HOT_COPY:
-        row.outcome, row.error = OUTCOME_UNRECOVERABLE, f"DATA LOSS: {problem}; {r.error}"
+        t, lid, uuid, Reason.SCRUB_REPAIR)
+    if r.outcome == Outcome.REPLACED:
+        row.outcome, row.error = Outcome.REPAIRED, f"{problem}; replaced by {r.uuid}, verified against the hot copy"
+    elif r.outcome == Outcome.NO_HOT_COPY:
+        row.outcome, row.error = Outcome.UNRECOVERABLE, f"DATA LOSS: {problem}; {r.error}"
     else:
-        row.outcome, row.error = OUTCOME_DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
+        row.outcome, row.error = Outcome.DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
         return r.error_type
     return ""
 
@@ -164,7 +160,7 @@ def _check_copy(ws: Workspace, lid: int, row: LedgerResult, deep: bool, open_cop
         return None, type(e).__name__
     except (FormatError, NotFoundError) as e:
         return f"{type(e).__name__}: {e}", ""
-    row.outcome = OUTCOME_OK
+    row.outcome = Outcome.OK
     return None, ""
 
 
@@ -189,10 +185,10 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
     if failed or problem is None:
         return failed
     if not ws.hot.exists(lid):
-        row.outcome = OUTCOME_UNRECOVERABLE
+        row.outcome = Outcome.UNRECOVERABLE
         row.error = f"DATA LOSS: the segments of ledger {lid} are damaged ({problem}) and there is no hot copy"
         return ""
-    row.outcome = OUTCOME_DAMAGED
+    row.outcome = Outcome.DAMAGED
     row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"
     return ""
 

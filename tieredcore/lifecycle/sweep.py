@@ -61,13 +61,15 @@ from tieredcore.lifecycle.work import (
 )
 from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.model import INT64_MAX, Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, is_sealed
 from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
-from tieredcore.offload.managed import OUTCOME_FAILED, OUTCOME_REPLACED, LedgerOffloadResult
-from tieredcore.offload.streaming import OUTCOME_HELD, SegmentOffloadResult
+from tieredcore.offload.managed import LedgerOffloadResult
+from tieredcore.offload.streaming import SegmentOffloadResult
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
@@ -76,10 +78,6 @@ log = logging.getLogger(__name__)
 OPTION_STREAMING = "streaming"  # TopicWork.options: a PIP-76 streaming offload of the topic
 OPTION_UPTO = "upto"  # TopicWork.options (streaming): [ledger, entry], offload nothing after it (backfills)
 OPTION_FORCE_TAIL = "force_tail"  # TopicWork.options (streaming): close the tail whatever its age
-REASON_DELETION_LAG = "deletion-lag"
-REASON_VERIFY_FAILED = "verify-failed"  # a damaged offloaded copy, replaced by a verified one
-OUTCOME_MARKED = "marked"  # lag cleanup: bookkeeperDeleted set, the hot copy's deletion pending in the log
-OUTCOME_VERIFY_FAILED = "verify-failed"  # the offloaded copy does not read back as the hot copy: hot kept
 
 
 def plan_offload(
@@ -200,7 +198,7 @@ def stream_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
     try:
         so = ws.streaming_offloader(pol, clock_ms=lambda: w.as_of_ms, progress=progress)
     except TieredError as e:  # the policy's store cannot be opened: one failed row for the topic
-        row = LedgerResult(t.full, t.namespace_name, w.ledgers[0] if w.ledgers else -1, w.kind, OUTCOME_FAILED,
+        row = LedgerResult(t.full, t.namespace_name, w.ledgers[0] if w.ledgers else -1, w.kind, Outcome.FAILED,
                            error=f"{type(e).__name__}: {e}", unit=UNIT_SEGMENT)
         if budget is not None:
             budget.record(type(e).__name__, row.error)
@@ -213,7 +211,7 @@ def stream_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
         rows = [LedgerResult(t.full, t.namespace_name, seg.ranges[0][0], w.kind, "planned", seg.length,
                              unit=UNIT_SEGMENT, covers=format_covers(seg.ranges)) for seg in plan.segments]
         if plan.held is not None:
-            rows.append(LedgerResult(t.full, t.namespace_name, plan.held.ranges[0][0], w.kind, OUTCOME_HELD,
+            rows.append(LedgerResult(t.full, t.namespace_name, plan.held.ranges[0][0], w.kind, Outcome.HELD,
                                      plan.held.length, unit=UNIT_SEGMENT, covers=format_covers(plan.held.ranges)))
         return rows
     return [_segment_row(t, w.kind, r) for r in so.offload_topic(t, budget=budget, **kw)]
@@ -253,7 +251,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     except HotLedgerNotFoundError:
         hot = None  # already gone from the hot tier: the offloaded copy is still checked before marking
     except TieredError as e:
-        row.outcome = OUTCOME_FAILED
+        row.outcome = Outcome.FAILED
         row.error = f"the hot copy cannot be read ({type(e).__name__}: {e}): both copies kept"
         return type(e).__name__
     # the proof: every frame of the offloaded copy hashes to the CRC32C the hot tier recorded for it
@@ -266,10 +264,10 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
             finally:
                 h.close()
         except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run
-            row.outcome, row.error = OUTCOME_FAILED, f"reading the offloaded copy: {e}"
+            row.outcome, row.error = Outcome.FAILED, f"reading the offloaded copy: {e}"
             return type(e).__name__
         except (FormatError, NotFoundError) as e:
-            row.outcome = OUTCOME_VERIFY_FAILED
+            row.outcome = Outcome.VERIFY_FAILED
             row.error = f"{what} does not read back correctly ({type(e).__name__}: {e})"
             if hot is None:
                 row.error += "; there is no hot copy either: data at risk (see `tiered scrub`)"
@@ -283,8 +281,8 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
             hot.close()
             hot = None
             r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
-                t, lid, uuid, REASON_VERIFY_FAILED)
-            row.error += (f"; re-offloaded and verified as {r.uuid}" if r.outcome == OUTCOME_REPLACED
+                t, lid, uuid, Reason.VERIFY_FAILED)
+            row.error += (f"; re-offloaded and verified as {r.uuid}" if r.outcome == Outcome.REPLACED
                           else f"; re-offload {r.outcome}: {r.error}")
             return r.error_type
     finally:
@@ -297,7 +295,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     # bookkeeperDeleted is set; the drain deletes it. A crash between the two leaves a record whose
     # ledger is still in use (the drain acknowledges it); a rerun appends a fresh one.
     ws.deletion_log.append([DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_LEDGER,
-                                           reason=REASON_DELETION_LAG, created_ms=w.as_of_ms)])
+                                           reason=Reason.DELETION_LAG, created_ms=w.as_of_ms)])
 
     def mark(info) -> bool:
         # only if the copy proven is still the ledger's complete copy (same uuid, or the same segments)
@@ -310,7 +308,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
 
     _, changed = _update(ws, t, mark)
     if changed:
-        row.outcome = OUTCOME_MARKED
+        row.outcome = Outcome.MARKED
     else:  # trimmed, re-offloaded or marked by someone else meanwhile: the record is left to the drain
         row.outcome = "skipped"
         row.error = "changed during the cleanup (its record is left to the drain)"

@@ -13,8 +13,7 @@ from typing import Any
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import LeaseHeldError, TieredError
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.managed import OUTCOME_ABORTED, OUTCOME_BUSY, OUTCOME_FAILED
-from tieredcore.offload.streaming import OUTCOME_HELD
+from tieredcore.outcomes import Outcome
 from tieredcore.reports import Totals, totals
 from tieredcore.workspace import Workspace
 
@@ -24,7 +23,7 @@ KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
 KIND_SCRUB = "scrub"  # tieredcore.lifecycle.scrub
 
 # outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
-FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", OUTCOME_ABORTED,
+FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", Outcome.ABORTED,
                              "damaged", "unrecoverable"})
 # outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
 BYTES_OUTCOMES = ("offloaded", "marked", "ok", "damaged", "repaired", "unrecoverable")
@@ -133,15 +132,15 @@ def held_topic_rows(
     def run_all(renew: Callable[[], None] | None) -> None:
         for lid in ids:
             started = time.monotonic()
-            row = LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_FAILED)
+            row = LedgerResult(t.full, t.namespace_name, lid, w.kind, Outcome.FAILED)
             if budget is not None and budget.exhausted:
-                row.outcome, row.error = OUTCOME_ABORTED, budget.reason
+                row.outcome, row.error = Outcome.ABORTED, budget.reason
                 out.append(row)
                 continue
             try:
                 error_type = one(lid, row)
             except TieredError as e:
-                row.outcome, row.error, error_type = OUTCOME_FAILED, f"{type(e).__name__}: {e}", type(e).__name__
+                row.outcome, row.error, error_type = Outcome.FAILED, f"{type(e).__name__}: {e}", type(e).__name__
             row.seconds = round(time.monotonic() - started, 6)
             out.append(row)
             if budget is not None:
@@ -156,7 +155,7 @@ def held_topic_rows(
         with ws.leases.hold(t, purpose) as held:
             run_all(held.renew)
     except LeaseHeldError as e:
-        out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, OUTCOME_BUSY, error=str(e))
+        out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, Outcome.BUSY, error=str(e))
                 for lid in ids[len(out):]]
     return out
 
@@ -197,7 +196,7 @@ class RunSummary:
             if row.is_segment:
                 for k, v in (("segments", r["outcome"] == "offloaded"),
                              ("segment_bytes", r["bytes"] if r["outcome"] == "offloaded" else 0),
-                             ("segments_held", r["outcome"] == OUTCOME_HELD)):
+                             ("segments_held", r["outcome"] == Outcome.HELD)):
                     setattr(s, k, getattr(s, k) + v)
                     ns[k] = ns.get(k, 0) + v
             else:
@@ -247,9 +246,9 @@ class LedgerRunReport:
             row = LedgerResult(**r)
             if row.failed:
                 out.append(f"FAILED {r['topic']} {row.what}: {r['outcome']}: {r['error']}")
-            elif r["outcome"] == OUTCOME_BUSY:
+            elif r["outcome"] == Outcome.BUSY:
                 out.append(f"BUSY {r['topic']} {row.what}: {r['error']}")
-        aborted = [r for r in self.rows if r["outcome"] == OUTCOME_ABORTED]
+        aborted = [r for r in self.rows if r["outcome"] == Outcome.ABORTED]
         if aborted:
             units = "segment(s)" if all(LedgerResult(**r).is_segment for r in aborted) else "ledger(s)"
             out.append(f"STOPPED early: {len(aborted)} {units} {aborted[0]['error']}")

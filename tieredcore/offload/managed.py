@@ -46,6 +46,7 @@ from tieredcore.hot.tier import HotTier
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     ABANDONED_PREFIX,
@@ -62,6 +63,7 @@ from tieredcore.offload.context import (
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
+from tieredcore.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +73,8 @@ log = logging.getLogger(__name__)
 # drops the properties).
 __all__ = ["ABANDONED_PREFIX", "TopicOffloader", "abandoned_uuids", "context_uuid"]
 
-REASON_OFFLOAD_CLEANUP = "offload-cleanup"  # an earlier attempt's uuid, replaced by a new attempt
-REASON_OFFLOAD_CONFLICT = "offload-conflict"  # our own attempt lost (replaced, or the ledger left)
-REASON_REPAIR = "repair"  # a damaged complete copy, replaced by a verified one
 MAX_ROUNDS = 10  # append / CAS rounds of step 1 before giving up on a ledger that keeps changing
 
-OUTCOME_OFFLOADED = "offloaded"
-OUTCOME_SKIPPED = "skipped"  # already complete
-OUTCOME_CONFLICT = "conflict"  # trimmed meanwhile or another attempt took over
-OUTCOME_FAILED = "failed"
-OUTCOME_UNKNOWN = "unknown"  # metadata store error at completion: may have landed
-OUTCOME_REPLACED = "replaced"  # a damaged complete copy replaced by a verified one
-OUTCOME_NO_HOT_COPY = "no-hot-copy"  # nothing to replace a damaged copy from
-OUTCOME_BUSY = "busy"  # another runner holds the topic's lease: skipped this time (not a failure)
-OUTCOME_ABORTED = "aborted"  # not attempted: the object store kept failing (a failure)
 
 
 @dataclass
@@ -102,7 +92,7 @@ class LedgerOffloadResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome in (OUTCOME_OFFLOADED, OUTCOME_SKIPPED, OUTCOME_REPLACED, OUTCOME_BUSY)
+        return self.outcome in (Outcome.OFFLOADED, Outcome.SKIPPED, Outcome.REPLACED, Outcome.BUSY)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -143,7 +133,7 @@ class TopicOffloader:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         name = t.managed_ledger_name
         started = time.monotonic()
-        res = LedgerOffloadResult(name, ledger_id, OUTCOME_FAILED)
+        res = LedgerOffloadResult(name, ledger_id, Outcome.FAILED)
         new_uuid = str(self.uuid_factory())
         msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
         state: dict = {}
@@ -188,7 +178,7 @@ class TopicOffloader:
                 if "uncovered" not in state:
                     break
                 missing, dm = state["uncovered"]
-                self._append(name, ledger_id, missing, REASON_OFFLOAD_CLEANUP, dm)
+                self._append(name, ledger_id, missing, Reason.OFFLOAD_CLEANUP, dm)
                 covered.update(missing)
             else:
                 raise OffloadConflictError(f"ledger {ledger_id} of {name}: offload attempts kept replacing "
@@ -197,10 +187,10 @@ class TopicOffloader:
             res.error = f"recording offload attempt: {e}"
             return self._finish(res, started)
         if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
             return self._finish(res, started)
         if "skipped" in state:
-            res.outcome, res.uuid = OUTCOME_SKIPPED, state["skipped"]
+            res.outcome, res.uuid = Outcome.SKIPPED, state["skipped"]
             return self._finish(res, started)
         res.uuid = new_uuid
 
@@ -208,7 +198,7 @@ class TopicOffloader:
         try:
             handle = self.hot.open_ledger(ledger_id)
         except (HotLedgerNotFoundError, StaleHandleError) as e:
-            res.outcome, res.error = OUTCOME_CONFLICT, f"hot-tier ledger gone: {e}"
+            res.outcome, res.error = Outcome.CONFLICT, f"hot-tier ledger gone: {e}"
             return self._finish(res, started)
         except TieredError as e:  # a corrupt .meta / .idx fails this ledger; the others go on
             res.error, res.error_type = f"the hot copy cannot be read: {type(e).__name__}: {e}", type(e).__name__
@@ -240,13 +230,13 @@ class TopicOffloader:
             return True
 
         if self._final_cas(t, complete, state, res, "completing offload"):
-            res.outcome = OUTCOME_OFFLOADED
+            res.outcome = Outcome.OFFLOADED
         return self._finish(res, started)
 
     # -- replacing a damaged copy -----------------------------------------------------------
 
     def replace_offload(self, topic: str | TopicName, ledger_id: int, damaged_uuid: str,
-                        reason: str = REASON_REPAIR) -> LedgerOffloadResult:
+                        reason: str = Reason.REPAIR) -> LedgerOffloadResult:
         """Replace the ledger's complete offloaded copy ``damaged_uuid`` by a new one written from the hot
         copy and verified against the hot tier's CRCs (see the module docstring). Outcomes: replaced;
         no-hot-copy (nothing written: the caller reports the damaged copy as unrecoverable); conflict
@@ -255,7 +245,7 @@ class TopicOffloader:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         name = t.managed_ledger_name
         started = time.monotonic()
-        res = LedgerOffloadResult(name, ledger_id, OUTCOME_FAILED)
+        res = LedgerOffloadResult(name, ledger_id, Outcome.FAILED)
         new_uuid = str(self.uuid_factory())
         prop = REPLACEMENT_PREFIX + new_uuid
         state: dict[str, Any] = {}
@@ -286,17 +276,17 @@ class TopicOffloader:
             res.error = f"recording the replacement: {e}"
             return self._finish(res, started)
         if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
             return self._finish(res, started)
         res.uuid = new_uuid
         try:
             handle = self.hot.open_ledger(ledger_id)
         except HotLedgerNotFoundError as e:
-            res.outcome, res.error = OUTCOME_NO_HOT_COPY, f"no hot copy to replace it from: {e}"
+            res.outcome, res.error = Outcome.NO_HOT_COPY, f"no hot copy to replace it from: {e}"
             self._forget_replacement(t, ledger_id, prop)
             return self._finish(res, started)
         except TieredError as e:
-            res.outcome, res.error = OUTCOME_NO_HOT_COPY, f"the hot copy cannot be read: {type(e).__name__}: {e}"
+            res.outcome, res.error = Outcome.NO_HOT_COPY, f"the hot copy cannot be read: {type(e).__name__}: {e}"
             self._forget_replacement(t, ledger_id, prop)
             return self._finish(res, started)
         try:
@@ -347,8 +337,8 @@ class TopicOffloader:
             return True
 
         if self._final_cas(t, swap, state, res, "swapping in the replacement"):
-            res.outcome = OUTCOME_REPLACED
-        elif res.outcome == OUTCOME_CONFLICT:
+            res.outcome = Outcome.REPLACED
+        elif res.outcome == Outcome.CONFLICT:
             self._forget_replacement(t, ledger_id, prop)
         return self._finish(res, started)
 
@@ -362,14 +352,14 @@ class TopicOffloader:
         try:
             self.ml.update_topic(t, mutate)
         except MetadataStoreError as e:
-            res.outcome, res.error = OUTCOME_UNKNOWN, f"{what}, outcome unknown: {e}"
+            res.outcome, res.error = Outcome.UNKNOWN, f"{what}, outcome unknown: {e}"
             return False
         except TieredError as e:
             res.error = f"{what}: {e}"
             self._discard_own(res.topic, res.ledger_id, res.uuid)
             return False
         if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
             self._discard_own(res.topic, res.ledger_id, res.uuid)
             return False
         return True
@@ -404,7 +394,7 @@ class TopicOffloader:
     def _discard_own(self, name: str, ledger_id: int, uuid: str) -> None:
         """Our attempt lost: its objects become a pending deletion (never a direct delete)."""
         try:
-            self._append(name, ledger_id, [uuid], REASON_OFFLOAD_CONFLICT)
+            self._append(name, ledger_id, [uuid], Reason.OFFLOAD_CONFLICT)
         except TieredError as e:
             # nothing references the uuid any more: orphan reconciliation finds the objects later
             log.warning("ledger %s: could not record conflicted attempt %s for deletion: %s", ledger_id, uuid, e)
@@ -438,13 +428,13 @@ class TopicOffloader:
                     if len(out) < len(ids):
                         held.renew()
         except LeaseHeldError as e:  # held by another runner (or lost meanwhile): the rest waits for later
-            out += [LedgerOffloadResult(t.managed_ledger_name, lid, OUTCOME_BUSY, error=str(e))
+            out += [LedgerOffloadResult(t.managed_ledger_name, lid, Outcome.BUSY, error=str(e))
                     for lid in ids[len(out):]]
         return out
 
     def _offload_budgeted(self, t: TopicName, ledger_id: int, budget: StoreFailureBudget | None) -> LedgerOffloadResult:
         if budget is not None and budget.exhausted:
-            return LedgerOffloadResult(t.managed_ledger_name, ledger_id, OUTCOME_ABORTED, error=budget.reason)
+            return LedgerOffloadResult(t.managed_ledger_name, ledger_id, Outcome.ABORTED, error=budget.reason)
         r = self.offload_ledger(t, ledger_id)
         if budget is not None:
             budget.record(r.error_type if not r.ok else "", r.error or "")

@@ -49,6 +49,7 @@ from tieredcore.hot.tier import HotTier
 from tieredcore.meta.deletion_log import TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.model import Position, ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
@@ -58,18 +59,9 @@ from tieredcore.offload.context import (
     is_complete,
     is_sealed,
 )
-from tieredcore.offload.managed import (
-    OUTCOME_ABORTED,
-    OUTCOME_BUSY,
-    OUTCOME_CONFLICT,
-    OUTCOME_FAILED,
-    OUTCOME_OFFLOADED,
-    OUTCOME_UNKNOWN,
-    REASON_OFFLOAD_CLEANUP,
-    REASON_OFFLOAD_CONFLICT,
-)
 from tieredcore.offload.offloader import _entry_sizes
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSource
+from tieredcore.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +69,6 @@ WATERMARK_KEY = "tiered.streamingWatermark"
 MAX_ROUNDS = 10
 MAX_SEGMENTS_PER_RUN = 64  # a backlog larger than this many segments is worked off over several runs
 
-OUTCOME_HELD = "held"  # the tail waits for its rollover time (not a failure)
 
 
 @dataclass
@@ -96,7 +87,7 @@ class SegmentOffloadResult:
 
     @property
     def ok(self) -> bool:
-        return self.outcome in (OUTCOME_OFFLOADED, OUTCOME_HELD, OUTCOME_BUSY)
+        return self.outcome in (Outcome.OFFLOADED, Outcome.HELD, Outcome.BUSY)
 
     @property
     def ledger_id(self) -> int:
@@ -256,7 +247,7 @@ class StreamingOffloader:
             with self.leases.hold(t, "offload"):
                 return self._offload(t, max_segment_size, rollover_ms, as_of_ms, force_tail, upto, budget)
         except LeaseHeldError as e:
-            return [SegmentOffloadResult(name, OUTCOME_BUSY, error=str(e))]
+            return [SegmentOffloadResult(name, Outcome.BUSY, error=str(e))]
 
     def _offload(self, t: TopicName, max_segment_size: int, rollover_ms: int, as_of_ms: int, force_tail: bool,
                  upto: Position | None, budget: StoreFailureBudget | None) -> list[SegmentOffloadResult]:
@@ -265,12 +256,12 @@ class StreamingOffloader:
             plan = self.plan(t, max_segment_size=max_segment_size, rollover_ms=rollover_ms, as_of_ms=as_of_ms,
                              force_tail=force_tail, upto=upto)
         except TieredError as e:
-            return [SegmentOffloadResult(name, OUTCOME_FAILED, error=f"planning: {type(e).__name__}: {e}",
+            return [SegmentOffloadResult(name, Outcome.FAILED, error=f"planning: {type(e).__name__}: {e}",
                                          error_type=type(e).__name__)]
         out: list[SegmentOffloadResult] = []
         for seg in plan.segments:
             if budget is not None and budget.exhausted:
-                out.append(SegmentOffloadResult(name, OUTCOME_ABORTED, ledgers=list(seg.ranges), error=budget.reason))
+                out.append(SegmentOffloadResult(name, Outcome.ABORTED, ledgers=list(seg.ranges), error=budget.reason))
                 continue
             r = self.offload_segment(t, seg.ranges)
             if budget is not None:
@@ -280,7 +271,7 @@ class StreamingOffloader:
                 return out
         if plan.held is not None:
             out.append(SegmentOffloadResult(
-                name, OUTCOME_HELD, ledgers=list(plan.held.ranges), bytes=plan.held.length,
+                name, Outcome.HELD, ledgers=list(plan.held.ranges), bytes=plan.held.length,
                 error=None))
         elif plan.lac is not None and upto is None:
             self._advance_watermark(t, plan.lac, as_of_ms, rollover_ms)
@@ -291,7 +282,7 @@ class StreamingOffloader:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
         name = t.managed_ledger_name
         started = time.monotonic()
-        res = SegmentOffloadResult(name, OUTCOME_FAILED, ledgers=[tuple(r) for r in ranges])
+        res = SegmentOffloadResult(name, Outcome.FAILED, ledgers=[tuple(r) for r in ranges])
         new_uuid = str(self.uuid_factory())
         msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
         driver = self._driver()
@@ -346,7 +337,7 @@ class StreamingOffloader:
                 if "uncovered" not in state:
                     break
                 missing = state["uncovered"]
-                self._append(name, missing, REASON_OFFLOAD_CLEANUP)
+                self._append(name, missing, Reason.OFFLOAD_CLEANUP)
                 covered.update(missing)
             else:
                 raise TieredError(f"{name}: segment attempts kept replacing each other over {MAX_ROUNDS} rounds")
@@ -354,7 +345,7 @@ class StreamingOffloader:
             res.error, res.error_type = f"recording the segment: {e}", type(e).__name__
             return self._finish(res, started)
         if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
             return self._finish(res, started)
         res.uuid = new_uuid
         self._step("assigned", new_uuid)
@@ -376,7 +367,7 @@ class StreamingOffloader:
                 cb = lambda done, total: self.progress(name, ranges[0][0], done, total)  # noqa: E731
             obj: OffloadedSegment = self.segments.write(sources, new_uuid, {"managedledgername": name}, progress=cb)
         except (HotLedgerNotFoundError, StaleHandleError) as e:
-            res.outcome, res.error = OUTCOME_CONFLICT, f"hot-tier ledger gone: {e}"
+            res.outcome, res.error = Outcome.CONFLICT, f"hot-tier ledger gone: {e}"
             self._unassign(t, msb, lsb)
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
@@ -409,17 +400,17 @@ class StreamingOffloader:
         try:
             self.ml.update_topic(t, complete)
         except MetadataStoreError as e:
-            res.outcome, res.error = OUTCOME_UNKNOWN, f"completing the segment, outcome unknown: {e}"
+            res.outcome, res.error = Outcome.UNKNOWN, f"completing the segment, outcome unknown: {e}"
             return self._finish(res, started)
         except TieredError as e:
             res.error = f"completing the segment: {e}"
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
         if "conflict" in state:
-            res.outcome, res.error = OUTCOME_CONFLICT, state["conflict"]
+            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
             self._discard_own(name, ranges[0][0], new_uuid, driver)
             return self._finish(res, started)
-        res.outcome = OUTCOME_OFFLOADED
+        res.outcome = Outcome.OFFLOADED
         self._step("completed", new_uuid)
         return self._finish(res, started)
 
@@ -479,7 +470,7 @@ class StreamingOffloader:
 
     def _discard_own(self, name: str, ledger_id: int, uuid: str, driver: pb.OffloadDriverMetadata) -> None:
         try:
-            self._append(name, {uuid: ledger_id}, REASON_OFFLOAD_CONFLICT, driver)
+            self._append(name, {uuid: ledger_id}, Reason.OFFLOAD_CONFLICT, driver)
         except TieredError as e:
             log.warning("%s: could not record segment %s for deletion: %s", name, uuid, e)
 
@@ -518,13 +509,12 @@ def _cut(plan: SegmentPlan, max_size: int, block_size: int) -> list[PlannedSegme
 
 
 def segment_summary(results: Iterable[SegmentOffloadResult]) -> dict[str, int]:
-    done = [r for r in results if r.outcome == OUTCOME_OFFLOADED]
+    done = [r for r in results if r.outcome == Outcome.OFFLOADED]
     return {"segments": len(done), "segment_bytes": sum(r.bytes for r in done),
             "segment_entries": sum(r.entries for r in done)}
 
 
 __all__ = [
-    "OUTCOME_HELD",
     "WATERMARK_KEY",
     "PlannedSegment",
     "SegmentOffloadResult",

@@ -40,6 +40,7 @@ from tieredcore.meta.deletion_log import (
     DeletionLog,
     DeletionRecord,
 )
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import UNKNOWN_NAMESPACE
 from tieredcore.offload.context import segment_drivers
 from tieredcore.offload.ownership import read_marker
@@ -47,7 +48,6 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-REASON_ORPHAN = "orphan"
 APPEND_BATCH = 500  # records per deletion-log transaction
 
 
@@ -148,7 +148,7 @@ def plan_object_records(
             continue
         planned.append((g, DeletionRecord(
             topic=owner.topic, ledger_id=0 if g.ledger_id is None else g.ledger_id,
-            type=TYPE_SEGMENT if g.is_segment else TYPE_OFFLOADED, reason=REASON_ORPHAN,
+            type=TYPE_SEGMENT if g.is_segment else TYPE_OFFLOADED, reason=Reason.ORPHAN,
             created_ms=as_of_ms, uuid=g.uuid, driver={"name": loc.driver["name"],
                                                       "properties": dict(loc.driver["properties"])},
         )))
@@ -240,7 +240,7 @@ def plan_and_apply(
         oldest.append(as_of_ms - o.ctime_ms)
         rep.sample(f"hot:{o.ledger_id}")
         emit(("hot", KIND_LEDGER, f"hot:{o.ledger_id}", o.bytes, o.ctime_ms, None, o.ledger_id, o.topic, ns))
-        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=REASON_ORPHAN,
+        records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=Reason.ORPHAN,
                                       created_ms=as_of_ms))
     for r in records:
         r.validate()
