@@ -27,14 +27,12 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from tieredcore.clock import now_ms
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
     HotLedgerNotFoundError,
     LeaseHeldError,
-    MetadataStoreError,
     OffloadConflictError,
     StaleHandleError,
     TieredError,
@@ -43,7 +41,7 @@ from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.hot.tier import HotTier
-from tieredcore.meta.deletion_log import TYPE_OFFLOADED, DeletionLog, DeletionRecord
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED, DeletionLog
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
@@ -62,6 +60,15 @@ from tieredcore.offload.context import (
 )
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
+from tieredcore.offload.transaction import (
+    Applied,
+    ObjectGroup,
+    Refusal,
+    Refused,
+    TopicTransaction,
+    Uncovered,
+    settle,
+)
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.outcomes import Outcome
 
@@ -72,10 +79,6 @@ log = logging.getLogger(__name__)
 # them); still read (retention, reconciliation) and cleaned (the next offload attempt appends records and
 # drops the properties).
 __all__ = ["ABANDONED_PREFIX", "TopicOffloader", "abandoned_uuids", "context_uuid"]
-
-MAX_ROUNDS = 10  # append / CAS rounds of step 1 before giving up on a ledger that keeps changing
-
-
 
 @dataclass
 class LedgerOffloadResult:
@@ -127,116 +130,119 @@ class TopicOffloader:
     def _driver_metadata(self) -> pb.OffloadDriverMetadata:
         return self.offloader.location.driver_metadata()
 
+    def _transaction(self, t: TopicName) -> TopicTransaction:
+        return TopicTransaction(self.ml, self.deletion_log, t, clock_ms=self.clock_ms)
+
+    def _attempt(self, ledger_id: int, uuid: str, driver: pb.OffloadDriverMetadata | None = None) -> ObjectGroup:
+        """One offload attempt's object pair; its driver is the attempt's own driver metadata when known,
+        else this offloader's (attempts of one ledger go to the namespace's store)."""
+        dm = driver if driver is not None and driver.name else self._driver_metadata()
+        return ObjectGroup(ledger_id, TYPE_OFFLOADED, uuid, driver_dict(dm))
+
     # -- one ledger ---------------------------------------------------------------------------
 
     def offload_ledger(self, topic: str | TopicName, ledger_id: int) -> LedgerOffloadResult:
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        name = t.managed_ledger_name
         started = time.monotonic()
-        res = LedgerOffloadResult(name, ledger_id, Outcome.FAILED)
+        res = LedgerOffloadResult(t.managed_ledger_name, ledger_id, Outcome.FAILED)
         new_uuid = str(self.uuid_factory())
-        msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
-        state: dict = {}
+        txn = self._transaction(t)
+        # step 1: record our uuid before writing anything; every attempt it replaces is covered first
+        step = txn.begin(self._assign(txn, ledger_id, new_uuid), "recording offload attempt")
+        if not isinstance(step, Applied):
+            settle(res, step)
+            return self._finish(res, started)
+        if not step.changed:  # complete, or every entry in completed segments (PIP-76)
+            res.outcome, res.uuid = Outcome.SKIPPED, context_uuid(find_ledger(step.info, ledger_id))
+            return self._finish(res, started)
+        res.uuid = new_uuid
 
-        # step 1: record our uuid before writing anything. Every attempt it replaces (the uuid there, plus
-        # legacy abandoned properties) must be covered by a durable record first: when the CAS finds one
-        # not covered yet, it changes nothing, the record is appended and the CAS is tried again.
-        covered: set[str] = set()
+        # step 2: write the objects (the offloader leaves nothing behind when it fails)
+        if not self._write(res, ledger_id, new_uuid):
+            return self._finish(res, started)
 
-        def begin(info) -> bool:
-            state.clear()
+        # step 3: complete only if our uuid is still the ledger's
+        def complete(info) -> bool:
             li = find_ledger(info, ledger_id)
             if li is None:
-                state["conflict"] = f"ledger {ledger_id} is not in topic {name} (trimmed?)"
-                return False
+                raise Refusal(f"ledger {ledger_id} left topic {t.managed_ledger_name} during the offload")
+            if context_uuid(li) != new_uuid:
+                raise Refusal(f"another offload attempt ({context_uuid(li)}) replaced ours")
+            li.offloadContext.complete = True
+            li.offloadContext.timestamp = self.clock_ms()
+            return True
+
+        step = txn.commit(complete, "completing offload", lambda: self._give_back(txn, ledger_id, new_uuid))
+        if isinstance(step, Applied):
+            res.outcome = Outcome.OFFLOADED
+        else:
+            settle(res, step)
+        return self._finish(res, started)
+
+    def _assign(self, txn: TopicTransaction, ledger_id: int, new_uuid: str) -> Callable[[LedgerInfo], bool]:
+        """Step 1's mutation: our uuid in the ledger's OffloadContext (complete=false). Every attempt it
+        replaces (the uuid there, plus legacy abandoned properties) must be covered by a durable record
+        first; nothing to do (False) when the ledger is offloaded already."""
+        msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
+        name = txn.name
+
+        def assign(info) -> bool:
+            li = find_ledger(info, ledger_id)
+            if li is None:
+                raise Refusal(f"ledger {ledger_id} is not in topic {name} (trimmed?)")
             if li.ledgerId == info.ledgerInfo[-1].ledgerId or li.timestamp <= 0:
-                state["conflict"] = f"ledger {ledger_id} of {name} is the open ledger"
+                raise Refusal(f"ledger {ledger_id} of {name} is the open ledger")
+            if is_offloaded(li):
                 return False
-            ctx = li.offloadContext
-            if is_offloaded(li):  # complete, or every entry in completed segments (PIP-76)
-                state["skipped"] = context_uuid(li)
-                return False
-            replaced = list(dict.fromkeys(
-                [u for u in (context_uuid(li),) if u is not None] + abandoned_uuids(li)))
-            missing = [u for u in replaced if u not in covered]
+            replaced = [self._attempt(ledger_id, u, context_driver(li)) for u in dict.fromkeys(
+                [u for u in (context_uuid(li),) if u is not None] + abandoned_uuids(li))]
+            missing = [g for g in replaced if g.key not in txn.covered]
             if missing:
-                state["uncovered"] = (missing, context_driver(li))
-                return False
+                raise Uncovered([g.record(name, Reason.OFFLOAD_CLEANUP, self.clock_ms()) for g in missing])
             if abandoned_uuids(li):  # legacy: the records now stand for them
-                keep = [kv for kv in li.properties if not kv.key.startswith(ABANDONED_PREFIX)]
-                del li.properties[:]
-                li.properties.extend(keep)
+                drop_properties(li, ABANDONED_PREFIX)
+            ctx = li.offloadContext
             ctx.uidMsb, ctx.uidLsb = msb, lsb
             ctx.complete = False
             ctx.ClearField("timestamp")
             ctx.driverMetadata.CopyFrom(self._driver_metadata())
             return True
 
-        try:
-            for _round in range(MAX_ROUNDS):
-                self.ml.update_topic(t, begin)
-                if "uncovered" not in state:
-                    break
-                missing, dm = state["uncovered"]
-                self._append(name, ledger_id, missing, Reason.OFFLOAD_CLEANUP, dm)
-                covered.update(missing)
-            else:
-                raise OffloadConflictError(f"ledger {ledger_id} of {name}: offload attempts kept replacing "
-                                           f"each other over {MAX_ROUNDS} rounds")
-        except TieredError as e:
-            res.error = f"recording offload attempt: {e}"
-            return self._finish(res, started)
-        if "conflict" in state:
-            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
-            return self._finish(res, started)
-        if "skipped" in state:
-            res.outcome, res.uuid = Outcome.SKIPPED, state["skipped"]
-            return self._finish(res, started)
-        res.uuid = new_uuid
+        return assign
 
-        # step 2: write the objects (the offloader leaves nothing behind when it fails)
+    def _write(self, res: LedgerOffloadResult, ledger_id: int, new_uuid: str) -> bool:
+        """Step 2: the ledger's objects from its hot copy; False (``res`` says why) when they could not be
+        written."""
         try:
             handle = self.hot.open_ledger(ledger_id)
         except (HotLedgerNotFoundError, StaleHandleError) as e:
             res.outcome, res.error = Outcome.CONFLICT, f"hot-tier ledger gone: {e}"
-            return self._finish(res, started)
+            return False
         except TieredError as e:  # a corrupt .meta / .idx fails this ledger; the others go on
             res.error, res.error_type = f"the hot copy cannot be read: {type(e).__name__}: {e}", type(e).__name__
-            return self._finish(res, started)
+            return False
         try:
             cb = None
             if self.progress is not None:
-                cb = lambda done, total: self.progress(name, ledger_id, done, total)  # noqa: E731
-            obj = self.offloader.offload(handle, new_uuid, {"managedledgername": name}, progress=cb)
+                cb = lambda done, total: self.progress(res.topic, ledger_id, done, total)  # noqa: E731
+            obj = self.offloader.offload(handle, new_uuid, {"managedledgername": res.topic}, progress=cb)
         except Exception as e:
             res.error, res.error_type = f"{type(e).__name__}: {e}", type(e).__name__
-            return self._finish(res, started)
+            return False
         finally:
             handle.close()
         res.bytes, res.blocks, res.entries = obj.data_length, obj.blocks, obj.entries
+        return True
 
-        # step 3: complete only if our uuid is still the ledger's
-        def complete(info) -> bool:
-            state.pop("conflict", None)
-            li = find_ledger(info, ledger_id)
-            if li is None:
-                state["conflict"] = f"ledger {ledger_id} left topic {name} during the offload"
-                return False
-            if context_uuid(li) != new_uuid:
-                state["conflict"] = f"another offload attempt ({context_uuid(li)}) replaced ours"
-                return False
-            li.offloadContext.complete = True
-            li.offloadContext.timestamp = self.clock_ms()
-            return True
-
-        if self._final_cas(t, complete, state, res, "completing offload"):
-            res.outcome = Outcome.OFFLOADED
-        return self._finish(res, started)
+    def _give_back(self, txn: TopicTransaction, ledger_id: int, uuid: str) -> None:
+        """Our attempt lost: its objects become a pending deletion (if our uuid is somehow still current
+        the drain sees it in use)."""
+        txn.give_back([self._attempt(ledger_id, uuid)], Reason.OFFLOAD_CONFLICT)
 
     # -- replacing a damaged copy -----------------------------------------------------------
 
     def replace_offload(self, topic: str | TopicName, ledger_id: int, damaged_uuid: str,
-                        reason: str = Reason.REPAIR) -> LedgerOffloadResult:
+                        reason: Reason = Reason.REPAIR) -> LedgerOffloadResult:
         """Replace the ledger's complete offloaded copy ``damaged_uuid`` by a new one written from the hot
         copy and verified against the hot tier's CRCs (see the module docstring). Outcomes: replaced;
         no-hot-copy (nothing written: the caller reports the damaged copy as unrecoverable); conflict
@@ -248,86 +254,43 @@ class TopicOffloader:
         res = LedgerOffloadResult(name, ledger_id, Outcome.FAILED)
         new_uuid = str(self.uuid_factory())
         prop = REPLACEMENT_PREFIX + new_uuid
-        state: dict[str, Any] = {}
+        txn = self._transaction(t)
 
-        def current(info) -> LedgerInfo | None:
+        def current(info) -> LedgerInfo:
             li = find_ledger(info, ledger_id)
             if li is None:
-                state["conflict"] = f"ledger {ledger_id} is not in topic {name} (trimmed?)"
-            elif context_uuid(li) != damaged_uuid or not is_complete(li):
-                state["conflict"] = f"the offload of ledger {ledger_id} changed meanwhile (now {context_uuid(li)})"
-            else:
-                return li
-            return None
+                raise Refusal(f"ledger {ledger_id} is not in topic {name} (trimmed?)")
+            if context_uuid(li) != damaged_uuid or not is_complete(li):
+                raise Refusal(f"the offload of ledger {ledger_id} changed meanwhile (now {context_uuid(li)})")
+            return li
 
         def begin(info) -> bool:
-            state.clear()
-            li = current(info)
-            if li is None:
-                return False
-            li.properties.add(key=prop, value=str(self.clock_ms()))
-            state["expect"] = ExpectedLedger.of(li, name)
-            state["driver"] = context_driver(li)
+            current(info).properties.add(key=prop, value=str(self.clock_ms()))
             return True
 
-        try:
-            self.ml.update_topic(t, begin)
-        except TieredError as e:
-            res.error = f"recording the replacement: {e}"
-            return self._finish(res, started)
-        if "conflict" in state:
-            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
+        step = txn.begin(begin, "recording the replacement")
+        if not isinstance(step, Applied):
+            settle(res, step)
             return self._finish(res, started)
         res.uuid = new_uuid
-        try:
-            handle = self.hot.open_ledger(ledger_id)
-        except HotLedgerNotFoundError as e:
-            res.outcome, res.error = Outcome.NO_HOT_COPY, f"no hot copy to replace it from: {e}"
-            self._forget_replacement(t, ledger_id, prop)
+        li = find_ledger(step.info, ledger_id)
+        damaged = self._attempt(ledger_id, damaged_uuid, context_driver(li))
+        if not self._write_replacement(res, txn, ExpectedLedger.of(li, name), new_uuid, prop):
             return self._finish(res, started)
-        except TieredError as e:
-            res.outcome, res.error = Outcome.NO_HOT_COPY, f"the hot copy cannot be read: {type(e).__name__}: {e}"
-            self._forget_replacement(t, ledger_id, prop)
-            return self._finish(res, started)
-        try:
-            try:
-                obj = self.offloader.offload(handle, new_uuid, {"managedledgername": name})
-            except Exception as e:  # nothing left behind by the offloader
-                res.error, res.error_type = f"writing the replacement: {type(e).__name__}: {e}", type(e).__name__
-                self._forget_replacement(t, ledger_id, prop)
-                return self._finish(res, started)
-            res.bytes, res.blocks, res.entries = obj.data_length, obj.blocks, obj.entries
-            try:
-                new = self.offloader.read_offloaded(ledger_id, new_uuid, state["expect"])
-                try:
-                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes())
-                finally:
-                    new.close()
-            except TieredError as e:
-                res.error, res.error_type = f"the replacement does not verify: {type(e).__name__}: {e}", type(e).__name__
-                self._discard_own(name, ledger_id, new_uuid)
-                self._forget_replacement(t, ledger_id, prop)
-                return self._finish(res, started)
-        finally:
-            handle.close()
 
         # the damaged copy's record first (harmless if the swap loses: the drain sees it still in use)
         try:
-            self._append(name, ledger_id, [damaged_uuid], reason, state["driver"])
+            txn.record([damaged.record(name, reason, self.clock_ms())])
         except TieredError as e:
             res.error = f"recording the damaged copy for deletion: {e}"
-            self._discard_own(name, ledger_id, new_uuid)
-            self._forget_replacement(t, ledger_id, prop)
+            self._give_back(txn, ledger_id, new_uuid)
+            self._forget_replacement(txn, ledger_id, prop)
             return self._finish(res, started)
 
         def swap(info) -> bool:
-            state.pop("conflict", None)
             li = current(info)
-            if li is None:
-                return False
             if new_uuid not in replacement_uuids(li):
-                state["conflict"] = f"the replacement {new_uuid} of ledger {ledger_id} is no longer recorded"
-                return False
+                raise Refusal(f"the replacement {new_uuid} of ledger {ledger_id} is no longer recorded")
             ctx = li.offloadContext
             ctx.uidMsb, ctx.uidLsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
             ctx.complete = True
@@ -336,35 +299,52 @@ class TopicOffloader:
             drop_properties(li, REPLACEMENT_PREFIX, {new_uuid})
             return True
 
-        if self._final_cas(t, swap, state, res, "swapping in the replacement"):
+        step = txn.commit(swap, "swapping in the replacement", lambda: self._give_back(txn, ledger_id, new_uuid))
+        if isinstance(step, Applied):
             res.outcome = Outcome.REPLACED
-        elif res.outcome == Outcome.CONFLICT:
-            self._forget_replacement(t, ledger_id, prop)
+        else:
+            settle(res, step)
+            if isinstance(step, Refused):
+                self._forget_replacement(txn, ledger_id, prop)
         return self._finish(res, started)
 
-    def _final_cas(self, t: TopicName, mutate: Callable[[Any], bool], state: dict[str, Any],
-                   res: LedgerOffloadResult, what: str) -> bool:
-        """The CAS that makes our attempt (``res.uuid``) current; True when it landed. An unknown outcome
-        deletes nothing: the update may have landed, and deleting our objects could lose the only
-        offloaded copy. One that did not land (topic gone, CAS gave up, a conflict) sends our own objects
-        to the deletion log; if our uuid is somehow still current the drain sees it in use."""
-        assert res.uuid is not None
+    def _write_replacement(self, res: LedgerOffloadResult, txn: TopicTransaction, expect: ExpectedLedger,
+                           new_uuid: str, prop: str) -> bool:
+        """The replacement's objects written from the hot copy and verified against the hot CRCs; False
+        (``res`` says why, our objects given back, the property dropped) when that fails."""
+        ledger_id = res.ledger_id
         try:
-            self.ml.update_topic(t, mutate)
-        except MetadataStoreError as e:
-            res.outcome, res.error = Outcome.UNKNOWN, f"{what}, outcome unknown: {e}"
-            return False
+            handle = self.hot.open_ledger(ledger_id)
         except TieredError as e:
-            res.error = f"{what}: {e}"
-            self._discard_own(res.topic, res.ledger_id, res.uuid)
+            res.outcome = Outcome.NO_HOT_COPY
+            res.error = (f"no hot copy to replace it from: {e}" if isinstance(e, HotLedgerNotFoundError)
+                         else f"the hot copy cannot be read: {type(e).__name__}: {e}")
+            self._forget_replacement(txn, ledger_id, prop)
             return False
-        if "conflict" in state:
-            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
-            self._discard_own(res.topic, res.ledger_id, res.uuid)
-            return False
+        try:
+            try:
+                obj = self.offloader.offload(handle, new_uuid, {"managedledgername": res.topic})
+            except Exception as e:  # nothing left behind by the offloader
+                res.error, res.error_type = f"writing the replacement: {type(e).__name__}: {e}", type(e).__name__
+                self._forget_replacement(txn, ledger_id, prop)
+                return False
+            res.bytes, res.blocks, res.entries = obj.data_length, obj.blocks, obj.entries
+            try:
+                new = self.offloader.read_offloaded(ledger_id, new_uuid, expect)
+                try:
+                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes())
+                finally:
+                    new.close()
+            except TieredError as e:
+                res.error, res.error_type = f"the replacement does not verify: {type(e).__name__}: {e}", type(e).__name__
+                self._give_back(txn, ledger_id, new_uuid)
+                self._forget_replacement(txn, ledger_id, prop)
+                return False
+        finally:
+            handle.close()
         return True
 
-    def _forget_replacement(self, t: TopicName, ledger_id: int, prop: str) -> None:
+    def _forget_replacement(self, txn: TopicTransaction, ledger_id: int, prop: str) -> None:
         """Drop a replacement's property (its objects, if any, are already in the deletion log)."""
         def drop(info) -> bool:
             li = find_ledger(info, ledger_id)
@@ -374,30 +354,9 @@ class TopicOffloader:
             return True
 
         try:
-            self.ml.update_topic(t, drop)
+            txn.cas(drop)
         except TieredError as e:  # a stale property only keeps reconciliation from flagging its objects
             log.warning("ledger %s: could not drop %s: %s", ledger_id, prop, e)
-
-    def _append(self, name: str, ledger_id: int, uuids: Iterable[str], reason: str,
-                driver_metadata: pb.OffloadDriverMetadata | None = None) -> None:
-        """Durably append one ``offloaded`` record per uuid (all or none). The driver is the attempt's
-        own driver metadata when known, else this offloader's (attempts of one ledger go to the
-        namespace's store)."""
-        dm = driver_metadata if driver_metadata is not None and driver_metadata.name else self._driver_metadata()
-        now = self.clock_ms()
-        self.deletion_log.append([
-            DeletionRecord(topic=name, ledger_id=ledger_id, type=TYPE_OFFLOADED, reason=reason, created_ms=now,
-                           uuid=u, driver=driver_dict(dm))
-            for u in uuids
-        ])
-
-    def _discard_own(self, name: str, ledger_id: int, uuid: str) -> None:
-        """Our attempt lost: its objects become a pending deletion (never a direct delete)."""
-        try:
-            self._append(name, ledger_id, [uuid], Reason.OFFLOAD_CONFLICT)
-        except TieredError as e:
-            # nothing references the uuid any more: orphan reconciliation finds the objects later
-            log.warning("ledger %s: could not record conflicted attempt %s for deletion: %s", ledger_id, uuid, e)
 
     @staticmethod
     def _finish(res: LedgerOffloadResult, started: float) -> LedgerOffloadResult:

@@ -171,7 +171,7 @@ class LedgerOffloader:
         if ledger.last_add_confirmed < 0:
             raise LedgerStateError(f"ledger {lid} has no entries: nothing to offload")
         frames = ledger if isinstance(ledger, FrameSource) else None
-        sizes = frames.entry_sizes() if frames is not None else _entry_sizes(ledger)
+        sizes = frames.entry_sizes() if frames is not None else entry_sizes(ledger)
         ends = frame_ends(sizes)  # once for the blocks and the checkpoints
         plans = plan_blocks(sizes, self.max_block_size, ends)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
@@ -443,7 +443,7 @@ def _check_version(metadata: Mapping[str, str], key: str) -> None:
         )
 
 
-def _entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
+def entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
     """Entry sizes 0..last (default: the LAC) of a ledger: a FrameSource's own list, else read in batches."""
     if isinstance(ledger, FrameSource):
         return ledger.entry_sizes()

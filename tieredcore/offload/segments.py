@@ -56,7 +56,7 @@ from tieredcore.model import (
 )
 from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
-from tieredcore.offload.offloader import LedgerOffloader, _check_version, _entry_sizes, _quietly
+from tieredcore.offload.offloader import LedgerOffloader, _check_version, _quietly, entry_sizes
 from tieredcore.offload.reader import OffloadedLedgerHandle
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
@@ -118,7 +118,7 @@ class SegmentOffloader:
             if not 0 <= s.first_entry <= s.last_entry <= s.handle.last_add_confirmed:
                 raise LedgerStateError(f"ledger {s.ledger_id}: entries {s.first_entry}..{s.last_entry} are not "
                                        f"within 0..{s.handle.last_add_confirmed}")
-            sizes = _entry_sizes(s.handle, s.last_entry)
+            sizes = entry_sizes(s.handle, s.last_entry)
             runs.append(LedgerRun(s.ledger_id, s.first_entry, list(sizes[s.first_entry: s.last_entry + 1])))
         return plan_segment(runs, self.block_size, self.min_part_size)
 

@@ -38,7 +38,6 @@ from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
     HotLedgerNotFoundError,
     LeaseHeldError,
-    MetadataStoreError,
     StaleHandleError,
     TieredError,
 )
@@ -46,7 +45,7 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import LedgerRun, SegmentPlan, plan_segment
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.hot.tier import HotTier
-from tieredcore.meta.deletion_log import TYPE_SEGMENT, DeletionLog, DeletionRecord
+from tieredcore.meta.deletion_log import TYPE_SEGMENT, DeletionLog
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
@@ -55,18 +54,26 @@ from tieredcore.names import TopicName
 from tieredcore.offload.context import (
     covered_through,
     driver_dict,
-    incomplete_segment_uuids,
     is_complete,
     is_sealed,
 )
-from tieredcore.offload.offloader import _entry_sizes
+from tieredcore.offload.offloader import entry_sizes
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSource
+from tieredcore.offload.transaction import (
+    Applied,
+    ObjectGroup,
+    Refusal,
+    TopicTransaction,
+    Uncovered,
+    drop_incomplete_segments,
+    settle,
+    stale_segments,
+)
 from tieredcore.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
 WATERMARK_KEY = "tiered.streamingWatermark"
-MAX_ROUNDS = 10
 MAX_SEGMENTS_PER_RUN = 64  # a backlog larger than this many segments is worked off over several runs
 
 
@@ -196,7 +203,7 @@ class StreamingOffloader:
                 first = covered_through(li) + 1
                 if last < first or is_complete(li):
                     continue
-                sizes = _entry_sizes(h, last)
+                sizes = entry_sizes(h, last)
                 run = LedgerRun(li.ledgerId, first, list(sizes[first: last + 1]))
                 runs.append(run)
                 tail_ctime[li.ledgerId] = h.metadata.ctime
@@ -280,47 +287,72 @@ class StreamingOffloader:
     def offload_segment(self, topic: str | TopicName, ranges: Sequence[tuple[int, int, int]]) -> SegmentOffloadResult:
         """Write one segment holding ``ranges`` (ledger, first, last), in topic order."""
         t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-        name = t.managed_ledger_name
         started = time.monotonic()
-        res = SegmentOffloadResult(name, Outcome.FAILED, ledgers=[tuple(r) for r in ranges])
+        res = SegmentOffloadResult(t.managed_ledger_name, Outcome.FAILED, ledgers=[tuple(r) for r in ranges])
         new_uuid = str(self.uuid_factory())
-        msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
         driver = self._driver()
-        state: dict[str, Any] = {}
-        covered: set[str] = set()
+        txn = TopicTransaction(self.ml, self.deletion_log, t, clock_ms=self.clock_ms)
+        step = txn.begin(self._assign(txn, ranges, new_uuid, driver), "recording the segment")
+        if not isinstance(step, Applied):
+            settle(res, step)
+            return self._finish(res, started)
+        res.uuid = new_uuid
+        self._step("assigned", new_uuid)
+        own = [ObjectGroup(ranges[0][0], TYPE_SEGMENT, new_uuid, driver_dict(driver))]
 
-        def begin(info) -> bool:
-            state.clear()
-            stale = {}
-            for li in info.ledgerInfo:
-                for u in incomplete_segment_uuids(li):
-                    stale.setdefault(u, li.ledgerId)
-            missing = {u: lid for u, lid in stale.items() if u not in covered}
-            if missing:
-                state["uncovered"] = missing
-                return False
-            lis = []
-            for lid, first, last in ranges:
+        # step 2: the objects
+        try:
+            obj = self._write(t, ranges, new_uuid)
+        except (HotLedgerNotFoundError, StaleHandleError) as e:
+            res.outcome, res.error = Outcome.CONFLICT, f"hot-tier ledger gone: {e}"
+            txn.give_back(own, Reason.OFFLOAD_CONFLICT, unassign=True)
+            return self._finish(res, started)
+        except Exception as e:
+            res.error, res.error_type = f"{type(e).__name__}: {e}", type(e).__name__
+            txn.give_back(own, Reason.OFFLOAD_CONFLICT, unassign=True)
+            return self._finish(res, started)
+        res.bytes, res.blocks, res.entries, res.payload_bytes = obj.data_length, obj.blocks, obj.entries, obj.payload_bytes
+        self._step("written", new_uuid)
+
+        # step 3: complete only where our uuid is still assigned
+        msb_lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
+
+        def complete(info) -> bool:
+            now = self.clock_ms()
+            for lid, _first, _last in ranges:
                 li = find_ledger(info, lid)
-                if li is None:
-                    state["conflict"] = f"ledger {lid} is not in topic {name} (trimmed?)"
-                    return False
-                if is_complete(li):
-                    state["conflict"] = f"ledger {lid} was offloaded meanwhile (ledger mode)"
-                    return False
-                if covered_through(li) != first - 1:
-                    state["conflict"] = (f"ledger {lid} is now offloaded through entry {covered_through(li)}, "
-                                         f"the segment starts at {first}")
-                    return False
-                if li.HasField("entries") and is_sealed(li) and last > li.entries - 1:
-                    state["conflict"] = f"ledger {lid} holds {li.entries} entries, the segment ends at {last}"
-                    return False
-                lis.append((li, last))
-            for li in info.ledgerInfo:
-                if stale and any(not s.complete for s in li.offloadContext.offloadSegment):
-                    keep = [s for s in li.offloadContext.offloadSegment if s.complete]
-                    del li.offloadContext.offloadSegment[:]
-                    li.offloadContext.offloadSegment.extend(keep)
+                seg = None if li is None else next(
+                    (s for s in li.offloadContext.offloadSegment if (s.uidMsb, s.uidLsb) == msb_lsb), None)
+                if seg is None:
+                    raise Refusal(f"segment {new_uuid} is no longer assigned to ledger {lid}")
+                seg.complete = True
+                seg.offloadedTimestamp = now
+            return True
+
+        step = txn.commit(complete, "completing the segment", lambda: txn.give_back(own, Reason.OFFLOAD_CONFLICT))
+        if not isinstance(step, Applied):
+            settle(res, step)
+            return self._finish(res, started)
+        res.outcome = Outcome.OFFLOADED
+        self._step("completed", new_uuid)
+        return self._finish(res, started)
+
+    def _assign(self, txn: TopicTransaction, ranges: Sequence[tuple[int, int, int]], new_uuid: str,
+                driver: pb.OffloadDriverMetadata) -> Callable[[Any], bool]:
+        """Step 1's mutation: an incomplete ``offloadSegment`` entry naming our uuid on every ledger the
+        segment covers, only if each is still offloaded exactly up to where the plan starts. Segments
+        left incomplete by an earlier attempt are removed by the same CAS, once covered by a record."""
+        msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(new_uuid))
+        name = txn.name
+
+        def assign(info) -> bool:
+            stale = stale_segments(info, driver_dict(driver))
+            missing = [g for g in stale if g.key not in txn.covered]
+            if missing:
+                raise Uncovered([g.record(name, Reason.OFFLOAD_CLEANUP, self.clock_ms()) for g in missing])
+            lis = [(self._still_planned(info, name, lid, first, last), last) for lid, first, last in ranges]
+            if stale:
+                drop_incomplete_segments(info, {g.uuid for g in stale})
             now = self.clock_ms()
             for li, last in lis:
                 s = li.offloadContext.offloadSegment.add()
@@ -331,26 +363,26 @@ class StreamingOffloader:
                 s.driverMetadata.CopyFrom(driver)
             return True
 
-        try:
-            for _round in range(MAX_ROUNDS):
-                self.ml.update_topic(t, begin)
-                if "uncovered" not in state:
-                    break
-                missing = state["uncovered"]
-                self._append(name, missing, Reason.OFFLOAD_CLEANUP)
-                covered.update(missing)
-            else:
-                raise TieredError(f"{name}: segment attempts kept replacing each other over {MAX_ROUNDS} rounds")
-        except TieredError as e:
-            res.error, res.error_type = f"recording the segment: {e}", type(e).__name__
-            return self._finish(res, started)
-        if "conflict" in state:
-            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
-            return self._finish(res, started)
-        res.uuid = new_uuid
-        self._step("assigned", new_uuid)
+        return assign
 
-        # step 2: the objects
+    @staticmethod
+    def _still_planned(info: Any, name: str, lid: int, first: int, last: int) -> Any:
+        """The ledger's LedgerInfo if it is still offloaded exactly up to ``first``; else a refusal."""
+        li = find_ledger(info, lid)
+        if li is None:
+            raise Refusal(f"ledger {lid} is not in topic {name} (trimmed?)")
+        if is_complete(li):
+            raise Refusal(f"ledger {lid} was offloaded meanwhile (ledger mode)")
+        if covered_through(li) != first - 1:
+            raise Refusal(f"ledger {lid} is now offloaded through entry {covered_through(li)}, "
+                          f"the segment starts at {first}")
+        if li.HasField("entries") and is_sealed(li) and last > li.entries - 1:
+            raise Refusal(f"ledger {lid} holds {li.entries} entries, the segment ends at {last}")
+        return li
+
+    def _write(self, t: TopicName, ranges: Sequence[tuple[int, int, int]], new_uuid: str) -> OffloadedSegment:
+        """Step 2: the segment's data object then its index, from the hot copies."""
+        name = t.managed_ledger_name
         handles: list[ReadHandle] = []
         try:
             info, _ = self.ml.get_topic(t)
@@ -359,60 +391,16 @@ class StreamingOffloader:
                 h = self.hot.open_ledger(lid)
                 handles.append(h)
                 li = find_ledger(info, lid)
-                sizes = _entry_sizes(h, last)
+                sizes = entry_sizes(h, last)
                 ts = li.timestamp if li is not None and is_sealed(li) and li.entries - 1 == last else 0
                 sources.append(SegmentSource(h, first, last, size_through=sum(sizes[: last + 1]), timestamp=ts))
             cb = None
             if self.progress is not None:
                 cb = lambda done, total: self.progress(name, ranges[0][0], done, total)  # noqa: E731
-            obj: OffloadedSegment = self.segments.write(sources, new_uuid, {"managedledgername": name}, progress=cb)
-        except (HotLedgerNotFoundError, StaleHandleError) as e:
-            res.outcome, res.error = Outcome.CONFLICT, f"hot-tier ledger gone: {e}"
-            self._unassign(t, msb, lsb)
-            self._discard_own(name, ranges[0][0], new_uuid, driver)
-            return self._finish(res, started)
-        except Exception as e:
-            res.error, res.error_type = f"{type(e).__name__}: {e}", type(e).__name__
-            self._unassign(t, msb, lsb)
-            self._discard_own(name, ranges[0][0], new_uuid, driver)
-            return self._finish(res, started)
+            return self.segments.write(sources, new_uuid, {"managedledgername": name}, progress=cb)
         finally:
             for h in handles:
                 h.close()
-        res.bytes, res.blocks, res.entries, res.payload_bytes = obj.data_length, obj.blocks, obj.entries, obj.payload_bytes
-        self._step("written", new_uuid)
-
-        # step 3: complete only where our uuid is still assigned
-        def complete(info) -> bool:
-            state.pop("conflict", None)
-            now = self.clock_ms()
-            for lid, _first, _last in ranges:
-                li = find_ledger(info, lid)
-                seg = None if li is None else next(
-                    (s for s in li.offloadContext.offloadSegment if (s.uidMsb, s.uidLsb) == (msb, lsb)), None)
-                if seg is None:
-                    state["conflict"] = f"segment {new_uuid} is no longer assigned to ledger {lid}"
-                    return False
-                seg.complete = True
-                seg.offloadedTimestamp = now
-            return True
-
-        try:
-            self.ml.update_topic(t, complete)
-        except MetadataStoreError as e:
-            res.outcome, res.error = Outcome.UNKNOWN, f"completing the segment, outcome unknown: {e}"
-            return self._finish(res, started)
-        except TieredError as e:
-            res.error = f"completing the segment: {e}"
-            self._discard_own(name, ranges[0][0], new_uuid, driver)
-            return self._finish(res, started)
-        if "conflict" in state:
-            res.outcome, res.error = Outcome.CONFLICT, state["conflict"]
-            self._discard_own(name, ranges[0][0], new_uuid, driver)
-            return self._finish(res, started)
-        res.outcome = Outcome.OFFLOADED
-        self._step("completed", new_uuid)
-        return self._finish(res, started)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -437,42 +425,6 @@ class StreamingOffloader:
             self.ml.update_topic(t, mutate)
         except TieredError as e:  # only makes the next tail close a little early or late
             log.warning("%s: could not advance the streaming watermark: %s", t.managed_ledger_name, e)
-
-    def _append(self, name: str, uuids: dict[str, int], reason: str,
-                driver: pb.OffloadDriverMetadata | None = None) -> None:
-        dm = driver if driver is not None else self._driver()
-        now = self.clock_ms()
-        self.deletion_log.append([
-            DeletionRecord(topic=name, ledger_id=lid, type=TYPE_SEGMENT, reason=reason, created_ms=now, uuid=u,
-                           driver=driver_dict(dm))
-            for u, lid in uuids.items()
-        ])
-
-    def _unassign(self, t: TopicName, msb: int, lsb: int) -> None:
-        """Take our failed attempt's (incomplete) entries off the ledgers before its deletion record is
-        appended, so the drain does not find it still in use. If this fails the next run's step 1 cleans
-        up; if the process dies before the record, reconciliation finds the unreferenced objects."""
-        def drop(info) -> bool:
-            changed = False
-            for li in info.ledgerInfo:
-                segs = li.offloadContext.offloadSegment
-                keep = [s for s in segs if s.complete or (s.uidMsb, s.uidLsb) != (msb, lsb)]
-                if len(keep) != len(segs):
-                    del segs[:]
-                    segs.extend(keep)
-                    changed = True
-            return changed
-
-        try:
-            self.ml.update_topic(t, drop)
-        except TieredError as e:
-            log.warning("%s: could not take back a failed segment assignment: %s", t.managed_ledger_name, e)
-
-    def _discard_own(self, name: str, ledger_id: int, uuid: str, driver: pb.OffloadDriverMetadata) -> None:
-        try:
-            self._append(name, {uuid: ledger_id}, Reason.OFFLOAD_CONFLICT, driver)
-        except TieredError as e:
-            log.warning("%s: could not record segment %s for deletion: %s", name, uuid, e)
 
     @staticmethod
     def _finish(res: SegmentOffloadResult, started: float) -> SegmentOffloadResult:
