@@ -57,19 +57,13 @@ from tieredcore.formats.keys import data_key, index_key, segment_data_key, segme
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.segment import BlockFormer
 from tieredcore.formats.uuids import uuid_to_msb_lsb
-from tieredcore.lifecycle.compaction import (
-    BLOCK_SIZE,
-    Batch,
-    Compactor,
-    _v1_bytes,
-    compacted_bytes,
-    plan_topic,
-)
+from tieredcore.lifecycle.compaction import plan_topic
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
+from tieredcore.offload.compaction import BLOCK_SIZE, Batch, Compactor, v1_bytes, compacted_bytes
 from tieredcore.offload.context import covering_offloaded_ms, is_complete
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.managed import ABANDONED_PREFIX, REPLACEMENT_PREFIX
@@ -140,15 +134,15 @@ def test_plan_a_run_of_small_v1_objects_is_one_batch():
     r = Record()
     ids = [r.v1() for _ in range(6)]
     r.ledger(entries=3, sealed=False)  # the open ledger
-    (b,) = r.plan(min_object_size=_v1_bytes(r.li(1)) + 1, target_size=1 << 20)
+    (b,) = r.plan(min_object_size=v1_bytes(r.li(1)) + 1, target_size=1 << 20)
     assert b.ledgers == tuple(ids)
     assert [u.kind for u in b.units] == ["ledger"] * 6 and [u.ledgers for u in b.units] == [(i,) for i in ids]
     assert {u.uuid for u in b.units} == set().union(*(r.uuids[i] for i in ids))
     assert (b.objects_before, b.objects_after, b.entries, b.payload_bytes) == (12, 1, 60, 60_000)
-    assert b.bytes_before == 6 * _v1_bytes(r.li(1)) and b.bytes_after == after(6)
+    assert b.bytes_before == 6 * v1_bytes(r.li(1)) and b.bytes_after == after(6)
     assert all(u.driver == {"name": "filesystem", "properties": {}} for u in b.units)
     # the same objects at the min size: not small
-    assert r.plan(min_object_size=_v1_bytes(r.li(1)), target_size=1 << 20) == []
+    assert r.plan(min_object_size=v1_bytes(r.li(1)), target_size=1 << 20) == []
 
 
 def test_plan_cuts_batches_near_the_target_size():

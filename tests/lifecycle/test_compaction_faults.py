@@ -51,11 +51,11 @@ from tests.support.segments import (
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.errors import MetadataStoreError
-from tieredcore.lifecycle.compaction import BLOCK_SIZE
 from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.reasons import Reason
+from tieredcore.offload.compaction import BLOCK_SIZE
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.workspace import Workspace

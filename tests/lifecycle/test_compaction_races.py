@@ -43,12 +43,12 @@ from tests.support.segments import (
 )
 from tests.support.workspaces import END_MS
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
-from tieredcore.lifecycle.compaction import Compactor
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.reasons import Reason
+from tieredcore.offload.compaction import Compactor
 from tieredcore.workspace import Workspace
 
 MIN_SIZE, TARGET = 80 * KiB, 160 * KiB  # the V1 topic: batches of ledgers 0-4, 5-9, 10-11

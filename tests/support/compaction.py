@@ -40,7 +40,6 @@ from tests.support.workspaces import END_MS, build_workspace, offload, sealed, s
 from tieredcore.clock import now_ms
 from tieredcore.config import Config
 from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
-from tieredcore.lifecycle.compaction import Compactor
 from tieredcore.lifecycle.compaction_run import Thresholds, compactor_for
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
@@ -48,6 +47,7 @@ from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED, TYPE_SEGMENT
 from tieredcore.model import Position
 from tieredcore.names import TopicName
+from tieredcore.offload.compaction import Compactor
 from tieredcore.offload.context import context_uuid, is_complete, is_sealed, segment_pieces, segment_refs
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader

@@ -12,7 +12,7 @@ from typing import Any
 from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, Progress, mib, require_namespaces
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.compaction import OK_OUTCOMES, CostModel
+from tieredcore.lifecycle.compaction import CostModel
 from tieredcore.lifecycle.compaction_run import (
     CompactionReport,
     Thresholds,
@@ -21,6 +21,7 @@ from tieredcore.lifecycle.compaction_run import (
     run_topics,
 )
 from tieredcore.names import TopicName
+from tieredcore.offload.compaction import OK_OUTCOMES
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.units import non_negative_duration_ms, size_bytes

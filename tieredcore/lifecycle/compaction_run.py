@@ -1,6 +1,6 @@
 """Compaction runs over a workspace (docs/compaction.md): which topics, with which thresholds, and the
-run report the CLI, the Spark job and the DAG share. The protocol itself is
-:mod:`tieredcore.lifecycle.compaction`."""
+run report the CLI, the Spark job and the DAG share. Planning is :mod:`tieredcore.lifecycle.compaction`,
+the executor :mod:`tieredcore.offload.compaction`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any
 from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.compaction import BLOCK_SIZE, OK_OUTCOMES, CompactionResult, Compactor, CostModel
+from tieredcore.lifecycle.compaction import CostModel, plan_topic
 from tieredcore.names import NamespaceName, TopicName
+from tieredcore.offload.compaction import BLOCK_SIZE, OK_OUTCOMES, Batch, CompactionResult, Compactor
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.outcomes import Outcome
@@ -66,7 +67,13 @@ def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[]
     def open_copy(li, topic: str):
         return open_offloaded(li, ws.offloader, topic, ws.offloader_for_driver)
 
-    return Compactor(ws.ml, segments, open_copy, deletion_log=ws.deletion_log, leases=ws.leases, clock_ms=clock_ms,
+    def planner(info, block_size: int) -> list[Batch]:
+        return plan_topic(info, min_object_size=policy.compaction_min_object_size,
+                          target_size=policy.compaction_target_size, block_size=block_size,
+                          transform=policy.transform)
+
+    return Compactor(ws.ml, segments, open_copy, planner=planner, deletion_log=ws.deletion_log, leases=ws.leases,
+                     clock_ms=clock_ms,
                      min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
                      delete_delay_ms=policy.compaction_delete_delay_ms, transform=policy.transform,
                      on_step=on_step, progress=progress)

@@ -14,10 +14,12 @@ and :func:`tieredcore.offload.verify.verify_offloaded` proves either form.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from tieredcore.errors import FormatError, OffloadedLedgerNotFoundError
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.model import ReadHandle
 from tieredcore.offload.context import (
     context_uuid,
     is_complete,
@@ -29,10 +31,33 @@ from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.offload.segments import SegmentLedgerHandle, SegmentOffloader
 
-__all__ = ["OffloadedCopy", "copy_key", "copy_uuids", "has_offloaded_copy", "open_offloaded"]
+__all__ = ["CopyHandle", "OffloadedCopy", "copy_key", "copy_uuids", "has_offloaded_copy", "open_offloaded"]
 
 OffloaderFor = Callable[[pb.OffloadDriverMetadata], LedgerOffloader]
 OffloadedCopy = OffloadedLedgerHandle | SegmentLedgerHandle
+
+
+class CopyHandle(ReadHandle, Protocol):
+    """What a read handle on a ledger's object-store copy offers, whichever form the copy has (a V1 object
+    pair, or the ledger's pieces of one or more segments)."""
+
+    @property
+    def requests(self) -> int:
+        """Ranged GETs issued so far."""
+        ...
+
+    @property
+    def bytes_fetched(self) -> int:
+        ...
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the index objects read so far."""
+        ...
+
+    def object_handles(self) -> list[OffloadedLedgerHandle]:
+        """A handle per object pair the copy is read from (each with its store, data key and index)."""
+        ...
 
 
 def has_offloaded_copy(li: LedgerInfo) -> bool:

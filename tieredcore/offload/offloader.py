@@ -49,13 +49,14 @@ from tieredcore.formats.block import (
     plan_blocks,
 )
 from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
-from tieredcore.formats.keys import data_key, index_key, normalize_prefix, with_manifests
+from tieredcore.formats.keys import data_key, index_key, normalize_prefix
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.hot.tier import FrameSource
 from tieredcore.model import Buffer, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
+from tieredcore.offload.transaction import delete_pair
 
 log = logging.getLogger(__name__)
 
@@ -364,14 +365,7 @@ class LedgerOffloader:
 
     def delete_offloaded(self, ledger_id: int, uuid: uuidlib.UUID | str) -> None:
         """Delete both objects and abort any unfinished upload of the attempt. Idempotent."""
-        dkey, ikey = data_key(self.prefix, uuid, ledger_id), index_key(self.prefix, uuid, ledger_id)
-        for up in self.store.list_multipart_uploads(dkey):
-            if up.key == dkey:
-                self.store.abort_multipart(dkey, up.upload_id)
-        # index first: the ledger stops being readable before its data disappears (manifests of a
-        # transformed pair before their chunks)
-        self.store.delete(with_manifests([ikey]))
-        self.store.delete(with_manifests([dkey]))
+        delete_pair(self.store, data_key(self.prefix, uuid, ledger_id), index_key(self.prefix, uuid, ledger_id))
 
 
 class BufferPool:

@@ -141,6 +141,10 @@ class OffloadedLedgerHandle:
     def metadata(self) -> LedgerMetadata:  # from the index
         return self.index.metadata
 
+    def object_handles(self) -> list[OffloadedLedgerHandle]:
+        """This handle: a V1 copy is one object pair (CopyHandle)."""
+        return [self]
+
     def close(self) -> None:
         with self._lock:
             self._windows.clear()

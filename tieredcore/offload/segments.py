@@ -30,7 +30,7 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.block import encode_frames
 from tieredcore.formats.constants import BLOCK_HEADER_LENGTH
 from tieredcore.formats.index import IndexEntry, LedgerSection, SegmentIndex, encode_index_v2, parse_index
-from tieredcore.formats.keys import segment_data_key, segment_index_key, with_manifests
+from tieredcore.formats.keys import segment_data_key, segment_index_key
 from tieredcore.formats.segment import (
     PROP_CHECKPOINTS,
     FormedBlock,
@@ -58,6 +58,7 @@ from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
 from tieredcore.offload.offloader import LedgerOffloader, _check_version, _quietly, entry_sizes
 from tieredcore.offload.reader import OffloadedLedgerHandle
+from tieredcore.offload.transaction import delete_pair
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 
@@ -310,13 +311,7 @@ class SegmentOffloader:
 
     def delete(self, uuid: str) -> None:
         """Delete both objects and abort unfinished uploads of the segment. Idempotent."""
-        dkey, ikey = self.keys(uuid)
-        for up in self.store.list_multipart_uploads(dkey):
-            if up.key == dkey:
-                self.store.abort_multipart(dkey, up.upload_id)
-        self.store.delete(with_manifests([ikey]))
-        self.store.delete(with_manifests([dkey]))
-
+        delete_pair(self.store, *self.keys(uuid))
 
 
 class SegmentSink:
@@ -497,6 +492,10 @@ class SegmentLedgerHandle:
     def piece_handle(self, p: SegmentPiece) -> OffloadedLedgerHandle:
         """The handle on this ledger's section of segment ``p`` (opened on first use, then kept)."""
         return self._handle(p)
+
+    def object_handles(self) -> list[OffloadedLedgerHandle]:
+        """The handle on each segment holding part of this ledger, opened (CopyHandle)."""
+        return [self._handle(p) for p in self.pieces]
 
     def open_all(self) -> None:
         """Open every segment's index now (what a shallow check wants): each must exist, parse, pass
