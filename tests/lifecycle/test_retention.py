@@ -15,7 +15,7 @@ from tieredcore.errors import HotLedgerNotFoundError, MetadataStoreError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.lifecycle.planner import select_retention
-from tieredcore.lifecycle.retention import delete_topic, object_groups, plan_retention, trim_topic
+from tieredcore.lifecycle.retention import delete_topic, plan_retention, trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup, plan_offload
 from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult
@@ -23,6 +23,8 @@ from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLo
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
+from tieredcore.offload.transaction import ObjectGroup
+from tieredcore.offload.deletion import object_groups
 
 MIN = 60_000
 T = "persistent://t/a/topic-0000"
@@ -562,7 +564,7 @@ def test_delete_topic_dry_run(four):
 
 
 def test_object_groups_of_a_fresh_ledger():
-    assert object_groups(L(7)) == {(TYPE_LEDGER, ""): {}}
+    assert object_groups(L(7)) == [ObjectGroup(7, TYPE_LEDGER)]
     assert INTERVAL_MS == 10 * MIN  # the fixture's ledger spacing the tests above rely on
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import TopicNotFoundError, ValidationError
-from tieredcore.lifecycle.retention import delete_topic, object_groups
+from tieredcore.lifecycle.retention import delete_topic
 from tieredcore.names import TopicName
+from tieredcore.offload.deletion import object_groups
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("topics",)

@@ -1,27 +1,15 @@
-"""Retention trim and topic deletion: phase 1 of two-phase deletion (PIP-186, docs/deletion.md).
-
-Both producers follow the same order: durably append one pending-deletion record per storage object
-group of each ledger that goes (a ``ledger`` record for a hot copy not yet deleted, an ``offloaded``
-record for every offload uuid ever recorded for it, complete or not), and only then change the topic
-record with a compare-and-set (remove the ledgers / delete the record). Storage is deleted later by the
-drain (phase 2). A crash between the two steps leaves records whose ledgers are still listed: the drain
-sees them still in use and acknowledges them without deleting anything.
-
-A ledger is only removed from the topic record if every object group the record names at CAS time is
-covered by an appended record: an offload attempt that recorded a new uuid meanwhile makes the trim
-append its record first (next round), so nothing recorded is ever forgotten.
-
-Everything runs on the run's logical clock ``as_of_ms``, never the wall clock.
-"""
+"""Retention (what is past it, on the run's logical clock ``as_of_ms``, never the wall clock) and topic
+deletion: phase 1 of two-phase deletion (PIP-186, docs/deletion.md). The records-then-CAS steps
+themselves are :mod:`tieredcore.offload.deletion`."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tieredcore.errors import TopicNotFoundError, VersionConflictError
+from tieredcore.errors import TopicNotFoundError
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
 from tieredcore.lifecycle.work import (
     KIND_RETENTION,
@@ -33,18 +21,15 @@ from tieredcore.meta.deletion_log import (
     TYPE_LEDGER,
     TYPE_OFFLOADED,
     TYPE_SEGMENT,
-    DeletionLog,
     DeletionRecord,
 )
 from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
-    abandoned_uuids,
     context_uuid,
-    driver_dict,
-    replacement_uuids,
-    uuid_from_halves,
 )
+from tieredcore.offload.deletion import delete_record, trim
+from tieredcore.offload.transaction import TopicTransaction
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
@@ -52,58 +37,20 @@ from tieredcore.workspace import Workspace
 log = logging.getLogger(__name__)
 
 
-
-MAX_ROUNDS = 10  # append / CAS rounds before giving up on a topic that keeps changing
-
-# an object group of a ledger: (type, uuid); the hot copy is (ledger, "")
-Key = tuple[str, str]
-
-
 # -- records --------------------------------------------------------------------------------------
 
 
-def _policy_driver(ws: Workspace, policy: OffloadPolicy) -> dict:
+def _fallback(ws: Workspace, policy: OffloadPolicy) -> Callable[[], dict]:
     """Driver metadata of the store the topic's policy offloads to: the fallback for a uuid recorded
-    without any (Pulsar always records it; a damaged or foreign record may not)."""
-    return ws.offloader_for_policy(policy).location.driver_dict()
+    without any (Pulsar always records it; a damaged or foreign record may not). Opened only if asked."""
+    cache: list[dict] = []
 
+    def driver() -> dict:
+        if not cache:
+            cache.append(ws.offloader_for_policy(policy).location.driver_dict())
+        return cache[0]
 
-def object_groups(li) -> dict[Key, dict]:
-    """Every storage object group a LedgerInfo references, with the driver metadata each lives in: the
-    hot copy unless bookkeeperDeleted, the current offload uuid (complete or not), abandoned attempts
-    remembered in its properties, a replacement being written by a repair, and streaming segments
-    (PIP-76)."""
-    has_ctx = li.HasField("offloadContext")
-    ctx = li.offloadContext
-    ctx_driver = driver_dict(ctx.driverMetadata) if has_ctx and ctx.HasField("driverMetadata") else {}
-    out: dict[Key, dict] = {}
-    if not (has_ctx and ctx.bookkeeperDeleted):
-        out[(TYPE_LEDGER, "")] = {}
-    cur = context_uuid(li)
-    if cur is not None:
-        out[(TYPE_OFFLOADED, cur)] = ctx_driver
-    for u in abandoned_uuids(li) + replacement_uuids(li):
-        # the attempt's own driver metadata is not recorded: the current one is the best knowledge
-        # (attempts of one ledger go to the namespace's store)
-        out.setdefault((TYPE_OFFLOADED, u), ctx_driver)
-    if has_ctx:
-        for seg in ctx.offloadSegment:
-            if seg.HasField("uidMsb") or seg.HasField("uidLsb"):
-                seg_driver = driver_dict(seg.driverMetadata) if seg.HasField("driverMetadata") else ctx_driver
-                out.setdefault((TYPE_SEGMENT, uuid_from_halves(seg.uidMsb, seg.uidLsb)), seg_driver)
-    return out
-
-
-def _records(ws: Workspace, t: TopicName, li, keys: Iterable[Key], groups: dict[Key, dict], reason: str,
-             as_of_ms: int, policy: OffloadPolicy) -> list[DeletionRecord]:
-    out = []
-    for typ, u in keys:
-        driver = groups[(typ, u)]
-        if typ != TYPE_LEDGER and not driver.get("name"):
-            driver = _policy_driver(ws, policy)
-        out.append(DeletionRecord(topic=t.managed_ledger_name, ledger_id=li.ledgerId, type=typ, reason=reason,
-                                  created_ms=as_of_ms, uuid=u, driver=driver if typ != TYPE_LEDGER else {}))
-    return out
+    return driver
 
 
 def _count(records: Sequence[DeletionRecord]) -> dict[str, int]:
@@ -192,66 +139,13 @@ def trim_topic(
     if dry_run:
         return _timed([row(li, Outcome.PLANNED) for li in _ledgers(info, select(info))], started)
 
-    dlog = DeletionLog(ws.metadata)
-    covered: dict[int, set[Key]] = {}
-    results: dict[int, LedgerResult] = {}
-    state: dict = {}
-
-    def mutate(info) -> bool:
-        # the CAS step: the oldest selected ledgers (re-selected on this read) whose every object group
-        # is covered by an appended record; stop at the first one that recorded something new meanwhile
-        state.clear()
-        gone: set[int] = set()
-        state["blocked"] = None
-        for li in _ledgers(info, select(info)):
-            if not set(object_groups(li)) <= covered.get(li.ledgerId, set()):
-                state["blocked"] = li.ledgerId  # its record is appended in the next round
-                break
-            gone.add(li.ledgerId)
-        state["removed"] = [_copy(li) for li in info.ledgerInfo if li.ledgerId in gone]
-        if not gone:
-            return False
-        keep = [li for li in info.ledgerInfo if li.ledgerId not in gone]
-        del info.ledgerInfo[:]
-        info.ledgerInfo.extend(keep)
-        return True
-
-    for _round in range(MAX_ROUNDS):
-        # 1. records for what the selected ledgers reference now and no appended record covers yet
-        new: list[DeletionRecord] = []
-        for li in _ledgers(info, select(info)):
-            groups = object_groups(li)
-            missing = [k for k in groups if k not in covered.get(li.ledgerId, set())]
-            new.extend(_records(ws, t, li, missing, groups, Reason.RETENTION, as_of_ms, pol))
-        dlog.append(new)  # durable before the metadata change, all or none
-        for r in new:
-            covered.setdefault(r.ledger_id, set()).add((r.type, r.uuid))
-
-        # 2. remove the oldest selected ledgers whose every object group is covered
-        try:
-            info, _ = ws.ml.update_topic(t, mutate)
-        except TopicNotFoundError:
-            # deleted meanwhile: its deletion appended records of its own; ours are harmless duplicates
-            log.info("retention %s: topic deleted during the trim", t.full)
-            break
-        for li in state["removed"]:
-            results[li.ledgerId] = row(li, Outcome.TRIMMED)
-        if state["blocked"] is None:
-            break
-    else:
-        raise VersionConflictError(f"retention {t.full}: the topic kept changing over {MAX_ROUNDS} rounds")
-    out = sorted(results.values(), key=lambda r: r.ledger)
-    for lid in sorted(set(covered) - set(results)):
+    txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=lambda: as_of_ms)
+    done = trim(txn, lambda info: _ledgers(info, select(info)), Reason.RETENTION, as_of_ms, _fallback(ws, pol))
+    out = [row(li, Outcome.TRIMMED) for li in done.removed]
+    for lid in sorted(done.recorded - {li.ledgerId for li in done.removed}):
         out.append(LedgerResult(t.full, t.namespace_name, lid, KIND_RETENTION, Outcome.SKIPPED,
                                 error="no longer selected on current metadata (records left for the drain)"))
     return _timed(out, started)
-
-
-def _copy(li):
-    """A detached copy of a LedgerInfo (the CAS loop's working message is reused across retries)."""
-    c = type(li)()
-    c.CopyFrom(li)
-    return c
 
 
 def _ledgers(info, ids: Sequence[int]) -> list:
@@ -296,41 +190,12 @@ def delete_topic(ws: Workspace, topic: str | TopicName, as_of_ms: int, dry_run: 
     TopicNotFoundError if there is no such topic."""
     t = TopicName.parse(topic)
     pol = ws.policies.for_topic(t)
-    res = TopicDeletion(t.full, dry_run=dry_run)
-    dlog = DeletionLog(ws.metadata)
-    covered: dict[int, set[Key]] = {}
-    for _round in range(MAX_ROUNDS):
-        try:
-            info, version = ws.ml.get_topic(t)
-        except TopicNotFoundError:
-            if _round == 0:
-                raise
-            break  # someone else deleted it meanwhile: our records are harmless duplicates
-        new: list[DeletionRecord] = []
-        for li in info.ledgerInfo:
-            groups = object_groups(li)
-            missing = [k for k in groups if k not in covered.get(li.ledgerId, set())]
-            new.extend(_records(ws, t, li, missing, groups, Reason.TOPIC_DELETION, as_of_ms, pol))
-        res.ledgers = len(info.ledgerInfo)
-        if dry_run:
-            for k, v in _count(new).items():
-                res.records[k] += v
-            return res
-        dlog.append(new)
-        for k, v in _count(new).items():
-            res.records[k] += v
-        for r in new:
-            covered.setdefault(r.ledger_id, set()).add((r.type, r.uuid))
-        try:
-            ws.ml.delete_topic(t, version)
-        except VersionConflictError:
-            continue  # changed since read: cover what is new, then try again
-        except TopicNotFoundError:
-            break
-        res.deleted = True
-        break
-    else:
-        raise VersionConflictError(f"delete {t.full}: the topic kept changing over {MAX_ROUNDS} rounds")
+    txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=lambda: as_of_ms)
+    done = delete_record(txn, Reason.TOPIC_DELETION, as_of_ms, _fallback(ws, pol), dry_run=dry_run)
+    res = TopicDeletion(t.full, ledgers=done.ledgers, records=_count(done.records), deleted=done.deleted,
+                        dry_run=dry_run)
+    if dry_run:
+        return res
     res.policies_deleted = ws.ml.delete_topic_policies(t)
     return res
 

@@ -59,15 +59,16 @@ from tieredcore.lifecycle.work import (
     held_topic_rows,
     resolve_namespaces,
 )
-from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionRecord
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.meta.reasons import Reason
 from tieredcore.model import INT64_MAX, Position
 from tieredcore.names import TopicName
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, is_sealed
 from tieredcore.offload.copies import copy_key, copy_uuids, open_offloaded
+from tieredcore.offload.deletion import release_hot_copy
 from tieredcore.offload.managed import LedgerOffloadResult
 from tieredcore.offload.streaming import SegmentOffloadResult
+from tieredcore.offload.transaction import TopicTransaction
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
@@ -236,16 +237,37 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
     info, _ = ws.ml.get_topic(t)
     li = find_ledger(info, lid)
     if li is None or not deletion_lag_due(li, pol.deletion_lag, w.as_of_ms):
-        row.outcome = "skipped"  # trimmed, already done, or not due (re-checked on current metadata)
+        row.outcome = Outcome.SKIPPED  # trimmed, already done, or not due (re-checked on current metadata)
         return ""
-    v1 = is_complete(li)  # else every entry lies in completed PIP-76 segments
     uuids = copy_uuids(li)
-    copy = copy_key(li)
     assert uuids  # complete
-    uuid = uuids[0]
     row.uuid, row.bytes, row.entries = ",".join(uuids), li.size, li.entries
-    what = f"offloaded copy {uuid}" if v1 else f"segment copy ({', '.join(uuids)})"
-    off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
+    proven = copy_key(li)
+    failed = _prove(ws, t, li, w, row)
+    if failed is not None:
+        return failed
+    if w.dry_run:
+        row.outcome = Outcome.PLANNED
+        return ""
+    # phase 1 of two-phase deletion (docs/deletion.md): the hot copy's record, then bookkeeperDeleted
+    txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=lambda: w.as_of_ms)
+    if release_hot_copy(txn, lid, proven, w.as_of_ms):
+        row.outcome = Outcome.MARKED
+    else:  # trimmed, re-offloaded or marked by someone else meanwhile: the record is left to the drain
+        row.outcome = Outcome.SKIPPED
+        row.error = "changed during the cleanup (its record is left to the drain)"
+    return ""
+
+
+def _prove(ws: Workspace, t: TopicName, li, w: TopicWork, row: LedgerResult) -> str | None:
+    """The proof: every frame of the ledger's offloaded copy hashes to the CRC32C the hot tier recorded
+    for it. None when it holds; else the row says why and the error type (for the failure budget) is
+    returned: the store failed (the copy may be fine: next run), or the copy is damaged (hot copy kept,
+    a V1 copy replaced by a verified re-offload)."""
+    lid = li.ledgerId
+    v1 = is_complete(li)  # else every entry lies in completed PIP-76 segments
+    uuid = copy_uuids(li)[0]
+    what = f"offloaded copy {uuid}" if v1 else f"segment copy ({', '.join(copy_uuids(li))})"
     try:
         hot = ws.hot.open_ledger(lid)
     except HotLedgerNotFoundError:
@@ -254,74 +276,39 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
         row.outcome = Outcome.FAILED
         row.error = f"the hot copy cannot be read ({type(e).__name__}: {e}): both copies kept"
         return type(e).__name__
-    # the proof: every frame of the offloaded copy hashes to the CRC32C the hot tier recorded for it
     try:
+        h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
         try:
-            h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
-            try:
-                verify_offloaded(h, hot.entry_crcs() if hot is not None else None,
-                                 expected_sizes=hot.entry_sizes() if hot is not None else None)
-            finally:
-                h.close()
-        except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run
-            row.outcome, row.error = Outcome.FAILED, f"reading the offloaded copy: {e}"
-            return type(e).__name__
-        except (FormatError, NotFoundError) as e:
-            row.outcome = Outcome.VERIFY_FAILED
-            row.error = f"{what} does not read back correctly ({type(e).__name__}: {e})"
-            if hot is None:
-                row.error += "; there is no hot copy either: data at risk (see `tiered scrub`)"
-                return ""
-            row.error += "; hot copy kept"
-            if w.dry_run:
-                return ""
-            if not v1:  # segments are shared by several ledgers: no re-offload here
-                row.error += " (damaged segments are not repaired yet: see `tiered scrub`)"
-                return ""
-            hot.close()
-            hot = None
-            r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
-                t, lid, uuid, Reason.VERIFY_FAILED)
-            row.error += (f"; re-offloaded and verified as {r.uuid}" if r.outcome == Outcome.REPLACED
-                          else f"; re-offload {r.outcome}: {r.error}")
-            return r.error_type
+            verify_offloaded(h, hot.entry_crcs() if hot is not None else None,
+                             expected_sizes=hot.entry_sizes() if hot is not None else None)
+        finally:
+            h.close()
+    except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run
+        row.outcome, row.error = Outcome.FAILED, f"reading the offloaded copy: {e}"
+        return type(e).__name__
+    except (FormatError, NotFoundError) as e:
+        row.outcome = Outcome.VERIFY_FAILED
+        row.error = f"{what} does not read back correctly ({type(e).__name__}: {e})"
+        if hot is None:
+            row.error += "; there is no hot copy either: data at risk (see `tiered scrub`)"
+            return ""
+        row.error += "; hot copy kept"
+        if w.dry_run:
+            return ""
+        if not v1:  # segments are shared by several ledgers: no re-offload here
+            row.error += " (damaged segments are not repaired yet: see `tiered scrub`)"
+            return ""
+        hot.close()
+        hot = None
+        off = ws.offloader_for_driver(li.offloadContext.driverMetadata)
+        r = ws.topic_offloader(clock_ms=lambda: w.as_of_ms, offloader=off).replace_offload(
+            t, lid, uuid, Reason.VERIFY_FAILED)
+        row.error += (f"; re-offloaded and verified as {r.uuid}" if r.outcome == Outcome.REPLACED
+                      else f"; re-offload {r.outcome}: {r.error}")
+        return r.error_type
     finally:
         if hot is not None:
             hot.close()
-    if w.dry_run:
-        row.outcome = "planned"
-        return ""
-    # phase 1 of two-phase deletion (docs/deletion.md): the hot copy's deletion is durable in the log before
-    # bookkeeperDeleted is set; the drain deletes it. A crash between the two leaves a record whose
-    # ledger is still in use (the drain acknowledges it); a rerun appends a fresh one.
-    ws.deletion_log.append([DeletionRecord(topic=t.managed_ledger_name, ledger_id=lid, type=TYPE_LEDGER,
-                                           reason=Reason.DELETION_LAG, created_ms=w.as_of_ms)])
-
-    def mark(info) -> bool:
-        # only if the copy proven is still the ledger's complete copy (same uuid, or the same segments)
-        cur = find_ledger(info, lid)
-        if cur is None or not is_offloaded(cur) or is_complete(cur) != v1 or copy_key(cur) != copy \
-                or cur.offloadContext.bookkeeperDeleted:
-            return False
-        cur.offloadContext.bookkeeperDeleted = True
-        return True
-
-    _, changed = _update(ws, t, mark)
-    if changed:
-        row.outcome = Outcome.MARKED
-    else:  # trimmed, re-offloaded or marked by someone else meanwhile: the record is left to the drain
-        row.outcome = "skipped"
-        row.error = "changed during the cleanup (its record is left to the drain)"
-    return ""
+    return None
 
 
-def _update(ws: Workspace, t: TopicName, mutate) -> tuple[object, bool]:
-    """update_topic, and whether `mutate` changed the record on the attempt that landed."""
-    seen: dict[str, bool] = {}
-
-    def wrapped(info) -> bool:
-        seen["changed"] = bool(mutate(info))
-        return seen["changed"]
-
-    info = ws.ml.update_topic(t, wrapped)
-    return info, seen.get("changed", False)
