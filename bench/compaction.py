@@ -63,7 +63,8 @@ from tieredcore.config import CONFIG_FILE_NAME, Config  # noqa: E402
 from tieredcore.formats.keys import parse_key  # noqa: E402
 from tieredcore.lifecycle.compaction_run import run_topics  # noqa: E402
 from tieredcore.lifecycle.drain import drain  # noqa: E402
-from tieredcore.offload.compaction import BLOCK_SIZE, READ_BYTES  # noqa: E402
+from tieredcore.offload.batches import BLOCK_SIZE  # noqa: E402
+from tieredcore.offload.compaction import READ_BYTES  # noqa: E402
 from tieredcore.offload.context import referenced_uuids  # noqa: E402
 from tieredcore.offload.reader import _MAX_WINDOWS as MAX_WINDOWS  # noqa: E402
 from tieredcore.offload.segments import S3_MIN_PART_SIZE  # noqa: E402

@@ -63,7 +63,8 @@ from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
-from tieredcore.offload.compaction import BLOCK_SIZE, Batch, Compactor, compacted_bytes, v1_bytes
+from tieredcore.offload.batches import BLOCK_SIZE, Batch, compacted_bytes, v1_bytes
+from tieredcore.offload.compaction import Compactor
 from tieredcore.offload.context import covering_offloaded_ms, is_complete
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.managed import ABANDONED_PREFIX, REPLACEMENT_PREFIX

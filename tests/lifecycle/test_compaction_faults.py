@@ -55,7 +55,7 @@ from tieredcore.lifecycle.drain import drain
 from tieredcore.meta.deletion_log import TYPE_SEGMENT
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.reasons import Reason
-from tieredcore.offload.compaction import BLOCK_SIZE
+from tieredcore.offload.batches import BLOCK_SIZE
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.workspace import Workspace

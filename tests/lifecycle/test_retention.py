@@ -22,9 +22,9 @@ from tieredcore.lifecycle.work import KIND_RETENTION, LedgerResult
 from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, DeletionLog
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
+from tieredcore.offload.deletion import object_groups
 from tieredcore.offload.managed import ABANDONED_PREFIX, context_uuid
 from tieredcore.offload.transaction import ObjectGroup
-from tieredcore.offload.deletion import object_groups
 
 MIN = 60_000
 T = "persistent://t/a/topic-0000"

@@ -20,10 +20,8 @@ from typing import Any
 from tieredcore.cold.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
 from tieredcore.errors import ValidationError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
-from tieredcore.offload.compaction import (
+from tieredcore.offload.batches import (
     BLOCK_SIZE,
-    DEFAULT_MIN_OBJECT_SIZE,
-    DEFAULT_TARGET_SIZE,
     KIND_LEDGER,
     KIND_SEGMENT,
     Batch,
@@ -33,6 +31,7 @@ from tieredcore.offload.compaction import (
     repackable,
     v1_bytes,
 )
+from tieredcore.offload.compaction import DEFAULT_MIN_OBJECT_SIZE, DEFAULT_TARGET_SIZE
 from tieredcore.offload.context import (
     LedgerInfo,
     context_uuid,

@@ -13,7 +13,8 @@ from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.compaction import CostModel, plan_topic
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.compaction import BLOCK_SIZE, OK_OUTCOMES, Batch, CompactionResult, Compactor
+from tieredcore.offload.batches import BLOCK_SIZE, Batch
+from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult, Compactor
 from tieredcore.offload.copies import open_offloaded
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.outcomes import Outcome
