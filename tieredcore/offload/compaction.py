@@ -64,6 +64,7 @@ from tieredcore.offload.batches import (
 )
 from tieredcore.offload.context import (
     LedgerInfo,
+    add_segment,
     context_uuid,
     covering_offloaded_ms,
     driver_dict,
@@ -75,7 +76,6 @@ from tieredcore.offload.context import (
 from tieredcore.offload.copies import CopyHandle, copy_uuids
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSink
 from tieredcore.offload.transaction import (
-    Applied,
     ObjectGroup,
     Refusal,
     Refused,
@@ -319,12 +319,9 @@ class Compactor:
 
         step = txn.commit(self._switch(batch, written, expected, assigned), "switching to the new segment",
                           lambda: self._give_back(txn, batch, assigned, []))
-        if not isinstance(step, Applied):
-            settle(row, step)
-            return self._finish(row, started)
-        row.outcome = Outcome.COMPACTED
-        for u in assigned:
-            self._step("switched", u)
+        if settle(row, step, Outcome.COMPACTED):
+            for u in assigned:
+                self._step("switched", u)
         return self._finish(row, started)
 
     def _planned(self, t: TopicName, batch: Batch) -> tuple[list[LedgerInfo], dict[int, tuple]] | Refused:
@@ -376,13 +373,7 @@ class Compactor:
                     ctx.complete = False
                 del ctx.offloadSegment[:]
                 for u, last in plan[lid]:
-                    s = ctx.offloadSegment.add()
-                    s.uidMsb, s.uidLsb = new_msb_lsb[u]
-                    s.complete = True
-                    s.assignedTimestamp = now
-                    s.offloadedTimestamp = offloaded_ms
-                    s.endEntryId = last
-                    s.driverMetadata.CopyFrom(driver)
+                    add_segment(li, new_msb_lsb[u], last, driver, now, offloaded_ms)
             return True
 
         return switch
@@ -402,12 +393,7 @@ class Compactor:
                 if li is None or _signature_without(li, set(assigned)) != sig:
                     raise Refusal(f"ledger {lid} changed since planned")
             li = by_id[first_ledger]
-            s = li.offloadContext.offloadSegment.add()
-            s.uidMsb, s.uidLsb = msb, lsb
-            s.complete = False
-            s.assignedTimestamp = self.clock_ms()
-            s.endEntryId = li.entries - 1
-            s.driverMetadata.CopyFrom(driver)
+            add_segment(li, (msb, lsb), li.entries - 1, driver, self.clock_ms())
             return True
 
         step = txn.cas(assign)

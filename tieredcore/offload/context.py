@@ -118,6 +118,20 @@ class SegmentPiece:
     last: int
 
 
+def add_segment(li: LedgerInfo, halves: tuple[int, int], end_entry: int, driver: pb.OffloadDriverMetadata,
+                assigned_ms: int, offloaded_ms: int | None = None) -> None:
+    """Append an ``offloadSegment`` entry naming the segment ``halves`` (uuid msb, lsb) for the ledger's
+    entries up to ``end_entry``: assigned (incomplete), or complete when ``offloaded_ms`` is given."""
+    s = li.offloadContext.offloadSegment.add()
+    s.uidMsb, s.uidLsb = halves
+    s.complete = offloaded_ms is not None
+    s.assignedTimestamp = assigned_ms
+    if offloaded_ms is not None:
+        s.offloadedTimestamp = offloaded_ms
+    s.endEntryId = end_entry
+    s.driverMetadata.CopyFrom(driver)
+
+
 def segment_refs(li: LedgerInfo) -> list[SegmentRef]:
     if not li.HasField("offloadContext"):
         return []

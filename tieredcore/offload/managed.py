@@ -61,7 +61,6 @@ from tieredcore.offload.context import (
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.transaction import (
-    Applied,
     ObjectGroup,
     Refusal,
     Refused,
@@ -149,8 +148,7 @@ class TopicOffloader:
         txn = self._transaction(t)
         # step 1: record our uuid before writing anything; every attempt it replaces is covered first
         step = txn.begin(self._assign(txn, ledger_id, new_uuid), "recording offload attempt")
-        if not isinstance(step, Applied):
-            settle(res, step)
+        if not settle(res, step):
             return self._finish(res, started)
         if not step.changed:  # complete, or every entry in completed segments (PIP-76)
             res.outcome, res.uuid = Outcome.SKIPPED, context_uuid(find_ledger(step.info, ledger_id))
@@ -173,10 +171,7 @@ class TopicOffloader:
             return True
 
         step = txn.commit(complete, "completing offload", lambda: self._give_back(txn, ledger_id, new_uuid))
-        if isinstance(step, Applied):
-            res.outcome = Outcome.OFFLOADED
-        else:
-            settle(res, step)
+        settle(res, step, Outcome.OFFLOADED)
         return self._finish(res, started)
 
     def _assign(self, txn: TopicTransaction, ledger_id: int, new_uuid: str) -> Callable[[LedgerInfo], bool]:
@@ -269,8 +264,7 @@ class TopicOffloader:
             return True
 
         step = txn.begin(begin, "recording the replacement")
-        if not isinstance(step, Applied):
-            settle(res, step)
+        if not settle(res, step):
             return self._finish(res, started)
         res.uuid = new_uuid
         li = find_ledger(step.info, ledger_id)
@@ -300,12 +294,8 @@ class TopicOffloader:
             return True
 
         step = txn.commit(swap, "swapping in the replacement", lambda: self._give_back(txn, ledger_id, new_uuid))
-        if isinstance(step, Applied):
-            res.outcome = Outcome.REPLACED
-        else:
-            settle(res, step)
-            if isinstance(step, Refused):
-                self._forget_replacement(txn, ledger_id, prop)
+        if not settle(res, step, Outcome.REPLACED) and isinstance(step, Refused):
+            self._forget_replacement(txn, ledger_id, prop)
         return self._finish(res, started)
 
     def _write_replacement(self, res: LedgerOffloadResult, txn: TopicTransaction, expect: ExpectedLedger,

@@ -52,6 +52,7 @@ from tieredcore.meta.reasons import Reason
 from tieredcore.model import Position, ReadHandle
 from tieredcore.names import TopicName
 from tieredcore.offload.context import (
+    add_segment,
     covered_through,
     driver_dict,
     is_complete,
@@ -60,7 +61,6 @@ from tieredcore.offload.context import (
 from tieredcore.offload.offloader import entry_sizes
 from tieredcore.offload.segments import OffloadedSegment, SegmentOffloader, SegmentSource
 from tieredcore.offload.transaction import (
-    Applied,
     ObjectGroup,
     Refusal,
     TopicTransaction,
@@ -293,8 +293,7 @@ class StreamingOffloader:
         driver = self._driver()
         txn = TopicTransaction(self.ml, self.deletion_log, t, clock_ms=self.clock_ms)
         step = txn.begin(self._assign(txn, ranges, new_uuid, driver), "recording the segment")
-        if not isinstance(step, Applied):
-            settle(res, step)
+        if not settle(res, step):
             return self._finish(res, started)
         res.uuid = new_uuid
         self._step("assigned", new_uuid)
@@ -330,11 +329,8 @@ class StreamingOffloader:
             return True
 
         step = txn.commit(complete, "completing the segment", lambda: txn.give_back(own, Reason.OFFLOAD_CONFLICT))
-        if not isinstance(step, Applied):
-            settle(res, step)
-            return self._finish(res, started)
-        res.outcome = Outcome.OFFLOADED
-        self._step("completed", new_uuid)
+        if settle(res, step, Outcome.OFFLOADED):
+            self._step("completed", new_uuid)
         return self._finish(res, started)
 
     def _assign(self, txn: TopicTransaction, ranges: Sequence[tuple[int, int, int]], new_uuid: str,
@@ -355,12 +351,7 @@ class StreamingOffloader:
                 drop_incomplete_segments(info, {g.uuid for g in stale})
             now = self.clock_ms()
             for li, last in lis:
-                s = li.offloadContext.offloadSegment.add()
-                s.uidMsb, s.uidLsb = msb, lsb
-                s.complete = False
-                s.assignedTimestamp = now
-                s.endEntryId = last
-                s.driverMetadata.CopyFrom(driver)
+                add_segment(li, (msb, lsb), last, driver, now)
             return True
 
         return assign

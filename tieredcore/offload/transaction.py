@@ -163,9 +163,15 @@ class Settled(Protocol):
     error_type: str
 
 
-def settle(row: Settled, step: Refused | Unknown | Failed) -> None:
-    """The row's outcome and error from a step that did not apply."""
+def settle(row: Settled, step: Step, done: Outcome | None = None) -> bool:
+    """The row's outcome from a step: ``done`` when it applied (None: leave the row as it is), else
+    what went wrong. True when it applied."""
+    if isinstance(step, Applied):
+        if done is not None:
+            row.outcome = done
+        return True
     row.outcome, row.error, row.error_type = step.outcome, step.error, step.error_type
+    return False
 
 
 # -- the step -------------------------------------------------------------------------------------
