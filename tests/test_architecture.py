@@ -1,128 +1,249 @@
-"""The shape of tieredcore/: dependencies point one way (no import cycle between modules or between
-packages), and the core imports neither Airflow nor PySpark.
+"""The shape of the product code, declared as data and checked.
 
-Every import statement counts, wherever it is (module level, inside a function, under TYPE_CHECKING):
-a lazy import hides a cycle from the interpreter, not from a reader."""
+The declarations come first: the core's layers (low to high), the order inside its packages, what the
+entry points (spark_jobs/, dags/, plugins/) may import of each other, which frameworks each part never
+imports. The checks follow: no import cycle, the root package imports nothing, every import points down
+a declared order, stores do not know each other, nobody imports another module's ``_private`` names.
+Every import statement counts, wherever it is (module level, inside a function, under TYPE_CHECKING): a
+lazy import hides a dependency from the interpreter, not from a reader. The machinery is in
+tests/support/architecture.py; a failure names the file, line, module, imported module and the rule.
+
+To place a new module, add it to the layer it belongs to below (a test fails until every module is in
+exactly one layer). To allow an import a rule forbids, declare it in ALLOWED, with the reason.
+"""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[1] / "tieredcore"
-GENERATED = "_pb2.py"
+from tests.support.architecture import (
+    ON_PATH,
+    PACKAGE,
+    Allowed,
+    Layer,
+    Tree,
+    Violation,
+    check_core_imports_no_entry_point,
+    check_entry_points,
+    check_frameworks,
+    check_imports_nothing,
+    check_layers,
+    check_module_cycles,
+    check_package_cycles,
+    check_private,
+    cycles,
+    defines_dag,
+    placement,
+    unused_allowances,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# -- where the product code lives ---------------------------------------------------------------------
+
+CORE = "tieredcore"
+AREAS = {
+    CORE: PACKAGE,  # tieredcore/a/b.py is tieredcore.a.b
+    "spark_jobs": PACKAGE,  # spark-submit ships the package; jobs import spark_jobs._jobkit
+    "dags": ON_PATH,  # Airflow puts dags/ and plugins/ on sys.path: dags/tiered_common.py is tiered_common
+    "plugins": ON_PATH,
+}
+
+# -- 1. the core's layers, low to high: a module imports its own layer or lower ones --------------------
+
+CORE_LAYERS = (
+    Layer("base", ("tieredcore", "tieredcore.errors", "tieredcore.model", "tieredcore.names",
+                   "tieredcore.units", "tieredcore.clock", "tieredcore.fileio", "tieredcore.outcomes",
+                   "tieredcore.reports")),
+    Layer("formats", ("tieredcore.formats.*",)),
+    # the three stores do not know each other
+    Layer("stores", ("tieredcore.hot.*", "tieredcore.cold.*", "tieredcore.meta.*"), peers=True),
+    Layer("settings", ("tieredcore.policy", "tieredcore.config")),
+    Layer("protocol", ("tieredcore.offload.*",)),
+    Layer("topics", ("tieredcore.topic.*", "tieredcore.workspace")),
+    Layer("jobs", ("tieredcore.lifecycle.*",)),
+    Layer("cli", ("tieredcore.cli.*",)),
+)
+
+# -- 2. the order inside packages (names relative to the package; its __init__ sits above them all) -----
+
+PACKAGE_LAYERS = {
+    "tieredcore.formats": (
+        Layer("constants and codecs", ("constants", "proto.*", "chunks", "keys", "transform", "uuids")),
+        Layer("metadata records", ("trailer", "ledger_metadata", "mlinfo", "manifest")),
+        Layer("the index", ("index",)),
+        Layer("blocks", ("block",)),
+        Layer("segments", ("segment",)),
+    ),
+    "tieredcore.hot": (
+        Layer("the tier seam and the byte format", ("tier", "format")),
+        Layer("the local store", ("local",)),
+    ),
+    "tieredcore.cold": (
+        Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "failures", "keyring",
+                                         "requests")),
+        Layer("locations and the store factory", ("location",)),
+        Layer("the transformed store", ("transformed",)),
+        # backends use the seam; the seam never imports a backend (one exception: ALLOWED)
+        Layer("backends", ("backends", "backends.azure", "backends.cloud", "backends.fs",
+                           "backends.fs_multipart", "backends.fs_util", "backends.gcs", "backends.s3"),
+              peers=True,
+              shared={"backends.azure": ("backends.cloud",),
+                      "backends.gcs": ("backends.cloud",),
+                      "backends.fs": ("backends.fs_util", "backends.fs_multipart"),
+                      "backends.fs_multipart": ("backends.fs_util",)}),
+    ),
+    "tieredcore.meta": (
+        Layer("the seam", ("store", "reasons")),
+        Layer("records kept in a store", ("deletion_log", "leases", "managed_ledgers")),
+        Layer("implementations", ("sqlite", "zookeeper"), peers=True),
+    ),
+    "tieredcore.offload": (
+        Layer("records", ("context",)),
+        Layer("caches and ownership", ("cache", "ownership")),
+        Layer("reading", ("reader",)),
+        Layer("writing one ledger", ("offloader",)),
+        Layer("segments", ("segments",)),
+        Layer("checking and listing copies", ("copies", "verify")),
+        Layer("jobs that write", ("managed", "streaming"), peers=True),
+    ),
+    "tieredcore.lifecycle": (
+        Layer("plans and work items", ("planner", "work")),
+        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
+        Layer("running jobs, the overview", ("compaction_run", "overview", "runner")),
+    ),
+    "tieredcore.lifecycle.reconcile": (
+        Layer("listing and references", ("listing", "references")),
+        Layer("orphans", ("orphans",)),
+        Layer("the report", ("report",)),
+        Layer("the run", ("run",)),
+    ),
+    "tieredcore.cli": (
+        Layer("shared", ("common", "workload")),
+        Layer("commands", ("compact", "data", "deletions", "init", "keys", "offload", "policies", "read",
+                           "scrub", "topics")),
+        Layer("the entry", ("main",)),
+    ),
+}
+
+# imports an order forbids, allowed where they are written, with the reason
+ALLOWED = {
+    "tieredcore.cold": (
+        Allowed("tieredcore.cold.location", "tieredcore.cold.backends.*", inside="StoreLocation.open",
+                why="the store factory opens the backend its URL names, importing it only then, so that a "
+                    "backend's client library is needed only by the stores that use it"),
+    ),
+}
+
+# -- 3. entry points: above the whole core; of each other they import only declared helpers ---------------
+
+NOT_FOR_ENTRY_POINTS = ("tieredcore.cli.*",)  # the command line is an entry point too
+SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit")  # what a Spark job may import of the entry points
+# every plugins/ module (they import each other freely)
+PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_plugin", "tiered_web")
+PLUGINS_FOR_DAGS = ("tiered_airflow", "tiered_hooks")  # the plugin modules DAG files use
+# DAG helpers are the dags/ modules that define no DAG (defines_dag: no module-level `with ...:`, `DAG(...)`
+# or `@dag`): DAG files and DAG helpers may import them; no module imports a DAG file.
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(CORE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def entry_point_imports(tree: Tree) -> dict[str, set[str]]:
+    """Area -> the entry-point modules its modules may import."""
+    dag_helpers = {m for m in tree.in_area("dags") if not defines_dag(tree, m)}
+    return {"spark_jobs": set(SPARK_HELPERS), "dags": dag_helpers | set(PLUGINS_FOR_DAGS),
+            "plugins": set(PLUGINS)}
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in CORE.rglob("*.py") if not p.name.endswith(GENERATED)}
+# -- 4. frameworks: what each part never imports -----------------------------------------------------------
+
+FRAMEWORKS = {
+    CORE: ("airflow", "pyspark"),
+    "spark_jobs": ("airflow",),  # Spark executors have no Airflow
+    "dags": ("pyspark",),  # Airflow workers submit Spark jobs, they do not run Spark
+    "plugins": ("pyspark",),
+}
+
+# -- the checks ------------------------------------------------------------------------------------------
+
+CHECKS: dict[str, Callable[[Tree], list[Violation]]] = {
+    "no import cycle between modules": check_module_cycles,
+    "no import cycle between core packages": lambda t: check_package_cycles(t, CORE),
+    "the root package imports nothing": lambda t: check_imports_nothing(t, CORE),
+    "core layers": lambda t: check_layers(t, CORE_LAYERS, "core layers"),
+    **{f"order inside {p}": (lambda t, p=p: check_layers(t, PACKAGE_LAYERS[p], f"order inside {p}", p,
+                                                          ALLOWED.get(p, ())))
+       for p in PACKAGE_LAYERS},
+    "no private imports": check_private,
+    "frameworks": lambda t: check_frameworks(t, FRAMEWORKS),
+    "the core imports no entry point": lambda t: check_core_imports_no_entry_point(t, CORE),
+    "entry points": lambda t: check_entry_points(t, CORE, entry_point_imports(t), NOT_FOR_ENTRY_POINTS),
+}
 
 
-def imported(path: Path, name: str, known: set[str]) -> Iterator[str]:
-    """The modules of `known` that `path` (module `name`) imports; ``from a import b`` imports ``a``
-    and, when ``a.b`` is a module, ``a.b``."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            candidates = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            candidates = [base, *(f"{base}.{a.name}" for a in node.names)]
-        else:
-            continue
-        for c in candidates:
-            # `import a.b.c` executes a, a.b and a.b.c; a module's own ancestor packages are not its
-            # dependencies (it always runs inside them: a package __init__ may re-export its children)
-            parts = c.split(".")
-            for i in range(1, len(parts) + 1):
-                m = ".".join(parts[:i])
-                if m in known and m != name and not name.startswith(m + "."):
-                    yield m
+def plugins_placement(tree: Tree) -> list[str]:
+    found = tree.in_area("plugins")
+    return ([f"plugins/ module {m} is not in PLUGINS: add it" for m in sorted(found - set(PLUGINS))]
+            + [f"PLUGINS names {m}, which is no module of plugins/" for m in PLUGINS if m not in found])
 
 
-def package_of(module: str) -> str:
-    """``tieredcore.cold.backends.s3`` -> ``tieredcore.stores``; a top-level module is its own node."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
+PLACEMENTS: dict[str, Callable[[Tree], list[str]]] = {
+    "core layers": lambda t: placement(t, CORE_LAYERS, area=CORE),
+    **{f"order inside {p}": (lambda t, p=p: placement(t, PACKAGE_LAYERS[p], p)) for p in PACKAGE_LAYERS},
+    "plugins": plugins_placement,
+}
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one node (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.get(root, ()))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, children = work[-1]
-            for w in children:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph.get(w, ())))))
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = []
-                    while True:
-                        w = stack.pop()
-                        on_stack.discard(w)
-                        comp.append(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        out.append(sorted(comp))
-    return out
+@cache
+def tree_at(root: Path) -> Tree:
+    return Tree.load(root, AREAS)
 
 
-def module_graph() -> dict[str, set[str]]:
-    mods = modules()
-    known = set(mods)
-    return {m: set(imported(p, m, known)) for m, p in mods.items()}
+def repository() -> Tree:
+    return tree_at(ROOT)
 
 
-def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for m, deps in graph.items():
-        for d in deps:
-            a, b = package_of(m), package_of(d)
-            # the root package's __init__ is empty: importing tieredcore.x passes through it
-            if a != b and b != "tieredcore":
-                out.setdefault(a, set()).add(b)
-    return out
+def report(found: list[Violation] | list[str]) -> str:
+    return "\n".join(["", *map(str, found)])
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_the_tree_keeps_the_rule(check):
+    found = CHECKS[check](repository())
+    assert not found, f"{check}: {len(found)} import(s) break the rule:{report(found)}"
+
+
+@pytest.mark.parametrize("declaration", PLACEMENTS)
+def test_every_module_is_placed_exactly_once(declaration):
+    problems = PLACEMENTS[declaration](repository())
+    assert not problems, f"{declaration}:{report(problems)}"
+
+
+@pytest.mark.parametrize("package", ALLOWED)
+def test_every_declared_exception_is_still_needed(package):
+    unused = unused_allowances(repository(), PACKAGE_LAYERS[package], package, ALLOWED[package])
+    assert not unused, f"no import needs these any more, remove them from ALLOWED: {unused}"
+
+
+# -- the machinery sees what it must ----------------------------------------------------------------------
 
 
 def test_the_walker_sees_modules_and_their_imports():
-    graph = module_graph()
-    assert {"tieredcore.formats.index", "tieredcore.cold.location", "tieredcore.lifecycle.drain"} <= set(graph)
+    tree = repository()
+    graph = tree.graph()
+    assert {"tieredcore.formats.index", "tieredcore.cold.location", "tieredcore.lifecycle.drain",
+            "spark_jobs._jobkit", "tiered_common", "tiered_airflow"} <= set(graph)
     assert "tieredcore.cold.blob" in graph["tieredcore.cold.backends.fs"]
     assert "tieredcore.cold.location" in graph["tieredcore.config"]
+    assert "spark_jobs._jobkit" in graph["spark_jobs.scrub"]
+    assert {"tiered_common", "tiered_airflow"} <= graph["tiered_offload_topic"]
+    # a function-level import, with the function it sits in
+    opens = [i for i in tree.imports if i.importer == "tieredcore.cold.location" and "backends" in i.module]
+    assert opens and {i.scope for i in opens} == {"StoreLocation.open"}
 
 
 def test_cycle_finder_finds_cycles():
@@ -130,33 +251,120 @@ def test_cycle_finder_finds_cycles():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_between_modules():
-    assert cycles(module_graph()) == []
-
-
-def test_no_import_cycle_between_packages():
-    found = cycles(package_graph(module_graph()))
-    assert found == [], f"packages that import each other: {found}"
-
-
-def test_root_package_imports_nothing():
-    """So that importing any tieredcore module never executes another one by accident."""
-    assert module_graph()["tieredcore"] == set()
-
-
 def test_a_package_reexporting_its_children_is_not_a_cycle_but_a_child_importing_a_sibling_back_is():
-    graph = module_graph()
+    graph = repository().graph()
     assert "tieredcore.formats.block" in graph["tieredcore.formats"]  # the re-export
     assert "tieredcore.formats" not in graph["tieredcore.formats.block"]
 
 
-@pytest.mark.parametrize("framework", ["airflow", "pyspark"])
-def test_core_imports_no_framework(framework):
-    offenders = []
-    for m, p in modules().items():
-        for node in ast.walk(ast.parse(p.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n == framework or n.startswith(framework + ".") for n in names):
-                offenders.append(m)
-    assert offenders == []
+def test_dag_files_and_dag_helpers_are_told_apart():
+    tree = repository()
+    dags = tree.in_area("dags")
+    helpers = {m for m in dags if not defines_dag(tree, m)}
+    assert "tiered_common" in helpers
+    assert {"tiered_scrub", "tiered_offload_topic"} <= dags - helpers
+
+
+# -- a planted violation in a copy of the tree fails its check ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plant:
+    check: str  # a key of CHECKS (or of PLACEMENTS when `placement`)
+    file: str  # relative to the root; created when missing
+    code: str  # appended to the file
+    importer: str
+    imported: str
+    placement: bool = False
+
+
+LAZY = "\n\ndef _planted() -> None:\n    {}\n"  # inside a function: lazy imports count as well
+TYPING = "\n\nimport typing\n\nif typing.TYPE_CHECKING:\n    {}\n"  # and so do TYPE_CHECKING ones
+NEW_MODULE = '"""A module no layer names."""\n'
+
+PLANTS = {
+    "a layer back-edge": Plant(
+        "core layers", "tieredcore/formats/index.py",
+        LAZY.format("from tieredcore.workspace import Workspace"),
+        "tieredcore.formats.index", "tieredcore.workspace"),
+    "a store importing another store": Plant(
+        "core layers", "tieredcore/hot/tier.py",
+        TYPING.format("from tieredcore.meta.store import MetadataStore"),
+        "tieredcore.hot.tier", "tieredcore.meta.store"),
+    "a back-edge inside a package": Plant(
+        "order inside tieredcore.offload", "tieredcore/offload/context.py",
+        LAZY.format("from tieredcore.offload.managed import TopicOffloader"),
+        "tieredcore.offload.context", "tieredcore.offload.managed"),
+    "a seam importing a backend outside the allowed place": Plant(
+        "order inside tieredcore.cold", "tieredcore/cold/location.py",
+        "\n\nfrom tieredcore.cold.backends.s3 import S3BlobStore\n",
+        "tieredcore.cold.location", "tieredcore.cold.backends.s3"),
+    "a backend importing another backend": Plant(
+        "order inside tieredcore.cold", "tieredcore/cold/backends/s3.py",
+        LAZY.format("from tieredcore.cold.backends.fs import FilesystemBlobStore"),
+        "tieredcore.cold.backends.s3", "tieredcore.cold.backends.fs"),
+    "an import cycle within a layer": Plant(
+        "no import cycle between modules", "tieredcore/errors.py",
+        LAZY.format("from tieredcore.model import FileSlice"), "tieredcore.errors", "tieredcore.model"),
+    "a private name": Plant(
+        "no private imports", "tieredcore/cli/read.py",
+        LAZY.format("from tieredcore.names import _check_whole"),
+        "tieredcore.cli.read", "tieredcore.names._check_whole"),
+    "a private module from outside its package": Plant(
+        "no private imports", "dags/tiered_common.py", LAZY.format("import spark_jobs._jobkit"),
+        "tiered_common", "spark_jobs._jobkit"),
+    "a Spark job importing another job": Plant(
+        "entry points", "spark_jobs/scrub.py", LAZY.format("from spark_jobs.rotate_keys import main"),
+        "spark_jobs.scrub", "spark_jobs.rotate_keys"),
+    "a DAG file importing another DAG file": Plant(
+        "entry points", "dags/tiered_scrub.py", LAZY.format("import tiered_retention"),
+        "tiered_scrub", "tiered_retention"),
+    "a plugin importing a DAG helper": Plant(
+        "entry points", "plugins/tiered_web.py", LAZY.format("from tiered_common import JOBS_DIR"),
+        "tiered_web", "tiered_common"),
+    "an entry point importing the command line": Plant(
+        "entry points", "spark_jobs/_jobkit.py", LAZY.format("from tieredcore.cli.common import err"),
+        "spark_jobs._jobkit", "tieredcore.cli.common"),
+    "the core importing an entry point": Plant(
+        "the core imports no entry point", "tieredcore/reports.py", LAZY.format("import tiered_airflow"),
+        "tieredcore.reports", "tiered_airflow"),
+    "the core importing airflow": Plant(
+        "frameworks", "tieredcore/units.py", LAZY.format("from airflow.sdk import DAG"),
+        "tieredcore.units", "airflow.sdk"),
+    "a Spark job importing airflow": Plant(
+        "frameworks", "spark_jobs/scrub.py", TYPING.format("import airflow"), "spark_jobs.scrub", "airflow"),
+    "the root package importing a module": Plant(
+        "the root package imports nothing", "tieredcore/__init__.py", "\nfrom tieredcore import errors\n",
+        "tieredcore", "tieredcore.errors"),
+    "a new top-level module nobody placed": Plant(
+        "core layers", "tieredcore/newcomer.py", NEW_MODULE, "tieredcore.newcomer", "", placement=True),
+    "a new module in a package nobody placed": Plant(
+        "order inside tieredcore.offload", "tieredcore/offload/newcomer.py", NEW_MODULE,
+        "tieredcore.offload.newcomer", "", placement=True),
+}
+
+
+def planted_copy(tmp_path: Path, plant: Plant) -> Tree:
+    for area in AREAS:
+        shutil.copytree(ROOT / area, tmp_path / area, ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / plant.file
+    target.write_text((target.read_text() if target.exists() else "") + plant.code)
+    return Tree.load(tmp_path, AREAS)
+
+
+@pytest.mark.parametrize("name", PLANTS)
+def test_a_planted_violation_fails_its_check(tmp_path, name):
+    plant = PLANTS[name]
+    copy = planted_copy(tmp_path, plant)
+    if plant.placement:
+        new = set(PLACEMENTS[plant.check](copy)) - set(PLACEMENTS[plant.check](repository()))
+        assert [p for p in new if plant.importer in p], f"{plant.check} did not notice {plant.importer}"
+        return
+    # only what the plant adds: the check may already fail on the tree for other imports
+    new = set(CHECKS[plant.check](copy)) - set(CHECKS[plant.check](repository()))
+    hits = [v for v in new if v.importer == plant.importer and v.imported == plant.imported]
+    assert hits, (f"{plant.check} did not notice {plant.importer} importing {plant.imported}; "
+                  f"it found:{report(sorted(new))}")
+    message = str(hits[0])
+    assert plant.importer in message and plant.imported in message and plant.file in message
+    assert hits[0].rule in message and hits[0].why
