@@ -106,12 +106,14 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.offload": (
         Layer("records", ("context",)),
+        Layer("the compare-and-set step", ("transaction",)),
         Layer("caches and ownership", ("cache", "ownership")),
         Layer("reading", ("reader",)),
         Layer("writing one ledger", ("offloader",)),
         Layer("segments", ("segments",)),
         Layer("checking and listing copies", ("copies", "verify")),
-        Layer("jobs that write", ("managed", "streaming"), peers=True),
+        Layer("what a compaction batch is", ("batches",)),
+        Layer("jobs that write", ("compaction", "deletion", "managed", "streaming"), peers=True),
     ),
     "tieredcore.lifecycle": (
         Layer("plans and work items", ("planner", "work")),

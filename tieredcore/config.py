@@ -37,6 +37,7 @@ from tieredcore.formats.constants import (
     DEFAULT_UPLOAD_PART_SIZE,
     MIN_UPLOAD_PART_SIZE,
 )
+from tieredcore.names import check_cluster_name
 
 if TYPE_CHECKING:
     from tieredcore.cold.blob import BlobStore
@@ -128,8 +129,6 @@ class Config:
             if not getattr(self, name):
                 raise ValidationError(f"configuration: {name} is empty")
         check_metadata_url(self.metadata_url)
-        from tieredcore.offload.ownership import check_cluster_name
-
         check_cluster_name(self.cluster, "configuration: cluster")
         store = parse_store_url(self.store_url)  # a bad URL fails here, before anything is created
         if self.max_block_size < 5 * 1024 * 1024 and store.scheme == "s3":

@@ -240,3 +240,14 @@ def namespace_of(topic: str) -> str:
         return TopicName.parse(topic).namespace_name
     except ValidationError:
         return UNKNOWN_NAMESPACE
+
+
+# Pulsar cluster names: letters, digits, '-', '_', '.'; the name goes into an object key
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_cluster_name(name: object, what: str = "cluster") -> str:
+    if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
+        raise ValidationError(f"{what} {name!r}: 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter "
+                              "or digit (it names the cluster in object metadata and keys)")
+    return name

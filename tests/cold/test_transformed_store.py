@@ -25,7 +25,7 @@ from tieredcore.formats import constants as C
 from tieredcore.formats.manifest import TRANSFORMED_FORMAT_VERSION, Manifest
 from tieredcore.formats.transform import TransformSpec
 from tieredcore.model import FileSlice
-from tieredcore.offload.offloader import LedgerOffloader, _check_version
+from tieredcore.offload.offloader import LedgerOffloader, check_format_version
 
 CHUNK = 4096
 TRANSFORMS = ["none", "zstd", "aes", "zstd+aes"]
@@ -152,7 +152,7 @@ def test_physical_objects_refuse_pulsar_readers(tmp_path, ring_path):
         md = s.inner.inner.head(k).metadata
         assert md[C.METADATA_FORMAT_VERSION_KEY] == TRANSFORMED_FORMAT_VERSION
         with pytest.raises(UnsupportedVersionError):
-            _check_version(md, k)
+            check_format_version(md, k)
 
 
 def test_uncommitted_and_deleted(tmp_path, ring_path):

@@ -241,7 +241,7 @@ class LedgerOffloader:
                 self.store.complete_multipart(dkey, upload_id, parts)
         except BaseException:
             # any failure, KeyboardInterrupt included: abort so no part is billed or left behind
-            _quietly(f"abort upload {upload_id} of {dkey}", self.store.abort_multipart, dkey, upload_id)
+            quietly(f"abort upload {upload_id} of {dkey}", self.store.abort_multipart, dkey, upload_id)
             raise
 
         try:
@@ -255,7 +255,7 @@ class LedgerOffloader:
                 index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{self.checksum_chunk}"
             self.store.put(ikey, index, index_md)
         except BaseException:
-            _quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
+            quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
             raise
         md = ledger.metadata
         return OffloadedObject(lid, uuid, dkey, ikey, total, len(plans), md.entries, md.length)
@@ -336,14 +336,14 @@ class LedgerOffloader:
         dkey, ikey = data_key(self.prefix, uuid, ledger_id), index_key(self.prefix, uuid, ledger_id)
         try:
             info = self.store.head(ikey)
-            _check_version(info.metadata, ikey)
+            check_format_version(info.metadata, ikey)
             raw = self.store.get(ikey)
             data_info = self.store.head(dkey)
         except NoSuchObjectError as e:
             raise OffloadedLedgerNotFoundError(
                 f"offloaded ledger {ledger_id} (uuid {uuid}) not found: {e}"
             ) from e
-        _check_version(data_info.metadata, dkey)
+        check_format_version(data_info.metadata, dkey)
         index = parse_index(raw, ledger_id)
         if not isinstance(index, LedgerIndex):
             raise OffloadedLedgerNotFoundError(f"{ikey} is a multi-ledger (V2) index, not a ledger index")
@@ -429,7 +429,7 @@ def check_offloaded_index(
                           f"holds {'; '.join(problems)}")
 
 
-def _check_version(metadata: Mapping[str, str], key: str) -> None:
+def check_format_version(metadata: Mapping[str, str], key: str) -> None:
     v = metadata.get(C.METADATA_FORMAT_VERSION_KEY)
     if v != C.CURRENT_FORMAT_VERSION:
         raise UnsupportedVersionError(
@@ -580,7 +580,7 @@ def _ledger_metadata(ledger: ReadHandle) -> LedgerMetadata:
     return replace(md, custom_metadata={**md.custom_metadata, C.CUSTOM_LEDGER_ID_KEY: str(ledger.ledger_id).encode()})
 
 
-def _quietly(what: str, fn: Callable[..., object], *args: object) -> None:
+def quietly(what: str, fn: Callable[..., object], *args: object) -> None:
     try:
         fn(*args)
     except Exception as e:  # the original error matters more; reconciliation finds leftovers

@@ -22,7 +22,6 @@ never flags it, nothing deletes it.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -37,24 +36,13 @@ from tieredcore.errors import (
     NoSuchObjectError,
     ObjectExistsError,
     StoreOwnershipError,
-    ValidationError,
 )
 from tieredcore.formats.constants import METADATA_CLUSTER_NAME_KEY, METADATA_OWNER_KEY
 from tieredcore.meta.store import MetadataStore
+from tieredcore.names import check_cluster_name
 
 IDENTITY_PATH = "/tiered/identity"
 MARKER_PREFIX = "tiered-owner."
-# Pulsar cluster names: letters, digits, '-', '_', '.'; the name goes into an object key
-CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def check_cluster_name(name: object, what: str = "cluster") -> str:
-    if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
-        raise ValidationError(f"{what} {name!r}: 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter "
-                              "or digit (it names the cluster in object metadata and keys)")
-    return name
-
-
 # -- the metadata store's identity ------------------------------------------------------------------
 
 

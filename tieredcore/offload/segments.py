@@ -56,7 +56,7 @@ from tieredcore.model import (
 )
 from tieredcore.offload.cache import SHARED_SEGMENT_INDEX_CACHE
 from tieredcore.offload.context import SegmentPiece
-from tieredcore.offload.offloader import LedgerOffloader, _check_version, _quietly, entry_sizes
+from tieredcore.offload.offloader import LedgerOffloader, check_format_version, entry_sizes, quietly
 from tieredcore.offload.reader import OffloadedLedgerHandle
 from tieredcore.offload.transaction import delete_pair
 
@@ -166,7 +166,7 @@ class SegmentOffloader:
                     progress(done, plan.length)
             store.complete_multipart(dkey, upload_id, parts)
         except BaseException:
-            _quietly(f"abort upload {upload_id} of {dkey}", store.abort_multipart, dkey, upload_id)
+            quietly(f"abort upload {upload_id} of {dkey}", store.abort_multipart, dkey, upload_id)
             raise
         return self._commit(uuid, plan, crcs, [s.size_through for s in sources], [s.timestamp for s in sources],
                             extra_metadata)
@@ -183,7 +183,7 @@ class SegmentOffloader:
         if crcs is not None:
             chunk_crcs = crcs.finish()
             if crcs.length != plan.length:
-                _quietly(f"delete {dkey}", store.delete, [dkey])
+                quietly(f"delete {dkey}", store.delete, [dkey])
                 raise FormatError(f"segment {uuid}: checksummed {crcs.length} bytes, uploaded {plan.length}")
             checksums = (off.checksum_chunk, chunk_crcs)
             index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{off.checksum_chunk}"
@@ -198,7 +198,7 @@ class SegmentOffloader:
         try:
             store.put(ikey, index, index_md)
         except BaseException:
-            _quietly(f"delete {dkey} after failed index write", store.delete, [dkey])
+            quietly(f"delete {dkey} after failed index write", store.delete, [dkey])
             raise
         return OffloadedSegment(
             uuid, dkey, ikey, plan.length, len(plan.blocks), len(plan.parts),
@@ -237,12 +237,12 @@ class SegmentOffloader:
         dkey, ikey = self.keys(uuid)
         try:
             info = self.store.head(ikey)
-            _check_version(info.metadata, ikey)
+            check_format_version(info.metadata, ikey)
             raw = self.store.get(ikey)
             data_info = self.store.head(dkey)
         except NoSuchObjectError as e:
             raise OffloadedLedgerNotFoundError(f"segment {uuid} not found: {e}") from e
-        _check_version(data_info.metadata, dkey)
+        check_format_version(data_info.metadata, dkey)
         index = parse_index(raw)
         if not isinstance(index, SegmentIndex):
             raise FormatError(f"{ikey}: a single-ledger (V1) index where a segment's V2 index was expected")
@@ -422,7 +422,7 @@ class SegmentSink:
         """Abort the upload (idempotent; nothing of the segment is left in the store)."""
         if not self._done:
             self._done = True
-            _quietly(f"abort upload {self._upload_id} of {self.data_key}", self._store.abort_multipart,
+            quietly(f"abort upload {self._upload_id} of {self.data_key}", self._store.abort_multipart,
                      self.data_key, self._upload_id)
 
 class _SectionView:

@@ -69,7 +69,7 @@ def listing_prefixes(prefix: str) -> list[str]:
     return [p + c for c in HEX_DIGITS]
 
 
-def _excluded(key: str, exclude_prefixes: Sequence[str]) -> bool:
+def excluded(key: str, exclude_prefixes: Sequence[str]) -> bool:
     return any(key.startswith(x) for x in exclude_prefixes)
 
 
@@ -95,7 +95,7 @@ def list_objects(
     marker_start = p + MARKER_PREFIX
     for info in iter_objects(store, lp, page_size):
         key = info.key
-        if (exclude_prefixes and _excluded(key, exclude_prefixes)) or (
+        if (exclude_prefixes and excluded(key, exclude_prefixes)) or (
                 markers and key.startswith(marker_start) and is_marker_key(key, p)):
             continue  # a nested location's keys; owner markers
         m = match(key, plen) if key.startswith(p) else None
@@ -122,7 +122,7 @@ def list_rest(
 
     def emit(infos: Iterable[ObjectInfo]) -> Iterator[ObjectRow]:
         for info in infos:
-            if _is_rest(info.key, plen) and not (exclude_prefixes and _excluded(info.key, exclude_prefixes)) \
+            if _is_rest(info.key, plen) and not (exclude_prefixes and excluded(info.key, exclude_prefixes)) \
                     and not is_marker_key(info.key, p):  # the location's owner marker is ours, not foreign
                 yield parse_row(info, p)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tieredcore.cold.blob import BlobStore, MultipartUploadInfo
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_key
-from tieredcore.lifecycle.reconcile.listing import ObjectRow, _excluded
+from tieredcore.lifecycle.reconcile.listing import ObjectRow, excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
 from tieredcore.names import TopicName
 from tieredcore.offload.context import is_offloaded
@@ -250,7 +250,7 @@ def abort_stale_uploads(store: BlobStore, prefix: str, as_of_ms: int, grace_ms: 
     out = UploadsResult()
     cutoff = as_of_ms - grace_ms
     for up in store.list_multipart_uploads(p):
-        if exclude_prefixes and _excluded(up.key, exclude_prefixes):
+        if exclude_prefixes and excluded(up.key, exclude_prefixes):
             continue
         parsed = parse_key(up.key, p)
         if parsed is None:  # not an offloaded-ledger or segment data/index key

@@ -19,7 +19,7 @@ from tieredcore.workspace import Workspace
 _UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
 
 
-def _iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
+def iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
     """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
     for ns in ws.ml.list_namespaces():
         for t in ws.ml.list_topics(ns):
@@ -34,7 +34,7 @@ def metadata_uuids(ws: Workspace) -> set[str]:
     """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
     OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts."""
     out: set[str] = set()
-    for _t, info in _iter_topics(ws):
+    for _t, info in iter_topics(ws):
         for li in info.ledgerInfo:
             add_referenced_uuids(li, out)
     return out

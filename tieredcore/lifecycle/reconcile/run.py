@@ -23,7 +23,7 @@ from tieredcore.lifecycle.reconcile.orphans import (
     find_object_orphans,
     inspect_group,
 )
-from tieredcore.lifecycle.reconcile.references import _iter_topics, referenced_uuids
+from tieredcore.lifecycle.reconcile.references import iter_topics, referenced_uuids
 from tieredcore.lifecycle.reconcile.report import (
     KIND_LEDGER,
     KIND_OFFLOADED,
@@ -101,7 +101,7 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
                     errors.append(f"namespace {ns}: cannot open policy store: {e}")
     seen_drivers: set[bytes] = set()
     last_dm = None
-    for t, info in _iter_topics(ws):
+    for t, info in iter_topics(ws):
         for li in info.ledgerInfo:
             if not li.HasField("offloadContext"):
                 continue
