@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         split, split_s = timed(lambda: [r for p in listing_prefixes("") for r in list_objects(store, "", p)]
                                + list(list_rest(store, "")))
         assert sorted(split) == sorted(rows)
-        refs, refs_s = timed(lambda: referenced_uuids(ws))
+        refs, refs_s = timed(lambda: referenced_uuids(ws.ml, ws.metadata))
         found, join_s = timed(lambda: find_object_orphans(rows, refs, as_of, grace))
         assert len(found.groups) == seeded and found.foreign_keys == FOREIGN_KEYS, (len(found.groups), seeded)
         loc = store_locations(ws)[0]

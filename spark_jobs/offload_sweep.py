@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             manual = ManualOffload.parse(args.up_to, args.keep_bytes)
         with Workspace(run.config) as ws:
             if manual is not None:
-                return plan_manual_offload(ws, args.topic, run.as_of_ms, manual, args.dry_run)
+                return plan_manual_offload(ws.ml, args.topic, run.as_of_ms, manual, args.dry_run)
             return plan_offload(ws, args.namespace, run.as_of_ms, args.max_topics, args.dry_run)
 
     return run_ledger_job(JOB, args, plan)

@@ -330,7 +330,7 @@ def test_drain_deletes_every_orphan_and_nothing_else(seeded):
 
 def test_referenced_uuids_cover_contexts_abandoned_and_log(seeded):
     s, ws = seeded, seeded.ws
-    refs = referenced_uuids(ws)
+    refs = referenced_uuids(ws.ml, ws.metadata)
     listed = {parse_ledger_key(k, "pfx/" if k.startswith("pfx/") else "").uuid for k in s.valid_keys
               if parse_ledger_key(k, "pfx/" if k.startswith("pfx/") else "")}
     assert listed <= refs

@@ -280,27 +280,27 @@ def test_plan_manual_offload(make_ws):
     assert ManualOffload.parse("3:4", None).job_args() == ["--up-to", "3:4"]
     assert ManualOffload.parse(None, 0).job_args() == ["--keep-bytes", "0"]
     with pytest.raises(ValidationError, match="keep-bytes"):
-        plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=-1))
+        plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=-1))
     with pytest.raises(ValidationError):
-        plan_manual_offload(ws, "not a topic name!", END_MS, ManualOffload(keep_bytes=0))
+        plan_manual_offload(ws.ml, "not a topic name!", END_MS, ManualOffload(keep_bytes=0))
     with pytest.raises(TopicNotFoundError):
-        plan_manual_offload(ws, "t/a/missing", END_MS, ManualOffload(keep_bytes=0))
+        plan_manual_offload(ws.ml, "t/a/missing", END_MS, ManualOffload(keep_bytes=0))
 
-    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(up_to=Position(ids[2], 5)))) == {T: ids[:2]}
+    assert planned(plan_manual_offload(ws.ml, T, END_MS, ManualOffload(up_to=Position(ids[2], 5)))) == {T: ids[:2]}
     # keep 1500 bytes hot: newest first 0 (open), 1000, 2000 > 1500 at ids[2] -> up to (excluding) the
     # ledger visited before it, ids[3]: the kept suffix (ids[3] and the open one) is at most 1500 bytes
-    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500))) == {T: ids[:3]}
+    assert planned(plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=1500))) == {T: ids[:3]}
     # keep 0: the empty open ledger alone is within 0 bytes, so every sealed ledger goes (docs/metadata.md)
-    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=0))) == {T: ids}
-    assert plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=10**9)) == []
+    assert planned(plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=0))) == {T: ids}
+    assert plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=10**9)) == []
     # never the open ledger, even "up to" past it
-    assert planned(plan_manual_offload(ws, T, END_MS, ManualOffload(up_to=Position(10**6, 0)))) == {T: ids}
+    assert planned(plan_manual_offload(ws.ml, T, END_MS, ManualOffload(up_to=Position(10**6, 0)))) == {T: ids}
     # an older logical date sees only what was sealed then (ids[2], open at that time, stays)
-    assert planned(plan_manual_offload(ws, T, END_MS - INTERVAL_MS - 1, ManualOffload(keep_bytes=0))) == {T: ids[:2]}
+    assert planned(plan_manual_offload(ws.ml, T, END_MS - INTERVAL_MS - 1, ManualOffload(keep_bytes=0))) == {T: ids[:2]}
     # manual offload without any policy (offload disabled) works, and is idempotent
-    plan = plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500))
+    plan = plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=1500))
     assert [r.outcome for r in run(ws, plan)] == ["offloaded"] * 3
-    assert plan_manual_offload(ws, T, END_MS, ManualOffload(keep_bytes=1500)) == []
+    assert plan_manual_offload(ws.ml, T, END_MS, ManualOffload(keep_bytes=1500)) == []
 
 
 def test_manual_offload_parses_positions():

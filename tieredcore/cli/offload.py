@@ -156,7 +156,7 @@ def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Pro
             info, _ = ws.ml.get_topic(t)
         except NotFoundError:
             continue  # deleted meanwhile
-        w = plan_streaming(ws, t, info, as_of, force_tail=not args.respect_rollover)
+        w = plan_streaming(ws.hot, t, info, as_of, force_tail=not args.respect_rollover)
         if w is None:
             continue  # every entry is in the object store already
         for r in stream_topic(ws, pol, t, w, budget, progress=on_progress):

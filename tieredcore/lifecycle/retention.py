@@ -86,7 +86,7 @@ def plan_retention(
     """Topics with ledgers past retention (time or size, both tiers) under their effective policy."""
     ps = ws.policies
     out: list[TopicWork] = []
-    for ns in resolve_namespaces(ws, namespaces, KIND_RETENTION):
+    for ns in resolve_namespaces(ws.ml, ps, namespaces, KIND_RETENTION):
         for t in ws.ml.list_topics(ns):
             pol = ps.for_topic(t)
             if not retention_enabled(pol):

@@ -40,6 +40,7 @@ from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
+from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.meta.reasons import Reason
@@ -74,7 +75,7 @@ def plan_scrub(
     if topics:
         names = [TopicName.parse(t) for t in topics]
     else:
-        names = [t for ns in resolve_namespaces(ws, namespaces, KIND_SCRUB) for t in ws.ml.list_topics(ns)]
+        names = [t for ns in resolve_namespaces(ws.ml, ws.policies, namespaces, KIND_SCRUB) for t in ws.ml.list_topics(ns)]
     out = []
     for t in names:
         try:
@@ -93,7 +94,7 @@ def scrub_work(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
     """run_work's branch for KIND_SCRUB units. Repairs hold the topic's lease; checks do not need it."""
     deep, repair = bool(w.options.get("deep")), bool(w.options.get("repair")) and not w.dry_run
     check_only = TopicWork(w.topic, w.kind, w.ledgers, w.as_of_ms, dry_run=True, options=w.options)
-    return held_topic_rows(ws, t, w if repair else check_only, "scrub-repair", budget,
+    return held_topic_rows(ws.leases, t, w if repair else check_only, "scrub-repair", budget,
                            lambda lid, row: _scrub_one(ws, t, lid, w, row, deep, repair))
 
 
@@ -116,7 +117,7 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.bytes = h.index_bytes
         return h
 
-    problem, failed = _check_copy(ws, lid, row, deep, open_copy, "the offloaded copy")
+    problem, failed = _check_copy(ws.hot, lid, row, deep, open_copy, "the offloaded copy")
     if failed or problem is None:
         return failed
     if not ws.hot.exists(lid):
@@ -139,7 +140,7 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     return ""
 
 
-def _check_copy(ws: Workspace, lid: int, row: LedgerResult, deep: bool, open_copy: Callable[[], Any],
+def _check_copy(hot: HotTier, lid: int, row: LedgerResult, deep: bool, open_copy: Callable[[], Any],
                 what: str) -> tuple[str | None, str]:
     """Open a ledger's object-store copy (``open_copy`` checks what opening it can) and, when ``deep``,
     read it all back against the hot CRCs. Returns (what is wrong with it or None, the error type of a
@@ -149,7 +150,7 @@ def _check_copy(ws: Workspace, lid: int, row: LedgerResult, deep: bool, open_cop
         h = open_copy()
         try:
             if deep:
-                crcs, sizes = _hot_record(ws, lid)
+                crcs, sizes = _hot_record(hot, lid)
                 rep = verify_offloaded(h, crcs, expected_sizes=sizes)
                 row.bytes += rep.bytes_read
                 row.blocks = rep.blocks
@@ -181,7 +182,7 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
         row.bytes = h.index_bytes
         return h
 
-    problem, failed = _check_copy(ws, lid, row, deep, open_copy, "the segments")
+    problem, failed = _check_copy(ws.hot, lid, row, deep, open_copy, "the segments")
     if failed or problem is None:
         return failed
     if not ws.hot.exists(lid):
@@ -193,11 +194,11 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
     return ""
 
 
-def _hot_record(ws: Workspace, lid: int):
+def _hot_record(hot: HotTier, lid: int):
     """The hot copy's per-entry CRCs and payload sizes when it exists and is readable (else None, None:
     structure and chunk checksums only)."""
     try:
-        h = ws.hot.open_ledger(lid)
+        h = hot.open_ledger(lid)
     except TieredError:
         return None, None
     try:

@@ -43,6 +43,7 @@ from tieredcore.errors import (
     NotFoundError,
     TieredError,
 )
+from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.planner import (
     ManualOffload,
     deletion_lag_due,
@@ -59,7 +60,7 @@ from tieredcore.lifecycle.work import (
     held_topic_rows,
     resolve_namespaces,
 )
-from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
 from tieredcore.model import INT64_MAX, Position
 from tieredcore.names import TopicName
@@ -88,7 +89,7 @@ def plan_offload(
     """Topics with ledgers due for offload under their effective policy at `as_of_ms`."""
     ps = ws.policies
     out: list[TopicWork] = []
-    for ns in resolve_namespaces(ws, namespaces, KIND_OFFLOAD):
+    for ns in resolve_namespaces(ws.ml, ps, namespaces, KIND_OFFLOAD):
         for t in ws.ml.list_topics(ns):
             pol = ps.for_topic(t)
             if not pol.offload_enabled:
@@ -98,7 +99,7 @@ def plan_offload(
             except NotFoundError:
                 continue  # deleted since listing
             if pol.streaming:
-                w = plan_streaming(ws, t, info, as_of_ms, dry_run)
+                w = plan_streaming(ws.hot, t, info, as_of_ms, dry_run)
                 if w is not None:
                     out.append(w)
             else:
@@ -115,7 +116,7 @@ def plan_offload(
     return out
 
 
-def plan_streaming(ws: Workspace, t: TopicName, info, as_of_ms: int, dry_run: bool = False,
+def plan_streaming(hot: HotTier, t: TopicName, info, as_of_ms: int, dry_run: bool = False,
                    force_tail: bool = False) -> TopicWork | None:
     """The streaming offload unit of a topic, or None when every entry it held at `as_of_ms` is in the
     object store. Its ledgers: those with entries not yet offloaded (the open ledger's last confirmed
@@ -129,7 +130,7 @@ def plan_streaming(ws: Workspace, t: TopicName, info, as_of_ms: int, dry_run: bo
         open_ledger = i == len(info.ledgerInfo) - 1 and not is_sealed(li)
         if open_ledger or not li.HasField("entries"):
             try:
-                h = ws.hot.open_ledger(li.ledgerId)
+                h = hot.open_ledger(li.ledgerId)
             except HotLedgerNotFoundError:
                 continue  # gone: the executor reports it if it still matters
             try:
@@ -151,11 +152,11 @@ def plan_streaming(ws: Workspace, t: TopicName, info, as_of_ms: int, dry_run: bo
 
 
 def plan_manual_offload(
-    ws: Workspace, topic: str, as_of_ms: int, manual: ManualOffload, dry_run: bool = False,
+    ml: ManagedLedgerStore, topic: str, as_of_ms: int, manual: ManualOffload, dry_run: bool = False,
 ) -> list[TopicWork]:
     """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot."""
     t = TopicName.parse(topic)
-    info, _ = ws.ml.get_topic(t)
+    info, _ = ml.get_topic(t)
     ids = manual.select(ledgers_as_of(info.ledgerInfo, as_of_ms))
     return [TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run)] if ids else []
 
@@ -166,7 +167,7 @@ def plan_lag_cleanup(
     """Topics with hot copies whose offload completed more than the deletion lag before `as_of_ms`."""
     ps = ws.policies
     out = []
-    for ns in resolve_namespaces(ws, namespaces, KIND_LAG_CLEANUP):
+    for ns in resolve_namespaces(ws.ml, ps, namespaces, KIND_LAG_CLEANUP):
         for t in ws.ml.list_topics(ns):
             lag = ps.for_topic(t).deletion_lag
             if lag is None:
@@ -230,7 +231,7 @@ def offload_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
 
 def lag_cleanup_topic(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                        budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
-    return held_topic_rows(ws, t, w, "lag-cleanup", budget, lambda lid, row: _cleanup_one(ws, pol, t, lid, w, row))
+    return held_topic_rows(ws.leases, t, w, "lag-cleanup", budget, lambda lid, row: _cleanup_one(ws, pol, t, lid, w, row))
 
 
 def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: TopicWork, row: LedgerResult) -> str:

@@ -12,10 +12,12 @@ from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import LeaseHeldError, TieredError
+from tieredcore.meta.leases import TopicLeases
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.outcomes import Outcome
+from tieredcore.policy import PolicyStore
 from tieredcore.reports import Totals, totals
-from tieredcore.workspace import Workspace
 
 KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
@@ -109,17 +111,19 @@ def parse_covers(text: str) -> list[tuple[int, int, int]]:
 
 
 
-def resolve_namespaces(ws: Workspace, namespaces: Iterable[str] | None, kind: str) -> list[str]:
-    ps = ws.policies
+def resolve_namespaces(ml: ManagedLedgerStore, policies: PolicyStore, namespaces: Iterable[str] | None,
+                       kind: str) -> list[str]:
+    """The namespaces named (validated), else every namespace: with offload enabled for an offload sweep."""
+    ps = policies
     if namespaces:
         return [NamespaceName.parse(n).name for n in namespaces]
     if kind == KIND_OFFLOAD:
         return ps.namespaces_with_offload()
-    return sorted(set(ws.ml.list_namespaces()))
+    return sorted(set(ml.list_namespaces()))
 
 
 def held_topic_rows(
-    ws: Workspace, t: TopicName, w: TopicWork, purpose: str, budget: StoreFailureBudget | None,
+    leases: TopicLeases, t: TopicName, w: TopicWork, purpose: str, budget: StoreFailureBudget | None,
     one: Callable[[int, LedgerResult], str],
 ) -> list[LedgerResult]:
     """Run ``one(ledger id, row)`` for each of the unit's ledgers, oldest first, holding the topic's lease
@@ -152,7 +156,7 @@ def held_topic_rows(
         run_all(None)
         return out
     try:
-        with ws.leases.hold(t, purpose) as held:
+        with leases.hold(t, purpose) as held:
             run_all(held.renew)
     except LeaseHeldError as e:
         out += [LedgerResult(t.full, t.namespace_name, lid, w.kind, Outcome.BUSY, error=str(e))

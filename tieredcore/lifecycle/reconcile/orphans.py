@@ -221,7 +221,7 @@ def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE
             out.young += 1
             continue
         unlisted.append(HotOrphan(lid, name, ctime, length, reason))
-    scheduled = deletion_log_references(ws).hot_ledgers if scheduled_ledgers is None else scheduled_ledgers
+    scheduled = deletion_log_references(ws.metadata).hot_ledgers if scheduled_ledgers is None else scheduled_ledgers
     for o in unlisted:
         if o.ledger_id in scheduled:
             out.scheduled += 1

@@ -12,29 +12,30 @@ from typing import Any
 from tieredcore.errors import NotFoundError
 from tieredcore.formats.keys import UUID_PATTERN
 from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionLog
+from tieredcore.meta.managed_ledgers import ManagedLedgerStore
+from tieredcore.meta.store import MetadataStore
 from tieredcore.names import TopicName
 from tieredcore.offload.context import add_referenced_uuids
-from tieredcore.workspace import Workspace
 
 _UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
 
 
-def iter_topics(ws: Workspace) -> Iterator[tuple[TopicName, Any]]:
+def iter_topics(ml: ManagedLedgerStore) -> Iterator[tuple[TopicName, Any]]:
     """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
-    for ns in ws.ml.list_namespaces():
-        for t in ws.ml.list_topics(ns):
+    for ns in ml.list_namespaces():
+        for t in ml.list_topics(ns):
             try:
-                info, _ = ws.ml.get_topic(t)
+                info, _ = ml.get_topic(t)
             except NotFoundError:
                 continue
             yield t, info
 
 
-def metadata_uuids(ws: Workspace) -> set[str]:
+def metadata_uuids(ml: ManagedLedgerStore) -> set[str]:
     """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
     OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts."""
     out: set[str] = set()
-    for _t, info in iter_topics(ws):
+    for _t, info in iter_topics(ml):
         for li in info.ledgerInfo:
             add_referenced_uuids(li, out)
     return out
@@ -46,11 +47,11 @@ class LogReferences:
     hot_ledgers: set[int] = field(default_factory=set)  # ledger records
 
 
-def deletion_log_references(ws: Workspace) -> LogReferences:
+def deletion_log_references(metadata: MetadataStore) -> LogReferences:
     """What the deletion log already covers: pending, retrying AND dead-letter records (scheduled, or
     waiting for an operator), never to be recorded again. Malformed records are scanned for anything
     that looks like a uuid, to err on the side of not recording twice."""
-    dl = DeletionLog(ws.metadata)
+    dl = DeletionLog(metadata)
     refs = LogReferences()
     for e in [*dl.pending(), *dl.dead_letters()]:
         r = e.record
@@ -71,9 +72,9 @@ def deletion_log_references(ws: Workspace) -> LogReferences:
     return refs
 
 
-def referenced_uuids(ws: Workspace) -> set[str]:
+def referenced_uuids(ml: ManagedLedgerStore, metadata: MetadataStore) -> set[str]:
     """Metadata references (:func:`metadata_uuids`), then the deletion log's uuids — in that order
     (see the package docstring)."""
-    out = metadata_uuids(ws)
-    out |= deletion_log_references(ws).uuids
+    out = metadata_uuids(ml)
+    out |= deletion_log_references(metadata).uuids
     return out

@@ -101,7 +101,7 @@ def store_locations(ws: Workspace, errors: list[str] | None = None) -> list[Loca
                     errors.append(f"namespace {ns}: cannot open policy store: {e}")
     seen_drivers: set[bytes] = set()
     last_dm = None
-    for t, info in iter_topics(ws):
+    for t, info in iter_topics(ws.ml):
         for li in info.ledgerInfo:
             if not li.HasField("offloadContext"):
                 continue
@@ -304,7 +304,7 @@ def read_references(ws: Workspace, rep: ReconcileReport, as_of_ms: int, grace_ms
     hot = find_hot_orphans(ws, as_of_ms, grace_ms)
     rep.timings["hot"] = round(clock() - t0, 6)
     t0 = clock()
-    referenced = referenced_uuids(ws)
+    referenced = referenced_uuids(ws.ml, ws.metadata)
     rep.referenced_uuids = len(referenced)
     rep.timings["references"] = round(clock() - t0, 6)
     return hot, referenced
