@@ -33,9 +33,11 @@ from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.errors import NoSuchObjectError, NotFoundError, TieredError, ValidationError
 from tieredcore.formats.keys import MANIFEST_SUFFIX, parse_key
 from tieredcore.formats.manifest import Manifest
+from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.lifecycle.reconcile.listing import list_objects
 from tieredcore.lifecycle.reconcile.run import owned_locations, store_locations
 from tieredcore.offload.context import driver_metadata_from_dict
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.ownership import foreign_reason
 from tieredcore.outcomes import Outcome
 from tieredcore.reports import Totals, totals
@@ -109,14 +111,15 @@ def _is_manifest(key: str, prefix: str) -> bool:
     return p is not None and p.is_manifest
 
 
-def _store(ws: Workspace, stores: dict[str, TransformedBlobStore], ref: ManifestRef) -> TransformedBlobStore:
+def _store(offloader_for_driver: Callable[[pb.OffloadDriverMetadata], LedgerOffloader],
+           stores: dict[str, TransformedBlobStore], ref: ManifestRef) -> TransformedBlobStore:
     """The ref's location's transformed store (manifests read and written through it), with the key
     ring; opened once per location."""
     got = stores.get(ref.location)
     if got is not None:
         return got
     driver = ref.driver
-    store = ws.offloader_for_driver(driver_metadata_from_dict(driver)).store
+    store = offloader_for_driver(driver_metadata_from_dict(driver)).store
     if not isinstance(store, TransformedBlobStore):  # the driver dict is marked chunked: never happens
         raise ValidationError(f"{driver}: not opened as a location of transformed objects")
     stores[ref.location] = store
@@ -202,7 +205,7 @@ def key_status(ws: Workspace, listing: Listing | None = None) -> KeyStatus:
     stores: dict[str, TransformedBlobStore] = {}
     for ref in listing.refs:
         try:
-            store = _store(ws, stores, ref)
+            store = _store(ws.offloader_for_driver, stores, ref)
             m = _read_manifest(store, ref.key)
         except NoSuchObjectError:
             continue  # deleted since the listing
@@ -269,7 +272,7 @@ def rotate(ws: Workspace, manifests: Iterable[ManifestRef], target: str | None =
             row.outcome, row.reason = Outcome.ABORTED, budget.reason
         else:
             try:
-                store = _store(ws, stores, ref)
+                store = _store(ws.offloader_for_driver, stores, ref)
                 _rotate_one(store, ring, ref.key, kek, dry_run, row, cluster, identity)
             except (TieredError, OSError) as e:
                 row.outcome, row.reason, error_type = Outcome.FAILED, f"{type(e).__name__}: {e}", type(e).__name__

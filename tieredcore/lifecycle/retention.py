@@ -29,6 +29,7 @@ from tieredcore.offload.context import (
     context_uuid,
 )
 from tieredcore.offload.deletion import delete_record, trim
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.transaction import TopicTransaction
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
@@ -40,14 +41,15 @@ log = logging.getLogger(__name__)
 # -- records --------------------------------------------------------------------------------------
 
 
-def _fallback(ws: Workspace, policy: OffloadPolicy) -> Callable[[], dict]:
+def _fallback(offloader_for_policy: Callable[[OffloadPolicy], LedgerOffloader],
+              policy: OffloadPolicy) -> Callable[[], dict]:
     """Driver metadata of the store the topic's policy offloads to: the fallback for a uuid recorded
     without any (Pulsar always records it; a damaged or foreign record may not). Opened only if asked."""
     cache: list[dict] = []
 
     def driver() -> dict:
         if not cache:
-            cache.append(ws.offloader_for_policy(policy).location.driver_dict())
+            cache.append(offloader_for_policy(policy).location.driver_dict())
         return cache[0]
 
     return driver
@@ -140,7 +142,7 @@ def trim_topic(
         return _timed([row(li, Outcome.PLANNED) for li in _ledgers(info, select(info))], started)
 
     txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=lambda: as_of_ms)
-    done = trim(txn, lambda info: _ledgers(info, select(info)), Reason.RETENTION, as_of_ms, _fallback(ws, pol))
+    done = trim(txn, lambda info: _ledgers(info, select(info)), Reason.RETENTION, as_of_ms, _fallback(ws.offloader_for_policy, pol))
     out = [row(li, Outcome.TRIMMED) for li in done.removed]
     for lid in sorted(done.recorded - {li.ledgerId for li in done.removed}):
         out.append(LedgerResult(t.full, t.namespace_name, lid, KIND_RETENTION, Outcome.SKIPPED,
@@ -191,7 +193,7 @@ def delete_topic(ws: Workspace, topic: str | TopicName, as_of_ms: int, dry_run: 
     t = TopicName.parse(topic)
     pol = ws.policies.for_topic(t)
     txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=lambda: as_of_ms)
-    done = delete_record(txn, Reason.TOPIC_DELETION, as_of_ms, _fallback(ws, pol), dry_run=dry_run)
+    done = delete_record(txn, Reason.TOPIC_DELETION, as_of_ms, _fallback(ws.offloader_for_policy, pol), dry_run=dry_run)
     res = TopicDeletion(t.full, ledgers=done.ledgers, records=_count(done.records), deleted=done.deleted,
                         dry_run=dry_run)
     if dry_run:
