@@ -84,6 +84,8 @@ def test_put_and_every_range(tmp_path, ring_path, transform, size):
     if size:
         with pytest.raises(BadRangeError):
             s.get_range("p/obj", size, size + 5)
+        with pytest.raises(BadRangeError, match="ends before it starts"):
+            s.get_range("p/obj", size - 1, size - 2)  # a caller's bad range, not a format error
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)

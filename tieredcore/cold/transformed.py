@@ -338,6 +338,8 @@ class TransformedBlobStore:
         size = o.manifest.size
         if start < 0 or start >= size:
             raise BadRangeError(f"{key}: range start {start} outside 0..{size - 1}")
+        if end < start:  # the caller's mistake, as every store reports it (not the chunk index's FormatError)
+            raise BadRangeError(f"{key}: range {start}-{end} ends before it starts")
         end = min(end, size - 1)
         idx = o.manifest.index
         ids = idx.chunk_ids(start, end + 1)
