@@ -173,6 +173,24 @@ def test_uncommitted_and_deleted(tmp_path, ring_path):
         s.get("p/y")
 
 
+def test_complete_refuses_parts_it_did_not_return(tmp_path, ring_path):
+    """Completing names the parts upload_part returned; another etag or size is refused (nothing is
+    committed) and the upload stays usable."""
+    from tieredcore.cold.blob import CompletedPart
+
+    s = _store(tmp_path, "zstd", ring_path)
+    uid = s.initiate_multipart("p/c")
+    p1 = s.upload_part("p/c", uid, 1, _payload(5000))
+    p2 = s.upload_part("p/c", uid, 2, _payload(3000))
+    for bad in (CompletedPart(2, "someone-else", p2.size), CompletedPart(2, p2.etag, p2.size + 1)):
+        with pytest.raises(ValidationError, match="is not the part uploaded"):
+            s.complete_multipart("p/c", uid, [p1, bad])
+        with pytest.raises(NoSuchObjectError):
+            s.head("p/c")
+    s.complete_multipart("p/c", uid, [p1, p2])
+    assert s.get("p/c") == _payload(5000) + _payload(3000)
+
+
 def test_tampered_and_swapped_chunks_fail(tmp_path, ring_path):
     s = _store(tmp_path, "aes", ring_path)
     data = _payload(4 * CHUNK)
