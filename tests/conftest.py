@@ -7,7 +7,8 @@ Object stores:
 - ``blob_store``: parametrized over ["fs", "s3"], for contract tests that must hold for both.
 - ``azurite`` / ``gcs_emulator`` (session): Azurite and gcp-storage-emulator on 127.0.0.1
   (tests/support/object_stores.py); ``azure_store`` / ``gcs_store``: a store on a fresh container/bucket.
-  The BlobStore contract suite (tests/cold/test_blob_contract.py) runs over all four stores.
+  The BlobStore contract (tests/support/blob_contract.py, a base class) runs over all four stores and over
+  the chunked TransformedBlobStore: each store's test module extends it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,30 @@
-"""What the Azure Blob and GCS stores do beyond the shared contract (tests/cold/test_blob_contract.py):
-GCS compose rounds beyond 32 parts, Azure metadata names, abort next to a committed blob, the reserved
-upload area, keys that need escaping; and the emulator lookup's error."""
+"""The Azure Blob (on Azurite) and GCS (on gcp-storage-emulator) stores: the BlobStore contract
+(tests/support/blob_contract.py; the cases the GCS emulator cannot serve are skipped there only, with
+the reason), then what they do beyond it: GCS compose rounds beyond 32 parts, Azure metadata names,
+abort next to a committed blob, the reserved upload area, keys that need escaping; and the emulator
+lookup's error."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support.blob_contract import BlobStoreContract
+from tests.support.object_stores import GCS_EMULATOR_LIMITS
 from tieredcore.errors import NoSuchUploadError, ValidationError
+
+
+class TestAzureStoreContract(BlobStoreContract):
+    @pytest.fixture
+    def store(self, azure_store):
+        return azure_store
+
+
+class TestGcsStoreContract(BlobStoreContract):
+    emulator_limits = GCS_EMULATOR_LIMITS
+
+    @pytest.fixture
+    def store(self, gcs_store):
+        return gcs_store
 
 
 @pytest.fixture(params=["azure", "gcs"])

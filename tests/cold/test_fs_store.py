@@ -1,4 +1,5 @@
-"""FilesystemBlobStore-specific behaviour: key safety, multipart paths, listing at scale, concurrency."""
+"""FilesystemBlobStore: the BlobStore contract (tests/support/blob_contract.py), then what is specific
+to it: key safety, multipart paths, listing at scale, concurrency."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.blob_contract import BlobStoreContract
 from tieredcore.cold.backends.fs import INTERNAL_DIR, FilesystemBlobStore
 from tieredcore.cold.blob import CompletedPart, iter_objects
 from tieredcore.errors import BlobStoreError, NoSuchObjectError, NoSuchUploadError, ValidationError
+
+
+class TestFilesystemStoreContract(BlobStoreContract):
+    @pytest.fixture
+    def store(self, fs_store):
+        return fs_store
 
 
 def _tree(path: Path) -> set[str]:

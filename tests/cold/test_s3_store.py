@@ -1,4 +1,5 @@
-"""S3BlobStore-specific behaviour (against moto's server): configuration and error mapping."""
+"""S3BlobStore against moto's server: the BlobStore contract (tests/support/blob_contract.py), then what
+is specific to it: configuration and error mapping."""
 
 from __future__ import annotations
 
@@ -6,11 +7,18 @@ import socket
 
 import pytest
 
+from tests.support.blob_contract import BlobStoreContract
 from tieredcore.cold.backends.s3 import S3BlobStore
 from tieredcore.cold.blob import CompletedPart
 from tieredcore.errors import BlobStoreError, NoSuchObjectError, NoSuchUploadError, ValidationError
 
 MOTO_PART_MIN_SIZE = 1024  # S3_UPLOAD_PART_MIN_SIZE set by conftest's moto_endpoint
+
+
+class TestS3StoreContract(BlobStoreContract):
+    @pytest.fixture
+    def store(self, s3_store):
+        return s3_store
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
-"""ZooKeeper metadata store beyond the shared contract (tests/meta/test_metadata_store.py): Pulsar's
-layout on the real server, URLs, limits, and what happens when a connection or session is lost."""
+"""ZooKeeper metadata store on a real server: the MetadataStore contract (tests/support/meta_contract.py;
+SQLite runs it in test_metadata_store.py), then what is ZooKeeper's own: Pulsar's layout on the server,
+URLs, limits, and what happens when a connection or session is lost."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
+from tests.support.meta_contract import MetadataStoreContract
 from tests.support.zk import expire_session
 from tests.support.zk_proxy import ZkCutProxy
 from tieredcore.config import Config, check_metadata_url
@@ -21,6 +23,17 @@ from tieredcore.formats.mlinfo import (
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.store import CheckOp, CreateOp, DeleteOp, PutOp, Versioned
 from tieredcore.meta.zookeeper import MAX_RECORD_BYTES, ZkLocation, ZkMetadataStore
+
+
+class TestZkStoreContract(MetadataStoreContract):
+    ancestors_are_records = True
+
+    @pytest.fixture
+    def store(self, zk_url):
+        """A store on the session's server, under a chroot of its own (conftest.zk_url)."""
+        s = ZkMetadataStore(zk_url)
+        yield s
+        s.close()
 
 
 @pytest.fixture

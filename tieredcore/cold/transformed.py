@@ -82,7 +82,8 @@ class _Upload:
     spare: list[bytearray] = field(default_factory=list)  # buffers of uploaded chunks, to be reused
     out_bytes: int = 0
     sizes: list[int] = field(default_factory=list)
-    parts: list[CompletedPart] = field(default_factory=list)
+    parts: list[CompletedPart] = field(default_factory=list)  # the inner store's (physical) parts
+    given: list[CompletedPart] = field(default_factory=list)  # the logical parts upload_part returned
     logical: int = 0
     transformer: ChunkTransformer | None = None
     data_key: str | None = None  # wrapped
@@ -259,13 +260,19 @@ class TransformedBlobStore:
             n += len(memoryview(b))
             self._feed(up, b, final=False)
         up.next_part += 1
-        return CompletedPart(part_number, f"logical-{part_number}", n)
+        part = CompletedPart(part_number, f"logical-{part_number}", n)
+        up.given.append(part)
+        return part
 
     def complete_multipart(self, key: str, upload_id: str, parts: Sequence[CompletedPart]) -> None:
         up = self._upload(key, upload_id)
         if [p.part_number for p in parts] != list(range(1, up.next_part)):
             raise ValidationError(f"{key}: completing with parts {[p.part_number for p in parts]}, uploaded "
                                   f"1..{up.next_part - 1}")
+        for p, mine in zip(parts, up.given, strict=True):  # as any store: only the parts it was given
+            if (p.etag, p.size) != (mine.etag, mine.size):
+                raise ValidationError(f"{key}: part {p.part_number} (etag {p.etag}, {p.size} bytes) is not the "
+                                      f"part uploaded (etag {mine.etag}, {mine.size} bytes)")
         self._feed(up, b"", final=True)
         if up.transformer is None:
             self._decide(up, b"")
@@ -338,6 +345,8 @@ class TransformedBlobStore:
         size = o.manifest.size
         if start < 0 or start >= size:
             raise BadRangeError(f"{key}: range start {start} outside 0..{size - 1}")
+        if end < start:  # the caller's mistake, as every store reports it (not the chunk index's FormatError)
+            raise BadRangeError(f"{key}: range {start}-{end} ends before it starts")
         end = min(end, size - 1)
         idx = o.manifest.index
         ids = idx.chunk_ids(start, end + 1)
