@@ -217,18 +217,23 @@ class TransformedBlobStore:
 
     def put(self, key: str, data: Buffer, metadata: Mapping[str, str] | None = None, *,
             if_absent: bool = False) -> None:
+        if if_absent:
+            # a chunked object is two physical objects (chunks, then the manifest): a conditional create
+            # cannot be made atomic over both without its chunks being overwritten by a losing writer
+            raise ValidationError(f"{key}: a conditional create (if_absent) is not supported on a store of "
+                                  "chunked objects; write such objects (owner markers) to the wrapped store")
         up = self._start(key, metadata, "")
         self._feed(up, data, final=True)
         if up.transformer is None:  # empty object
             self._decide(up, b"")
         self.inner.put(key, b"".join(up.out), _physical_metadata(up.metadata))
-        self._commit(up, if_absent)
+        self._commit(up)
 
-    def _commit(self, up: _Upload, if_absent: bool = False) -> None:
+    def _commit(self, up: _Upload) -> None:
         m = self._manifest(up)
         # the manifest carries the object's metadata too (owner, cluster, topic: ownership checks of any
         # key of the group, e.g. by reconciliation, find them)
-        self.inner.put(manifest_key(up.key), m.to_json(), _physical_metadata(up.metadata), if_absent=if_absent)
+        self.inner.put(manifest_key(up.key), m.to_json(), _physical_metadata(up.metadata))
         with self._lock:
             self._cache.pop(up.key, None)
 
