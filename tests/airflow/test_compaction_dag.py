@@ -42,6 +42,29 @@ def test_threshold_params_take_sizes_and_durations() -> None:
                 param.resolve(v)
 
 
+def test_bad_thresholds_fail_the_plan_naming_the_param(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the trigger form lets through but the thresholds' parser (the CLI's and the job's) refuses
+    fails `plan`, naming the param; no Spark job starts."""
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
+    alerts = tmp_path / "alerts.jsonl"
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
+    monkeypatch.setenv("TIERED_TEST_ALERTS", str(alerts))
+    cases = (({"min_object_size": "64M", "target_size": "8M"}, "min_object_size param 64M exceeds target_size param 8M"),
+             ({"target_size": "0"}, "target_size param '0': must be a positive size"))
+    for params, _ in cases:
+        dr, states = run_dag("tiered_compaction", SWEEP_AT, {"config": str(cfg), **params})
+        assert dr.state == DagRunState.FAILED
+        assert states["plan"] == TaskInstanceState.FAILED
+        assert states["compact"] == TaskInstanceState.UPSTREAM_FAILED
+    failed = [json.loads(line) for line in alerts.read_text().splitlines()]
+    plan_failures = [f["exception"] for f in failed if f["task_id"] == "plan"]
+    for _, fragment in cases:
+        assert any(fragment in e for e in plan_failures), plan_failures
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))
+
+
 def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path) -> None:
     """summarize_reports adds up each namespace's counters (a compaction report's objects and bytes
     before → after); counters_text shows *_before / *_after pairs as before → after."""
