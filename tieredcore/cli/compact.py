@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, Progress, mib, require_namespaces
+from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, CommandGroup, Progress, mib, require_namespaces
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.compaction import OK_OUTCOMES
@@ -164,3 +164,6 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         print(f"FAILED {f}")
     if res["failed"]:
         print("failed or conflicting topics are retried next run")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

@@ -11,6 +11,7 @@ from typing import Any
 from tieredcore.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    CommandGroup,
     Progress,
     mib,
     select_topics,
@@ -237,3 +238,6 @@ def _print_topics(res: dict[str, Any]) -> None:
             seg = (f" segments={len(d['segments'])} through={d['streamed_through']}" if d["segments"] else "")
             print(f"    ledger {d['ledger']:>8} {d['state']:<6} {d['tier']:<9} entries={d['entries']:<8} "
                   f"size={d['size']:<12,} uuid={d['uuid'] or '-'}{seg}")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)
