@@ -39,19 +39,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    QUICK_TASK,
-    job_args,
-    load_config,
-    namespaces_param,
-    planned_namespaces,
-    preflight_task,
-    schedule_from_env,
-    spark_task_per_namespace,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import job_args, namespaces_param, planned_namespaces
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task_per_namespace
 
 JOB = "compact_segments"
 # the trigger form's own checks; `plan` parses the values again (the CLI's and the job's parser,
@@ -96,6 +88,7 @@ with tiered_dag(
 
         from tieredcore.errors import ValidationError
         from tieredcore.lifecycle.compaction_settings import parse_thresholds
+        from tieredcore.policy import PolicyStore
 
         ctx: Any = get_current_context()
         params = ctx["params"]
@@ -107,14 +100,9 @@ with tiered_dag(
         except ValidationError as e:
             raise AirflowFailException(str(e)) from None
         extra = [arg for name, option in THRESHOLDS.items() if given[name] for arg in (option, given[name])]
-        namespaces = planned_namespaces(params, config, "compaction", "compaction")
+        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_compaction, "compaction")
         print(f"compaction plan: {len(namespaces)} namespace(s): {', '.join(namespaces) or '-'}"
               + (f"; thresholds {' '.join(extra)}" if extra else "; thresholds of each namespace's policy"))
         return [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
 
-    planned = plan()
-    preflight_task() >> planned
-    compact = spark_task_per_namespace("compact", JOB, planned)
-    summary = summary_task(JOB)
-    compact >> summary
-    [compact, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task_per_namespace("compact", JOB, planned), JOB)

@@ -3,7 +3,7 @@
 - Macros (registered by ``tiered_plugin.py`` as ``{{ macros.tiered.tiered_run_id(run_id) }}``,
   ``tiered_report_path``, ``tiered_report_url``, ``tiered_reports_dir``): the names the Spark jobs give
   their run reports, so templates, tasks and links agree.
-- ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_common.py``).
+- ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_spark.py``).
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
   Amazon provider's AWS connection, Azure and GCS credentials from the ``wasb_default`` and
   ``google_cloud_default`` connections) when it submits, so secrets are never in the DAG, in rendered

@@ -66,9 +66,9 @@ def test_bad_thresholds_fail_the_plan_naming_the_param(tmp_path: Path, monkeypat
 
 
 def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path) -> None:
-    """summarize_reports adds up each namespace's counters (a compaction report's objects and bytes
-    before → after); counters_text shows *_before / *_after pairs as before → after."""
-    from tiered_common import counters_text, summarize_reports
+    """The summary (RunReports.totals) adds up each namespace's counters (a compaction report's objects
+    and bytes before → after); counters_text shows *_before / *_after pairs as before → after."""
+    from tieredcore.reports import RunReports, counters_text
 
     for rid, ns, c in (("r.a+x", "a/x", (24, 4, 30_000, 26_000)), ("r.a+y", "a/y", (10, 2, 5_000, 4_000))):
         counters = dict(zip(("objects_before", "objects_after", "bytes_before", "bytes_after"), c, strict=True))
@@ -78,7 +78,7 @@ def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path
                   "counters": counters, "namespaces": {ns: {"ledgers": c[0] // 2, "bytes": c[3], "failures": 0,
                                                             "outcomes": {"compacted": 1}, "counters": counters}}}
         (d / "summary.json").write_text(json.dumps({"totals": totals}))
-    t = summarize_reports(str(tmp_path), "compact_segments", ["r.a+x", "r.a+y"])
+    t = RunReports(tmp_path).totals("compact_segments", ["r.a+x", "r.a+y"]).as_dict()
     assert t["counters"] == {"objects_before": 34, "objects_after": 6, "bytes_before": 35_000, "bytes_after": 30_000}
     assert t["namespaces"]["a/y"]["counters"] == {"objects_before": 10, "objects_after": 2, "bytes_before": 5_000,
                                                   "bytes_after": 4_000}
