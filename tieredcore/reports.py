@@ -187,7 +187,7 @@ class RunReports:
     An empty ``reports_dir`` (none configured) holds no reports: listings are empty, paths are refused."""
 
     def __init__(self, reports_dir: str | Path) -> None:
-        self.root: Path | None = Path(reports_dir) if str(reports_dir) else None
+        self.root: Path | None = Path(reports_dir) if isinstance(reports_dir, Path) or reports_dir else None
 
     def __repr__(self) -> str:
         return f"RunReports({str(self.root) if self.root is not None else ''!r})"
