@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from tieredcore.cli import main as cli  # noqa: E402
 from tieredcore.config import CONFIG_FILE_NAME, Config  # noqa: E402
+from tieredcore.errors import NotFoundError  # noqa: E402
 from tieredcore.formats.keys import parse_key  # noqa: E402
 from tieredcore.lifecycle.compaction_run import run_topics  # noqa: E402
 from tieredcore.lifecycle.drain import drain  # noqa: E402
@@ -68,6 +69,7 @@ from tieredcore.offload.compaction import READ_BYTES  # noqa: E402
 from tieredcore.offload.context import referenced_uuids  # noqa: E402
 from tieredcore.offload.reader import _MAX_WINDOWS as MAX_WINDOWS  # noqa: E402
 from tieredcore.offload.segments import S3_MIN_PART_SIZE  # noqa: E402
+from tieredcore.reports import RunReports, report_name  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 MB = 1_000_000
@@ -321,8 +323,10 @@ def spark_run(b: Bench, job: Path, master: str, run_id: str, scratch: Path) -> d
     wall = time.perf_counter() - t0
     if rc != 0:
         raise SystemExit(f"spark-submit {master} exited {rc}; log {log}:\n{log.read_text(errors='replace')[-3000:]}")
-    found = list((scratch / "reports").rglob(f"{run_id}*/summary.json"))
-    summary = json.loads(found[0].read_text()) if found else {}
+    try:
+        summary = RunReports(scratch / "reports").read_summary(job.stem, report_name(run_id, NAMESPACE))
+    except NotFoundError:
+        summary = {}
     return {"wall_s": wall, "job_s": summary.get("seconds"), "summary": summary}
 
 

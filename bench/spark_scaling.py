@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import shutil
 import socket
@@ -39,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from tieredcore.cli import main as cli  # noqa: E402
 from tieredcore.config import CONFIG_FILE_NAME, Config  # noqa: E402
+from tieredcore.reports import RunReports  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -200,10 +200,11 @@ def run_sweep(name: str, master: str, cfg: Path, workdir: Path, cores: int, extr
         wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"{name}: spark-submit exited {rc}; log {log}:\n{log.read_text()[-3000:]}")
-    summary = json.loads((cfg.parent / "reports" / "offload_sweep" / "bench" / "summary.json").read_text())
+    reports = RunReports(cfg.parent / "reports")
+    summary = reports.read_summary("offload_sweep", "bench")
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(cfg.parent / "reports" / "offload_sweep" / "bench" / "detail.parquet").to_pylist()
+    rows = pq.read_table(reports.detail_path("offload_sweep", "bench")).to_pylist()
     assert summary["outcomes"] == {"offloaded": len(rows)}, summary["outcomes"]
     return Result(name, round(wall, 2), summary["spark"]["phases"], round(sum(r["seconds"] for r in rows), 2),
                   summary["spark"]["executors"], prof.by_class(), round(prof.wall * os.cpu_count(), 1),

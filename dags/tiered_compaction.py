@@ -39,27 +39,19 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    QUICK_TASK,
-    job_args,
-    load_config,
-    namespaces_param,
-    planned_namespaces,
-    preflight_task,
-    schedule_from_env,
-    spark_task_per_namespace,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import job_args, namespaces_param, planned_namespaces
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task_per_namespace
 
 JOB = "compact_segments"
-# the trigger form's own checks; `plan` parses the values again (the job's parsers, tieredcore.units)
+# the trigger form's own checks; `plan` parses the values again (the CLI's and the job's parser,
+# tieredcore.lifecycle.compaction_settings.parse_thresholds)
 SIZE_PATTERN = r"^\s*([0-9]+[KMGkmg]?)?\s*$"
 DURATION_PATTERN = r"^\s*([0-9]+(ms|s|m|h|d)?)?\s*$"
-# param -> the job's option and what it holds
-THRESHOLDS = {"min_object_size": ("--min-object-size", "size"), "target_size": ("--target-size", "size"),
-              "delete_delay": ("--delete-delay", "duration")}
+# the threshold params, in the order the parser takes them, and the job's options for them
+THRESHOLDS = {"min_object_size": "--min-object-size", "target_size": "--target-size", "delete_delay": "--delete-delay"}
 
 
 def threshold_param(title: str, description: str, pattern: str) -> Param:
@@ -95,36 +87,22 @@ with tiered_dag(
         from airflow.sdk.exceptions import AirflowFailException
 
         from tieredcore.errors import ValidationError
-        from tieredcore.units import non_negative_duration_ms, size_bytes
+        from tieredcore.lifecycle.compaction_settings import parse_thresholds
+        from tieredcore.policy import PolicyStore
 
         ctx: Any = get_current_context()
         params = ctx["params"]
         config = load_config(params)
-        extra: list[str] = []
-        values: dict[str, int] = {}
-        for name, (option, kind) in THRESHOLDS.items():
-            text = str(params.get(name) or "").strip()
-            if not text:
-                continue
-            try:
-                values[name] = (size_bytes(text) if kind == "size" else non_negative_duration_ms(text, name))
-            except ValidationError as e:
-                raise AirflowFailException(f"{name} param: {e}") from None
-            if kind == "size" and values[name] < 1:
-                raise AirflowFailException(f"{name} param {text!r}: must be a positive size like 8M")
-            extra += [option, text]
-        low, high = values.get("min_object_size"), values.get("target_size")
-        if low is not None and high is not None and low > high:
-            raise AirflowFailException(f"min_object_size {params['min_object_size']} exceeds target_size "
-                                       f"{params['target_size']}")
-        namespaces = planned_namespaces(params, config, "compaction", "compaction")
+        given = {name: str(params.get(name) or "").strip() or None for name in THRESHOLDS}  # empty: the policy's
+        try:
+            parse_thresholds(given["min_object_size"], given["target_size"], given["delete_delay"],
+                             names=("min_object_size param", "target_size param", "delete_delay param"))
+        except ValidationError as e:
+            raise AirflowFailException(str(e)) from None
+        extra = [arg for name, option in THRESHOLDS.items() if given[name] for arg in (option, given[name])]
+        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_compaction, "compaction")
         print(f"compaction plan: {len(namespaces)} namespace(s): {', '.join(namespaces) or '-'}"
               + (f"; thresholds {' '.join(extra)}" if extra else "; thresholds of each namespace's policy"))
         return [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
 
-    planned = plan()
-    preflight_task() >> planned
-    compact = spark_task_per_namespace("compact", JOB, planned)
-    summary = summary_task(JOB)
-    compact >> summary
-    [compact, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task_per_namespace("compact", JOB, planned), JOB)

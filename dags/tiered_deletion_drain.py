@@ -29,23 +29,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    DELETIONS_PENDING,
-    NOTHING_DUE_KEY,
-    QUICK_TASK,
-    as_of_ms,
-    asset_or_time,
-    deletions_due,
-    job_args,
-    load_config,
-    preflight_task,
-    schedule_from_env,
-    spark_task,
-    split_due,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import DELETIONS_PENDING, asset_or_time, schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import as_of_ms, job_args
+from tiered_pipeline import NOTHING_DUE_KEY, deletions_due, split_due, standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "deletion_drain"
 # the job's defaults (tieredcore.meta.deletion_log); not imported: parse time stays light
@@ -87,9 +75,4 @@ with tiered_dag(
             return []
         return job_args(ctx, extra=["--max-attempts", str(attempts), "--retry-delay-ms", str(delay)])
 
-    planned = plan()
-    preflight_task() >> planned
-    drain = spark_task("drain", JOB, planned)
-    summary = summary_task(JOB)
-    drain >> summary
-    [drain, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task("drain", JOB, planned), JOB)

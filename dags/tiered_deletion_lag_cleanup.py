@@ -28,26 +28,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import get_current_context, task
-from tiered_common import (
-    NOTHING_DUE_KEY,
-    OFFLOADED,
-    QUICK_TASK,
-    as_of_ms,
-    asset_or_time,
-    deletions_due,
-    job_args,
-    load_config,
-    namespace_args,
-    namespaces_param,
-    preflight_task,
-    schedule_from_env,
-    spark_task,
-    split_due,
-    summary_task,
-    tiered_dag,
-    triggering_namespaces,
-    verdict_task,
-)
+from tiered_assets import OFFLOADED, asset_or_time, schedule_from_env, triggering_namespaces
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import as_of_ms, job_args, namespace_args, namespaces_param
+from tiered_pipeline import NOTHING_DUE_KEY, deletions_due, split_due, standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "deletion_lag_cleanup"
 
@@ -85,9 +70,4 @@ with tiered_dag(
             return []
         return job_args(ctx, extra=extra)
 
-    planned = plan()
-    preflight_task() >> planned
-    cleanup = spark_task("cleanup", JOB, planned)
-    summary = summary_task(JOB)
-    cleanup >> summary
-    [cleanup, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task("cleanup", JOB, planned), JOB)

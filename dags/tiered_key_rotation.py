@@ -27,16 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    QUICK_TASK,
-    job_args,
-    load_config,
-    preflight_task,
-    spark_task,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import job_args
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "rotate_keys"
 
@@ -74,9 +68,4 @@ with tiered_dag(
                 raise AirflowFailException(f"target param: {e}") from None
         return job_args(ctx, extra=extra)
 
-    planned = plan()
-    preflight_task() >> planned
-    rotate = spark_task("rotate", JOB, planned)
-    summary = summary_task(JOB)
-    rotate >> summary
-    [rotate, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task("rotate", JOB, planned), JOB)

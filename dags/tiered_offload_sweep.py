@@ -33,26 +33,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    NOTHING_DUE_KEY,
-    OFFLOAD_EVENTS,
-    OFFLOADED,
-    QUICK_TASK,
-    announce_task,
-    as_of_ms,
-    job_args,
-    load_config,
-    namespaces_param,
-    offloaded_namespaces,
-    planned_namespaces,
-    preflight_task,
-    schedule_from_env,
-    spark_task_per_namespace,
-    split_due,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import OFFLOAD_EVENTS, OFFLOADED, Announcement, offloaded_namespaces, schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import as_of_ms, job_args, namespaces_param, planned_namespaces
+from tiered_pipeline import NOTHING_DUE_KEY, split_due, standard_pipeline
+from tiered_spark import spark_task_per_namespace
 
 JOB = "offload_sweep"
 
@@ -76,11 +61,12 @@ with tiered_dag(
         """One job argument list per namespace with offload work due (policies and topics read from the
         metadata store now); namespaces with nothing due are listed under the XCom `nothing_due`."""
         from tieredcore.lifecycle.sweep import plan_offload
+        from tieredcore.policy import PolicyStore
 
         ctx: Any = get_current_context()
         params = ctx["params"]
         config = load_config(params)
-        namespaces = planned_namespaces(params, config, "offload", "sweep")
+        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_offload, "sweep")
         at = as_of_ms(ctx)
         due, idle = split_due(config, namespaces, lambda ws, ns: plan_offload(ws, [ns], at, 1), "sweep")
         extra = ["--max-topics", str(params["max_topics"])] if params.get("max_topics") else []
@@ -89,10 +75,5 @@ with tiered_dag(
         ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=idle)
         return [job_args(ctx, namespace=ns, extra=extra) for ns in due]
 
-    planned = plan()
-    preflight_task() >> planned
-    offload = spark_task_per_namespace("offload", JOB, planned)
-    summary = summary_task(JOB)
-    offload >> summary
-    [offload, summary] >> verdict_task()
-    summary >> announce_task(OFFLOAD_EVENTS, OFFLOADED, offloaded_namespaces)
+    standard_pipeline(plan, lambda planned: spark_task_per_namespace("offload", JOB, planned), JOB,
+                      announce=Announcement(OFFLOAD_EVENTS, OFFLOADED, offloaded_namespaces))

@@ -28,17 +28,10 @@ from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
 from tiered_airflow import TieredObjectStoreHook
-from tiered_common import (
-    AWS_CONN_ID,
-    QUICK_TASK,
-    TOPIC_PATTERN,
-    job_args,
-    load_config,
-    spark_task,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_common import AWS_CONN_ID, QUICK_TASK, load_config, tiered_dag
+from tiered_params import TOPIC_PATTERN, job_args
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "offload_sweep"
 # the trigger form's own check; `validate` parses the value again (the same parser as the CLI and the job)
@@ -94,8 +87,4 @@ with tiered_dag(
         print(f"validate: object store: {TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID).check()}")
         return job_args(ctx, as_of_field="logical_date", extra=["--topic", topic.full, *manual.job_args()])
 
-    planned = validate()
-    offload = spark_task("offload", JOB, planned)
-    summary = summary_task(JOB, plan_task_id="validate")
-    offload >> summary
-    [offload, summary] >> verdict_task()
+    standard_pipeline(validate, lambda planned: spark_task("offload", JOB, planned), JOB, preflight=False)

@@ -30,20 +30,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    DELETION_EVENTS,
-    DELETIONS_PENDING,
-    QUICK_TASK,
-    announce_task,
-    job_args,
-    load_config,
-    preflight_task,
-    schedule_from_env,
-    spark_task,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import DELETION_EVENTS, DELETIONS_PENDING, Announcement, schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import job_args
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "reconcile_orphans"
 
@@ -87,10 +78,5 @@ with tiered_dag(
             raise AirflowFailException(f"grace param: {e}") from None
         return job_args(ctx, extra=["--grace", grace])
 
-    planned = plan()
-    preflight_task() >> planned
-    reconcile = spark_task("reconcile", JOB, planned)
-    summary = summary_task(JOB)
-    reconcile >> summary
-    [reconcile, summary] >> verdict_task()
-    summary >> announce_task(DELETION_EVENTS, DELETIONS_PENDING, orphans_recorded)
+    standard_pipeline(plan, lambda planned: spark_task("reconcile", JOB, planned), JOB,
+                      announce=Announcement(DELETION_EVENTS, DELETIONS_PENDING, orphans_recorded))

@@ -34,26 +34,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import TriggerRule, get_current_context, task
-from tiered_common import (
-    DELETION_EVENTS,
-    DELETIONS_PENDING,
-    NOTHING_DUE_KEY,
-    QUICK_TASK,
-    announce_task,
-    as_of_ms,
-    deletions_due,
-    job_args,
-    load_config,
-    namespace_args,
-    namespaces_param,
-    preflight_task,
-    schedule_from_env,
-    spark_task,
-    split_due,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import DELETION_EVENTS, DELETIONS_PENDING, Announcement, schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import as_of_ms, job_args, namespace_args, namespaces_param
+from tiered_pipeline import NOTHING_DUE_KEY, deletions_due, split_due, standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "retention_sweep"
 DRAIN_JOB = "deletion_drain"
@@ -105,13 +90,13 @@ with tiered_dag(
         return {JOB: job_args(ctx, extra=extra) if phase1 else [],
                 DRAIN_JOB: job_args(ctx) if phase1 or phase2 else []}
 
-    planned = plan()
-    preflight_task() >> planned
-    retention = spark_task("retention", JOB, planned[JOB])
-    # phase 2 also after a failed phase 1 (what it appended is drained), never without a plan
-    drain = spark_task("drain", DRAIN_JOB, planned[DRAIN_JOB], trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS)
-    retention >> drain
-    summary = summary_task([JOB, DRAIN_JOB])
-    drain >> summary
-    [retention, drain, summary] >> verdict_task()
-    summary >> announce_task(DELETION_EVENTS, DELETIONS_PENDING, trimmed_or_marked)
+    def phases(planned: Any) -> list[Any]:
+        """Phase 1, then phase 2 also after a failed phase 1 (what it appended is drained), never without
+        a plan."""
+        retention = spark_task("retention", JOB, planned[JOB])
+        drain = spark_task("drain", DRAIN_JOB, planned[DRAIN_JOB], trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS)
+        retention >> drain
+        return [retention, drain]
+
+    standard_pipeline(plan, phases, [JOB, DRAIN_JOB],
+                      announce=Announcement(DELETION_EVENTS, DELETIONS_PENDING, trimmed_or_marked))

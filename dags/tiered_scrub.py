@@ -29,19 +29,11 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_common import (
-    QUICK_TASK,
-    job_args,
-    load_config,
-    namespace_args,
-    namespaces_param,
-    preflight_task,
-    schedule_from_env,
-    spark_task,
-    summary_task,
-    tiered_dag,
-    verdict_task,
-)
+from tiered_assets import schedule_from_env
+from tiered_common import QUICK_TASK, load_config, tiered_dag
+from tiered_params import job_args, namespace_args, namespaces_param
+from tiered_pipeline import standard_pipeline
+from tiered_spark import spark_task
 
 JOB = "scrub"
 
@@ -78,9 +70,4 @@ with tiered_dag(
         extra = ["--deep", deep, "--repair" if params.get("repair", True) else "--no-repair"]
         return job_args(ctx, extra=extra + namespace_args(params))
 
-    planned = plan()
-    preflight_task() >> planned
-    scrub = spark_task("scrub", JOB, planned)
-    summary = summary_task(JOB)
-    scrub >> summary
-    [scrub, summary] >> verdict_task()
+    standard_pipeline(plan, lambda planned: spark_task("scrub", JOB, planned), JOB)

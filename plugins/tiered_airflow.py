@@ -3,7 +3,7 @@
 - Macros (registered by ``tiered_plugin.py`` as ``{{ macros.tiered.tiered_run_id(run_id) }}``,
   ``tiered_report_path``, ``tiered_report_url``, ``tiered_reports_dir``): the names the Spark jobs give
   their run reports, so templates, tasks and links agree.
-- ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_common.py``).
+- ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_spark.py``).
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
   Amazon provider's AWS connection, Azure and GCS credentials from the ``wasb_default`` and
   ``google_cloud_default`` connections) when it submits, so secrets are never in the DAG, in rendered
@@ -40,7 +40,7 @@ from airflow.sdk import BaseOperatorLink
 from tiered_hooks import GCP_CONN_ID, WASB_CONN_ID, cloud_environment
 from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
-from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, report_name
+from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, RunReports, attempt_dir_name, report_name
 
 PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
@@ -70,8 +70,7 @@ def tiered_reports_dir(config: str | None = None) -> str:
 def tiered_report_path(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
     """``<reports_dir>/<job>/<run_id>/summary.json``; ``run_id`` is an already sanitized report name or
     an Airflow run_id (sanitized here; idempotent)."""
-    base = reports_dir or tiered_reports_dir(config)
-    return str(Path(base) / job / tiered_run_id(run_id) / "summary.json")
+    return str(RunReports(reports_dir or tiered_reports_dir(config)).summary_path(job, tiered_run_id(run_id)))
 
 
 def reports_base_url() -> str:
@@ -90,9 +89,10 @@ def reports_base_url() -> str:
 
 
 def tiered_report_url(job: str, run_id: str, attempt: int | None = None) -> str:
-    """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number)."""
+    """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number); the
+    pages' paths follow the reports' layout (tieredcore.reports.RunReports)."""
     url = f"{reports_base_url()}/{quote(job)}/{quote(tiered_run_id(run_id))}/"
-    return url + (f"attempt-{int(attempt)}/" if attempt is not None else "")
+    return url + (f"{attempt_dir_name(int(attempt))}/" if attempt is not None else "")
 
 
 # -- alerting ---------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ import html
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -30,9 +29,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.cold.requests import REQUEST_KINDS
 from tieredcore.config import Config
-from tieredcore.errors import TieredError
+from tieredcore.errors import FormatError, NotFoundError, TieredError
 from tieredcore.lifecycle.overview import TIERS, Overview, Prices, build_overview
-from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, attempt_dir_name, attempts_in
+from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, RunReports, attempt_dir_name
 from tieredcore.workspace import Workspace
 
 URL_PREFIX = "/tiered"
@@ -204,19 +203,15 @@ def _safe(name: str, what: str) -> str:
     return name
 
 
-def _dirs(p: Path) -> list[Path]:
-    return sorted((c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")), key=lambda c: c.name) \
-        if p.is_dir() else []
-
-
-def _load(path: Path) -> dict[str, Any]:
+def _load(reports: RunReports, job: str, run_id: str, attempt: int | None = None) -> dict[str, Any]:
+    """A summary.json (the run's or an attempt's): 404 when it was never written, 500 when unreadable."""
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HTTPException(status_code=404, detail=f"no report {path.parent.name}") from None
-    except (OSError, ValueError) as e:
-        raise HTTPException(status_code=500, detail=f"unreadable report: {e}") from None
-    return doc if isinstance(doc, dict) else {"value": doc}
+        return reports.read_summary(_safe(job, "job"), _safe(run_id, "run"), attempt)
+    except NotFoundError:
+        what = run_id if attempt is None else attempt_dir_name(attempt)
+        raise HTTPException(status_code=404, detail=f"no report {what}") from None
+    except FormatError as e:
+        raise HTTPException(status_code=500, detail=str(e)) from None
 
 
 def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
@@ -300,11 +295,11 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
         except TieredError as e:
             raise HTTPException(status_code=500, detail=f"tiered configuration: {e}") from None
 
-    def reports_root() -> Path:
+    def run_reports() -> RunReports:
         c = config()
         if not c.reports_dir:
             raise HTTPException(status_code=500, detail="no reports_dir in the tiered configuration")
-        return Path(c.reports_dir)
+        return RunReports(c.reports_dir)
 
     def overview(at: str | None) -> tuple[Overview, Config]:
         c = config()
@@ -335,21 +330,20 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
 
     @app.get("/reports/", response_class=HTMLResponse)
     def jobs(request: Request) -> HTMLResponse:
-        root, prefix = reports_root(), mounted_at(request)
-        items = "".join(f"<li><a href='{prefix}/reports/{quote(j.name)}/'>{_e(j.name)}</a> "
-                        f"<span class='muted'>({len(_dirs(j))} run(s))</span></li>" for j in _dirs(root))
+        reports, prefix = run_reports(), mounted_at(request)
+        items = "".join(f"<li><a href='{prefix}/reports/{quote(j)}/'>{_e(j)}</a> "
+                        f"<span class='muted'>({len(reports.runs(j))} run(s))</span></li>" for j in reports.jobs())
         return _page("Run reports", f"<ul id='jobs'>{items}</ul>" if items else "<p>No reports yet.</p>", prefix)
 
     @app.get("/reports/{job}/", response_class=HTMLResponse)
     def runs(request: Request, job: str) -> HTMLResponse:
         prefix = mounted_at(request)
-        jdir = reports_root() / _safe(job, "job")
-        if not jdir.is_dir():
-            raise HTTPException(status_code=404, detail=f"no reports of job {job}")
-        found = []
-        for r in _dirs(jdir):
-            p = r / SUMMARY_FILE
-            found.append((p.stat().st_mtime if p.is_file() else 0.0, r.name, attempts_in(r)))
+        reports = run_reports()
+        try:
+            names = reports.runs(_safe(job, "job"))
+        except NotFoundError:
+            raise HTTPException(status_code=404, detail=f"no reports of job {job}") from None
+        found = [(reports.written(job, r) or 0.0, r, reports.attempts(job, r)) for r in names]
         found.sort(reverse=True)
         rows = "".join(f"<tr><td><a href='{report_href(prefix, job, name)}'>{_e(name)}</a></td>"
                        f"<td>{_e(dt.datetime.fromtimestamp(m, dt.UTC).isoformat(timespec='seconds') if m else '—')}"
@@ -358,17 +352,16 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
                      f"{rows}</table>", prefix)
 
     def render(prefix: str, job: str, run_id: str, attempt: int | None) -> HTMLResponse:
-        run_dir = reports_root() / _safe(job, "job") / _safe(run_id, "run")
-        attempts = attempts_in(run_dir)
-        path = run_dir / (attempt_dir_name(attempt) if attempt is not None else "") / SUMMARY_FILE
-        if not path.is_file():
-            if not run_dir.is_dir():
+        reports = run_reports()
+        attempts = reports.attempts(_safe(job, "job"), _safe(run_id, "run"))
+        if not reports.summary_path(job, run_id, attempt).is_file():
+            if not reports.has_run(job, run_id):
                 raise HTTPException(status_code=404, detail=f"no report of run {run_id} of {job}")
             links = " ".join(f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>" for n in attempts) or "none"
             return HTMLResponse(_page(f"{job} · {run_id}", f"<p id='missing'>Attempt {attempt} wrote no report "
                                       f"(it failed before the job finished?). Attempts with a report: {links}.</p>",
                                       prefix).body, status_code=404)
-        doc = _load(path)
+        doc = _load(reports, job, run_id, attempt)
         shown = attempt if attempt is not None else doc.get("attempt")
         return _page(f"{job} · {run_id}", summary_body(prefix, job, run_id, doc, attempts,
                                                        int(shown) if isinstance(shown, int) else None), prefix)
@@ -379,7 +372,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
 
     @app.get("/reports/{job}/{run_id}/summary.json")
     def run_json(job: str, run_id: str) -> JSONResponse:
-        return JSONResponse(_load(reports_root() / _safe(job, "job") / _safe(run_id, "run") / SUMMARY_FILE))
+        return JSONResponse(_load(run_reports(), job, run_id))
 
     @app.get("/reports/{job}/{run_id}/{attempt}/", response_class=HTMLResponse)
     def attempt_page(request: Request, job: str, run_id: str, attempt: str) -> HTMLResponse:
@@ -387,9 +380,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
 
     @app.get("/reports/{job}/{run_id}/{attempt}/summary.json")
     def attempt_json(job: str, run_id: str, attempt: str) -> JSONResponse:
-        n = _attempt(attempt)
-        return JSONResponse(_load(reports_root() / _safe(job, "job") / _safe(run_id, "run") / attempt_dir_name(n)
-                                  / SUMMARY_FILE))
+        return JSONResponse(_load(run_reports(), job, run_id, _attempt(attempt)))
 
     return app
 

@@ -33,13 +33,10 @@ from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.runner import run_work, split_cache_records
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary, TopicWork
 from tieredcore.reports import (
-    DETAIL_DIR,
     EXIT_FAILED,
     EXIT_USAGE,
-    SUMMARY_FILE,
     JobReport,
-    attempt_dir_name,
-    attempt_number,
+    RunReports,
     exit_code,
     message_level,
     outcome_line,
@@ -154,19 +151,18 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
                  env: Mapping[str, str] | None = None,
                  spark_info: dict[str, Any] | None = None,
                  report_started: float | None = None) -> tuple[Path, dict[str, Any]]:
-    """`<reports>/<job>/<run_id>/attempt-<n>/summary.json` (the report's summary, its totals, the run's
-    names, ``extra``: request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and
-    `detail.parquet`, n = the attempt
-    (tieredcore.reports.attempt_number: $TIERED_ATTEMPT, the task's try number); then the same two as the
-    run's own (`<run_id>/summary.json`, marked with its ``attempt``): a rerun adds an attempt and never
-    overwrites an earlier one's report. Returns the attempt's directory and the summary."""
+    """The attempt's `summary.json` (the report's summary, its totals, the run's names, ``extra``:
+    request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and `detail.parquet`,
+    published as the run's latest (tieredcore.reports.RunReports: the layout, the attempt number from
+    $TIERED_ATTEMPT, the task's try number): a rerun adds an attempt and never overwrites an earlier
+    one's report. Returns the attempt's directory and the summary."""
     started = time.monotonic() if report_started is None else report_started
-    run_dir = Path(run.report_dir) / run.job / run.run_id
-    attempt = attempt_number(os.environ if env is None else env, run_dir)
-    out = run_dir / attempt_dir_name(attempt)
+    reports = RunReports(run.report_dir)
+    attempt = reports.attempt_number(run.job, run.run_id, os.environ if env is None else env)
+    out = reports.attempt_dir(run.job, run.run_id, attempt)
     out.mkdir(parents=True, exist_ok=True)
     rows, schema = report.detail()
-    write_detail(out / DETAIL_DIR, rows, schema)
+    write_detail(reports.detail_path(run.job, run.run_id, attempt), rows, schema)
     report_seconds = round(time.monotonic() - started, 3)
     summary = summary_document(report, run.job, run.run_id, run.seconds())
     summary.update(extra or {})
@@ -175,15 +171,7 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
         info = dict(spark_info)
         info["phases"] = {**info.get("phases", {}), "report": report_seconds}
         summary["spark"] = info
-    text = json.dumps(summary, indent=2, sort_keys=True, default=str)
-    _replace_file(out / SUMMARY_FILE, text)
-    # the run's latest attempt at the run level, where the DAGs' summaries and readers look
-    tmp_detail = run_dir / f".{DETAIL_DIR}.tmp"
-    shutil.rmtree(tmp_detail, ignore_errors=True)
-    shutil.copytree(out / DETAIL_DIR, tmp_detail)
-    shutil.rmtree(run_dir / DETAIL_DIR, ignore_errors=True)
-    tmp_detail.rename(run_dir / DETAIL_DIR)
-    _replace_file(run_dir / SUMMARY_FILE, text)
+    reports.publish(run.job, run.run_id, attempt, json.dumps(summary, indent=2, sort_keys=True, default=str))
     return out, summary
 
 
@@ -222,12 +210,6 @@ def write_detail(path: Path, rows: Iterable[tuple], ddl: str) -> None:
     (tmp / "_SUCCESS").touch()
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
-
-
-def _replace_file(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def run_extras(config: Config, requests: RequestCounts) -> dict[str, Any]:
@@ -274,7 +256,7 @@ def run_job(
             config = Config.load(args.config)
             as_of = parse_as_of(args.as_of)
             run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
-            attempt_number(os.environ, Path(run.report_dir) / job / run.run_id)  # a bad $TIERED_ATTEMPT: exit 2
+            RunReports(run.report_dir).attempt_number(job, run.run_id, os.environ)  # a bad $TIERED_ATTEMPT: exit 2
             planned = plan(run)
         except TieredError as e:
             code = EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED

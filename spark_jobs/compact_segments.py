@@ -22,7 +22,6 @@ or lost its switch to a concurrent change (retried next run), 2 on bad input (no
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,18 +30,11 @@ from typing import Any
 from spark_jobs._jobkit import Run, base_parser, counted_partitions, run_job
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.compaction import CostModel
-from tieredcore.lifecycle.compaction_run import (
-    CompactionReport,
-    Thresholds,
-    check_prices,
-    plan_topics,
-    run_topics,
-)
-from tieredcore.units import non_negative_duration_ms, size_bytes
+from tieredcore.lifecycle.compaction_run import CompactionReport, Thresholds, plan_topics, run_topics
+from tieredcore.lifecycle.compaction_settings import PRICE_OPTIONS, parse_prices, parse_thresholds
 from tieredcore.workspace import Workspace
 
 JOB = "compact_segments"
-PRICES = CostModel()  # S3 Standard defaults
 
 
 @dataclass(frozen=True)
@@ -51,39 +43,6 @@ class Planned:
     notes: list[str]
     thresholds: Thresholds
     cost: CostModel
-
-
-def positive_size(text: str | None, what: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        n = size_bytes(text)
-    except ValidationError as e:
-        raise ValidationError(f"{what}: {e}") from None
-    if n < 1:
-        raise ValidationError(f"{what} {text!r}: must be a positive size like 8M or 256M")
-    return n
-
-
-def parse_thresholds(min_object_size: str | None, target_size: str | None, delete_delay: str | None,
-                     names: tuple[str, str, str] = ("--min-object-size", "--target-size", "--delete-delay")
-                     ) -> Thresholds:
-    """The run's overrides of the policy thresholds (None: each topic's policy)."""
-    th = Thresholds(positive_size(min_object_size, names[0]), positive_size(target_size, names[1]),
-                    None if delete_delay is None else non_negative_duration_ms(delete_delay, names[2]))
-    if th.min_object_size is not None and th.target_size is not None and th.min_object_size > th.target_size:
-        raise ValidationError(f"{names[0]} {min_object_size} exceeds {names[1]} {target_size} (objects would be "
-                              "rewritten into objects no larger)")
-    return th
-
-
-def prices(args) -> CostModel:
-    values = {"gb_month": args.price_gb_month, "put_per_1000": args.price_put_1k, "get_per_1000": args.price_get_1k,
-              "listings_per_month": args.listings_per_month}
-    for k, v in values.items():
-        if not math.isfinite(v):
-            raise ValidationError(f"price {k} must be a finite number, got {v!r}")
-    return check_prices(values)
 
 
 def plan_run(ws: Workspace, run: Run, namespaces: Sequence[str] | None, topics: Sequence[str] | None,
@@ -112,19 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="new segments of up to this (e.g. 256M; default: the policy's, 256 MiB)")
     p.add_argument("--delete-delay", metavar="DURATION",
                    help="old objects are deleted this long after the switch (e.g. 1h; default: the policy's)")
-    p.add_argument("--price-gb-month", type=float, default=PRICES.gb_month,
-                   help=f"storage price per GB-month (default {PRICES.gb_month})")
-    p.add_argument("--price-put-1k", type=float, default=PRICES.put_per_1000,
-                   help=f"price per 1,000 PUT/LIST requests (default {PRICES.put_per_1000})")
-    p.add_argument("--price-get-1k", type=float, default=PRICES.get_per_1000,
-                   help=f"price per 1,000 GET requests (default {PRICES.get_per_1000})")
-    p.add_argument("--listings-per-month", type=int, default=PRICES.listings_per_month,
-                   help=f"full listings of the store a month (default {PRICES.listings_per_month})")
+    for opt in PRICE_OPTIONS:
+        p.add_argument(opt.flag, dest=opt.field, metavar="N", help=opt.help)
     args = p.parse_args(argv)
 
     def plan(run: Run) -> Planned:
         th = parse_thresholds(args.min_object_size, args.target_size, args.delete_delay)
-        cost = prices(args)
+        cost = parse_prices(vars(args))
         with Workspace(run.config) as ws:
             return plan_run(ws, run, args.namespace, args.topic, th, cost)
 

@@ -118,7 +118,8 @@ PACKAGE_LAYERS = {
     "tieredcore.lifecycle": (
         Layer("plans and work items", ("planner", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
-        Layer("running jobs, the overview", ("compaction_run", "overview", "runner")),
+        Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
+        Layer("settings of a run", ("compaction_settings",)),
     ),
     "tieredcore.lifecycle.reconcile": (
         Layer("listing and references", ("listing", "references")),

@@ -6,16 +6,23 @@ Every job writes ``<reports_dir>/<job>/<report name>/attempt-<n>/summary.json`` 
 a retry, a cleared task or a reprocessing backfill never overwrites what an earlier attempt did; the run's
 own ``summary.json`` and ``detail.parquet`` are copies of its latest attempt's (``"attempt"`` says which).
 The DAGs add up ``totals`` without knowing which job wrote a report.
+
+:class:`RunReports` is the one owner of that layout: the jobs write through it, the DAGs add up totals
+through it (:class:`RunTotals`, :class:`CombinedTotals`), the Airflow plugin's pages, the CLI and the
+overview read through it.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from tieredcore.errors import ValidationError
+from tieredcore.errors import FormatError, NotFoundError, ValidationError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
 
@@ -88,10 +95,6 @@ def outcome_line(t: Totals, code: int) -> str:
     outcomes = ", ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "nothing to do"
     return f"outcome {verdict}: {done}; {t['failures']} failure(s); {outcomes}; exit {code}"
 
-    def messages(self) -> list[str]:
-        """Lines for the job's log after the run (what failed, what was lost)."""
-        ...
-
 
 def totals(**kw: Any) -> Totals:
     """A Totals with every key (defaults: zero, empty)."""
@@ -158,3 +161,318 @@ def attempt_number(env: Mapping[str, str], run_dir: Path) -> int:
     if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
         raise ValidationError(f"{ENV_ATTEMPT}={raw!r}: the attempt (try number) must be a positive integer")
     return int(raw)
+
+
+# -- the layout: one owner of every report path ----------------------------------------------------
+
+
+def _component(name: str, what: str) -> str:
+    """``name`` as one path component (job and report names are never paths)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ValidationError(f"{what} {name!r}: not a report {what} (one path component)")
+    return name
+
+
+def _replace_file(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class RunReports:
+    """The reports location (``reports_dir``) and its layout:
+    ``<reports_dir>/<job>/<report name>/attempt-<n>/{summary.json,detail.parquet}``, plus the run's own
+    ``<report name>/{summary.json,detail.parquet}``: copies of its latest attempt's.
+
+    An empty ``reports_dir`` (none configured) holds no reports: listings are empty, paths are refused."""
+
+    def __init__(self, reports_dir: str | Path) -> None:
+        self.root: Path | None = Path(reports_dir) if isinstance(reports_dir, Path) or reports_dir else None
+
+    def __repr__(self) -> str:
+        return f"RunReports({str(self.root) if self.root is not None else ''!r})"
+
+    # paths
+
+    def job_dir(self, job: str) -> Path:
+        if self.root is None:
+            raise ValidationError("no reports location: set reports_dir in the configuration")
+        return self.root / _component(job, "job")
+
+    def run_dir(self, job: str, run_id: str) -> Path:
+        return self.job_dir(job) / _component(run_id, "run")
+
+    def attempt_dir(self, job: str, run_id: str, attempt: int) -> Path:
+        return self.run_dir(job, run_id) / attempt_dir_name(attempt)
+
+    def _dir(self, job: str, run_id: str, attempt: int | None) -> Path:
+        return self.run_dir(job, run_id) if attempt is None else self.attempt_dir(job, run_id, attempt)
+
+    def summary_path(self, job: str, run_id: str, attempt: int | None = None) -> Path:
+        """An attempt's ``summary.json``, or (``attempt`` None) the run's: its latest attempt's copy."""
+        return self._dir(job, run_id, attempt) / SUMMARY_FILE
+
+    def detail_path(self, job: str, run_id: str, attempt: int | None = None) -> Path:
+        return self._dir(job, run_id, attempt) / DETAIL_DIR
+
+    # listings
+
+    def jobs(self) -> list[str]:
+        """Jobs with a directory of reports, by name."""
+        return _subdirs(self.root) if self.root is not None else []
+
+    def runs(self, job: str) -> list[str]:
+        """The job's report names, by name. NotFoundError when the job has no reports directory."""
+        d = self.job_dir(job)
+        if not d.is_dir():
+            raise NotFoundError(f"no reports of job {job}")
+        return _subdirs(d)
+
+    def has_run(self, job: str, run_id: str) -> bool:
+        return self.run_dir(job, run_id).is_dir()
+
+    def attempts(self, job: str, run_id: str) -> list[int]:
+        """The run's attempts that wrote a report, ascending."""
+        return attempts_in(self.run_dir(job, run_id))
+
+    def written(self, job: str, run_id: str) -> float | None:
+        """When the run's own summary was last written (file time, seconds); None without one."""
+        p = self.summary_path(job, run_id)
+        try:
+            return p.stat().st_mtime if p.is_file() else None
+        except OSError:
+            return None
+
+    def newest_runs(self, job: str) -> list[str]:
+        """The job's runs that have a summary, the most recently written first."""
+        written = [(w, r) for r in self.runs(job) if (w := self.written(job, r)) is not None]
+        return [r for _, r in sorted(written, key=lambda x: x[0], reverse=True)]
+
+    # reading
+
+    def read_summary(self, job: str, run_id: str, attempt: int | None = None) -> dict[str, Any]:
+        """A ``summary.json`` (the run's, or one attempt's): NotFoundError when it was never written,
+        FormatError when it cannot be read or is not a JSON object."""
+        path = self.summary_path(job, run_id, attempt)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise NotFoundError(f"no report {path}") from None
+        except (OSError, ValueError) as e:
+            raise FormatError(f"unreadable report {path}: {e}") from None
+        if not isinstance(doc, dict):
+            raise FormatError(f"unreadable report {path}: not a JSON object")
+        return doc
+
+    def totals(self, job: str, run_ids: Sequence[str]) -> RunTotals:
+        """The ``totals`` of the job's runs ``run_ids`` added up; a run without a readable report (its
+        job failed before writing one) counts in ``failed_jobs``."""
+        out = RunTotals(job, jobs=len(run_ids))
+        for rid in run_ids:
+            try:
+                t = self.read_summary(job, rid)["totals"]
+                if not isinstance(t, Mapping):
+                    raise FormatError(f"report {job}/{rid}: totals are not a JSON object")
+            except (KeyError, ValidationError, NotFoundError, FormatError):
+                out.failed_jobs.append(rid)
+                continue
+            out.add(t, str(self.summary_path(job, rid)))
+        return out
+
+    # writing (the jobs: spark_jobs/_jobkit.py)
+
+    def attempt_number(self, job: str, run_id: str, env: Mapping[str, str]) -> int:
+        """This attempt's number (:func:`attempt_number`); ValidationError for a bad ``$TIERED_ATTEMPT``."""
+        return attempt_number(env, self.run_dir(job, run_id))
+
+    def publish(self, job: str, run_id: str, attempt: int, summary_text: str) -> None:
+        """The attempt's ``summary.json`` (its ``detail.parquet`` already written), then the same two as
+        the run's own: the attempt becomes the run's latest. The summary goes last, so a reader of the
+        run's summary finds the detail beside it."""
+        run_dir, out = self.run_dir(job, run_id), self.attempt_dir(job, run_id, attempt)
+        _replace_file(out / SUMMARY_FILE, summary_text)
+        tmp_detail = run_dir / f".{DETAIL_DIR}.tmp"
+        shutil.rmtree(tmp_detail, ignore_errors=True)
+        shutil.copytree(out / DETAIL_DIR, tmp_detail)
+        shutil.rmtree(run_dir / DETAIL_DIR, ignore_errors=True)
+        tmp_detail.rename(run_dir / DETAIL_DIR)
+        _replace_file(run_dir / SUMMARY_FILE, summary_text)
+
+
+def _subdirs(d: Path) -> list[str]:
+    """Names of the directories in ``d`` (not hidden ones: temporary copies), sorted."""
+    if not d.is_dir():
+        return []
+    return sorted(c.name for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
+
+
+# -- totals over runs (the DAGs' summaries) --------------------------------------------------------
+
+# streaming offload (PIP-76) totals of a report: segments written, their bytes, tails held for their rollover
+SEGMENT_KEYS = ("segments", "segment_bytes", "segments_held")
+NOT_PLANNED = "(not planned: an upstream task failed)"
+
+
+def _add_counts(into: dict[str, int], counts: Mapping[str, Any] | None) -> None:
+    for k, v in (counts or {}).items():
+        into[k] = into.get(k, 0) + int(v)
+
+
+@dataclass
+class NamespaceTotals:
+    """One namespace's part of a job's runs."""
+
+    ledgers: int = 0
+    bytes: int = 0
+    failures: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    segments: dict[str, int] = field(default_factory=dict)  # the SEGMENT_KEYS its reports gave (streaming only)
+    counters: dict[str, int] = field(default_factory=dict)  # a job's own counters (compaction's before/after)
+
+    def add(self, d: Mapping[str, Any]) -> None:
+        self.ledgers += int(d.get("ledgers", 0))
+        self.bytes += int(d.get("bytes", 0))
+        self.failures += int(d.get("failures", 0))
+        _add_counts(self.segments, {k: d[k] for k in SEGMENT_KEYS if k in d})
+        _add_counts(self.counters, d.get("counters"))
+        _add_counts(self.outcomes, d.get("outcomes"))
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the summary XCom shows it: segment keys for streaming namespaces only, counters when any."""
+        out: dict[str, Any] = {"ledgers": self.ledgers, "bytes": self.bytes, "failures": self.failures,
+                               "outcomes": dict(self.outcomes), **self.segments}
+        if self.counters:
+            out["counters"] = dict(self.counters)
+        return out
+
+
+@dataclass
+class RunTotals:
+    """A job's runs added up (:meth:`RunReports.totals`): ``jobs`` runs planned, those without a
+    report in ``failed_jobs``, ``reports`` the summaries read."""
+
+    job: str
+    jobs: int = 0
+    topics: int = 0
+    ledgers: int = 0
+    bytes: int = 0
+    failures: int = 0
+    segments: int = 0
+    segment_bytes: int = 0
+    segments_held: int = 0
+    failed_jobs: list[str] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    namespaces: dict[str, NamespaceTotals] = field(default_factory=dict)
+    data_loss: list[str] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)
+
+    @classmethod
+    def not_run(cls, job: str, why: str = NOT_PLANNED) -> RunTotals:
+        """A job that was never planned (its plan failed): no runs, one failed entry saying why."""
+        return cls(job, failed_jobs=[why])
+
+    @property
+    def parts(self) -> list[RunTotals]:
+        return [self]
+
+    def add(self, t: Mapping[str, Any], report: str) -> None:
+        """One report's ``totals`` (:class:`Totals`) added."""
+        self.reports.append(report)
+        self.topics += int(t.get("topics", 0))
+        self.ledgers += int(t.get("ledgers", 0))
+        self.bytes += int(t.get("bytes", 0))
+        self.failures += int(t.get("failures", 0))
+        self.segments += int(t.get("segments", 0))
+        self.segment_bytes += int(t.get("segment_bytes", 0))
+        self.segments_held += int(t.get("segments_held", 0))
+        _add_counts(self.outcomes, t.get("outcomes"))
+        _add_counts(self.counters, t.get("counters"))
+        self.data_loss += list(t.get("data_loss", []))
+        for ns, d in (t.get("namespaces") or {}).items():
+            self.namespaces.setdefault(ns, NamespaceTotals()).add(d)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (the summary task's XCom); ``counters`` only when a report had some."""
+        out: dict[str, Any] = {
+            "job": self.job, "jobs": self.jobs, "topics": self.topics, "ledgers": self.ledgers, "bytes": self.bytes,
+            "failures": self.failures, "failed_jobs": list(self.failed_jobs), "outcomes": dict(self.outcomes),
+            "namespaces": {ns: d.as_dict() for ns, d in self.namespaces.items()}, "reports": list(self.reports),
+            "data_loss": list(self.data_loss), "segments": self.segments, "segment_bytes": self.segment_bytes,
+            "segments_held": self.segments_held}
+        if self.counters:
+            out["counters"] = dict(self.counters)
+        return out
+
+    def summary_lines(self) -> list[str]:
+        """The summary for a task log: the job's totals, one line per namespace, one per ledger lost."""
+        d = self.as_dict()
+        lines = [f"{self.job} summary: {self.jobs} job(s), {self.topics} topic(s), {self.ledgers} "
+                 f"ledger(s)/record(s), {self.bytes:,} bytes, {self.failures} failure(s), "
+                 f"failed jobs: {self.failed_jobs or 'none'}; outcomes {self.outcomes}"
+                 + counters_text(self.counters) + segments_text(d)]
+        for ns, n in sorted(d["namespaces"].items()):
+            lines.append(f"  {ns}: {n['ledgers']} ledger(s), {n['bytes']:,} bytes, {n['failures']} failure(s)"
+                         + (f"; {n['outcomes']}" if n.get("outcomes") else "") + counters_text(n.get("counters"))
+                         + segments_text(n))
+        lines += [f"DATA LOSS: {what}: no copy of it can be read" for what in self.data_loss]
+        return lines
+
+
+@dataclass
+class CombinedTotals:
+    """Totals of several jobs of one run (e.g. retention_sweep then deletion_drain): summed, outcomes
+    named ``<job>.<outcome>``, each job's own totals under ``by_job``."""
+
+    parts: list[RunTotals]
+
+    @property
+    def job(self) -> str:
+        return "+".join(p.job for p in self.parts)
+
+    @property
+    def failures(self) -> int:
+        return sum(p.failures for p in self.parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        ps = self.parts
+        return {
+            "job": self.job, "jobs": sum(p.jobs for p in ps), "topics": sum(p.topics for p in ps),
+            "ledgers": sum(p.ledgers for p in ps), "bytes": sum(p.bytes for p in ps), "failures": self.failures,
+            "failed_jobs": [f"{p.job}/{rid}" for p in ps for rid in p.failed_jobs],
+            "outcomes": {f"{p.job}.{k}": v for p in ps for k, v in p.outcomes.items()},
+            "namespaces": {}, "reports": [r for p in ps for r in p.reports],
+            "by_job": {p.job: p.as_dict() for p in ps},
+            "segments": sum(p.segments for p in ps), "segment_bytes": sum(p.segment_bytes for p in ps),
+            "segments_held": sum(p.segments_held for p in ps)}
+
+    def summary_lines(self) -> list[str]:
+        return [line for p in self.parts for line in p.summary_lines()]
+
+
+def combine_totals(parts: Sequence[RunTotals]) -> RunTotals | CombinedTotals:
+    """One job's totals as they are; several jobs' combined."""
+    return parts[0] if len(parts) == 1 else CombinedTotals(list(parts))
+
+
+def segments_text(d: Mapping[str, Any]) -> str:
+    """'; N segment(s) (B bytes), H tail(s) held for their rollover' when totals have streaming counts."""
+    if not any(d.get(k) for k in SEGMENT_KEYS):
+        return ""
+    held = d.get("segments_held", 0)  # streaming only: compaction writes segments but holds no tail
+    return (f"; {d.get('segments', 0)} segment(s) ({d.get('segment_bytes', 0):,} bytes)"
+            + (f", {held} tail(s) held for their rollover" if held else ""))
+
+
+def counters_text(counters: Mapping[str, int] | None) -> str:
+    """'; objects 48 → 4, bytes 34,502 → 29,852, deleted_hot=2': ``X_before`` / ``X_after`` pairs as
+    before → after, other counters as name=value; '' without counters."""
+    if not counters:
+        return ""
+    parts = []
+    for k, v in counters.items():
+        if k.endswith("_before") and k[:-7] + "_after" in counters:
+            parts.append(f"{k[:-7]} {v:,} → {counters[k[:-7] + '_after']:,}")
+        elif not (k.endswith("_after") and k[:-6] + "_before" in counters):
+            parts.append(f"{k}={v}")
+    return "; " + ", ".join(parts)

@@ -92,7 +92,8 @@ def airflow_services(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     home.mkdir()
     dags = tmp_path / "dags"  # only the sweep's files: the DAG processor's first parse is quicker
     dags.mkdir()
-    for name in ("tiered_offload_sweep.py", "tiered_common.py"):
+    helpers = [p.name for p in DAGS.glob("tiered_*.py") if "with tiered_dag(" not in p.read_text()]
+    for name in ("tiered_offload_sweep.py", *helpers):  # the sweep and the helper modules it imports
         (dags / name).symlink_to(DAGS / name)
     env = _env(home, tmp_path / "empty" / "tiered.toml", free_port(), free_port())
     env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)

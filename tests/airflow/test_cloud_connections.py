@@ -79,7 +79,7 @@ def test_google_connection_becomes_the_gcs_environment(monkeypatch: pytest.Monke
 def test_spark_jobs_get_them_in_the_environment_not_the_command_line(
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     from airflow.sdk import DAG
-    from tiered_common import spark_task
+    from tiered_spark import spark_task
 
     from tests.airflow.test_dagbag import _submit_with_fake_spark
 

@@ -42,10 +42,33 @@ def test_threshold_params_take_sizes_and_durations() -> None:
                 param.resolve(v)
 
 
+def test_bad_thresholds_fail_the_plan_naming_the_param(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the trigger form lets through but the thresholds' parser (the CLI's and the job's) refuses
+    fails `plan`, naming the param; no Spark job starts."""
+    from airflow.sdk import DagRunState, TaskInstanceState
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=1, entries=5)
+    alerts = tmp_path / "alerts.jsonl"
+    monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
+    monkeypatch.setenv("TIERED_TEST_ALERTS", str(alerts))
+    cases = (({"min_object_size": "64M", "target_size": "8M"}, "min_object_size param 64M exceeds target_size param 8M"),
+             ({"target_size": "0"}, "target_size param '0': must be a positive size"))
+    for params, _ in cases:
+        dr, states = run_dag("tiered_compaction", SWEEP_AT, {"config": str(cfg), **params})
+        assert dr.state == DagRunState.FAILED
+        assert states["plan"] == TaskInstanceState.FAILED
+        assert states["compact"] == TaskInstanceState.UPSTREAM_FAILED
+    failed = [json.loads(line) for line in alerts.read_text().splitlines()]
+    plan_failures = [f["exception"] for f in failed if f["task_id"] == "plan"]
+    for _, fragment in cases:
+        assert any(fragment in e for e in plan_failures), plan_failures
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))
+
+
 def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path) -> None:
-    """summarize_reports adds up each namespace's counters (a compaction report's objects and bytes
-    before → after); counters_text shows *_before / *_after pairs as before → after."""
-    from tiered_common import counters_text, summarize_reports
+    """The summary (RunReports.totals) adds up each namespace's counters (a compaction report's objects
+    and bytes before → after); counters_text shows *_before / *_after pairs as before → after."""
+    from tieredcore.reports import RunReports, counters_text
 
     for rid, ns, c in (("r.a+x", "a/x", (24, 4, 30_000, 26_000)), ("r.a+y", "a/y", (10, 2, 5_000, 4_000))):
         counters = dict(zip(("objects_before", "objects_after", "bytes_before", "bytes_after"), c, strict=True))
@@ -55,7 +78,7 @@ def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path
                   "counters": counters, "namespaces": {ns: {"ledgers": c[0] // 2, "bytes": c[3], "failures": 0,
                                                             "outcomes": {"compacted": 1}, "counters": counters}}}
         (d / "summary.json").write_text(json.dumps({"totals": totals}))
-    t = summarize_reports(str(tmp_path), "compact_segments", ["r.a+x", "r.a+y"])
+    t = RunReports(tmp_path).totals("compact_segments", ["r.a+x", "r.a+y"]).as_dict()
     assert t["counters"] == {"objects_before": 34, "objects_after": 6, "bytes_before": 35_000, "bytes_after": 30_000}
     assert t["namespaces"]["a/y"]["counters"] == {"objects_before": 10, "objects_after": 2, "bytes_before": 5_000,
                                                   "bytes_after": 4_000}

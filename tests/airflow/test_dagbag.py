@@ -244,7 +244,7 @@ def test_runtime_env_carries_aws_connection_but_command_line_does_not(
             "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
     from airflow.sdk import DAG
-    from tiered_common import spark_task
+    from tiered_spark import spark_task
 
     with DAG("t", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
         op = spark_task("cleanup", "deletion_lag_cleanup", ["--as-of", "2026-01-01T00:00:00+00:00"])
@@ -281,7 +281,7 @@ def test_no_retry_exit_code_fails_task_and_restores_declared_env(monkeypatch: py
     even then."""
     from airflow.sdk import DAG
     from airflow.sdk.exceptions import AirflowFailException
-    from tiered_common import spark_task
+    from tiered_spark import spark_task
 
     with DAG("t", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
         op = spark_task("cleanup", "deletion_lag_cleanup", ["--as-of", "2026-01-01T00:00:00+00:00"])

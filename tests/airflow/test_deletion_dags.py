@@ -144,15 +144,16 @@ def _write(reports: Path, job: str, rid: str, report) -> None:
 def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
     """The summary task reads each report's `totals` (the same shape for every job), sums them per run
     and per namespace, and counts a job without a report as failed."""
-    from tiered_common import combine_totals, summarize_reports
+    from tieredcore.reports import RunReports, combine_totals
 
+    reports = RunReports(tmp_path)
     drain = DrainReport(0, entries=3, deleted=2, dead_lettered=1, deleted_hot=2, acknowledged=2, rows=[
         DrainRow("1", "persistent://a/b/t", 1, "ledger", "retention", "deleted"),
         DrainRow("2", "persistent://a/b/t", 2, "ledger", "retention", "deleted"),
         DrainRow("3", "persistent://c/d/t", 3, "offloaded", "orphan", "dead_lettered", "boom")])
     _write(tmp_path, "deletion_drain", "r1", drain)
     _write(tmp_path, "deletion_drain", "r2", DrainReport(0, task_errors=["hot: 5 record(s) not processed"]))
-    t = summarize_reports(str(tmp_path), "deletion_drain", ["r1", "r2", "missing"])
+    t = reports.totals("deletion_drain", ["r1", "r2", "missing"]).as_dict()
     assert (t["jobs"], t["ledgers"], t["failures"], t["failed_jobs"]) == (3, 3, 2, ["missing"])
     assert t["outcomes"] == {"deleted": 2, "dead_lettered": 1}
     assert t["counters"]["deleted_hot"] == 2 and t["counters"]["acknowledged"] == 2
@@ -163,8 +164,8 @@ def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
             for lid in (1, 2)]
     sweep = LedgerRunReport(RunSummary.of("retention_sweep", "r1", 0, False, rows, 1.0), rows)
     _write(tmp_path, "retention_sweep", "r1", sweep)
-    both = combine_totals([summarize_reports(str(tmp_path), "retention_sweep", ["r1"]),
-                           summarize_reports(str(tmp_path), "deletion_drain", ["r1", "nope"])])
+    both = combine_totals([reports.totals("retention_sweep", ["r1"]),
+                           reports.totals("deletion_drain", ["r1", "nope"])]).as_dict()
     assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
     assert both["ledgers"] == 5 and both["failures"] == 1 and both["bytes"] == 20
     assert both["failed_jobs"] == ["deletion_drain/nope"]
@@ -173,11 +174,11 @@ def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
 
 
 def test_summary_counts_a_report_without_totals_as_a_failed_job(tmp_path: Path) -> None:
-    from tiered_common import summarize_reports
+    from tieredcore.reports import RunReports
 
     (tmp_path / "deletion_drain" / "old").mkdir(parents=True)
     (tmp_path / "deletion_drain" / "old" / "summary.json").write_text(json.dumps({"entries": 3}))
-    assert summarize_reports(str(tmp_path), "deletion_drain", ["old"])["failed_jobs"] == ["old"]
+    assert RunReports(tmp_path).totals("deletion_drain", ["old"]).as_dict()["failed_jobs"] == ["old"]
 
 
 # -- parameter validation (no Spark) --------------------------------------------------------------
@@ -375,7 +376,7 @@ def test_a_run_on_asset_events_covers_the_namespaces_they_name() -> None:
     namespace) -- the lag cleanup's plan passes them as --namespace."""
     import types
 
-    from tiered_common import DELETIONS_PENDING, OFFLOADED, offloaded_namespaces, triggering_namespaces
+    from tiered_assets import DELETIONS_PENDING, OFFLOADED, offloaded_namespaces, triggering_namespaces
 
     ev = [types.SimpleNamespace(extra={"namespace": ns}) for ns in ("b/y", "a/x", "b/y")]
     ev.append(types.SimpleNamespace(extra={}))

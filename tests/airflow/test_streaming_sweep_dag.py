@@ -25,7 +25,7 @@ def _seg(topic: str, outcome: str, nbytes: int = 0, covers: str = "1:0-9") -> di
 
 
 def test_summary_adds_up_segment_totals(tmp_path: Path) -> None:
-    from tiered_common import combine_totals, segments_text, summarize_reports
+    from tieredcore.reports import RunReports, combine_totals, segments_text
 
     streaming = [_seg("persistent://a/s/t0", "offloaded", 4096), _seg("persistent://a/s/t0", "offloaded", 1024),
                  _seg("persistent://a/s/t1", "held", 512)]
@@ -35,7 +35,9 @@ def test_summary_adds_up_segment_totals(tmp_path: Path) -> None:
         (tmp_path / "offload_sweep" / rid).mkdir(parents=True)
         (tmp_path / "offload_sweep" / rid / "summary.json").write_text(
             json.dumps(summary_document(rep, "offload_sweep", rid, 1.0)))
-    t = summarize_reports(str(tmp_path), "offload_sweep", ["r.a+s", "r.a+l"])
+    reports = RunReports(tmp_path)
+    sweep = reports.totals("offload_sweep", ["r.a+s", "r.a+l"])
+    t = sweep.as_dict()
     assert (t["segments"], t["segment_bytes"], t["segments_held"]) == (2, 5120, 1)
     assert (t["ledgers"], t["bytes"], t["failures"], t["topics"]) == (1, 5220, 0, 3)
     assert t["outcomes"] == {"offloaded": 3, "held": 1}
@@ -44,7 +46,7 @@ def test_summary_adds_up_segment_totals(tmp_path: Path) -> None:
     assert segments_text(t) == "; 2 segment(s) (5,120 bytes), 1 tail(s) held for their rollover"
     assert segments_text(t["namespaces"]["a/l"]) == ""
     assert segments_text({"segments": 3, "segment_bytes": 10}) == "; 3 segment(s) (10 bytes)"  # compaction
-    both = combine_totals([t, summarize_reports(str(tmp_path), "offload_sweep", ["r.a+l"])])
+    both = combine_totals([sweep, reports.totals("offload_sweep", ["r.a+l"])]).as_dict()
     assert both["segments"] == 2 and both["segment_bytes"] == 5120 and both["segments_held"] == 1
 
 

@@ -1,12 +1,16 @@
-"""What every `tiered` command group shares: exit codes, stderr messages, progress, topic selection."""
+"""What every `tiered` command group shares: what a group is, exit codes, stderr messages, progress, topic
+selection."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore.config import Config
@@ -15,6 +19,19 @@ from tieredcore.names import NamespaceName, TopicName
 from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class CommandGroup:
+    """A group of `tiered` commands (one module under ``tieredcore/cli``): its command names, how it adds
+    their parsers, how it runs one over a workspace (a result dict: ``_exit`` the exit code, ``_printed``
+    when it printed its human output itself) and, if it has one, its printer of a result for people
+    (without one: ``key: value`` lines)."""
+
+    commands: tuple[str, ...]
+    add_parser: Callable[[argparse._SubParsersAction, list[argparse.ArgumentParser]], None]
+    run: Callable[[argparse.Namespace, Workspace, Progress], dict[str, Any]]
+    print_human: Callable[[str, dict[str, Any]], None] | None = None
 
 
 def err(msg: str) -> None:

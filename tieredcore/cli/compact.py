@@ -5,34 +5,19 @@ topic and changes nothing, so an operator can see what enabling it would save.""
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable
 from typing import Any
 
-from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, Progress, mib, require_namespaces
+from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, CommandGroup, Progress, mib, require_namespaces
 from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.errors import ValidationError
-from tieredcore.lifecycle.compaction import CostModel
-from tieredcore.lifecycle.compaction_run import (
-    CompactionReport,
-    Thresholds,
-    check_prices,
-    plan_topics,
-    run_topics,
-)
+from tieredcore.lifecycle.compaction_run import CompactionReport, plan_topics, run_topics
+from tieredcore.lifecycle.compaction_settings import PRICE_OPTIONS, parse_prices, parse_thresholds
 from tieredcore.names import TopicName
 from tieredcore.offload.compaction import OK_OUTCOMES
 from tieredcore.outcomes import Outcome
-from tieredcore.policy import OffloadPolicy
-from tieredcore.units import non_negative_duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("compact",)
-_DEFAULT = CostModel()
-# (flag, CostModel field, parser): prices per GB-month / 1,000 requests, listings a month
-_PRICES: tuple[tuple[str, str, Callable[[str], float | int]], ...] = (
-    ("--price-gb-month", "gb_month", float), ("--price-put-1k", "put_per_1000", float),
-    ("--price-get-1k", "get_per_1000", float), ("--listings-per-month", "listings_per_month", int))
 
 
 def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -58,58 +43,17 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--target-size", metavar="SIZE", help="override the policy: new segments of up to this (e.g. 256M)")
     s.add_argument("--delete-delay", metavar="DURATION",
                    help="override the policy: old objects are deleted this long after the switch (e.g. 1h)")
-    for flag, fld, _ in _PRICES:
-        what = {"gb_month": "storage price per GB-month", "put_per_1000": "price per 1,000 PUT/LIST requests",
-                "get_per_1000": "price per 1,000 GET requests",
-                "listings_per_month": "full listings of the store a month (orphan reconciliation)"}[fld]
-        s.add_argument(flag, metavar="N", help=f"{what} (default {getattr(_DEFAULT, fld)}: S3 Standard)")
+    for opt in PRICE_OPTIONS:
+        s.add_argument(opt.flag, dest=opt.field, metavar="N", help=opt.help)
     s.add_argument("--as-of", help="the run's logical time (ISO 8601 or epoch ms; default now): recorded "
                                    "timestamps and when the old objects become due for deletion")
-
-
-def _size(text: str, flag: str) -> int:
-    try:
-        n = size_bytes(text)
-    except ValidationError as e:
-        raise ValidationError(f"{flag}: {e}") from None
-    if n <= 0:
-        raise ValidationError(f"{flag} {text!r}: must be a positive size")
-    return n
-
-
-def _number(text: str, flag: str, parse: Callable[[str], float | int]) -> float | int:
-    try:
-        v = parse(text.strip())
-    except ValueError:
-        kind = "an integer" if parse is int else "a number"
-        raise ValidationError(f"{flag} {text!r}: expected {kind} >= 0") from None
-    if not math.isfinite(v) or v < 0:
-        raise ValidationError(f"{flag} {text!r}: must be a finite number >= 0")
-    return v
-
-
-def _thresholds(a: argparse.Namespace) -> Thresholds:
-    th = Thresholds(
-        min_object_size=_size(a.min_object_size, "--min-object-size") if a.min_object_size is not None else None,
-        target_size=_size(a.target_size, "--target-size") if a.target_size is not None else None,
-        delete_delay_ms=(non_negative_duration_ms(a.delete_delay, "--delete-delay")
-                         if a.delete_delay is not None else None))
-    if th.min_object_size is not None and th.target_size is not None:
-        th.apply(OffloadPolicy(), "--min-object-size/--target-size")  # min > target, whatever the policies
-    return th
-
-
-def _prices(a: argparse.Namespace) -> CostModel:
-    given = {fld: _number(getattr(a, flag[2:].replace("-", "_")), flag, parse)
-             for flag, fld, parse in _PRICES if getattr(a, flag[2:].replace("-", "_")) is not None}
-    return check_prices({**{fld: getattr(_DEFAULT, fld) for _, fld, _ in _PRICES}, **given})
 
 
 def run(a: argparse.Namespace, ws: Workspace, progress: Progress | None = None) -> dict[str, Any]:
     # everything the operator typed is checked before anything is read or written
     as_of = parse_time_ms(a.as_of, "--as-of") if a.as_of else now_ms()
-    th = _thresholds(a)
-    cost = _prices(a)
+    th = parse_thresholds(a.min_object_size, a.target_size, a.delete_delay)
+    cost = parse_prices(vars(a))
     if a.topic and a.namespace:
         raise ValidationError("give topic names or --namespace, not both")
     namespaces = require_namespaces(ws, a.namespace) if a.namespace else None
@@ -220,3 +164,6 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         print(f"FAILED {f}")
     if res["failed"]:
         print("failed or conflicting topics are retried next run")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

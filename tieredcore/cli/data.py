@@ -11,6 +11,7 @@ from typing import Any
 from tieredcore.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    CommandGroup,
     Progress,
     mib,
     properties_of,
@@ -400,3 +401,6 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
           f"in {res['seconds']}s (ledgers read: {res['tier_reads']})")
     if res["fallbacks"]:
         print(f"{res['fallbacks']} ledger(s) were read from their other copy: see `tiered scrub --repair`")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

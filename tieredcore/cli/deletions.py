@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from tieredcore.cli.common import require_namespaces
+from tieredcore.cli.common import CommandGroup, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.drain import drain
@@ -104,7 +104,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
 
 
 def _as_of(a: argparse.Namespace) -> int:
-    return parse_time_ms(a.as_of, "--as-of") if getattr(a, "as_of", None) else now_ms()
+    return parse_time_ms(a.as_of, "--as-of") if a.as_of else now_ms()
 
 
 def _age(ms: int | None) -> str:
@@ -292,7 +292,6 @@ def _retention(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
 
 
 def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
-    a.json = getattr(a, "json", False)
     if a.cmd == "reconcile":
         return _reconcile(a, ws)
     if a.cmd == "retention":
@@ -303,3 +302,6 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
     if a.deletions_cmd == "dlq":
         return _dlq(a, dlog)
     return _drain(a, ws)
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run)

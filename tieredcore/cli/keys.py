@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tieredcore.cli.common import CommandGroup
 from tieredcore.cold.keyring import DEFAULT_RSA_BITS, MIN_RSA_BITS, KeyRing, check_key_id
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.keys import RotationRow, key_status, retire, timed_rotation
@@ -157,3 +158,6 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
     for k, v in res.items():
         if not k.startswith("_"):
             print(f"{k}: {v}")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

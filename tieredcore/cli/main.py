@@ -1,6 +1,7 @@
 """`tiered`: the operator's command line over a workspace (see README). One module per command group
-(``tieredcore/cli/<group>.py``: ``COMMANDS``, ``add_parser``, ``run``, optional ``print_human``); this one
-parses, dispatches, prints and maps errors to exit codes: 0 ok, 1 failed, 2 bad input (nothing changed)."""
+(``tieredcore/cli/<group>.py``, whose ``GROUP`` is a ``CommandGroup``: its commands, parser, runner and
+optional printer); this one parses, dispatches, prints and maps errors to exit codes: 0 ok, 1 failed, 2 bad
+input (nothing changed)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from tieredcore.cli import compact, data, deletions, init, keys, offload, policies, read, scrub, topics
-from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Progress, err, sqlite_path
+from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandGroup, Progress, err, sqlite_path
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
 from tieredcore.workspace import Workspace
 
-GROUPS: tuple[ModuleType, ...] = (data, offload, read, policies, topics, deletions, scrub, compact, keys)
-COMMANDS: dict[str, ModuleType] = {cmd: g for g in GROUPS for cmd in g.COMMANDS}
+GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
+                                    deletions.GROUP, scrub.GROUP, compact.GROUP, keys.GROUP)
+COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.commands}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,9 +66,9 @@ def _is_usage_error(e: TieredError) -> bool:
 def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("_printed"):
         return
-    printer = getattr(COMMANDS.get(cmd), "print_human", None)
-    if printer is not None:
-        printer(cmd, res)
+    group = COMMANDS.get(cmd)
+    if group is not None and group.print_human is not None:
+        group.print_human(cmd, res)
         return
     for k, v in res.items():
         if not k.startswith("_"):

@@ -5,41 +5,23 @@ every entry not yet offloaded) and `tiered status` (what lives in which tier, se
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 from tieredcore.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    CommandGroup,
     Progress,
     mib,
     select_topics,
 )
 from tieredcore.clock import now_ms, parse_time_ms
-from tieredcore.cold.location import StoreLocation
-from tieredcore.errors import HotLedgerNotFoundError, NotFoundError, TieredError, ValidationError
-from tieredcore.formats.keys import INDEX_SUFFIX, LEDGER_INFIX, MANIFEST_SUFFIX, normalize_prefix
-from tieredcore.formats.manifest import Manifest
-from tieredcore.formats.proto import MLDataFormats_pb2 as pb
-from tieredcore.hot.tier import FrameSource
+from tieredcore.errors import NotFoundError, ValidationError
 from tieredcore.lifecycle.planner import ManualOffload
+from tieredcore.lifecycle.status import topic_status
 from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
 from tieredcore.lifecycle.work import LedgerResult
-from tieredcore.names import TopicName
-from tieredcore.offload.context import (
-    context_uuid,
-    covered_through,
-    incomplete_segment_uuids,
-    is_complete,
-    is_offloaded,
-    is_sealed,
-    segment_drivers,
-    segment_pieces,
-    segment_refs,
-)
-from tieredcore.offload.copies import copy_uuids
 from tieredcore.workspace import Workspace
 
 COMMANDS = ("offload", "status")
@@ -77,14 +59,6 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
     if args.cmd == "offload":
         return cmd_offload(args, ws, progress)
     return cmd_status(args, ws, progress)
-
-
-def _tier(li, is_last: bool) -> str:
-    """hot / both / offloaded; a ledger's object-store copy is its V1 object or, once sealed, the
-    streaming segments holding all its entries."""
-    if is_offloaded(li):
-        return "offloaded" if li.offloadContext.bookkeeperDeleted else "both"
-    return "hot"
 
 
 def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
@@ -172,230 +146,10 @@ def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Pro
             "_exit": EXIT_FAILED if failed else EXIT_OK}
 
 
-def _segment_status(ws: Workspace, info, row: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Per topic: completed segments (count), the payload bytes they hold, the ledgers they cover and the
-    ledgers only partly in them; per ledger (for --ledgers): its segments and how far they reach.
-    A partly streamed ledger's hot copy gives its last confirmed entry and entry sizes."""
-    uuids: set[str] = set()
-    in_flight: set[str] = set()
-    per_ledger: dict[int, dict[str, Any]] = {}
-    row.update(segments=0, segment_bytes=0, segment_ledgers=0, partially_streamed=[], segments_in_flight=0)
-    for i, li in enumerate(info.ledgerInfo):
-        in_flight.update(incomplete_segment_uuids(li))
-        pieces = segment_pieces(li)
-        if not pieces:
-            continue
-        uuids.update(p.uuid for p in pieces)
-        row["segment_ledgers"] += 1
-        through = covered_through(li)
-        per_ledger[li.ledgerId] = {"segments": [p.uuid for p in pieces], "streamed_through": through}
-        if is_sealed(li) and li.HasField("entries") and through >= li.entries - 1:
-            row["segment_bytes"] += li.size
-            continue
-        is_open = i == len(info.ledgerInfo) - 1 and not is_sealed(li)
-        last, nbytes = (li.entries - 1 if li.HasField("entries") else None), None
-        try:
-            h = ws.hot.open_ledger(li.ledgerId)
-        except HotLedgerNotFoundError:
-            h = None
-        if h is not None:
-            try:
-                last = h.last_add_confirmed if is_open or last is None else last
-                if isinstance(h, FrameSource):
-                    nbytes = sum(h.entry_sizes()[: through + 1])
-            finally:
-                h.close()
-        row["segment_bytes"] += nbytes or 0
-        row["partially_streamed"].append({"ledger": li.ledgerId, "open": is_open, "streamed_through": through,
-                                          "last_entry": last})
-    row["segments"] = len(uuids)
-    row["segments_in_flight"] = len(in_flight - uuids)
-    return per_ledger
-
-
-def _offloaded_at(li) -> int:
-    """When the ledger's object-store copy was complete: its V1 offload, or its last segment."""
-    if is_complete(li):
-        return li.offloadContext.timestamp
-    return max((r.offloaded_ms for r in segment_refs(li) if r.complete), default=0)
-
-
 def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = select_topics(ws, args.namespace, args.topic)
-    rows = []
-    for t in topics:
-        info, version = ws.ml.get_topic(t)
-        row = {"topic": t.full, "version": version, "ledgers": len(info.ledgerInfo),
-               "hot_bytes": 0, "offloaded_bytes": 0, "hot_only": 0, "both": 0, "offloaded_only": 0,
-               "open": 0, "entries": 0, "ledger_detail": []}
-        per_ledger = _segment_status(ws, info, row)
-        # object-store objects holding the topic's data (data + index per V1 copy or segment): what compaction shrinks
-        row["objects"] = 2 * len({u for li in info.ledgerInfo for u in copy_uuids(li)})
-        for i, li in enumerate(info.ledgerInfo):
-            is_last = i == len(info.ledgerInfo) - 1
-            tier = _tier(li, is_last)
-            is_open = li.timestamp <= 0
-            row["open"] += is_open
-            row["entries"] += li.entries
-            row[{"hot": "hot_only", "both": "both", "offloaded": "offloaded_only"}[tier]] += 1
-            if tier in ("hot", "both"):
-                row["hot_bytes"] += li.size
-            if tier in ("both", "offloaded"):
-                row["offloaded_bytes"] += li.size
-            if args.ledgers:
-                row["ledger_detail"].append({
-                    "ledger": li.ledgerId, "entries": li.entries, "size": li.size,
-                    "state": "open" if is_open else "sealed", "tier": tier,
-                    "uuid": context_uuid(li),
-                    "offloaded_at": _offloaded_at(li) if tier != "hot" else None,
-                    "segments": per_ledger.get(li.ledgerId, {}).get("segments", []),
-                    "streamed_through": per_ledger.get(li.ledgerId, {}).get("streamed_through", -1),
-                })
-        if not args.ledgers:
-            del row["ledger_detail"]
-        rows.append(row)
-    res: dict[str, Any] = {"topics": rows}
-    if args.by_namespace:
-        res["namespaces"] = _by_namespace(rows)
-        res["store"] = _store_totals(ws)
-    if args.cache:
-        res["cache"] = cache_status(ws, topics)
-    return res
-
-
-# -- status --cache -----------------------------------------------------------------------------
-
-
-def _disk_cache_usage(root: Path) -> dict[str, Any]:
-    """Bytes and entries in a disk cache's directory now (the files of whichever process uses it)."""
-    n = size = 0
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.suffix != ".tmp" and p.is_file():
-                n += 1
-                size += p.stat().st_size
-    return {"directory": str(root), "exists": root.is_dir(), "bytes": size, "entries": n}
-
-
-def _copies(li) -> list[tuple[pb.OffloadDriverMetadata | None, list[str]]]:
-    """(driver metadata, uuids) of the ledger's object-store copy: its V1 uuid, or its segments."""
-    if is_complete(li):
-        uuid = context_uuid(li)
-        dm = li.offloadContext.driverMetadata if li.offloadContext.HasField("driverMetadata") else None
-        return [(dm, [f"{uuid}{LEDGER_INFIX}{li.ledgerId}"])] if uuid else []
-    drivers = segment_drivers(li)
-    return [(drivers.get(p.uuid), [p.uuid]) for p in segment_pieces(li)]
-
-
-def transformed_bytes(ws: Workspace, topics: list[TopicName]) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Per namespace: the transformed (chunked) objects of its topics' object-store copies, their logical
-    bytes (the manifests' ``size``) and what the store holds for them (chunks + manifest). Manifests are
-    read from the plain store: no key is unwrapped and no chunk cache is opened (opening a disk cache
-    wipes its directory). Objects shared by several ledgers (segments) count once."""
-    stores: dict[tuple, tuple[Any, str] | None] = {}
-    seen: set[tuple] = set()
-    out: dict[str, dict[str, int]] = {}
-    errors: list[str] = []
-    for t in topics:
-        info, _ = ws.ml.get_topic(t)
-        agg = out.setdefault(t.namespace_name, {"objects": 0, "logical_bytes": 0, "stored_bytes": 0,
-                                                "compressed": 0, "encrypted": 0})
-        for li in info.ledgerInfo:
-            for dm, names in _copies(li):
-                try:
-                    loc = StoreLocation.from_driver_metadata(dm) if dm is not None and dm.name else None
-                except ValidationError as e:
-                    errors.append(f"{t.full} ledger {li.ledgerId}: {e}")
-                    continue
-                if loc is None or not loc.chunked:
-                    continue  # untransformed: stored as it is
-                if loc.same_objects(ws.config.store_location):  # the configured client settings
-                    loc = ws.config.store_location
-                opened = stores.get(loc.objects)
-                if opened is None:
-                    opened = stores[loc.objects] = (loc.open(ws.config.store_fsync), normalize_prefix(loc.prefix))
-                store, prefix = opened
-                for name in names:
-                    for key in (prefix + name, prefix + name + INDEX_SUFFIX):
-                        if (loc.objects, key) in seen:
-                            continue
-                        seen.add((loc.objects, key))
-                        mkey = key + MANIFEST_SUFFIX
-                        try:
-                            raw = store.get(mkey)
-                            m = Manifest.from_json(raw, mkey)
-                        except TieredError as e:
-                            errors.append(f"{t.full} ledger {li.ledgerId}: {type(e).__name__}: {e}")
-                            continue
-                        agg["objects"] += 1
-                        agg["logical_bytes"] += m.size
-                        agg["stored_bytes"] += m.index.transformed_size + len(raw)
-                        agg["compressed"] += m.compression != "none"
-                        agg["encrypted"] += m.encrypted
-    return {ns: a for ns, a in out.items() if a["objects"]}, errors
-
-
-def _last_runs(reports_dir: str) -> list[dict[str, Any]]:
-    """The chunk cache counters of each job's newest run report that has them."""
-    root = Path(reports_dir) if reports_dir else None
-    if root is None or not root.is_dir():
-        return []
-    out = []
-    for job in sorted(p for p in root.iterdir() if p.is_dir()):
-        summaries = sorted(job.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for sp in summaries:
-            try:
-                doc = json.loads(sp.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(doc, dict) and doc.get("cache"):
-                out.append({"job": job.name, "run_id": doc.get("run_id", sp.parent.name), "cache": doc["cache"]})
-                break
-    return out
-
-
-def cache_status(ws: Workspace, topics: list[TopicName]) -> dict[str, Any]:
-    c = ws.config
-    kind = "disk" if c.chunk_cache.startswith("disk:") else c.chunk_cache
-    configured: dict[str, Any] = {"chunk_cache": c.chunk_cache, "kind": kind, "max_bytes": c.chunk_cache_size,
-                                  "prefetch_bytes": c.chunk_cache_prefetch, "ttl_ms": c.chunk_cache_ttl_ms}
-    if kind == "disk":  # looked at before anything could open (and wipe) it
-        configured.update(_disk_cache_usage(Path(c.chunk_cache[len("disk:"):])))
-    namespaces, errors = transformed_bytes(ws, topics)
-    # this process's cache: a memory cache is cheap to open; a disk cache only if this command opened it
-    opened = ws.opened_chunk_cache()
-    process = opened.describe() if opened is not None else ws.chunk_cache.describe() if kind == "memory" else None
-    return {"configured": configured, "process": process, "last_runs": _last_runs(c.reports_dir),
-            "namespaces": namespaces, "errors": errors}
-
-
-def _by_namespace(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    keys = ("ledgers", "hot_only", "both", "offloaded_only", "hot_bytes", "offloaded_bytes", "entries", "segments",
-            "segment_bytes", "objects")
-    for r in rows:
-        ns = TopicName.parse(r["topic"]).namespace_name
-        agg = out.setdefault(ns, {"topics": 0, **dict.fromkeys(keys, 0)})
-        agg["topics"] += 1
-        for k in keys:
-            agg[k] += r[k]
-    return out
-
-
-def _store_totals(ws: Workspace) -> dict[str, Any]:
-    """Objects under the workspace store's offload prefix (what an operator's bill is made of), but the
-    owner markers (tieredcore.offload.ownership)."""
-    from tieredcore.cold.blob import iter_objects
-    from tieredcore.offload.ownership import is_marker_key
-
-    n = size = 0
-    prefix = ws.offloader.prefix
-    for o in iter_objects(ws.store, prefix):
-        if is_marker_key(o.key, prefix):
-            continue
-        n += 1
-        size += o.size
-    return {"url": ws.config.store_url, "objects": n, "bytes": size}
+    return topic_status(ws, topics, ledgers=args.ledgers, by_namespace=args.by_namespace,
+                        cache=args.cache).as_dict()
 
 
 def _partial_text(p: dict[str, Any]) -> str:
@@ -484,3 +238,6 @@ def _print_topics(res: dict[str, Any]) -> None:
             seg = (f" segments={len(d['segments'])} through={d['streamed_through']}" if d["segments"] else "")
             print(f"    ledger {d['ledger']:>8} {d['state']:<6} {d['tier']:<9} entries={d['entries']:<8} "
                   f"size={d['size']:<12,} uuid={d['uuid'] or '-'}{seg}")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

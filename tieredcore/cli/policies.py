@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from tieredcore.cli.common import CommandGroup
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.formats.transform import TRANSFORMS
 from tieredcore.model import INT64_MAX, int64_or_none
@@ -193,3 +194,6 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
         print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  transform {r['transform']:<8}  "
               f"{fields}{more}")
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from tieredcore.cli.common import (
+    CommandGroup,
     Progress,
     err,
 )
@@ -56,3 +57,6 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
     for note in reader.fallback_notes:
         err(f"tiered read: {note}")
     return {"entries": out, "tier_reads": reader.tier_reads, "fallbacks": reader.fallbacks, "_printed": True}
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run)

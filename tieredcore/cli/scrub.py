@@ -7,7 +7,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from tieredcore.cli.common import require_namespaces
+from tieredcore.cli.common import CommandGroup, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError
 from tieredcore.lifecycle.runner import run_work
@@ -62,7 +62,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
                      for r in problems],
         "_exit": EXIT_FAILED if problems else EXIT_OK,
     }
-    if not getattr(a, "json", False):
+    if not a.json:
         print(f"scrub ({'deep' if a.deep else 'shallow'}{', repairing' if a.repair else ''}): {len(rows)} "
               f"offloaded ledger(s) of {len(work)} topic(s), {summary.bytes:,} bytes read")
         print(f"{'namespace':<28} {'units':>6} {'bytes read':>14} {'ok':>5} {'damaged':>8} {'repaired':>9} "
@@ -80,3 +80,6 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
             print("damaged copies can be repaired from their hot copies: rerun with --repair")
         res["_printed"] = True
     return res
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run)

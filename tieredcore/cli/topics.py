@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tieredcore.cli.common import CommandGroup
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import TopicNotFoundError, ValidationError
 from tieredcore.lifecycle.retention import delete_topic
@@ -48,7 +49,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
     except TopicNotFoundError:
         raise TopicNotFoundError(f"topic {t.full} does not exist") from None
     res["as_of_ms"] = as_of
-    if not getattr(a, "json", False):
+    if not a.json:
         recs = ", ".join(f"{v} {k}" for k, v in res["records"].items() if v) or "none"
         if a.dry_run:
             print(f"would delete {t.full}: {res['ledgers']} ledger(s); deletion records: {recs}")
@@ -58,3 +59,6 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
                   + " (storage is removed by the deletion drain)")
         res["_printed"] = True
     return res
+
+
+GROUP = CommandGroup(COMMANDS, add_parser, run)

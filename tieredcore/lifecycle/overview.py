@@ -13,18 +13,17 @@ the same numbers.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
-from tieredcore.errors import NotFoundError
+from tieredcore.errors import FormatError, NotFoundError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
-from tieredcore.reports import SUMMARY_FILE
+from tieredcore.policy import OffloadPolicy
+from tieredcore.reports import RunReports
 from tieredcore.workspace import Workspace
 
 TIERS = ("hot", "both", "cold")  # hot only / hot + object store / object store only
@@ -105,40 +104,35 @@ class RunInfo:
     orphan_bytes: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+def run_info(job: str, run: str, doc: dict[str, Any]) -> RunInfo:
+    """What the overview uses of a run's summary (``run``: its report name)."""
+    totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
+    orphans: dict[str, int] = {}
+    if job == RECONCILE_JOB:  # object-store orphans (what costs), not hot-tier ones
+        for n, kinds in (doc.get("by_namespace") or {}).items():
+            orphans[n] = sum(int(d.get("bytes", 0)) for k, d in kinds.items() if k != HOT_ORPHAN_KIND)
+        orphans[""] = int(doc.get("orphan_bytes", 0) or 0)
+    return RunInfo(
+        job=job, run_id=str(doc.get("run_id", run)), attempt=int(doc.get("attempt", 1) or 1),
+        as_of_ms=int(doc.get("as_of_ms", 0) or 0), written_ms=int(doc.get("written_ms", 0) or 0),
+        failures=int(totals.get("failures", 0) or 0), namespaces=sorted((totals.get("namespaces") or {}).keys()),
+        requests=doc.get("requests") if isinstance(doc.get("requests"), dict) else {},
+        tiers=doc.get("tiers") if isinstance(doc.get("tiers"), dict) else {}, orphan_bytes=orphans,
+    )
 
 
 def run_infos(reports_dir: str) -> list[RunInfo]:
     """Every run report under the reports directory (unreadable ones skipped), oldest first by logical
     time, then by when they were written."""
-    root = Path(reports_dir) if reports_dir else None
+    reports = RunReports(reports_dir)
     out: list[RunInfo] = []
-    if root is None or not root.is_dir():
-        return out
-    for job in sorted(p for p in root.iterdir() if p.is_dir()):
-        for run in sorted(p for p in job.iterdir() if p.is_dir()):
-            doc = _load(run / SUMMARY_FILE)
-            if doc is None:
+    for job in reports.jobs():
+        for run in reports.runs(job):
+            try:
+                doc = reports.read_summary(job, run)
+            except (NotFoundError, FormatError):
                 continue
-            totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
-            ns = sorted((totals.get("namespaces") or {}).keys())
-            orphans: dict[str, int] = {}
-            if job.name == RECONCILE_JOB:  # object-store orphans (what costs), not hot-tier ones
-                for n, kinds in (doc.get("by_namespace") or {}).items():
-                    orphans[n] = sum(int(d.get("bytes", 0)) for k, d in kinds.items() if k != HOT_ORPHAN_KIND)
-                orphans[""] = int(doc.get("orphan_bytes", 0) or 0)
-            out.append(RunInfo(
-                job=job.name, run_id=str(doc.get("run_id", run.name)), attempt=int(doc.get("attempt", 1) or 1),
-                as_of_ms=int(doc.get("as_of_ms", 0) or 0), written_ms=int(doc.get("written_ms", 0) or 0),
-                failures=int(totals.get("failures", 0) or 0), namespaces=ns,
-                requests=doc.get("requests") if isinstance(doc.get("requests"), dict) else {},
-                tiers=doc.get("tiers") if isinstance(doc.get("tiers"), dict) else {}, orphan_bytes=orphans,
-            ))
+            out.append(run_info(job, run, doc))
     out.sort(key=lambda r: (r.as_of_ms, r.written_ms, r.job, r.run_id))
     return out
 
@@ -197,88 +191,89 @@ def _ns_of_topic(topic: str) -> str:
     return "/".join(parts[:2]) if len(parts) >= 2 else topic
 
 
-def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices, history_runs: int = 20) -> Overview:
-    """The overview at ``now_ms`` (a clock given, so a page and a test agree)."""
+@dataclass
+class _Scanned:
+    """A namespace as its topic records show it (the metadata part of its overview row)."""
+
+    tiers: dict[str, dict[str, int]] = field(default_factory=_empty_tiers)
+    objects: int = 0
+    offload_lag_ms: int | None = None
+    deletion_lag_ms: int | None = None
+
+
+def _scan_topic(acc: _Scanned, ledgers: list, pol: OffloadPolicy, now_ms: int) -> None:
+    """One topic's ledgers into its namespace's row: tiers, objects, deletion and offload lag."""
+    for li in ledgers:
+        tier = acc.tiers[tier_of(li)]
+        tier["ledgers"] += 1
+        tier["bytes"] += li.size
+        # deletion lag: how long past its lag the oldest hot copy is
+        if deletion_lag_due(li, pol.deletion_lag, now_ms):
+            ctx = li.offloadContext
+            done = ctx.timestamp if ctx.complete else covering_offloaded_ms(li)
+            acc.deletion_lag_ms = max(acc.deletion_lag_ms or 0, now_ms - done - pol.deletion_lag)
+    acc.objects += 2 * len({u for li in ledgers for u in copy_uuids(li)})
+    # offload lag: the oldest sealed ledger the policy makes due now, not offloaded yet
+    if pol.offload_enabled and not pol.streaming:
+        view = ledgers_as_of(ledgers, now_ms)
+        due = set(select_by_threshold(view, pol.offload_threshold_bytes, pol.offload_threshold_seconds, now_ms))
+        for li in view:
+            if li.ledgerId in due and not is_offloaded(li):
+                acc.offload_lag_ms = max(acc.offload_lag_ms or 0, now_ms - li.timestamp)
+    elif pol.offload_enabled:  # streaming: sealed ledgers not wholly in segments
+        for li in ledgers:
+            if li.timestamp > 0 and not is_offloaded(li):
+                acc.offload_lag_ms = max(acc.offload_lag_ms or 0, now_ms - li.timestamp)
+
+
+def _scan_namespaces(ws: Workspace, now_ms: int) -> dict[str, _Scanned]:
     ps = ws.policies
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, _Scanned] = {}
     for name in ws.ml.list_namespaces():
-        acc = rows.setdefault(name, {"tiers": _empty_tiers(), "objects": 0, "offload": None, "deletion": None})
+        acc = rows.setdefault(name, _Scanned())
         for t in ws.ml.list_topics(name):
             try:
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
                 continue
-            pol = ps.for_topic(t)
-            ledgers = list(info.ledgerInfo)
-            for li in ledgers:
-                tier = acc["tiers"][tier_of(li)]
-                tier["ledgers"] += 1
-                tier["bytes"] += li.size
-                # deletion lag: how long past its lag the oldest hot copy is
-                if deletion_lag_due(li, pol.deletion_lag, now_ms):
-                    ctx = li.offloadContext
-                    done = ctx.timestamp if ctx.complete else covering_offloaded_ms(li)
-                    over = now_ms - done - pol.deletion_lag
-                    acc["deletion"] = max(acc["deletion"] or 0, over)
-            acc["objects"] += 2 * len({u for li in ledgers for u in copy_uuids(li)})
-            # offload lag: the oldest sealed ledger the policy makes due now, not offloaded yet
-            if pol.offload_enabled and not pol.streaming:
-                view = ledgers_as_of(ledgers, now_ms)
-                due = set(select_by_threshold(view, pol.offload_threshold_bytes, pol.offload_threshold_seconds,
-                                              now_ms))
-                for li in view:
-                    if li.ledgerId in due and not is_offloaded(li):
-                        acc["offload"] = max(acc["offload"] or 0, now_ms - li.timestamp)
-            elif pol.offload_enabled:  # streaming: sealed ledgers not wholly in segments
-                for li in ledgers:
-                    if li.timestamp > 0 and not is_offloaded(li):
-                        acc["offload"] = max(acc["offload"] or 0, now_ms - li.timestamp)
+            _scan_topic(acc, list(info.ledgerInfo), ps.for_topic(t), now_ms)
+    return rows
 
+
+def _deletion_records(ws: Workspace) -> tuple[dict[str, int], dict[str, int]]:
+    """(in flight, dead-lettered) deletion-log records per namespace ("" when a record names no topic)."""
     in_flight: dict[str, int] = {}
     dead: dict[str, int] = {}
     for entries, counts in ((ws.deletion_log.pending(), in_flight), (ws.deletion_log.dead_letters(), dead)):
         for e in entries:
             ns = _ns_of_topic(e.record.topic) if e.record is not None else ""
             counts[ns] = counts.get(ns, 0) + 1
+    return in_flight, dead
 
-    runs = run_infos(reports_dir)
-    last_reconcile = next((r for r in reversed(runs) if r.job == RECONCILE_JOB), None)
-    by_job: dict[str, list[RunInfo]] = {}
-    for r in runs:
-        by_job.setdefault(r.job, []).append(r)
 
-    namespaces = []
-    for name in sorted(set(rows) | {n for n in in_flight if n} | {n for n in dead if n}):
-        acc = rows.get(name) or {"tiers": _empty_tiers(), "objects": 0, "offload": None, "deletion": None}
-        per_run: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
-        per_month: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
-        for job_runs in by_job.values():
-            named = [r.requests.get("namespaces", {}).get(name) for r in job_runs]
-            named = [n for n in named if isinstance(n, dict)]
-            if not named:
-                continue
-            mean = {k: sum(int(n.get(k, 0)) for n in named) / len(named) for k in REQUEST_KINDS}
-            rate = runs_per_month(job_runs)
-            for k in REQUEST_KINDS:
-                per_run[k] += mean[k]
-                per_month[k] += mean[k] * rate
-        stored = acc["tiers"]["both"]["bytes"] + acc["tiers"]["cold"]["bytes"]
-        orphan = last_reconcile.orphan_bytes.get(name) if last_reconcile is not None else None
-        if last_reconcile is not None and orphan is None:
-            orphan = 0
-        namespaces.append(NamespaceOverview(
-            namespace=name, tiers=acc["tiers"], objects=acc["objects"], offload_lag_ms=acc["offload"],
-            deletion_lag_ms=acc["deletion"], orphan_bytes=orphan,
-            deletion_in_flight=in_flight.get(name, 0), deletion_dead_letter=dead.get(name, 0),
-            requests_per_run={k: round(v, 1) for k, v in per_run.items()},
-            requests_per_month=round(sum(per_month.values()), 1),
-            storage_cost_month=prices.storage_cost(stored + (orphan or 0)),
-            request_cost_month=prices.requests_cost(per_month),
-        ))
+def _namespace_requests(name: str, by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
+    """(per run, per month) object-store requests of one namespace: each job's mean over the runs that
+    name it, at the job's pace, summed over the jobs."""
+    per_run: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+    per_month: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+    for job_runs in by_job.values():
+        named = [r.requests.get("namespaces", {}).get(name) for r in job_runs]
+        named = [n for n in named if isinstance(n, dict)]
+        if not named:
+            continue
+        mean = {k: sum(int(n.get(k, 0)) for n in named) / len(named) for k in REQUEST_KINDS}
+        rate = runs_per_month(job_runs)
+        for k in REQUEST_KINDS:
+            per_run[k] += mean[k]
+            per_month[k] += mean[k] * rate
+    return per_run, per_month
 
-    # the whole store: every run's requests (attributed to a namespace or not) at each job's pace
-    month_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+
+def _store_requests(by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
+    """(per run, per month) requests of the whole store: every run's (attributed to a namespace or not)
+    at each job's pace."""
     per_run_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
+    month_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
     for job_runs in by_job.values():
         tot = [r.requests.get("total") for r in job_runs if isinstance(r.requests.get("total"), dict)]
         if not tot:
@@ -288,6 +283,31 @@ def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices,
         for k in REQUEST_KINDS:
             per_run_all[k] += summed[k] / len(tot)
             month_all[k] += summed[k] / len(tot) * rate
+    return per_run_all, month_all
+
+
+def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dead: dict[str, int],
+                        by_job: dict[str, list[RunInfo]], last_reconcile: RunInfo | None,
+                        prices: Prices) -> NamespaceOverview:
+    per_run, per_month = _namespace_requests(name, by_job)
+    stored = acc.tiers["both"]["bytes"] + acc.tiers["cold"]["bytes"]
+    orphan = last_reconcile.orphan_bytes.get(name) if last_reconcile is not None else None
+    if last_reconcile is not None and orphan is None:
+        orphan = 0
+    return NamespaceOverview(
+        namespace=name, tiers=acc.tiers, objects=acc.objects, offload_lag_ms=acc.offload_lag_ms,
+        deletion_lag_ms=acc.deletion_lag_ms, orphan_bytes=orphan,
+        deletion_in_flight=in_flight.get(name, 0), deletion_dead_letter=dead.get(name, 0),
+        requests_per_run={k: round(v, 1) for k, v in per_run.items()},
+        requests_per_month=round(sum(per_month.values()), 1),
+        storage_cost_month=prices.storage_cost(stored + (orphan or 0)),
+        request_cost_month=prices.requests_cost(per_month),
+    )
+
+
+def _totals(namespaces: list[NamespaceOverview], in_flight: dict[str, int], dead: dict[str, int],
+            by_job: dict[str, list[RunInfo]], last_reconcile: RunInfo | None, prices: Prices) -> dict[str, Any]:
+    per_run_all, month_all = _store_requests(by_job)
     stored_all = sum(n.tiers["both"]["bytes"] + n.tiers["cold"]["bytes"] for n in namespaces)
     orphan_all = last_reconcile.orphan_bytes.get("", 0) if last_reconcile is not None else None
     totals: dict[str, Any] = {
@@ -301,10 +321,29 @@ def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices,
         "request_cost_month": prices.requests_cost(month_all),
     }
     totals["cost_month"] = totals["storage_cost_month"] + totals["request_cost_month"]
+    return totals
 
+
+def _history(runs: list[RunInfo], history_runs: int) -> list[dict[str, Any]]:
+    """Bytes per tier of the recent runs that recorded a tier snapshot."""
+    return [{"job": r.job, "run_id": r.run_id, "as_of_ms": r.as_of_ms,
+             **{t: sum(int(d.get(t, {}).get("bytes", 0)) for d in r.tiers.values() if isinstance(d, dict))
+                for t in TIERS}}
+            for r in runs if r.tiers][-history_runs:]
+
+
+def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices, history_runs: int = 20) -> Overview:
+    """The overview at ``now_ms`` (a clock given, so a page and a test agree)."""
+    rows = _scan_namespaces(ws, now_ms)
+    in_flight, dead = _deletion_records(ws)
+    runs = run_infos(reports_dir)
+    last_reconcile = next((r for r in reversed(runs) if r.job == RECONCILE_JOB), None)
+    by_job: dict[str, list[RunInfo]] = {}
+    for r in runs:
+        by_job.setdefault(r.job, []).append(r)
+    names = sorted(set(rows) | {n for n in in_flight if n} | {n for n in dead if n})
+    namespaces = [_namespace_overview(name, rows.get(name) or _Scanned(), in_flight, dead, by_job, last_reconcile,
+                                      prices) for name in names]
+    totals = _totals(namespaces, in_flight, dead, by_job, last_reconcile, prices)
     last_runs = [job_runs[-1] for _, job_runs in sorted(by_job.items())]
-    history = [{"job": r.job, "run_id": r.run_id, "as_of_ms": r.as_of_ms,
-                **{t: sum(int(d.get(t, {}).get("bytes", 0)) for d in r.tiers.values() if isinstance(d, dict))
-                   for t in TIERS}}
-               for r in runs if r.tiers][-history_runs:]
-    return Overview(now_ms, namespaces, totals, last_runs, history, prices)
+    return Overview(now_ms, namespaces, totals, last_runs, _history(runs, history_runs), prices)

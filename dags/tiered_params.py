@@ -1,0 +1,109 @@
+"""The DAGs' params and what a run makes of them: the shared params (`config`, `dry_run`, `namespaces`),
+the trigger form's name patterns, the run's clock, and the Spark jobs' argument lists (``--namespace``,
+``--as-of``, ``--run-id``, ``--dry-run``). Names are parsed again by tieredcore.names when a task runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from airflow.sdk import Param
+from tiered_airflow import tiered_run_id
+
+
+def config_param() -> Param:
+    return Param(
+        os.environ.get("TIERED_CONFIG", ""),
+        type="string",
+        title="Configuration file",
+        description="Path of tiered.toml on the workers (default: $TIERED_CONFIG when the DAG was parsed; "
+                    "TIERED_* environment variables of the workers override its values).",
+    )
+
+
+def dry_run_param() -> Param:
+    return Param(False, type="boolean", title="Dry run", description="Plan and report; change nothing.")
+
+
+# the trigger form's own checks of names (tieredcore.names parses them again in the plan tasks)
+NAME_PART = r"[A-Za-z0-9_.=:%-]+"
+NAMESPACE_PATTERN = rf"^\s*{NAME_PART}/{NAME_PART}\s*$"
+TOPIC_PATTERN = rf"^\s*(persistent://)?{NAME_PART}/{NAME_PART}/{NAME_PART}\s*$"
+
+
+def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
+    return Param([], type="array", items={"type": "string", "pattern": NAMESPACE_PATTERN}, title="Namespaces",
+                 description=description)
+
+
+def namespace_args(params: dict[str, Any]) -> list[str]:
+    """``--namespace`` arguments of the ``namespaces`` param, each name validated (before Spark starts)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import ValidationError
+    from tieredcore.names import NamespaceName
+
+    out: list[str] = []
+    try:
+        for ns in params.get("namespaces") or []:
+            out += ["--namespace", NamespaceName.parse(ns).name]
+    except ValidationError as e:
+        raise AirflowFailException(f"namespaces param: {e}") from None
+    return out
+
+
+def planned_namespaces(params: dict[str, Any], config: Any, enabled: Callable[[Any], list[str]],
+                       what: str) -> list[str]:
+    """The ``namespaces`` param, or the namespaces ``enabled(policies)`` lists (a PolicyStore query, e.g.
+    ``PolicyStore.namespaces_with_offload``), read from the metadata store now (at run time, never at
+    parse time)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import TieredError
+    from tieredcore.names import NamespaceName
+    from tieredcore.workspace import Workspace
+
+    try:
+        if params.get("namespaces"):
+            return sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
+        with Workspace(config) as ws:
+            return enabled(ws.policies)
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
+
+
+def as_of(context: dict[str, Any], field: str = "data_interval_end") -> str:
+    """The run's logical time for the job's --as-of (ISO 8601): the data interval end (scheduled runs)
+    or the logical date; a run without one (manual trigger without a date) uses its run_after."""
+    when = context.get(field) or context["dag_run"].run_after
+    return when.isoformat()
+
+
+def as_of_ms(context: dict[str, Any], field: str = "data_interval_end") -> int:
+    """:func:`as_of` in epoch milliseconds (the plan tasks' clock: the same one the job gets)."""
+    from tieredcore.clock import parse_time_ms
+
+    return parse_time_ms(as_of(context, field), "--as-of")
+
+
+def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end", namespace: str | None = None,
+             extra: Sequence[str] = ()) -> list[str]:
+    params = context["params"]
+    args = ["--namespace", namespace] if namespace else []
+    args += ["--as-of", as_of(context, as_of_field), "--run-id", tiered_run_id(context["run_id"], namespace)]
+    if params.get("dry_run"):
+        args.append("--dry-run")
+    return args + list(extra)
+
+
+def run_ids(planned: Any) -> list[str]:
+    """--run-id values of the planned job argument lists (one list, or a list of lists)."""
+    if not planned:
+        return []
+    lists = planned if isinstance(planned[0], list) else [planned]
+    out = []
+    for args in lists:
+        args = [str(a) for a in args]
+        out.append(args[args.index("--run-id") + 1])
+    return out

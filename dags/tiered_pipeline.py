@@ -1,0 +1,150 @@
+"""The standard pipeline every tiered-storage DAG ends with, so a DAG file reads as its own steps only:
+
+    preflight >> plan >> spark task(s) >> summary >> verdict, summary >> announce
+
+``standard_pipeline`` wires it from the DAG's plan task and its Spark step; ``preflight_task`` (the
+configuration loads, the stores answer), ``summary_task`` (the run's reports added up through
+tieredcore.reports.RunReports: the summary XCom and log) and ``verdict_task`` (fails the run on failures)
+are its shared tasks, ``split_due`` / ``deletions_due`` / ``NOTHING_DUE_KEY`` what plan tasks use to skip
+a Spark job when nothing is due."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from airflow.sdk import TriggerRule, get_current_context, task
+from tiered_airflow import TieredObjectStoreHook
+from tiered_assets import Announcement, announce_task
+from tiered_common import AWS_CONN_ID, GCP_CONN_ID, QUICK_TASK, WASB_CONN_ID, load_config
+from tiered_params import run_ids
+
+from tieredcore.reports import RunReports, RunTotals, combine_totals
+
+# XCom key of a plan task: what it left out because nothing was due (no Spark job for it)
+NOTHING_DUE_KEY = "nothing_due"
+
+
+def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs: str | Sequence[str], *,
+                      preflight: bool = True, announce: Announcement | None = None) -> None:
+    """The DAG's tasks after its own: ``plan()`` (the plan task; after the preflight check unless
+    ``preflight`` is False), the Spark task(s) ``spark(planned)`` builds on the plan's XCom (one task, or
+    a list whose last one runs last), the ``summary`` of ``jobs``' reports, the ``verdict`` over the
+    Spark tasks and the summary, and, with ``announce``, the asset events of what the run changed."""
+    planned = plan()
+    if preflight:
+        preflight_task() >> planned
+    built = spark(planned)
+    spark_tasks = list(built) if isinstance(built, list | tuple) else [built]
+    summary = summary_task(jobs, plan_task_id=planned.operator.task_id)
+    spark_tasks[-1] >> summary
+    [*spark_tasks, summary] >> verdict_task()
+    if announce is not None:
+        summary >> announce_task(announce)
+
+
+# -- planning: nothing due, no Spark job ------------------------------------------------------------
+
+
+def split_due(config: Any, names: Sequence[str], has_work: Any, what: str) -> tuple[list[str], list[str]]:
+    """``names`` split into (work due, nothing due) by ``has_work(ws, name)``, tieredcore's own planning
+    on one Workspace (the Spark job plans the same again on its driver, on the same --as-of clock), so
+    a no-op costs a metadata read here instead of a spark-submit."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.errors import TieredError
+    from tieredcore.workspace import Workspace
+
+    due: list[str] = []
+    idle: list[str] = []
+    try:
+        with Workspace(config) as ws:
+            for name in names:
+                (due if has_work(ws, name) else idle).append(name)
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
+    return due, idle
+
+
+def deletions_due(ws: Any, at_ms: int) -> bool:
+    """Does the deletion log hold a record due at ``at_ms``?"""
+    from tieredcore.meta.deletion_log import DeletionLog
+
+    return bool(DeletionLog(ws.metadata).due(at_ms, 1))
+
+
+# -- the shared tasks -------------------------------------------------------------------------------
+
+
+def preflight_task():
+    @task(task_id="preflight", **QUICK_TASK)
+    def preflight() -> str:
+        """Fails fast with a clear message when the configuration does not load, or the configured
+        metadata store (SQLite file, ZooKeeper) or object store is unreachable (before any Spark job)."""
+        ctx = get_current_context()
+        config = load_config(ctx["params"])
+        meta = config.open_metadata()  # MetadataStoreError names the URL and why (e.g. ZooKeeper down)
+        try:
+            meta.children("/")
+        finally:
+            meta.close()
+        print(f"preflight: metadata store {config.metadata_url}: reachable")
+        result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID, wasb_conn_id=WASB_CONN_ID,
+                                       gcp_conn_id=GCP_CONN_ID).check()
+        print(f"preflight: {config.store_url}: {result}")
+        return result
+
+    return preflight()
+
+
+def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
+    """The run's totals. `job`: one job whose argument list(s) the plan task returns; or several jobs
+    run one after the other, whose argument lists the plan task returns under their names
+    (multiple_outputs: one XCom per job)."""
+    jobs = [job] if isinstance(job, str) else list(job)
+
+    @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
+    def summary() -> dict[str, Any]:
+        """Totals of the run's reports (topics, ledgers, bytes, failures; segments of streaming
+        namespaces; a job's counters, e.g. compaction's objects and bytes before → after, per
+        namespace too): the run's XCom and log."""
+        ctx = get_current_context()
+        parts: list[RunTotals] = []
+        reports: RunReports | None = None
+        idle = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
+        for j in jobs:
+            if isinstance(job, str):
+                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
+            else:
+                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=j)
+            if planned is None:  # an upstream task failed
+                parts.append(RunTotals.not_run(j))
+                continue
+            reports = reports or RunReports(load_config(ctx["params"]).reports_dir)
+            parts.append(reports.totals(j, run_ids(planned)))
+        totals = combine_totals(parts)
+        if idle:
+            print(f"{totals.job}: nothing due, no Spark job: {', '.join(idle)}")
+        for line in totals.summary_lines():
+            print(line)
+        return {**totals.as_dict(), "nothing_due": list(idle)}
+
+    return summary()
+
+
+def verdict_task():
+    @task(task_id="verdict", trigger_rule=TriggerRule.NONE_FAILED, **QUICK_TASK)
+    def verdict() -> None:
+        """Fails the run when a job reported failures (its Spark task failing fails this one too)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        totals = get_current_context()["ti"].xcom_pull(task_ids="summary") or {}
+        if totals.get("failures") or totals.get("failed_jobs"):
+            lost = totals.get("data_loss") or []
+            raise AirflowFailException(
+                (f"DATA LOSS in {len(lost)} ledger(s): {', '.join(lost[:10])}; " if lost else "")
+                + f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
+                f"{totals.get('failed_jobs') or 'none'}; see the run reports {totals.get('reports')}"
+            )
+
+    return verdict()
