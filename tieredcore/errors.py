@@ -6,6 +6,8 @@ Every error a caller may want to handle differently has its own class; messages 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class TieredError(Exception):
     """Base of every error raised deliberately by tieredcore."""
@@ -96,7 +98,14 @@ class CorruptEntryError(TieredError):
 
 
 class BlobStoreError(TieredError):
-    """Object-store backend failure (network, permissions, server error)."""
+    """Object-store backend failure (network, permissions, server error).
+
+    ``failed_keys``: the keys a batch delete failed on, when the raiser knows them exactly; None when
+    it does not (the stores' messages name at most 20 failed keys as ``'<key>' (<reason>)``)."""
+
+    def __init__(self, *args: object, failed_keys: Iterable[str] | None = None) -> None:
+        super().__init__(*args)
+        self.failed_keys: frozenset[str] | None = None if failed_keys is None else frozenset(failed_keys)
 
 
 class ObjectExistsError(TieredError):

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from tieredcore.errors import TieredError
 from tieredcore.formats.proto.DataFormats_pb2 import LedgerMetadataFormat
 from tieredcore.hot.format import IDX_RECORD, decode_index, decode_metadata, encode_index
-from tieredcore.hot.local import LocalLedgerHandle, LocalLedgerStore
+from tieredcore.hot.handle import LocalLedgerHandle
+from tieredcore.hot.local import LocalLedgerStore
 
 from .strategies import EXTREMES, FUZZ, FUZZ_IO, HANG_TIMEOUT, fuzz_input, outcome
 

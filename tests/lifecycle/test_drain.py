@@ -200,6 +200,10 @@ def test_failed_keys_parsing():
     assert failed_keys(BlobStoreError("connection reset"), keys) == set(keys)
     truncated = BlobStoreError("could not delete 21 key(s): 'p/u-ledger-5' (x), ... ...")
     assert failed_keys(truncated, keys) == set(keys)
+    # an error that carries its failed keys is taken at its word, whatever its message says
+    exact = BlobStoreError("could not delete 21 key(s): ... ...", failed_keys=["p/v-ledger-6", "other/key"])
+    assert failed_keys(exact, keys) == {"p/v-ledger-6"}
+    assert failed_keys(BlobStoreError("x", failed_keys=["other/key"]), keys) == set(keys)  # none of ours: all
 
 
 # -- (1) deletion-lag: hot copy of an offloaded ledger ----------------------------------------------

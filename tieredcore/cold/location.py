@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlsplit
 
 from tieredcore.cold.client_settings import (
     MAX_ATTEMPTS_LIMIT,
@@ -384,64 +384,79 @@ def parse_store_url(url: str, what: str = "store_url") -> StoreLocation:
     if u.fragment or "#" in url:
         raise ValidationError(f"{what}: unexpected '#' in {shown!r} (percent-encode it as %23)")
     if u.scheme == "file":
-        q = _query(u.query, FILE_PARAMS, what, "file")
-        if u.netloc not in ("", "localhost"):
-            # file://cold/x would silently mean "directory /x on host cold", or a relative path
-            raise ValidationError(
-                f"{what}: expected file:///absolute/path, got {shown!r} ({u.netloc!r} is read as a host name)"
-            )
-        path = unquote(u.path)
-        if not path.startswith("/"):
-            raise ValidationError(f"{what}: expected file:///absolute/path, got {shown!r}")
-        if "\x00" in path:
-            raise ValidationError(f"{what}: path contains a NUL character")
-        if ".." in path.split("/"):
-            raise ValidationError(f"{what}: path {path!r} must not contain '..'")
-        if not path.strip("/"):
-            raise ValidationError(f"{what}: {shown!r} is the filesystem root; name a directory for the objects")
-        return StoreLocation("file", prefix=_check_prefix(q.get("prefix", ""), what), root=path)
+        return _file_location(u, shown, what)
     if u.scheme == "s3":
-        q = _query(u.query, S3_PARAMS, what, "s3")
-        if not u.netloc:
-            raise ValidationError(f"{what}: missing bucket in {shown!r} (expected s3://bucket/prefix)")
-        check_bucket_name(u.netloc, what)
-        path = u.path[1:] if u.path.startswith("/") else u.path
-        out: dict[str, Any] = {"prefix": _check_prefix(unquote(path), what), "bucket": u.netloc}
-        if "endpoint" in q:
-            out["endpoint"] = _check_endpoint(q["endpoint"], what)
-        if "region" in q:
-            if not _REGION.match(q["region"]):
-                raise ValidationError(f"{what}: region must be lowercase letters, digits and '-' (e.g. us-east-1), "
-                                      f"got {q['region']!r}")
-            out["region"] = q["region"]
-        out.update(_client_settings(q, what))
-        if "retry_mode" in q:
-            if q["retry_mode"] not in S3_RETRY_MODES:
-                raise ValidationError(
-                    f"{what}: retry_mode must be one of {', '.join(S3_RETRY_MODES)}, got {q['retry_mode']!r}"
-                )
-            out["retry_mode"] = q["retry_mode"]
-        return StoreLocation("s3", **out)
+        return _s3_location(u, shown, what)
     if u.scheme in ("azure", "gs"):
-        scheme = u.scheme
-        example = "azure://container/prefix" if scheme == "azure" else "gs://bucket/prefix"
-        q = _query(u.query, CLOUD_PARAMS, what, scheme)
-        if not u.netloc:
-            raise ValidationError(f"{what}: missing {'container' if scheme == 'azure' else 'bucket'} in {shown!r} "
-                                  f"(expected {example})")
-        if scheme == "azure":
-            check_container_name(u.netloc, what)
-        else:
-            check_gcs_bucket_name(u.netloc, what)
-        path = u.path[1:] if u.path.startswith("/") else u.path
-        out = {"prefix": _check_prefix(unquote(path), what), "bucket": u.netloc}
-        if "endpoint" in q:
-            out["endpoint"] = _check_endpoint(q["endpoint"], what, path_allowed=scheme == "azure")
-        out.update(_client_settings(q, what))
-        return StoreLocation(scheme, **out)
+        return _cloud_location(u, shown, what)
     raise ValidationError(
         f"{what}: unsupported scheme {u.scheme!r} in {shown!r} (supported: file://, s3://, azure://, gs://)"
     )
+
+
+def _file_location(u: SplitResult, shown: str, what: str) -> StoreLocation:
+    """``file:///absolute/dir[?prefix=p]`` (see parse_store_url)."""
+    q = _query(u.query, FILE_PARAMS, what, "file")
+    if u.netloc not in ("", "localhost"):
+        # file://cold/x would silently mean "directory /x on host cold", or a relative path
+        raise ValidationError(
+            f"{what}: expected file:///absolute/path, got {shown!r} ({u.netloc!r} is read as a host name)"
+        )
+    path = unquote(u.path)
+    if not path.startswith("/"):
+        raise ValidationError(f"{what}: expected file:///absolute/path, got {shown!r}")
+    if "\x00" in path:
+        raise ValidationError(f"{what}: path contains a NUL character")
+    if ".." in path.split("/"):
+        raise ValidationError(f"{what}: path {path!r} must not contain '..'")
+    if not path.strip("/"):
+        raise ValidationError(f"{what}: {shown!r} is the filesystem root; name a directory for the objects")
+    return StoreLocation("file", prefix=_check_prefix(q.get("prefix", ""), what), root=path)
+
+
+def _s3_location(u: SplitResult, shown: str, what: str) -> StoreLocation:
+    """``s3://bucket[/prefix][?endpoint=..&region=..&..]`` (see parse_store_url)."""
+    q = _query(u.query, S3_PARAMS, what, "s3")
+    if not u.netloc:
+        raise ValidationError(f"{what}: missing bucket in {shown!r} (expected s3://bucket/prefix)")
+    check_bucket_name(u.netloc, what)
+    path = u.path[1:] if u.path.startswith("/") else u.path
+    out: dict[str, Any] = {"prefix": _check_prefix(unquote(path), what), "bucket": u.netloc}
+    if "endpoint" in q:
+        out["endpoint"] = _check_endpoint(q["endpoint"], what)
+    if "region" in q:
+        if not _REGION.match(q["region"]):
+            raise ValidationError(f"{what}: region must be lowercase letters, digits and '-' (e.g. us-east-1), "
+                                  f"got {q['region']!r}")
+        out["region"] = q["region"]
+    out.update(_client_settings(q, what))
+    if "retry_mode" in q:
+        if q["retry_mode"] not in S3_RETRY_MODES:
+            raise ValidationError(
+                f"{what}: retry_mode must be one of {', '.join(S3_RETRY_MODES)}, got {q['retry_mode']!r}"
+            )
+        out["retry_mode"] = q["retry_mode"]
+    return StoreLocation("s3", **out)
+
+
+def _cloud_location(u: SplitResult, shown: str, what: str) -> StoreLocation:
+    """``azure://container[/prefix][?..]`` or ``gs://bucket[/prefix][?..]`` (see parse_store_url)."""
+    scheme = u.scheme
+    example = "azure://container/prefix" if scheme == "azure" else "gs://bucket/prefix"
+    q = _query(u.query, CLOUD_PARAMS, what, scheme)
+    if not u.netloc:
+        raise ValidationError(f"{what}: missing {'container' if scheme == 'azure' else 'bucket'} in {shown!r} "
+                              f"(expected {example})")
+    if scheme == "azure":
+        check_container_name(u.netloc, what)
+    else:
+        check_gcs_bucket_name(u.netloc, what)
+    path = u.path[1:] if u.path.startswith("/") else u.path
+    out: dict[str, Any] = {"prefix": _check_prefix(unquote(path), what), "bucket": u.netloc}
+    if "endpoint" in q:
+        out["endpoint"] = _check_endpoint(q["endpoint"], what, path_allowed=scheme == "azure")
+    out.update(_client_settings(q, what))
+    return StoreLocation(scheme, **out)
 
 
 def _client_settings(q: dict[str, str], what: str) -> dict[str, Any]:

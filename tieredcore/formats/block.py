@@ -330,16 +330,12 @@ class _BlockScan(NamedTuple):
     entries: list[tuple[int, bytes]] | None
 
 
-def _scan_block(
-    mv: memoryview,
-    offset: int,
-    collect: bool,
-    span: int | None = None,
-    first_id: int | None = None,
-    what: str = "block",
-) -> _BlockScan:
-    """Validate the block at ``offset`` of ``mv`` (header, frames, padding); with ``span`` /
-    ``first_id`` also its length and first entry id as an index implies them."""
+def _check_block_header(
+    mv: memoryview, offset: int, span: int | None, first_id: int | None, what: str
+) -> tuple[int, int]:
+    """(first entry id, block length) from the header of the block at ``offset`` of ``mv``, after
+    checking it (magic, header length, block length, first entry id, zeroed reserved bytes) and that
+    the whole block lies within ``mv``; ``span`` / ``first_id``, what an index implies, if given."""
     limit = len(mv)
     if offset < 0:  # an index offset read from outside: never let it count from the buffer's end
         raise FormatError(f"{what} at negative offset {offset}")
@@ -370,14 +366,27 @@ def _scan_block(
         )
     if first < 0:
         raise FormatError(f"block at offset {offset}: negative first entry id {first}")
-    bend = offset + size
-    if bend > limit:
+    if offset + size > limit:
         raise TruncatedError(
             f"block at offset {offset} truncated: block length {size}, {limit - offset} bytes available"
         )
     if mv[offset + BLOCK_HEADER_USED : offset + BLOCK_HEADER_LENGTH] != _ZEROS:
         raise FormatError(f"block at offset {offset}: header bytes 28..127 are not all zero")
+    return first, size
 
+
+def _scan_block(
+    mv: memoryview,
+    offset: int,
+    collect: bool,
+    span: int | None = None,
+    first_id: int | None = None,
+    what: str = "block",
+) -> _BlockScan:
+    """Validate the block at ``offset`` of ``mv`` (header, frames, padding); with ``span`` /
+    ``first_id`` also its length and first entry id as an index implies them."""
+    first, size = _check_block_header(mv, offset, span, first_id, what)
+    bend = offset + size
     entries: list[tuple[int, bytes]] | None = [] if collect else None
     unpack = _FRAME.unpack_from
     pos = offset + BLOCK_HEADER_LENGTH

@@ -219,8 +219,9 @@ class DrainReport:
 def failed_keys(error: BaseException, keys: Sequence[str]) -> set[str]:
     """The keys a batch-delete error names as failed; every key when it names none or is truncated.
 
-    Both stores name failed keys as ``'<key>' (<reason>)``, at most 20 of them, then `` ...``."""
-    explicit = getattr(error, "failed_keys", None)
+    Both stores name failed keys as ``'<key>' (<reason>)``, at most 20 of them, then `` ...``; a
+    BlobStoreError that carries its failed keys (``failed_keys``) is taken at its word instead."""
+    explicit = error.failed_keys if isinstance(error, BlobStoreError) else None
     if explicit is not None:
         return set(explicit) & set(keys) or set(keys)
     msg = str(error)

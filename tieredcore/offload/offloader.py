@@ -82,6 +82,21 @@ class OffloadedObject:
     payload_bytes: int
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """One offload's plan: the ledger, its blocks and where they go (shared by the steps of offload)."""
+
+    ledger_id: int
+    ledger: ReadHandle
+    frames: FrameSource | None  # the ledger itself when its entries are stored as offload frames
+    sizes: Sequence[int]
+    ends: list[int]
+    plans: list[BlockPlan]
+    total: int  # bytes of the data object
+    data_key: str
+    index_key: str
+
+
 class LedgerOffloader:
     """Offloads sealed ledgers to one object store; opens and deletes offloaded ledgers."""
 
@@ -176,19 +191,30 @@ class LedgerOffloader:
         ends = frame_ends(sizes)  # once for the blocks and the checkpoints
         plans = plan_blocks(sizes, self.max_block_size, ends)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
-        dkey, ikey = data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid)
+        layout = _Layout(lid, ledger, frames, sizes, ends, plans, total,
+                         data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid))
         if self.before_write is not None:
             self.before_write()
         crcs = ChunkCrcWriter(self.checksum_chunk) if self.checksum_chunk else None
+        index_job = self._write_data(layout, crcs, extra_metadata, progress)
+        self._write_index(layout, index_job, crcs, extra_metadata)
+        md = ledger.metadata
+        return OffloadedObject(lid, uuid, layout.data_key, layout.index_key, total, len(plans), md.entries,
+                               md.length)
 
+    def _write_data(self, layout: _Layout, crcs: ChunkCrcWriter | None,
+                    extra_metadata: Mapping[str, str] | None, progress: ProgressFn | None) -> Future[bytes]:
+        """The data object as one multipart upload (block i = part i+1, or parts of equal size for a store
+        that takes them concurrently). Returns the index prefix, built by the worker while the store
+        completes the upload (e.g. its fsync). Any failure aborts the upload before it propagates."""
+        dkey, total = layout.data_key, layout.total
         upload_id = self.store.initiate_multipart(dkey, self.user_metadata("data", extra_metadata))
         try:
-            parts = []
-            done = 0
             # One block of read-ahead: the next block is read (and CRC-checked) from the hot tier while
             # the current one uploads, into two buffers taken from a small pool and reused block after
             # block: memory stays at about two blocks whatever the ledger size, and no block pays for
             # freshly faulted-in memory.
+            ledger, frames, plans = layout.ledger, layout.frames, layout.plans
             zero_copy = frames is not None and self.store.copies_file_slices
             part_size = 0 if zero_copy else self._part_size_for(total)
             if zero_copy or part_size:
@@ -200,65 +226,87 @@ class LedgerOffloader:
             else:
                 window = 0
                 bufs = [self._pool.take(min(self.max_block_size, total)) for _ in range(min(2, len(plans)))]
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{lid}") as pool:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"offload-{layout.ledger_id}") as pool:
                 try:
-                    if zero_copy:
-                        # the kernel copies a block's frames from the hot-tier file while the worker reads
-                        # and CRC-checks the same frames: a block costs max(copy, check), not their sum.
-                        # Every check passes before the upload completes, so a bad frame never commits.
-                        for i, plan in enumerate(plans):
-                            check = pool.submit(_check_block, frames, plan, ends, bufs[0], window, crcs)
-                            try:
-                                parts.append(self.store.upload_part(dkey, upload_id, i + 1,
-                                                                    _block_pieces(frames, plan)))
-                            finally:
-                                check.result()  # its CRC error outranks the upload's error
-                            done += plan.block_size
-                            if progress is not None:
-                                progress(done, total)
+                    if zero_copy and frames is not None:  # (zero_copy implies frames)
+                        parts = self._upload_file_slices(pool, layout, frames, upload_id, bufs[0], window,
+                                                         crcs, progress)
                     elif part_size:
                         parts = self._upload_streamed(pool, dkey, upload_id, _object_pieces(
-                            ledger, frames, plans, ends, bufs[0], window, crcs), part_size, total, progress)
+                            ledger, frames, plans, layout.ends, bufs[0], window, crcs), part_size, total, progress)
                     else:
-                        # block bytes are fed to the chunk checksums inside the (single) worker, in block order
-                        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], crcs)
-                        for i, plan in enumerate(plans):
-                            block = pending.result()
-                            if i + 1 < len(plans):
-                                pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1],
-                                                      bufs[(i + 1) % 2], crcs)
-                            parts.append(self.store.upload_part(dkey, upload_id, i + 1, block))
-                            done += plan.block_size
-                            if isinstance(block, memoryview):
-                                block.release()
-                            if progress is not None:
-                                progress(done, total)
+                        parts = self._upload_blocks(pool, layout, upload_id, bufs, crcs, progress)
                 finally:
                     for b in bufs:
                         self._pool.give(b)
                 # the worker builds the index while the store completes the upload (e.g. its fsync)
-                index_job = pool.submit(self._index_prefix, ledger, plans, sizes, ends, total)
+                index_job = pool.submit(self._index_prefix, ledger, plans, layout.sizes, layout.ends, total)
                 self.store.complete_multipart(dkey, upload_id, parts)
         except BaseException:
             # any failure, KeyboardInterrupt included: abort so no part is billed or left behind
             quietly(f"abort upload {upload_id} of {dkey}", self.store.abort_multipart, dkey, upload_id)
             raise
+        return index_job
 
+    def _upload_file_slices(self, pool: ThreadPoolExecutor, layout: _Layout, frames: FrameSource,
+                            upload_id: str, buf: mmap.mmap, window: int, crcs: ChunkCrcWriter | None,
+                            progress: ProgressFn | None) -> list:
+        """Block i as part i+1, its frames a slice of the hot-tier file for a store that copies file slices.
+        The kernel copies a block's frames from the hot-tier file while the worker reads and CRC-checks
+        the same frames: a block costs max(copy, check), not their sum. Every check passes before the
+        upload completes, so a bad frame never commits."""
+        dkey = layout.data_key
+        parts = []
+        done = 0
+        for i, plan in enumerate(layout.plans):
+            check = pool.submit(_check_block, frames, plan, layout.ends, buf, window, crcs)
+            try:
+                parts.append(self.store.upload_part(dkey, upload_id, i + 1, _block_pieces(frames, plan)))
+            finally:
+                check.result()  # its CRC error outranks the upload's error
+            done += plan.block_size
+            if progress is not None:
+                progress(done, layout.total)
+        return parts
+
+    def _upload_blocks(self, pool: ThreadPoolExecutor, layout: _Layout, upload_id: str,
+                       bufs: list[mmap.mmap], crcs: ChunkCrcWriter | None, progress: ProgressFn | None) -> list:
+        """Block i as part i+1, built by the worker one block ahead of the upload, in two alternating
+        buffers. Block bytes are fed to the chunk checksums inside the (single) worker, in block order."""
+        ledger, frames, plans = layout.ledger, layout.frames, layout.plans
+        parts = []
+        done = 0
+        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], crcs)
+        for i, plan in enumerate(plans):
+            block = pending.result()
+            if i + 1 < len(plans):
+                pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1], bufs[(i + 1) % 2], crcs)
+            parts.append(self.store.upload_part(layout.data_key, upload_id, i + 1, block))
+            done += plan.block_size
+            if isinstance(block, memoryview):
+                block.release()
+            if progress is not None:
+                progress(done, layout.total)
+        return parts
+
+    def _write_index(self, layout: _Layout, index_job: Future[bytes], crcs: ChunkCrcWriter | None,
+                     extra_metadata: Mapping[str, str] | None) -> None:
+        """The index object, the commit point: the index prefix and, once every byte was hashed, the chunk
+        checksums. Any failure deletes the data object before it propagates."""
+        dkey, total = layout.data_key, layout.total
         try:
             index = index_job.result()
             index_md = self.user_metadata("index", extra_metadata)
             if crcs is not None:
                 chunk_crcs = crcs.finish()
                 if crcs.length != total:  # the bytes hashed are the bytes uploaded, or nothing is committed
-                    raise FormatError(f"ledger {lid}: checksummed {crcs.length} bytes, uploaded {total}")
+                    raise FormatError(f"ledger {layout.ledger_id}: checksummed {crcs.length} bytes, uploaded {total}")
                 index += encode_checksums(index, self.checksum_chunk, chunk_crcs)
                 index_md[C.METADATA_CHECKSUMS_KEY] = f"crc32c/{self.checksum_chunk}"
-            self.store.put(ikey, index, index_md)
+            self.store.put(layout.index_key, index, index_md)
         except BaseException:
             quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
             raise
-        md = ledger.metadata
-        return OffloadedObject(lid, uuid, dkey, ikey, total, len(plans), md.entries, md.length)
 
     def _index_prefix(self, ledger: ReadHandle, plans: Sequence[BlockPlan], sizes: Sequence[int], ends: list[int],
                       total: int) -> bytes:

@@ -185,20 +185,7 @@ class OffloadedLedgerHandle:
         """Walk the frames of entries first..last in place in the fetched windows (ids and lengths
         checked): ``(runs, starts, lengths)``, a run ``(window, start, end, entries)`` being contiguous
         frames of the batch in one window, ``starts`` the payload offsets in their run's window."""
-        lac = self.index.last_entry_id
-        if first < 0 or first > last or last > lac:
-            raise BadRangeError(
-                f"ledger {self._ledger_id}: bad read range {first}..{last} (last add confirmed {lac})"
-            )
-        cached = self.offset_cache.get(self._ledger_id, self._uuid, first)
-        if cached is not None:
-            pos, eid = cached, first
-        else:
-            block = self.index.lookup(first)
-            pos, eid = block.offset + C.BLOCK_HEADER_LENGTH, block.first_entry_id
-            i = bisect_right(self._cp_ids, first) - 1
-            if i >= 0 and self._cp_ids[i] > eid:  # a checkpoint inside this block, at or before first
-                pos, eid = self._cp_offsets[i], self._cp_ids[i]
+        pos, eid = self._walk_start(first, last)
         with self._lock:
             sequential = pos in self._streams
 
@@ -255,13 +242,37 @@ class OffloadedLedgerHandle:
             pos = end
             eid += 1
         runs.append((buf, run, pos - bstart, last + 1 - first - run_first))
-        if last < lac:
+        self._walk_end(last, pos)
+        return runs, starts, lengths
+
+    def _walk_start(self, first: int, last: int) -> tuple[int, int]:
+        """Check the range; then where a walk to ``first`` starts, as (object offset, entry id): the frame
+        the offset cache remembers for ``first``, else the last checkpoint at or before it inside its
+        block, else its block's first frame."""
+        lac = self.index.last_entry_id
+        if first < 0 or first > last or last > lac:
+            raise BadRangeError(
+                f"ledger {self._ledger_id}: bad read range {first}..{last} (last add confirmed {lac})"
+            )
+        cached = self.offset_cache.get(self._ledger_id, self._uuid, first)
+        if cached is not None:
+            return cached, first
+        block = self.index.lookup(first)
+        pos, eid = block.offset + C.BLOCK_HEADER_LENGTH, block.first_entry_id
+        i = bisect_right(self._cp_ids, first) - 1
+        if i >= 0 and self._cp_ids[i] > eid:  # a checkpoint inside this block, at or before first
+            pos, eid = self._cp_offsets[i], self._cp_ids[i]
+        return pos, eid
+
+    def _walk_end(self, last: int, pos: int) -> None:
+        """Remember where a walk that read up to ``last`` stopped (``pos``): as the offset of entry
+        last + 1, and as a stream, so that a read starting there counts as sequential."""
+        if last < self.index.last_entry_id:
             self.offset_cache.put(self._ledger_id, self._uuid, last + 1, pos)
         with self._lock:
             self._streams[pos] = None
             while len(self._streams) > _MAX_STREAMS:
                 self._streams.popitem(last=False)
-        return runs, starts, lengths
 
     # -- fetching -----------------------------------------------------------------------------
 

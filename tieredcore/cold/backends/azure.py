@@ -210,11 +210,13 @@ class AzureBlobStore:
     def _where(self, key: str | None) -> str:
         return f"azure://{self.container}/{key}" if key is not None else f"azure://{self.container}"
 
-    def _error(self, exc: Exception, op: str, key: str | None) -> TieredError:
+    def _error(self, exc: AzureError, op: str, key: str | None) -> TieredError:
         where = self._where(key)
-        status = getattr(exc, "status_code", None)
+        status = exc.status_code if isinstance(exc, HttpResponseError) else None  # None: no response
+        # error_code is optional: azure-storage-blob sets it on the errors it raises from a service
+        # response; azure-core's own errors (and an error without a response) have none
         code = str(getattr(exc, "error_code", "") or "")
-        first_line = (str(getattr(exc, "message", "") or str(exc)).splitlines() or [""])[0][:300]
+        first_line = (str(exc.message or str(exc)).splitlines() or [""])[0][:300]
         text = f"{where}: {op} failed: {code or type(exc).__name__}" + (f" (HTTP {status})" if status else "") + (
             f": {first_line}" if first_line else "")
         if isinstance(exc, ResourceNotFoundError) and code != "ContainerNotFound":
@@ -240,7 +242,7 @@ class AzureBlobStore:
                 raise ObjectExistsError(f"object {self._where(key)} already exists") from e
             raise self._error(e, "put", key) from e
         except AzureError as e:
-            if if_absent and getattr(e, "status_code", None) in (409, 412):
+            if if_absent and isinstance(e, HttpResponseError) and e.status_code in (409, 412):
                 raise ObjectExistsError(f"object {self._where(key)} already exists") from e
             raise self._error(e, "put", key) from e
 

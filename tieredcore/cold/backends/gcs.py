@@ -217,10 +217,13 @@ class GcsBlobStore:
     def _where(self, key: str | None) -> str:
         return f"gs://{self.bucket_name}/{key}" if key is not None else f"gs://{self.bucket_name}"
 
-    def _error(self, exc: Exception, op: str, key: str | None) -> TieredError:
+    def _error(self, exc: gexc.GoogleAPIError | GoogleAuthError, op: str, key: str | None) -> TieredError:
         where = self._where(key)
-        status = getattr(exc, "code", None)
-        message = (str(getattr(exc, "message", "") or exc).splitlines() or [""])[0][:300]
+        # a call error has an HTTP status (None when it maps to none) and the service's message, a
+        # RetryError a message; other api-core and google-auth errors only their str()
+        status = exc.code if isinstance(exc, gexc.GoogleAPICallError) else None
+        said = exc.message if isinstance(exc, gexc.GoogleAPICallError | gexc.RetryError) else ""
+        message = (str(said or exc).splitlines() or [""])[0][:300]
         text = f"{where}: {op} failed: {type(exc).__name__}" + (f" (HTTP {status})" if status else "") + (
             f": {message}" if message else "")
         if isinstance(exc, gexc.NotFound):

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import boto3
+from botocore.awsrequest import AWSResponse
+from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -113,7 +115,7 @@ def _is_bare_500(response: Any) -> bool:
     if not response:
         return False
     http, parsed = response
-    if getattr(http, "status_code", None) != 500:
+    if not isinstance(http, AWSResponse) or http.status_code != 500:
         return False
     code = str((parsed or {}).get("Error", {}).get("Code", ""))
     return code in ("", "500")
@@ -142,7 +144,7 @@ class S3BlobStore:
         connect_timeout: float = S3_CONNECT_TIMEOUT,
         read_timeout: float = S3_READ_TIMEOUT,
         retry_mode: str = S3_RETRY_MODE,
-        client: Any = None,
+        client: BaseClient | None = None,
     ) -> None:
         if not bucket or not isinstance(bucket, str):
             raise ValidationError(f"S3 bucket name must be a non-empty str, got {bucket!r}")
@@ -172,7 +174,7 @@ class S3BlobStore:
             )
             client = session.client("s3", endpoint_url=self.endpoint_url, config=Config(**config_kwargs))
         self.client = client
-        self.region = region or getattr(client.meta, "region_name", None) or "us-east-1"
+        self.region = region or client.meta.region_name or "us-east-1"  # None: the client has no region
         for op in _BARE_500_OPS:
             client.meta.events.register_first(
                 f"needs-retry.s3.{op}", _no_retry_on_bare_500, unique_id=f"tieredcore-bare-500-{op}"

@@ -193,11 +193,41 @@ def plan_and_apply(
     orphans found, append them (phase 1; not in a dry run), abort stale multipart uploads; fills `rep`.
     ``rep.detail_rows`` gets one row per orphan object / hot ledger / stale upload (DETAIL_SCHEMA)."""
     clock = time.perf_counter
-    emit = rep.detail_rows.append
     t0 = clock()
-    records: list[DeletionRecord] = []
-    oldest: list[int] = []
+    oldest: list[int] = []  # ages of every orphan and stale upload, for rep.oldest_orphan_age_ms
     cluster, identity = ws.config.cluster, ws.identity_if_any() or ""
+    records = _plan_object_orphans(rep, found, as_of_ms, cluster, identity, oldest)
+    records.extend(_plan_hot_orphans(rep, hot, as_of_ms, oldest))
+    for r in records:
+        r.validate()
+    rep.records = [asdict(r) for r in records]
+    rep.timings["planning"] = round(clock() - t0, 6)
+
+    # phase 1: append the records
+    t0 = clock()
+    if not dry_run and records:
+        _append_records(DeletionLog(ws.metadata), records, rep)
+    rep.timings["append"] = round(clock() - t0, 6)
+
+    t0 = clock()
+    _abort_stale_uploads_in(rep, locs, as_of_ms, grace_ms, dry_run, oldest)
+    rep.oldest_orphan_age_ms = max(oldest, default=None)
+    rep.timings["uploads"] = round(clock() - t0, 6)
+    return records
+
+
+def _plan_object_orphans(
+    rep: ReconcileReport,
+    found: list[tuple[Location, ObjectOrphans]],
+    as_of_ms: int,
+    cluster: str,
+    identity: str,
+    oldest: list[int],
+) -> list[DeletionRecord]:
+    """Deletion records for the orphan objects of every location (counted, sampled and one detail row
+    per object in `rep`); groups of another cluster's objects are only counted."""
+    emit = rep.detail_rows.append
+    records: list[DeletionRecord] = []
     for loc, orph in found:
         rep.objects_listed += orph.rows
         rep.bytes_listed += orph.bytes_listed
@@ -228,6 +258,13 @@ def plan_and_apply(
                 emit((loc.label, kind, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
                       r.topic, ns))
         records.extend(recs)
+    return records
+
+
+def _plan_hot_orphans(rep: ReconcileReport, hot: HotOrphans, as_of_ms: int, oldest: list[int]) -> list[DeletionRecord]:
+    """Deletion records for the orphan hot-tier ledgers (counted, sampled, one detail row each in `rep`)."""
+    emit = rep.detail_rows.append
+    records: list[DeletionRecord] = []
     rep.hot_ledgers = hot.ledgers
     rep.foreign_hot_ledgers = hot.foreign
     rep.young_hot_ledgers = hot.young
@@ -242,27 +279,27 @@ def plan_and_apply(
         emit(("hot", KIND_LEDGER, f"hot:{o.ledger_id}", o.bytes, o.ctime_ms, None, o.ledger_id, o.topic, ns))
         records.append(DeletionRecord(topic=o.topic, ledger_id=o.ledger_id, type=TYPE_LEDGER, reason=Reason.ORPHAN,
                                       created_ms=as_of_ms))
-    for r in records:
-        r.validate()
-    rep.records = [asdict(r) for r in records]
-    rep.timings["planning"] = round(clock() - t0, 6)
+    return records
 
-    # phase 1: append the records
-    t0 = clock()
-    if not dry_run and records:
-        dl = DeletionLog(ws.metadata)
-        for i in range(0, len(records), APPEND_BATCH):
-            batch = records[i : i + APPEND_BATCH]
-            try:
-                dl.append(batch)
-            except TieredError as e:
-                rep.errors.append(f"appending {len(batch)} deletion records: {e}")
-                continue
-            rep.records_appended += len(batch)
-    rep.timings["append"] = round(clock() - t0, 6)
 
-    # stale multipart uploads
-    t0 = clock()
+def _append_records(dl: DeletionLog, records: list[DeletionRecord], rep: ReconcileReport) -> None:
+    """Phase 1: the records appended to the deletion log, APPEND_BATCH at a time; a batch that fails is
+    reported in `rep` and the next one is tried."""
+    for i in range(0, len(records), APPEND_BATCH):
+        batch = records[i : i + APPEND_BATCH]
+        try:
+            dl.append(batch)
+        except TieredError as e:
+            rep.errors.append(f"appending {len(batch)} deletion records: {e}")
+            continue
+        rep.records_appended += len(batch)
+
+
+def _abort_stale_uploads_in(rep: ReconcileReport, locs: list[Location], as_of_ms: int, grace_ms: int,
+                            dry_run: bool, oldest: list[int]) -> None:
+    """Stale multipart uploads of every location aborted (listed only in a dry run); counted, sampled and
+    one detail row each in `rep`. A location whose uploads cannot be listed is reported and skipped."""
+    emit = rep.detail_rows.append
     for loc in locs:
         try:
             up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
@@ -281,9 +318,6 @@ def plan_and_apply(
             oldest.append(as_of_ms - initiated)
             rep.sample(f"upload:{u.key}")
             emit((loc.label, KIND_UPLOAD, u.key, 0, initiated, None, None, None, UNKNOWN_NAMESPACE))
-    rep.oldest_orphan_age_ms = max(oldest, default=None)
-    rep.timings["uploads"] = round(clock() - t0, 6)
-    return records
 
 
 def start(ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tuple[ReconcileReport, list[Location]]:
