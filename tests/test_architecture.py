@@ -82,7 +82,8 @@ PACKAGE_LAYERS = {
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
-        Layer("the tier seam and the byte format", ("tier", "format")),
+        Layer("the tier seam, the byte format, file chores", ("tier", "format", "files")),
+        Layer("the local store's writer and read handle", ("writer", "handle"), peers=True),
         Layer("the local store", ("local",)),
     ),
     "tieredcore.cold": (
