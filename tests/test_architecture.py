@@ -78,7 +78,7 @@ PACKAGE_LAYERS = {
         Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform", "uuids")),
         Layer("metadata records", ("trailer", "ledger_metadata", "mlinfo", "manifest")),
         Layer("the index", ("index",)),
-        Layer("blocks", ("block",)),
+        Layer("blocks", ("block", "offsets")),
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
@@ -108,7 +108,7 @@ PACKAGE_LAYERS = {
     "tieredcore.offload": (
         Layer("records", ("context",)),
         Layer("the compare-and-set step", ("transaction",)),
-        Layer("caches and ownership", ("cache", "ownership")),
+        Layer("caches and ownership", ("cache", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
         Layer("writing one ledger", ("offloader",)),
         Layer("segments", ("segments",)),

@@ -76,6 +76,8 @@ METADATA_SOFTWARE_GIT_SHA_KEY = "s3managedledgeroffloadersoftwaregitsha"
 METADATA_ROLE_KEY = "role"
 ROLE_DATA = "data"
 ROLE_INDEX = "index"
+#: this project: "role" of an entry-offsets sidecar beside a Pulsar-written pair (docs/formats.md)
+ROLE_OFFSETS = "offsets"
 #: Pulsar: "ManagedLedgerName", e.g. "public/default/persistent/my-topic"
 METADATA_MANAGED_LEDGER_NAME_KEY = "managedledgername"
 #: Pulsar: "pulsarClusterName"

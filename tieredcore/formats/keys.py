@@ -4,7 +4,10 @@
   ``{prefix}{uuid}-ledger-{id}-index``;
 - a streaming segment (several ledgers in one object): ``{prefix}{uuid}`` and ``{prefix}{uuid}-index``;
 - a transformed (chunked) object of either kind has a manifest beside it: ``<key>.manifest``
-  (docs/formats.md "Chunked objects"), part of the same group.
+  (docs/formats.md "Chunked objects"), part of the same group;
+- the entry-offsets sidecar of a ledger offload (docs/formats.md, "Entry offsets sidecar"):
+  ``{prefix}{uuid}-ledger-{id}-offsets``, part of its pair's group. Pulsar never reads it: its key
+  scanner (``DataBlockUtils.parseLedgerId``) finds no ledger id in it and skips it.
 
 ``uuid`` is a lowercase canonical UUID, ``id`` ASCII decimal digits; anything else under a prefix was not
 written by an offloader (a foreign key).
@@ -21,10 +24,15 @@ from tieredcore.errors import ValidationError
 UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 LEDGER_INFIX = "-ledger-"
 INDEX_SUFFIX = "-index"
+OFFSETS_SUFFIX = "-offsets"
 MANIFEST_SUFFIX = ".manifest"
-# groups: 1 uuid, 2 ledger id (None for a segment key), 3 "-index" or None, 4 ".manifest" or None. ASCII
-# digits only, matched with fullmatch (so a trailing newline makes a key foreign).
-OBJECT_KEY = re.compile(rf"({UUID_PATTERN})(?:{LEDGER_INFIX}([0-9]+))?({INDEX_SUFFIX})?(\.manifest)?", re.ASCII)
+# groups: 1 uuid, 2 ledger id (None for a segment key), 3 "-index", 4 "-offsets" (after a ledger id only:
+# the conditional), 5 ".manifest"; unmatched groups are None. ASCII digits only, matched with fullmatch
+# (so a trailing newline makes a key foreign).
+OBJECT_KEY = re.compile(
+    rf"({UUID_PATTERN})(?:{LEDGER_INFIX}([0-9]+))?(?:({INDEX_SUFFIX})|(?(2)({OFFSETS_SUFFIX})|(?!)))?(\.manifest)?",
+    re.ASCII)
+_LEDGER_DATA_TAIL = re.compile(rf"{UUID_PATTERN}{LEDGER_INFIX}[0-9]+\Z", re.ASCII)
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -45,6 +53,17 @@ def index_key(prefix: str, uuid: uuidlib.UUID | str, ledger_id: int) -> str:
     return f"{data_key(prefix, uuid, ledger_id)}{INDEX_SUFFIX}"
 
 
+def offsets_key(prefix: str, uuid: uuidlib.UUID | str, ledger_id: int) -> str:
+    """The entry-offsets sidecar of a ledger offload's pair (docs/formats.md, "Entry offsets sidecar")."""
+    return f"{data_key(prefix, uuid, ledger_id)}{OFFSETS_SUFFIX}"
+
+
+def sidecar_of(data_key: str) -> str | None:
+    """The sidecar key of a data key: a ledger offload's (``…-ledger-{id}``) has one, a segment's none."""
+    m = _LEDGER_DATA_TAIL.search(data_key)
+    return data_key + OFFSETS_SUFFIX if m is not None else None
+
+
 def segment_data_key(prefix: str, uuid: uuidlib.UUID | str) -> str:
     return f"{prefix}{uuid}"
 
@@ -59,12 +78,21 @@ def with_manifests(keys: list[str] | tuple[str, ...]) -> list[str]:
     return [k2 for k in keys for k2 in (k + MANIFEST_SUFFIX, k)]
 
 
+def group_keys(data_key: str, index_key: str) -> list[str]:
+    """Every key of a data/index pair's object group, in deletion order: the sidecar (ledger pairs), the
+    index, then the data object, each with its manifest. What deleting the group must remove (absent
+    keys are fine); :func:`tieredcore.offload.transaction.delete_pair` and the deletion drain use it."""
+    side = sidecar_of(data_key)
+    return with_manifests([side, index_key, data_key] if side is not None else [index_key, data_key])
+
+
 @dataclass(frozen=True)
 class ParsedKey:
     uuid: str
     ledger_id: int | None  # None: a streaming segment's key
     is_index: bool
     is_manifest: bool = False
+    is_offsets: bool = False  # the entry-offsets sidecar of a ledger pair
 
     @property
     def is_segment(self) -> bool:
@@ -77,7 +105,8 @@ def parse_key(key: str, prefix: str = "") -> ParsedKey | None:
     m = OBJECT_KEY.fullmatch(key, len(prefix)) if key.startswith(prefix) else None
     if m is None:
         return None
-    return ParsedKey(m[1], int(m[2]) if m[2] is not None else None, m[3] is not None, m[4] is not None)
+    return ParsedKey(m[1], int(m[2]) if m[2] is not None else None, m[3] is not None, m[5] is not None,
+                     m[4] is not None)
 
 
 def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:
