@@ -26,7 +26,7 @@ from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.store import MetadataStore
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
-from tieredcore.offload.ownership import claim_store, ensure_identity, read_identity
+from tieredcore.offload.ownership import SidecarPermission, claim_store, ensure_identity, read_identity
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
 from tieredcore.policy import TIERED_FIRST, OffloadPolicy, PolicyStore
@@ -113,10 +113,14 @@ class Workspace:
                 self.claim(store.inner if isinstance(store, TransformedBlobStore) else store, prefix)
                 off.owner = self.identity
 
+        plain = store.inner if isinstance(store, TransformedBlobStore) else store
+        # entry-offsets sidecars only where this workspace's marker already claims the store
+        permit = SidecarPermission(plain, normalize_prefix(prefix), c.cluster, self.identity_if_any)
         off = LedgerOffloader(
             store, prefix, max_block_size=max_block_size, read_buffer=read_buffer, cluster=c.cluster,
             checkpoint_interval=c.checkpoint_interval, checksum_chunk=c.checksum_chunk, verify_reads=c.verify_reads,
             before_write=before_write, upload_concurrency=c.upload_concurrency, part_size=c.upload_part_size,
+            sidecar_permit=permit,
         )
         return off
 

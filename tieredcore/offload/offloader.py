@@ -24,9 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, replace
 
+from crc32c import crc32c
+
 from tieredcore import __version__
 from tieredcore.cold.blob import MAX_PART_NUMBER, BlobStore
 from tieredcore.cold.location import StoreLocation
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.errors import (
     CorruptObjectError,
     FormatError,
@@ -51,11 +54,13 @@ from tieredcore.formats.block import (
 from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
 from tieredcore.formats.keys import data_key, index_key, normalize_prefix
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
+from tieredcore.formats.offsets import PairIdentity
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.hot.tier import FrameSource
 from tieredcore.model import Buffer, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
+from tieredcore.offload.sidecar import OffsetsSidecar, Permit, SidecarWriter
 from tieredcore.offload.transaction import delete_pair
 
 log = logging.getLogger(__name__)
@@ -116,6 +121,7 @@ class LedgerOffloader:
         before_write: Callable[[], None] | None = None,
         upload_concurrency: int = C.DEFAULT_UPLOAD_CONCURRENCY,
         part_size: int = C.DEFAULT_UPLOAD_PART_SIZE,
+        sidecar_permit: Callable[[Mapping[str, str]], Permit] | None = None,
     ) -> None:
         if isinstance(upload_concurrency, bool) or not isinstance(upload_concurrency, int) or not (
             1 <= upload_concurrency <= 64
@@ -155,6 +161,14 @@ class LedgerOffloader:
         self.upload_concurrency = upload_concurrency
         self.part_size = part_size
         self._uploader: ThreadPoolExecutor | None = None
+        # entry-offsets sidecars beside Pulsar-written pairs (offload/sidecar.py): read wherever they are,
+        # written only where ``sidecar_permit`` allows (the workspace's own stores), never into a
+        # transformed store (every object there is this project's: its index has checkpoints unless
+        # checkpoint_interval = 0)
+        self.sidecars = not isinstance(store, TransformedBlobStore)
+        self.sidecar_writer = SidecarWriter(
+            checkpoint_interval or C.DEFAULT_CHECKPOINT_INTERVAL, sidecar_permit, self._sidecar_metadata,
+        ) if sidecar_permit is not None and self.sidecars else None
 
     # -- write --------------------------------------------------------------------------------
 
@@ -406,10 +420,24 @@ class LedgerOffloader:
         if trailer.checksums is None and info.metadata.get(C.METADATA_CHECKSUMS_KEY):
             raise CorruptObjectError(f"{ikey}: its metadata declares checksums but the index has no checksum section")
         check_offloaded_index(index, ikey, ledger_id, expect, data_info.metadata.get(C.METADATA_MANAGED_LEDGER_NAME_KEY))
+        sidecar = None
+        if self.sidecars and not trailer.checkpoint_ids and _blocks_need_checkpoints(index):
+            pair = PairIdentity(str(uuid), ledger_id, index.data_object_length, index.last_entry_id, crc32c(raw))
+            sidecar = OffsetsSidecar(self.store, dkey, pair, index, data_info.metadata, self.sidecar_writer)
         h = OffloadedLedgerHandle(self.store, dkey, ledger_id, index, self.read_buffer, self.offset_cache,
-                                  trailer=trailer, verify=self.verify_reads)
+                                  trailer=trailer, verify=self.verify_reads, sidecar=sidecar)
         h.index_bytes = len(raw)
         return h
+
+    def _sidecar_metadata(self, data_metadata: Mapping[str, str], owner: str) -> dict[str, str]:
+        """User metadata of a sidecar: this project's cluster and owner (reconciliation and the drain
+        treat it as the workspace's), the data object's managed ledger; no Pulsar format version (it
+        is not an object Pulsar reads)."""
+        extra = {k: v for k, v in data_metadata.items() if k == C.METADATA_MANAGED_LEDGER_NAME_KEY}
+        md = self.user_metadata(C.ROLE_OFFSETS, extra)
+        md.pop(C.METADATA_FORMAT_VERSION_KEY, None)
+        md[C.METADATA_OWNER_KEY] = owner
+        return md
 
     def delete_offloaded(self, ledger_id: int, uuid: uuidlib.UUID | str) -> None:
         """Delete both objects and abort any unfinished upload of the attempt. Idempotent."""
@@ -475,6 +503,12 @@ def check_offloaded_index(
     if problems:
         raise FormatError(f"{ikey}: offloaded copy of ledger {ledger_id} does not match the topic's metadata: it "
                           f"holds {'; '.join(problems)}")
+
+
+def _blocks_need_checkpoints(index: LedgerIndex) -> bool:
+    """Whether a walk from a block's start can be long: more entries than blocks (a block of one entry,
+    e.g. of large entries, is read at once)."""
+    return index.last_entry_id + 1 > 2 * len(index.entries)
 
 
 def check_format_version(metadata: Mapping[str, str], key: str) -> None:

@@ -22,9 +22,10 @@ never flags it, nothing deletes it.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from tieredcore import __version__
 from tieredcore.clock import iso_ms
 from tieredcore.cold.blob import BlobStore
 from tieredcore.errors import (
+    BlobStoreError,
     NodeExistsError,
     NoSuchObjectError,
     ObjectExistsError,
@@ -40,6 +42,7 @@ from tieredcore.errors import (
 from tieredcore.formats.constants import METADATA_CLUSTER_NAME_KEY, METADATA_OWNER_KEY
 from tieredcore.meta.store import MetadataStore
 from tieredcore.names import check_cluster_name
+from tieredcore.offload.sidecar import Permit
 
 IDENTITY_PATH = "/tiered/identity"
 MARKER_PREFIX = "tiered-owner."
@@ -161,3 +164,44 @@ def _where(store: BlobStore, prefix: str) -> str:
     where = props.get("bucket") or props.get("root") or "?"
     return f"object store {store.driver}:{where}/{prefix}"
 
+
+
+# -- writing beside objects the workspace reads --------------------------------------------------------
+
+
+class SidecarPermission:
+    """Whether this workspace may write an entry-offsets sidecar beside a data object of (store, prefix)
+    (tieredcore.offload.sidecar): only where its own marker already claims the store, and only beside
+    objects of its cluster that no other workspace owns. Reading never claims a store: a bucket this
+    workspace never wrote to (an attached Pulsar cluster's, a read-only replica) gets no sidecars. The
+    marker is read once (a positive answer is kept; a missing one is asked again after an offload of
+    this process claimed the store)."""
+
+    def __init__(self, store: BlobStore, prefix: str, cluster: str, identity: Callable[[], str | None]) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.cluster = cluster
+        self.identity = identity
+        self._owner = ""  # the identity the marker was found to name
+        self._lock = threading.Lock()
+
+    def __call__(self, metadata: Mapping[str, str]) -> Permit:
+        ident = self.identity()
+        if not ident:
+            return Permit(refusal="this workspace never claimed a store (its metadata store has no identity)")
+        with self._lock:
+            if self._owner != ident:
+                try:
+                    m = read_marker(self.store, self.prefix, self.cluster)
+                except (StoreOwnershipError, BlobStoreError) as e:
+                    return Permit(refusal=f"the store's owner marker could not be read: {e}")
+                if m is None:
+                    return Permit(refusal=f"{_where(self.store, self.prefix)} is not claimed by this workspace "
+                                          "(it never offloaded there): nothing is written into it")
+                if m.identity != ident:
+                    return Permit(refusal=f"{_where(self.store, self.prefix)} is claimed by another workspace")
+                self._owner = ident
+        why = foreign_reason(metadata, self.cluster, ident)
+        if why is not None:
+            return Permit(refusal=f"the data object is not this workspace's: {why}")
+        return Permit(owner=ident)

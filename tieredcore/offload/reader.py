@@ -40,6 +40,7 @@ from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
 from tieredcore.model import Entry, EntryBatch, LedgerMetadata
 from tieredcore.offload.cache import OffsetCache
+from tieredcore.offload.sidecar import OffsetsSidecar
 
 _FRAME = struct.Struct(">iq")
 _MAX_WINDOWS = 8
@@ -90,6 +91,7 @@ class OffloadedLedgerHandle:
         verify: bool = True,
         stream_window: int = C.DEFAULT_STREAM_WINDOW,
         read_ahead: bool = True,
+        sidecar: OffsetsSidecar | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -109,6 +111,9 @@ class OffloadedLedgerHandle:
         trailer = trailer if trailer is not None else index_trailer(index)
         # exact frame offsets inside blocks (index trailer extension; absent in Pulsar's objects)
         self._cp_ids, self._cp_offsets = trailer.checkpoint_ids, trailer.checkpoint_offsets
+        # Pulsar's objects: the entry-offsets sidecar beside them gives the checkpoints (loaded on the first
+        # read that needs them) and records them when a full pass reads every entry (offload/sidecar.py)
+        self.sidecar = sidecar if not self._cp_ids else None
         # chunk checksums (absent in Pulsar's objects): fetches are chunk-aligned and verified
         self.checksums: ChunkChecksums | None = trailer.checksums
         self._verify = verify and self.checksums is not None
@@ -184,8 +189,27 @@ class OffloadedLedgerHandle:
     def _walk(self, first: int, last: int) -> tuple[list[tuple[bytes, int, int, int]], array, array]:
         """Walk the frames of entries first..last in place in the fetched windows (ids and lengths
         checked): ``(runs, starts, lengths)``, a run ``(window, start, end, entries)`` being contiguous
-        frames of the batch in one window, ``starts`` the payload offsets in their run's window."""
-        pos, eid = self._walk_start(first, last)
+        frames of the batch in one window, ``starts`` the payload offsets in their run's window. A walk
+        from a sidecar's checkpoint that does not find its frames drops the sidecar and walks the block
+        (a sidecar never makes a read fail or return other bytes); a full pass feeds the sidecar."""
+        pos, eid, span, from_sidecar = self._walk_start(first, last)
+        try:
+            got = self._walk_from(first, last, pos, eid, span)
+        except FormatError as e:
+            if not from_sidecar or self.sidecar is None:
+                raise
+            self.sidecar.discard(f"no frame of entry {eid} where its checkpoint says (offset {pos}): {e}")
+            pos, eid, span, _ = self._walk_start(first, last)
+            got = self._walk_from(first, last, pos, eid, span)
+        side = self.sidecar
+        if side is not None and side.recording and side.feed(first, got[2]):
+            side.finish(background=True)  # the write never delays this read
+        return got
+
+    def _walk_from(self, first: int, last: int, pos: int, eid: int,
+                   span: int) -> tuple[list[tuple[bytes, int, int, int]], array, array]:
+        """:meth:`_walk` from the frame of entry ``eid`` at ``pos``; ``span``: an offset the frames of
+        eid..last end at or before (0: unknown), so the first fetch of a random read can hold them all."""
         with self._lock:
             sequential = pos in self._streams
 
@@ -202,7 +226,10 @@ class OffloadedLedgerHandle:
                 if run >= 0:
                     runs.append((buf, run, pos - bstart, eid - first - run_first))
                     run = -1
-                bstart, buf = self._fetch(pos, 12, (last - eid + 1) * self._avg_frame, sequential)
+                expect = (last - eid + 1) * self._avg_frame
+                if span > pos and span - pos < self.read_buffer:  # exact: the frames end before span
+                    expect, span = max(expect, span - pos), 0
+                bstart, buf = self._fetch(pos, 12, expect, sequential)
                 bend = bstart + len(buf)
             rel = pos - bstart
             if rel + 12 > len(buf):
@@ -245,10 +272,12 @@ class OffloadedLedgerHandle:
         self._walk_end(last, pos)
         return runs, starts, lengths
 
-    def _walk_start(self, first: int, last: int) -> tuple[int, int]:
-        """Check the range; then where a walk to ``first`` starts, as (object offset, entry id): the frame
-        the offset cache remembers for ``first``, else the last checkpoint at or before it inside its
-        block, else its block's first frame."""
+    def _walk_start(self, first: int, last: int) -> tuple[int, int, int, bool]:
+        """Check the range; then where a walk to ``first`` starts, as (object offset, entry id, span, from
+        the sidecar): the frame the offset cache remembers for ``first``, else the last checkpoint at or
+        before it inside its block (the index trailer's, or the sidecar's of a Pulsar-written object),
+        else its block's first frame. ``span`` (objects without checksums, whose fetches are not widened to
+        chunks): where the next checkpoint or block after ``last`` starts, else 0."""
         lac = self.index.last_entry_id
         if first < 0 or first > last or last > lac:
             raise BadRangeError(
@@ -256,13 +285,28 @@ class OffloadedLedgerHandle:
             )
         cached = self.offset_cache.get(self._ledger_id, self._uuid, first)
         if cached is not None:
-            return cached, first
+            return cached, first, 0, False
         block = self.index.lookup(first)
         pos, eid = block.offset + C.BLOCK_HEADER_LENGTH, block.first_entry_id
-        i = bisect_right(self._cp_ids, first) - 1
-        if i >= 0 and self._cp_ids[i] > eid:  # a checkpoint inside this block, at or before first
-            pos, eid = self._cp_offsets[i], self._cp_ids[i]
-        return pos, eid
+        ids, offs = self._cp_ids, self._cp_offsets
+        side = False
+        if not ids and eid < first and self.sidecar is not None:
+            got = self.sidecar.checkpoints()  # one GET, the first time
+            if got is not None:
+                (ids, offs), side = got, True
+        i = bisect_right(ids, first) - 1
+        if i >= 0 and ids[i] > eid:  # a checkpoint inside this block, at or before first
+            pos, eid = offs[i], ids[i]
+        else:
+            side = False
+        span = 0
+        if not self._verify and ids:  # the next checkpoint in last's block, else (a V1 index) the block's end
+            j = bisect_right(ids, last)
+            if j < len(ids) and self.index.lookup(ids[j]).offset == self.index.lookup(last).offset:
+                span = offs[j]
+            elif isinstance(self.index, LedgerIndex):
+                span = self.index.lookup_span(last)[1]
+        return pos, eid, span, side
 
     def _walk_end(self, last: int, pos: int) -> None:
         """Remember where a walk that read up to ``last`` stopped (``pos``): as the offset of entry

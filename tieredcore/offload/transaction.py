@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from tieredcore.cold.blob import BlobStore
 from tieredcore.errors import MetadataStoreError, TieredError, VersionConflictError
-from tieredcore.formats.keys import with_manifests
+from tieredcore.formats.keys import group_keys, with_manifests
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
 from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_SEGMENT, DeletionLog, DeletionRecord
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
@@ -299,11 +299,14 @@ def drop_incomplete_segments(info: ManagedLedgerInfo, uuids: set[str]) -> bool:
 
 
 def delete_pair(store: BlobStore, data_key: str, index_key: str) -> None:
-    """Delete a data/index object pair and abort unfinished uploads of its data object. Idempotent. The
-    index goes first, so the pair stops being readable before its data disappears (a transformed pair's
-    manifests before their chunks)."""
+    """Delete a data/index object pair, with the rest of its group (a ledger pair's entry-offsets
+    sidecar), and abort unfinished uploads of its data object. Idempotent. The sidecar and the index go
+    first, so the pair stops being readable before its data disappears (a transformed pair's manifests
+    before their chunks), and a crash in between never leaves a sidecar without its pair."""
     for up in store.list_multipart_uploads(data_key):
         if up.key == data_key:
             store.abort_multipart(data_key, up.upload_id)
-    store.delete(with_manifests([index_key]))
-    store.delete(with_manifests([data_key]))
+    keys = group_keys(data_key, index_key)
+    data = with_manifests([data_key])
+    store.delete([k for k in keys if k not in data])
+    store.delete(data)

@@ -12,7 +12,8 @@ A ledger held by streaming segments (PIP-76) is proven the same way over its blo
 (:func:`verify_segments`).
 
 Used before a hot copy is marked for deletion (deletion-lag cleanup), after a repair writes a
-replacement copy, and by the deep scrub.
+replacement copy, and by the deep scrub. A pass over a pair without checkpoints (Pulsar wrote it)
+records its entry-offsets sidecar once every check passed (tieredcore.offload.sidecar).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class _Walk:
     last_id: int  # the last entry the object may hold
     payload: int = 0  # payload bytes seen
     blocks: int = 0
+    sizes: array | None = None  # payload sizes of the frames walked, when a sidecar records them
 
 
 @dataclass
@@ -188,6 +190,7 @@ def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, h
     bend = base + len(buf)
     pending = None  # the buffer whose frames hot holds (collected with bound appends: no call per frame)
     add_start = add_stop = None
+    add_size = w.sizes.append if w.sizes is not None else None
     while pos + hl <= end:
         if pos + hl > bend:
             s.view(pos, hl)  # fetches the next window (or names the object end)
@@ -216,6 +219,8 @@ def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, h
                 pending = buf
             add_start(pos - base)  # type: ignore[misc]
             add_stop(stop - base)  # type: ignore[misc]
+        if add_size is not None:
+            add_size(flen)
         w.payload += flen
         w.next_id += 1
         pos = stop
@@ -280,7 +285,9 @@ def verify_offloaded(
     s = _Stream(h, window)
     blocks = idx.entries
     length = idx.data_object_length
-    w = _Walk(0, n_entries - 1)
+    # a Pulsar-written object's sidecar is recorded from this pass (the walked sizes or the hot copy's)
+    side = h.sidecar if h.sidecar is not None and h.sidecar.recording else None
+    w = _Walk(0, n_entries - 1, sizes=array("i") if side is not None and (hot is None or hot.cum is None) else None)
     for i, e in enumerate(blocks):
         end = blocks[i + 1].offset if i + 1 < len(blocks) else length
         magic, hl, size, first = _HEADER.unpack(s.view(e.offset, _HEADER.size))
@@ -295,6 +302,9 @@ def verify_offloaded(
             raise CorruptObjectError(f"{where}: header bytes 28..127 are not zero")
         stop_id = blocks[i + 1].first_entry_id if i + 1 < len(blocks) else n_entries
         _frames_and_padding(s, key, where, i, e.offset + C.BLOCK_HEADER_LENGTH, end, w, hot, stop_id)
+        if side is not None:
+            side.feed(e.first_entry_id, w.sizes if w.sizes is not None else expected_sizes[e.first_entry_id:stop_id])
+            w.sizes = array("i") if w.sizes is not None else None
     if s.end != length:
         raise CorruptObjectError(f"{key}: data object has {length - s.end} bytes after its last block")
     if w.next_id != n_entries or w.payload != idx.length:
@@ -304,6 +314,8 @@ def verify_offloaded(
     rep.entries = w.next_id
     rep.requests = h.requests - req0
     rep.bytes_read = h.bytes_fetched - bytes0
+    if side is not None:
+        side.finish(background=False)  # every check passed: the offsets are those of the object read
     return rep
 
 
