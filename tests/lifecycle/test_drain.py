@@ -547,8 +547,9 @@ def test_s3_batch_delete_of_several_records(ws, s3_store, moto_endpoint):
     counting = wrap_store(ws, driver, lambda s: FlakyStore(s, failures=0))
     r = drain(ws, NOW)
     assert outcomes(r) == {"deleted": 3} and r.deleted_offloaded == 3
-    # one DeleteObjects call: data and index of each record, and the manifests a transformed pair has
-    assert len(counting.delete_calls) == 1 and len(counting.delete_calls[0]) == 3 * 4
+    # one DeleteObjects call: data, index and entry-offsets sidecar of each record, and the manifests a
+    # transformed group has
+    assert len(counting.delete_calls) == 1 and len(counting.delete_calls[0]) == 3 * 6
     left = objects(s3_store)
     for lid in (a, b, c):
         assert not keys_of(s3_off, olds[lid], lid) & left

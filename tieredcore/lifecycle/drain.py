@@ -63,7 +63,14 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
-from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key, with_manifests
+from tieredcore.formats.keys import (
+    data_key,
+    group_keys,
+    index_key,
+    segment_data_key,
+    segment_index_key,
+    sidecar_of,
+)
 from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAY_MS,
@@ -459,6 +466,9 @@ class _Drain:
             dkey, ikey = segment_data_key(off.prefix, uuid), segment_index_key(off.prefix, uuid)
         try:
             existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
+            side = sidecar_of(dkey)
+            if not existed and side is not None:  # a sidecar that outlived its pair (reconciliation found it)
+                existed = self._check_owner(off.store, (side,), t.managed_ledger_name)
         except _Foreign as e:
             log.warning("deletion %s refused: %s", entry.id, e)
             self._ack(entry, row, Outcome.REFUSED_FOREIGN, str(e))
@@ -475,8 +485,9 @@ class _Drain:
             return
         batch = self._batches.setdefault(id(off.store), _Batch(off.store))
         batch.prefixes.add(off.prefix)
-        # manifests of transformed (chunked) objects go with them (absent keys are fine)
-        batch.jobs.append(_ObjectJob(entry, row, with_manifests([ikey, dkey]), dkey, existed))
+        # the whole group: a ledger pair's entry-offsets sidecar and the manifests of transformed (chunked)
+        # objects go with them (absent keys are fine)
+        batch.jobs.append(_ObjectJob(entry, row, group_keys(dkey, ikey), dkey, existed))
 
     def _check_owner(self, store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
         """False when no object exists. Every existing object must be this cluster's and workspace's

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tieredcore.cold.blob import BlobStore, MultipartUploadInfo
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
-from tieredcore.formats.keys import INDEX_SUFFIX, normalize_prefix, parse_key
+from tieredcore.formats.keys import INDEX_SUFFIX, MANIFEST_SUFFIX, OFFSETS_SUFFIX, normalize_prefix, parse_key
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
 from tieredcore.names import TopicName
@@ -28,6 +28,7 @@ HOT_TOPIC_MISSING = "topic-missing"
 HOT_NOT_LISTED = "not-listed"
 HOT_BOOKKEEPER_DELETED = "bookkeeper-deleted"  # listed, but the hot copy was marked deleted
 _MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the offloader writes
+_SIDECAR_ENDINGS = (OFFSETS_SUFFIX, OFFSETS_SUFFIX + MANIFEST_SUFFIX)
 
 
 # -- the anti-join ------------------------------------------------------------------------------
@@ -35,8 +36,9 @@ _MANAGED_LEDGER_METADATA_KEY = "managedledgername"  # object user metadata the o
 
 @dataclass
 class OrphanGroup:
-    """The objects of one offload attempt of one ledger (what one `offloaded` record deletes), or of one
-    streaming segment (``ledger_id`` None: what one `segment` record deletes)."""
+    """The objects of one offload attempt of one ledger (what one `offloaded` record deletes: data, index,
+    the entry-offsets sidecar, their manifests), or of one streaming segment (``ledger_id`` None: what
+    one `segment` record deletes)."""
 
     uuid: str
     ledger_id: int | None
@@ -46,6 +48,7 @@ class OrphanGroup:
     newest_modified_ms: int = 0
     has_data: bool = False
     has_index: bool = False
+    has_offsets: bool = False  # the entry-offsets sidecar of a ledger pair (it goes with its pair)
     sizes: dict[str, int] = field(default_factory=dict)  # per key, for report detail rows
     modified: dict[str, int] = field(default_factory=dict)
 
@@ -118,6 +121,8 @@ def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozen
         g.newest_modified_ms = max(g.newest_modified_ms, r.last_modified_ms)
         if r.is_index:
             g.has_index = True
+        elif r.key.endswith(_SIDECAR_ENDINGS):  # the pair's entry-offsets sidecar (or its manifest)
+            g.has_offsets = True
         else:
             g.has_data = True
     cutoff = as_of_ms - grace_ms
