@@ -1,8 +1,9 @@
 """Read handle of an offloaded ledger (docs/formats.md).
 
 The index is parsed once per handle. Reads seek with an exact cached offset, or the nearest checkpoint
-of the index trailer (an exact frame offset every few KiB, written by this project's offloader), or
-the index's floor block, and walk frames, fetching ranged GETs:
+of the index trailer (an exact frame offset every few KiB, written by this project's offloader) or, for
+an object without one (Pulsar wrote it), of its entry-offsets sidecar (offload/sidecar.py: loaded once
+per handle, recorded by a full pass), or the index's floor block, and walk frames, fetching ranged GETs:
 
 * a read that continues where an earlier read of this handle stopped is a sequential stream and fetches
   windows of at least `stream_window` bytes (8 MiB: few requests for catch-up readers), and the next
