@@ -244,14 +244,15 @@ def test_every_single_message_field() -> None:
                                   compacted_out=True)
     smm.properties.add(key="x", value="y")
     keyless = m.SingleMessageMetadata(payload_size=1, null_partition_key=True, partition_key="")
-    msgs = m.decode_entry(pulsar_entry(meta(num_messages_in_batch=2, partition_key="entry-key"),
+    msgs = m.decode_entry(pulsar_entry(meta(num_messages_in_batch=2, partition_key="entry-key", event_time=9),
                                        pulsar_batch([(smm, b""), (keyless, b"v")])))
     a, b = msgs
     assert (a.key, a.key_is_b64, a.key_bytes, a.ordering_key) == ("a2V5", True, b"key", b"\x01\x02")
     assert (a.event_time, a.sequence_id, a.null_value, a.compacted_out, a.properties) == (123, 77, True, True,
                                                                                          {"x": "y"})
-    # the entry's key is the first message's (initBatchMessageMetadata): a batched message has only its own
-    assert (b.key, b.null_key, b.key_bytes, b.event_time, b.sequence_id) == (None, True, None, None, 42)
+    # the entry's key is the first message's (initBatchMessageMetadata): a batched message has only its own;
+    # event time and sequence id fall back to the entry's (RawMessageImpl: sequence id + batch index)
+    assert (b.key, b.null_key, b.key_bytes, b.event_time, b.sequence_id) == (None, True, None, 9, 43)
     assert not b.null_value and not b.compacted_out and b.properties == {}
     # the encoder writes the same single message metadata
     out = m.OutMessage(b"", key="a2V5", key_is_b64=True, ordering_key=b"\x01\x02", event_time=123,

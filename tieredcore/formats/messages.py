@@ -51,6 +51,7 @@ BrokerEntryMetadata = pb.BrokerEntryMetadata
 
 _U16 = struct.Struct(">H").unpack_from
 _U32 = struct.Struct(">I").unpack_from
+_HEAD = struct.Struct(">HII").unpack_from  # magic, CRC32C, metadata size
 _I32 = struct.Struct(">i")
 _tuple_new = tuple.__new__
 _MM_parse = MessageMetadata.FromString
@@ -77,8 +78,10 @@ class MessageId(NamedTuple):
 class Message(NamedTuple):
     """One decoded message: its position, payload and the metadata it came with (the entry's
     ``MessageMetadata``, its ``SingleMessageMetadata`` in a batch, the broker's entry metadata). The
-    properties below read them as Pulsar's ``MessageImpl`` does: in a batch, key, ordering key,
-    properties, event time and flags are the single message's own."""
+    properties below read them as Pulsar's consumer does: in a batch, key, ordering key, properties and
+    flags are the single message's own (the entry's key is the first message's, never inherited: the
+    consumer clears it and topic compaction reads the single message's key); event time and sequence id
+    fall back to the entry's."""
 
     ledger_id: int
     entry_id: int
@@ -102,9 +105,11 @@ class Message(NamedTuple):
 
     @property
     def event_time(self) -> int | None:
-        """The application's event time (ms), None when not set (Pulsar reports 0)."""
-        own = self._own
-        return own.event_time if own.HasField("event_time") and own.event_time else None
+        """The application's event time (ms): a batched message's own, else the entry's (as Pulsar's
+        ``MessageImpl`` and ``RawMessageImpl`` read it); None when unset (Pulsar reports 0)."""
+        s = self.single
+        t = s.event_time if s is not None and s.HasField("event_time") else self.metadata.event_time
+        return t or None
 
     @property
     def key(self) -> str | None:
@@ -138,9 +143,12 @@ class Message(NamedTuple):
 
     @property
     def sequence_id(self) -> int:
-        """The single message's own sequence id in a batch when it carries one, else the entry's."""
+        """A batched message's own sequence id when it carries one, else the entry's plus the batch index
+        (``RawMessageImpl.getSequenceId``)."""
         s = self.single
-        return s.sequence_id if s is not None and s.HasField("sequence_id") else self.metadata.sequence_id
+        if s is None:
+            return self.metadata.sequence_id
+        return s.sequence_id if s.HasField("sequence_id") else self.metadata.sequence_id + self.batch_index
 
     @property
     def null_value(self) -> bool:
@@ -246,16 +254,17 @@ def _frame(mv: memoryview, s: int, e: int, lid: int, eid: int,
     if head == MAGIC_CHECKSUM:
         if e - s < 10:
             raise _bad(lid, eid, "truncated after the checksum magic")
+        _, stored, msize = _HEAD(mv, s)
+        s += 6
         if verify:
-            stored = _U32(mv, s + 2)[0]
-            computed = _crc(mv[s + 6 : e])
+            computed = _crc(mv[s:e])
             if stored != computed:
                 raise MessageChecksumError(
                     f"{_where(lid, eid)}: CRC32C mismatch (stored {stored:#010x}, computed {computed:#010x})",
                     position=Position(lid, eid), stored=stored, computed=computed)
             checked = True
-        s += 6
-    msize = _U32(mv, s)[0]
+    else:
+        msize = _U32(mv, s)[0]
     if msize > e - s - 4:
         raise _bad(lid, eid, f"metadata of {msize} bytes overruns the entry ({e - s - 4} bytes follow)")
     return broker, checked, s + 4, s + 4 + msize
@@ -272,11 +281,6 @@ def _metadata(mv: memoryview, ms: int, me: int, lid: int, eid: int) -> MessageMe
         raise _bad(lid, eid, f"MessageMetadata does not parse: {ex}") from None
     if not meta.IsInitialized():  # upb parses without checking; Pulsar's reader refuses such metadata
         raise _bad(lid, eid, f"MessageMetadata lacks {', '.join(meta.FindInitializationErrors())}")
-    if not meta.HasField("compression") and len(ufs := unknown_fields.UnknownFieldSet(meta)) and any(
-            f.field_number == _COMPRESSION_FIELD for f in ufs):
-        # a CompressionType value this reader does not know: reading it as NONE would return compressed
-        # bytes as the payload
-        raise _bad(lid, eid, "unknown compression codec")
     return meta
 
 
@@ -289,9 +293,14 @@ def _split(out: list, lid: int, eid: int, meta: MessageMetadata, payload: memory
     kind = meta.compression
     if kind:
         try:
-            payload = memoryview(_inflate(kind, payload, meta.uncompressed_size, _where(lid, eid)))
+            payload = memoryview(_inflate(kind, payload, meta.uncompressed_size))
         except FormatError as ex:
-            raise MessageFormatError(f"not a Pulsar message: {ex}", position=Position(lid, eid)) from None
+            raise _bad(lid, eid, str(ex)) from None
+    elif len(unknown_fields.UnknownFieldSet(meta)) and any(
+            f.field_number == _COMPRESSION_FIELD for f in unknown_fields.UnknownFieldSet(meta)):
+        # a CompressionType value this reader does not know (proto2 keeps it aside and reads NONE):
+        # taken as NONE, compressed bytes would come back as the payload
+        raise _bad(lid, eid, "unknown compression codec")
     if not meta.HasField("num_messages_in_batch"):
         out.append(_tuple_new(Message, (lid, eid, -1, payload, meta, None, broker)))
         return
@@ -310,7 +319,7 @@ def _split(out: list, lid: int, eid: int, meta: MessageMetadata, payload: memory
             single = parse(payload[q : q + size])
             q += size
             n = single.payload_size
-            if not single.HasField("payload_size"):  # required (upb does not check)
+            if not n and not single.HasField("payload_size"):  # required (upb does not check)
                 raise _bad(lid, eid, f"message {k} of the batch: SingleMessageMetadata lacks payload_size")
             if n < 0 or n > end - q:
                 raise _bad(lid, eid, f"message {k} of the batch: its {n}-byte payload overruns the batch")
