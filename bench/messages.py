@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tieredcore.cli.workload import PAYLOAD_TEXT, MessageShape, PayloadGenerator  # noqa: E402
 from tieredcore.formats import compression  # noqa: E402
-from tieredcore.formats.messages import _frame, decode_entries  # noqa: E402
+from tieredcore.formats.messages import decode_entries, parse_entry  # noqa: E402
 from tieredcore.hot.local import LocalLedgerStore  # noqa: E402
 from tieredcore.model import EntryBatch  # noqa: E402
 
@@ -83,9 +83,8 @@ def build_block(root: Path, msg_size: int, per_entry: int, codec: int, block_byt
     msgs = decode_entries(batch)
     payloads = []
     for s, n in zip(batch.starts, batch.lengths, strict=True):
-        _, _, ms, me = _frame(mv, s, s + n, batch.ledger_id, 0)
-        meta = msgs[0].metadata.FromString(mv[ms:me])
-        payloads.append((mv[me : s + n], meta.uncompressed_size))
+        frame = parse_entry(mv[s : s + n])
+        payloads.append((frame.payload, frame.metadata.uncompressed_size))
     return Block(batch, codec, payloads, sum(len(m.payload) for m in msgs), len(msgs))
 
 

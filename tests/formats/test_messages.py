@@ -147,6 +147,9 @@ def test_checksum_covers_size_metadata_and_payload() -> None:
     assert entry[:2] == b"\x0e\x01"
     [msg] = m.decode_entry(entry)
     assert msg.key == "k" and bytes(msg.payload) == b"abc"
+    frame = m.parse_entry(entry)
+    assert frame.checked and frame.metadata == md and bytes(frame.payload) == b"abc" and frame.broker is None
+    assert not m.parse_entry(pulsar_entry(md, b"abc", checksum=False)).checked
 
 
 def test_entries_without_the_magic_are_old_clients_messages(tmp_path: Path) -> None:

@@ -331,13 +331,29 @@ def _split(out: list, lid: int, eid: int, meta: MessageMetadata, payload: memory
         raise _bad(lid, eid, f"message {k} of the batch: SingleMessageMetadata does not parse: {ex}") from None
 
 
+class EntryFrame(NamedTuple):
+    """One entry's parts before its payload is inflated or split."""
+
+    broker: BrokerEntryMetadata | None
+    checked: bool  # a CRC32C was present and matched
+    metadata: MessageMetadata
+    payload: memoryview  # as stored: compressed, a batch, encrypted
+
+
+def parse_entry(data: Buffer, ledger_id: int = -1, entry_id: int = -1, verify: bool = True) -> EntryFrame:
+    """An entry's broker metadata, metadata and stored payload (``Commands.parseMessageMetadata``), its
+    checksum checked unless ``verify`` is False; errors as :func:`decode_entry`."""
+    mv = memoryview(data)
+    broker, checked, ms, me = _frame(mv, 0, len(mv), ledger_id, entry_id, verify)
+    return EntryFrame(broker, checked, _metadata(mv, ms, me, ledger_id, entry_id), mv[me:])
+
+
 def decode_entry(data: Buffer, ledger_id: int = -1, entry_id: int = -1, verify: bool = True) -> list[Message]:
     """The messages of one entry (its payload views ``data``); MessageChecksumError for a checksum that
     does not match (checked unless ``verify`` is False), MessageFormatError for anything else malformed."""
-    mv = memoryview(data)
+    frame = parse_entry(data, ledger_id, entry_id, verify)
     out: list[Message] = []
-    broker, _, ms, me = _frame(mv, 0, len(mv), ledger_id, entry_id, verify)
-    _split(out, ledger_id, entry_id, _metadata(mv, ms, me, ledger_id, entry_id), mv[me:], broker)
+    _split(out, ledger_id, entry_id, frame.metadata, frame.payload, frame.broker)
     return out
 
 
