@@ -326,6 +326,20 @@ def test_malformed_batches() -> None:
             m.decode_entry(pulsar_entry(md, payload), 1, 1)
 
 
+def test_a_batch_that_breaks_off_yields_none_of_its_messages(tmp_path: Path) -> None:
+    """Without a checksum (old clients) nothing proves a batch whole before it is split: a batch whose
+    third message overruns it is a bad entry, and its first two messages are not returned either."""
+    ok = m.SingleMessageMetadata(payload_size=2)
+    broken = pulsar_entry(meta(num_messages_in_batch=3), pulsar_batch([(ok, b"ab"), (ok, b"cd")])
+                          + struct.pack(">i", 2) + b"\x18\x09", checksum=False)
+    good = pulsar_entry(meta(), b"fine")
+    batch = entry_batch(tmp_path, [good, broken, good])
+    found: list[m.BadEntry] = []
+    msgs = m.decode_entries(batch, found)
+    assert [(x.entry_id, bytes(x.payload)) for x in msgs] == [(0, b"fine"), (2, b"fine")]
+    assert [b.position.entry_id for b in found] == [1] and "message 2 of the batch" in found[0].reason
+
+
 def test_unknown_compression_codec_is_refused() -> None:
     md = meta(uncompressed_size=3).SerializeToString() + b"\x40\x07"  # compression = 7: no such codec
     body = struct.pack(">i", len(md)) + md + b"abc"

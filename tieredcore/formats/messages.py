@@ -364,12 +364,14 @@ def decode_entries(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
     lid, eid = batch.ledger_id, batch.first_entry
     out: list[Message] = []
     for s, n in zip(batch.starts, batch.lengths, strict=True):
+        kept = len(out)
         try:
             broker, _, ms, me = _frame(mv, s, s + n, lid, eid, verify)
             _split(out, lid, eid, _metadata(mv, ms, me, lid, eid), mv[me : s + n], broker)
         except MessageFormatError as ex:
             if bad is None:
                 raise
+            del out[kept:]  # the messages of a batch that broke off later are not good data either
             bad.append(BadEntry(Position(lid, eid), str(ex), isinstance(ex, MessageChecksumError)))
         eid += 1
     return out
