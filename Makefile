@@ -29,7 +29,7 @@ lint: setup
 
 # Regenerate the committed protobuf code (a test checks it is up to date).
 proto: setup
-	cd tieredcore/formats/proto && ../../../$(PY) -m grpc_tools.protoc -I . --python_out=. MLDataFormats.proto DataFormats.proto
+	cd tieredcore/formats/proto && ../../../$(PY) -m grpc_tools.protoc -I . --python_out=. MLDataFormats.proto DataFormats.proto PulsarApi.proto
 
 bench: setup
 	$(PY) bench/offload.py

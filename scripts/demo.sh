@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on embedded defaults: SQLite metadata, a local hot tier, a filesystem object store,
-# Spark local[2], Airflow on SQLite. Generates a workload in five namespaces with different policies (one
-# in PIP-76 streaming mode, whose topics' open ledgers hold entries), runs the offload-sweep DAG and then
+# Spark local[2], Airflow on SQLite. Generates a workload of Pulsar messages (batched or not, each
+# compression codec) in five namespaces with different policies (one in PIP-76 streaming mode, whose
+# topics' open ledgers hold entries), shows the messages of two topics, runs the offload-sweep DAG and then
 # the deletion-lag-cleanup DAG with `airflow dags test`, prints the tiers before and after, reads the
 # streaming namespace back from the object store alone, and every entry through the cross-tier reader.
 # Then a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and after, the
@@ -23,12 +24,20 @@ step "workspace $WS"
 rm -rf "$WS"
 tiered init "$WS" >/dev/null
 gen() { tiered generate --end-time "$GEN_END" --ledger-interval 300 --ledgers 20 --topics 3 "$@" >/dev/null; }
-gen --namespace public/default --entries 400 --entry-size 64-4096
-gen --namespace acme/payments --entries 300 --entry-size 512-8192
-gen --namespace acme/audit --entries 2000 --entry-size 16-256
-gen --namespace sandbox/dev --entries 200 --entry-size 1K-16K
+# every entry is a Pulsar message or a batch of them (docs/formats.md "Messages inside entries"), each
+# namespace's producers with their own settings: batches of 1-10 (the default) or no batching, each codec
+gen --namespace public/default --entries 400 --entry-size 64-4096 --payload text --compression LZ4
+gen --namespace acme/payments --entries 300 --entry-size 512-8192 --payload text --compression ZSTD \
+    --broker-entry-metadata
+gen --namespace acme/audit --entries 2000 --entry-size 16-256 --batch 0 --keys 20
+gen --namespace sandbox/dev --entries 200 --entry-size 1K-16K --compression mix --batch 1-50
 # streaming: the open ledgers hold entries too (written 15 minutes before the sweep)
-gen --namespace public/streaming --ledgers 10 --entries 200 --entry-size 64-2048 --open-entries 300
+gen --namespace public/streaming --ledgers 10 --entries 200 --entry-size 64-2048 --open-entries 300 \
+    --payload text --compression SNAPPY
+
+step "the messages inside a topic's entries (tiered read --messages; --json for every field)"
+tiered read acme/payments/topic-0000 --messages --limit 4 | cut -c1-160
+tiered read sandbox/dev/topic-0001 --messages --limit 3 | cut -c1-160
 
 step "namespace policies"
 tiered policies set public/default --offload-threshold-bytes 0 --deletion-lag 1h >/dev/null

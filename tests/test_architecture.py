@@ -75,8 +75,9 @@ CORE_LAYERS = (
 
 PACKAGE_LAYERS = {
     "tieredcore.formats": (
-        Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform", "uuids")),
-        Layer("metadata records", ("trailer", "ledger_metadata", "mlinfo", "manifest")),
+        Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform",
+                                         "uuids")),
+        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest")),
         Layer("the index", ("index",)),
         Layer("blocks", ("block", "offsets")),
         Layer("segments", ("segment",)),

@@ -96,10 +96,11 @@ def cli(ws_root: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
 
 @pytest.fixture
 def gen(cli: Cli) -> Cli:
-    """A workspace with 2 namespaces x 2 topics x 4 sealed ledgers x 20 entries of 16..300 bytes."""
+    """A workspace with 2 namespaces x 2 topics x 4 sealed ledgers x 20 opaque entries of 16..300 bytes
+    (`--raw`: these tests check entry sizes and bytes; test_cli_messages.py covers generated messages)."""
     cli.ok("generate", "--namespace", NS_A, "--namespace", NS_B, "--topics", "2", "--ledgers", str(LEDGERS),
            "--entries", str(ENTRIES), "--entry-size", f"{MIN_SIZE}-{MAX_SIZE}", "--seed", str(SEED),
-           "--end-time", "2026-01-01T00:00:00Z")
+           "--end-time", "2026-01-01T00:00:00Z", "--raw")
     return cli
 
 
@@ -210,8 +211,8 @@ def test_generate_namespaces_topics_ledgers(gen: Cli) -> None:
 
 @pytest.mark.parametrize(("spec", "lo", "hi"), [("64", 64, 64), ("1-40", 1, 40), ("1K-2K", 1024, 2048)])
 def test_generate_entry_sizes(cli: Cli, spec: str, lo: int, hi: int) -> None:
-    res = cli.json("generate", "--topics", "1", "--ledgers", "2", "--entries", "30", "--entry-size", spec)
-    assert res["topics"] == 1 and res["entries"] == 60
+    res = cli.json("generate", "--topics", "1", "--ledgers", "2", "--entries", "30", "--entry-size", spec, "--raw")
+    assert res["topics"] == 1 and res["entries"] == 60 and res["format"] == "raw"
     got = cli.json("read", f"{NS_A}/topic-0000")["entries"]
     sizes = [e["size"] for e in got]
     assert len(sizes) == 60

@@ -29,12 +29,12 @@ LEDGERS, ENTRIES, OPEN = 3, 40, 25
 
 @pytest.fixture
 def cli(tmp_path: Path, capsys) -> Cli:
-    """Two topics of 3 sealed ledgers x 40 entries of 100 bytes and an open ledger of 25, in a namespace
+    """Two topics of 3 sealed ledgers x 40 opaque entries of 100 bytes and an open ledger of 25, in a namespace
     in streaming mode: 1 KiB blocks (8 entries each), segments of at most 4 KiB, a 5-minute rollover."""
     c = Cli(tmp_path / "ws", capsys)
     assert c("init", str(c.root), workspace=False)[0] == 0
     code, _, err = c("generate", "--namespace", NS, "--topics", "2", "--ledgers", str(LEDGERS), "--entries",
-                     str(ENTRIES), "--entry-size", "100", "--end-time", END_ISO, "--open-entries", str(OPEN))
+                     str(ENTRIES), "--entry-size", "100", "--end-time", END_ISO, "--open-entries", str(OPEN), "--raw")
     assert code == 0, err
     code, _, err = c("policies", "set", NS, "--offload-mode", "streaming", "--max-segment-size", "4K",
                      "--streaming-block-size", "1K", "--max-segment-rollover", "5m")

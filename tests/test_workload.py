@@ -1,4 +1,5 @@
-"""tieredcore.cli.workload: deterministic payloads, size ranges, the order-sensitive digest."""
+"""tieredcore.cli.workload: deterministic payloads (opaque, and Pulsar messages), size ranges, the order-sensitive
+digest."""
 
 from __future__ import annotations
 
@@ -9,15 +10,21 @@ import pytest
 import zstandard
 
 from tieredcore.cli.workload import (
+    PROP_CODECS,
     PROP_MAX,
     PROP_MIN,
     PROP_PAYLOAD,
     PROP_SEED,
     Digest,
+    MessageShape,
     PayloadGenerator,
+    parse_batch_range,
+    parse_codecs,
     parse_size_range,
 )
 from tieredcore.errors import ValidationError
+from tieredcore.formats import compression
+from tieredcore.formats.messages import decode_entry
 
 TOPIC = "public/default/persistent/t"
 
@@ -160,3 +167,56 @@ def test_digest_frames_each_payload() -> None:
     assert one_empty.count == 1 and one_empty.hexdigest() != empty.hexdigest()
     expected = hashlib.sha256(b"\x00\x00\x00\x02ab\x00\x00\x00\x01c").hexdigest()
     assert d1.hexdigest() == expected
+
+
+# --- Pulsar-message workloads ------------------------------------------------------------------------------
+
+SHAPE = MessageShape(1_700_000_000_000, 250, 0, 6, (compression.NONE, compression.ZSTD, compression.SNAPPY), 9, 3,
+                     True)
+
+
+def test_message_entries_are_deterministic_and_decode() -> None:
+    g = PayloadGenerator(5, TOPIC, 200, 3000, "text", SHAPE)
+    a = list(g.payloads(0, 200))
+    assert a == list(PayloadGenerator(5, TOPIC, 200, 3000, "text", SHAPE).payloads(0, 200))
+    assert a[37] == g.payload(37)  # any entry on its own, as verify regenerates it
+    assert a != list(PayloadGenerator(6, TOPIC, 200, 3000, "text", SHAPE).payloads(0, 200))
+    counts = set()
+    for seq, entry in enumerate(a):
+        msgs = decode_entry(entry, 1, seq)
+        counts.add(len(msgs) if msgs[0].batch_index >= 0 else 0)
+        assert 200 <= sum(len(m.payload) for m in msgs) <= 3000  # the entry size, split over its messages
+        assert msgs[0].metadata.compression == SHAPE.codecs[seq % 3]  # codecs in turn
+        assert msgs[0].publish_time == 1_700_000_000_000 + 250 * seq
+        assert [m.sequence_id for m in msgs] == [seq * 6 + k for k in range(len(msgs))]
+        assert msgs[0].broker_index == seq * 6 + len(msgs) - 1  # the entry's last message, as the broker counts
+        assert all(m.key in {f"key-{i}" for i in range(9)} and len(m.properties) == 3 for m in msgs)
+        assert all(m.properties["workload.entry"] == str(seq) for m in msgs)
+    assert counts == set(range(7))  # 0: sent without batching, 1..6 in a batch
+
+
+def test_message_shape_is_recorded_in_the_topic_properties() -> None:
+    props = {PROP_SEED: "3", PROP_MIN: "10", PROP_MAX: "20", **SHAPE.to_properties()}
+    assert MessageShape.from_properties(props) == SHAPE
+    assert PayloadGenerator.from_properties(props, TOPIC) == PayloadGenerator(3, TOPIC, 10, 20, messages=SHAPE)
+    assert MessageShape.from_properties({PROP_SEED: "3"}) is None  # raw (topics generated before messages)
+    assert SHAPE.to_properties()[PROP_CODECS] == "NONE,ZSTD,SNAPPY"
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0", (0, 0)), ("10", (10, 10)), ("1-100", (1, 100)),
+                                                ("0-1000", (0, 1000))])
+def test_batch_ranges(text: str, expected: tuple[int, int]) -> None:
+    assert parse_batch_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1", "5-2", "1001", "1-", "a-b", "1.5"])
+def test_bad_batch_ranges(text: str) -> None:
+    with pytest.raises(ValidationError, match="--batch"):
+        parse_batch_range(text)
+
+
+def test_codec_lists() -> None:
+    assert parse_codecs("mix") == (0, 1, 2, 3, 4)
+    assert parse_codecs("zstd, LZ4") == (compression.ZSTD, compression.LZ4)
+    with pytest.raises(ValidationError, match="unknown compression 'BROTLI'"):
+        parse_codecs("NONE,BROTLI")

@@ -48,6 +48,24 @@ class CorruptObjectError(FormatError):
     the object and the byte range. Never returned to callers as data."""
 
 
+class MessageFormatError(FormatError):
+    """An entry that is not a Pulsar message (spec/07): bad framing, metadata that does not parse, a batch
+    that overruns its payload. ``position`` is the entry's ``ledger:entry`` (a Position) when known."""
+
+    def __init__(self, *args: object, position: object = None) -> None:
+        super().__init__(*args)
+        self.position = position
+
+
+class MessageChecksumError(MessageFormatError):
+    """A Pulsar message whose CRC32C does not match its bytes; never returned as data. ``stored`` and
+    ``computed`` are the two checksums."""
+
+    def __init__(self, *args: object, position: object = None, stored: int = 0, computed: int = 0) -> None:
+        super().__init__(*args, position=position)
+        self.stored, self.computed = stored, computed
+
+
 # --- not found -------------------------------------------------------------------------------
 
 

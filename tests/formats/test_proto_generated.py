@@ -1,4 +1,5 @@
-"""The committed protobuf code is what `make proto` generates, and its field numbers are Pulsar's (docs/metadata.md)."""
+"""The committed protobuf code is what `make proto` generates, and its field numbers are Pulsar's (docs/metadata.md;
+PulsarApi.proto's from Pulsar's pulsar-common/src/main/proto/PulsarApi.proto, docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
 
-from tieredcore.formats.proto import DataFormats_pb2, MLDataFormats_pb2
+from tieredcore.formats.proto import DataFormats_pb2, MLDataFormats_pb2, PulsarApi_pb2
 
 PROTO_DIR = Path(__file__).resolve().parents[2] / "tieredcore" / "formats" / "proto"
-SOURCES = ["MLDataFormats.proto", "DataFormats.proto"]
+SOURCES = ["MLDataFormats.proto", "DataFormats.proto", "PulsarApi.proto"]
 
 
 def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
@@ -32,7 +33,8 @@ def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
 L_REQ, L_OPT, L_REP = "required", "optional", "repeated"
 T = {
     "string": FD.TYPE_STRING, "bytes": FD.TYPE_BYTES, "bool": FD.TYPE_BOOL, "int32": FD.TYPE_INT32,
-    "int64": FD.TYPE_INT64, "enum": FD.TYPE_ENUM, "message": FD.TYPE_MESSAGE,
+    "int64": FD.TYPE_INT64, "enum": FD.TYPE_ENUM, "message": FD.TYPE_MESSAGE, "uint32": FD.TYPE_UINT32,
+    "uint64": FD.TYPE_UINT64,
 }
 
 # Pulsar's MLDataFormats field numbers (docs/metadata.md): (message, field, number, label, type, message/enum type name)
@@ -92,7 +94,59 @@ BK_FIELDS = [
     (f"{LMF}.cMetadataMapEntry", "value", 2, L_OPT, "bytes", None),
 ]
 
+# Pulsar's PulsarApi.proto: the records inside entries (spec/07), every field with its number, label, type
+# and default as Pulsar declares it
+MM, SMM = "MessageMetadata", "SingleMessageMetadata"
+PULSAR_FIELDS = [
+    ("KeyValue", "key", 1, L_REQ, "string", None),
+    ("KeyValue", "value", 2, L_REQ, "string", None),
+    ("EncryptionKeys", "key", 1, L_REQ, "string", None),
+    ("EncryptionKeys", "value", 2, L_REQ, "bytes", None),
+    ("EncryptionKeys", "metadata", 3, L_REP, "message", "KeyValue"),
+    (MM, "producer_name", 1, L_REQ, "string", None),
+    (MM, "sequence_id", 2, L_REQ, "uint64", None),
+    (MM, "publish_time", 3, L_REQ, "uint64", None),
+    (MM, "properties", 4, L_REP, "message", "KeyValue"),
+    (MM, "replicated_from", 5, L_OPT, "string", None),
+    (MM, "partition_key", 6, L_OPT, "string", None),
+    (MM, "replicate_to", 7, L_REP, "string", None),
+    (MM, "compression", 8, L_OPT, "enum", "CompressionType"),
+    (MM, "uncompressed_size", 9, L_OPT, "uint32", None),
+    (MM, "num_messages_in_batch", 11, L_OPT, "int32", None),
+    (MM, "event_time", 12, L_OPT, "uint64", None),
+    (MM, "encryption_keys", 13, L_REP, "message", "EncryptionKeys"),
+    (MM, "encryption_algo", 14, L_OPT, "string", None),
+    (MM, "encryption_param", 15, L_OPT, "bytes", None),
+    (MM, "schema_version", 16, L_OPT, "bytes", None),
+    (MM, "partition_key_b64_encoded", 17, L_OPT, "bool", None),
+    (MM, "ordering_key", 18, L_OPT, "bytes", None),
+    (MM, "deliver_at_time", 19, L_OPT, "int64", None),
+    (MM, "marker_type", 20, L_OPT, "int32", None),
+    (MM, "txnid_least_bits", 22, L_OPT, "uint64", None),
+    (MM, "txnid_most_bits", 23, L_OPT, "uint64", None),
+    (MM, "highest_sequence_id", 24, L_OPT, "uint64", None),
+    (MM, "null_value", 25, L_OPT, "bool", None),
+    (MM, "uuid", 26, L_OPT, "string", None),
+    (MM, "num_chunks_from_msg", 27, L_OPT, "int32", None),
+    (MM, "total_chunk_msg_size", 28, L_OPT, "int32", None),
+    (MM, "chunk_id", 29, L_OPT, "int32", None),
+    (MM, "null_partition_key", 30, L_OPT, "bool", None),
+    (SMM, "properties", 1, L_REP, "message", "KeyValue"),
+    (SMM, "partition_key", 2, L_OPT, "string", None),
+    (SMM, "payload_size", 3, L_REQ, "int32", None),
+    (SMM, "compacted_out", 4, L_OPT, "bool", None),
+    (SMM, "event_time", 5, L_OPT, "uint64", None),
+    (SMM, "partition_key_b64_encoded", 6, L_OPT, "bool", None),
+    (SMM, "ordering_key", 7, L_OPT, "bytes", None),
+    (SMM, "sequence_id", 8, L_OPT, "uint64", None),
+    (SMM, "null_value", 9, L_OPT, "bool", None),
+    (SMM, "null_partition_key", 10, L_OPT, "bool", None),
+    ("BrokerEntryMetadata", "broker_timestamp", 1, L_OPT, "uint64", None),
+    ("BrokerEntryMetadata", "index", 2, L_OPT, "uint64", None),
+]
+
 ML_PACKAGE = "org.apache.bookkeeper.mledger.proto"
+PULSAR_PACKAGE = "pulsar.proto"
 BK_PACKAGE = "org.apache.bookkeeper.proto"
 
 
@@ -112,7 +166,8 @@ def _label(field) -> str:
 
 @pytest.mark.parametrize(
     ("module", "package", "row"),
-    [(MLDataFormats_pb2, ML_PACKAGE, r) for r in ML_FIELDS] + [(DataFormats_pb2, BK_PACKAGE, r) for r in BK_FIELDS],
+    [(MLDataFormats_pb2, ML_PACKAGE, r) for r in ML_FIELDS] + [(DataFormats_pb2, BK_PACKAGE, r) for r in BK_FIELDS]
+    + [(PulsarApi_pb2, PULSAR_PACKAGE, r) for r in PULSAR_FIELDS],
     ids=lambda v: f"{v[0]}.{v[1]}" if isinstance(v, tuple) else None,
 )
 def test_field_matches_spec(module, package: str, row: tuple) -> None:
@@ -128,7 +183,8 @@ def test_field_matches_spec(module, package: str, row: tuple) -> None:
         assert target.full_name == f"{package}.{type_name}"
 
 
-@pytest.mark.parametrize(("module", "rows"), [(MLDataFormats_pb2, ML_FIELDS), (DataFormats_pb2, BK_FIELDS)])
+@pytest.mark.parametrize(("module", "rows"), [(MLDataFormats_pb2, ML_FIELDS), (DataFormats_pb2, BK_FIELDS),
+                                             (PulsarApi_pb2, PULSAR_FIELDS)])
 def test_no_fields_beyond_spec(module, rows: list[tuple]) -> None:
     spec: dict[str, set[tuple[str, int]]] = {}
     for message, field, number, *_ in rows:
@@ -158,9 +214,21 @@ def test_enums_match_spec() -> None:
     }
 
 
+def test_pulsar_api_enum_and_defaults() -> None:
+    ct = PulsarApi_pb2.DESCRIPTOR.enum_types_by_name["CompressionType"]
+    assert {v.name: v.number for v in ct.values} == {"NONE": 0, "LZ4": 1, "ZLIB": 2, "ZSTD": 3, "SNAPPY": 4}
+    mm = PulsarApi_pb2.MessageMetadata()
+    # the declared defaults: a batch count of 1 when absent (non-batched), NONE, no uncompressed size
+    assert (mm.num_messages_in_batch, mm.compression, mm.uncompressed_size) == (1, 0, 0)
+    assert not mm.HasField("num_messages_in_batch")  # what tells a batch of one from a single message
+    assert {m.name for m in PulsarApi_pb2.DESCRIPTOR.message_types_by_name.values()} == {
+        "KeyValue", "EncryptionKeys", MM, SMM, "BrokerEntryMetadata"}
+
+
 def test_proto2_syntax_and_packages() -> None:
     assert MLDataFormats_pb2.DESCRIPTOR.package == ML_PACKAGE
     assert DataFormats_pb2.DESCRIPTOR.package == BK_PACKAGE
+    assert PulsarApi_pb2.DESCRIPTOR.package == PULSAR_PACKAGE
     for src in SOURCES:
         assert 'syntax = "proto2";' in (PROTO_DIR / src).read_text()
     # proto2 presence: an unset optional is distinguishable from its default

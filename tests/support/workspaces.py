@@ -36,10 +36,13 @@ def build_workspace(
     open_entries: int = 0,
     store_url: str | None = None,
     config_overrides: dict[str, Any] | None = None,
+    messages: bool = False,
 ) -> Path:
     """`topics` topics per namespace with `ledgers` sealed ledgers each (the newest ledger of a topic
     stays open, holding `open_entries` entries written at `end`); sealed ledger i of N closes at
-    `end` - (N - 1 - i) * `interval_s`. Returns tiered.toml."""
+    `end` - (N - 1 - i) * `interval_s`. Entries are opaque and exactly `entry_size` bytes (`generate
+    --raw`): the protocol tests count bytes (thresholds, blocks, segments); `messages` writes Pulsar
+    messages instead (`generate`'s default: framing and batches make entries larger). Returns tiered.toml."""
     if config_overrides:
         root.mkdir(parents=True, exist_ok=True)
         (root / CONFIG_FILE_NAME).write_text(Config.for_workspace(root, **config_overrides).to_toml())
@@ -47,6 +50,8 @@ def build_workspace(
     args = ["--workspace", str(root), "generate", "--topics", str(topics), "--ledgers", str(ledgers),
             "--entries", str(entries), "--entry-size", entry_size, "--end-time", end,
             "--ledger-interval", str(interval_s)] + (["--open-entries", str(open_entries)] if open_entries else [])
+    if not messages:
+        args.append("--raw")
     for ns in namespaces:
         args += ["--namespace", ns]
     assert cli.main(args) == 0

@@ -28,7 +28,10 @@ from tieredcore.cli.workload import (
     PROP_SEED,
     PROP_SHA,
     Digest,
+    MessageShape,
     PayloadGenerator,
+    parse_batch_range,
+    parse_codecs,
     parse_size_range,
 )
 from tieredcore.clock import now_ms, parse_time_ms
@@ -52,10 +55,24 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--topics", type=int, default=2, help="topics per namespace")
     s.add_argument("--ledgers", type=int, default=5, help="sealed ledgers per topic")
     s.add_argument("--entries", type=int, default=1000, help="entries per ledger")
-    s.add_argument("--entry-size", default="1024", help="bytes per entry, or a range like 100-4096")
+    s.add_argument("--entry-size", default="1024",
+                   help="payload bytes per entry (its messages' payloads together), or a range like 100-4096")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--payload", choices=PAYLOADS, default=PAYLOAD_RANDOM,
                    help="random bytes (incompressible), or text: log-like lines that compress (zstd namespaces)")
+    s.add_argument("--raw", action="store_true",
+                   help="opaque entries (no Pulsar message framing), as topics generated before messages")
+    s.add_argument("--batch", default=None,
+                   help="messages per entry, a count or a range like 1-100; 0: sent without batching "
+                        "(default 1-10)")
+    s.add_argument("--compression", default=None,
+                   help="codec of each entry's payload: NONE (default, as Pulsar's producers), LZ4, ZLIB, ZSTD, "
+                        "SNAPPY, a comma list used entry by entry in turn, or mix (all five in turn)")
+    s.add_argument("--keys", type=int, default=None, help="key space: keys key-0..key-N-1 (default 100; 0: no keys)")
+    s.add_argument("--properties", type=int, default=None, help="properties per message (default 2)")
+    s.add_argument("--broker-entry-metadata", action="store_true", default=None,
+                   help="precede each entry with broker entry metadata (timestamp and index), as brokers with "
+                        "entry-metadata interceptors write it")
     s.add_argument("--prefix", default="topic", help="topic name prefix")
     s.add_argument("--ledger-interval", type=float, default=600.0, help="seconds between ledger closes")
     s.add_argument("--end-time", help="close time of the newest sealed ledger (ISO 8601; default now)")
@@ -78,6 +95,27 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
     return cmd_verify(args, ws, progress)
 
 
+_MESSAGE_FLAGS = {"batch": "--batch", "compression": "--compression", "keys": "--keys",
+                  "properties": "--properties", "broker_entry_metadata": "--broker-entry-metadata"}
+
+
+def _message_shape(args: argparse.Namespace, start_ms: int, interval_ms: int) -> MessageShape | None:
+    """The messages `generate` writes (None with --raw): publish times spread evenly over each ledger."""
+    given = [flag for attr, flag in _MESSAGE_FLAGS.items() if getattr(args, attr) is not None]
+    if args.raw:
+        if given:
+            raise ValidationError(f"--raw writes opaque entries: {', '.join(given)} apply to messages only")
+        return None
+    lo, hi = parse_batch_range(args.batch or "1-10")
+    for flag, v in (("--keys", args.keys), ("--properties", args.properties)):
+        if v is not None and v < 0:
+            raise ValidationError(f"{flag} {v}: must be 0 or more")
+    return MessageShape(start_ms, max(interval_ms // args.entries, 0), lo, hi,
+                        parse_codecs(args.compression or "NONE"),
+                        100 if args.keys is None else args.keys, 2 if args.properties is None else args.properties,
+                        bool(args.broker_entry_metadata))
+
+
 def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     from tieredcore.topic.writer import TopicWriter
 
@@ -88,6 +126,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         raise ValidationError(f"--open-entries {args.open_entries}: must be 0 or more")
     end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
     interval = int(args.ledger_interval * 1000)
+    shape = _message_shape(args, end_ms - args.ledgers * interval, interval)
     namespaces = [NamespaceName.parse(n).name for n in args.namespace]
     topics = [TopicName.parse(f"{ns}/{args.prefix}-{i:04d}") for ns in namespaces for i in range(args.topics)]
     existing = [t.full for t in topics if ws.ml.exists(t)]
@@ -96,7 +135,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
     total_bytes = total_entries = 0
     started = time.monotonic()
     for n, t in enumerate(topics, 1):
-        gen = PayloadGenerator(args.seed, t.managed_ledger_name, lo, hi, args.payload)
+        gen = PayloadGenerator(args.seed, t.managed_ledger_name, lo, hi, args.payload, shape)
         # ledger i of N is closed at end - (N - i) * interval: a realistic age spread for policies
         clock = {"now": end_ms - args.ledgers * interval}
         digest = Digest()
@@ -126,6 +165,9 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
                 info.properties.add(key=k, value=str(v))
             if gen.kind != PAYLOAD_RANDOM:  # absent: random (topics generated before payload kinds)
                 info.properties.add(key=PROP_PAYLOAD, value=gen.kind)
+            if gen.messages is not None:  # absent: raw entries (--raw, topics generated before messages)
+                for k, v in gen.messages.to_properties().items():
+                    info.properties.add(key=k, value=v)
             first = 0
             for li in info.ledgerInfo:  # where each ledger starts in the workload (verify after a trim)
                 li.properties.add(key=PROP_FIRST_SEQ, value=str(first))
@@ -137,7 +179,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
         progress(f"generate: {n}/{len(topics)} topics, {total_entries:,} entries, {mib(total_bytes)} "
                  f"({total_bytes / max(el, 1e-9) / 2**20:,.1f} MiB/s)", force=n == len(topics))
     return {"topics": len(topics), "ledgers_per_topic": args.ledgers, "open_entries_per_topic": args.open_entries,
-            "entries": total_entries,
+            "entries": total_entries, "format": "raw" if shape is None else "pulsar messages",
             "bytes": total_bytes, "seconds": round(time.monotonic() - started, 3)}
 
 

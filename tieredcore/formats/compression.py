@@ -21,6 +21,7 @@ size a forged header declares, and a payload that inflates to any other size is 
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import cramjam
@@ -37,6 +38,9 @@ _LZ4_MAX_RATIO = 255
 _SNAPPY_MAX_RATIO = 64
 #: compressed input inflated this much at a time, so memory follows the bytes really produced
 _INFLATE_STEP = 1 << 20
+#: a ZSTD frame that declares its size (equal to the metadata's) up to this is inflated in one call
+_ZSTD_ONE_SHOT = 16 << 20
+_local = threading.local()
 
 Buffer = bytes | bytearray | memoryview
 
@@ -74,10 +78,17 @@ def compress(kind: int, data: Buffer) -> bytes:
 def decompress(kind: int, data: Buffer, size: int, what: str = "payload") -> bytes:
     """``data`` (compressed with ``kind``) inflated to exactly ``size`` bytes; FormatError naming ``what``
     for a corrupt, truncated or oversized payload or an unknown codec."""
+    out = inflate(kind, data, size, what)
+    return out if isinstance(out, bytes) else bytes(out)
+
+
+def inflate(kind: int, data: Buffer, size: int, what: str = "payload") -> bytes | bytearray | memoryview:
+    """What :func:`decompress` returns, as whichever buffer the codec produced (LZ4 and Snappy inflate into
+    a bytearray, NONE is ``data`` itself): for readers that only view the bytes, one copy fewer."""
     if size < 0:
         raise FormatError(f"{what}: negative uncompressed size {size}")
     if kind == NONE:
-        out = bytes(data)
+        out: bytes | bytearray | memoryview = data
     elif kind == ZLIB:
         out = _inflate(data, size, what)
     elif kind == ZSTD:
@@ -86,8 +97,9 @@ def decompress(kind: int, data: Buffer, size: int, what: str = "payload") -> byt
         out = _lz4_or_snappy(kind, data, size, what)
     else:
         raise FormatError(f"{what}: compression {name(kind)} not supported (supported: {', '.join(CODECS)})")
-    if len(out) != size:
-        raise FormatError(f"{what}: {name(kind)} payload inflates to {len(out)} bytes, its metadata says {size}")
+    n = memoryview(out).nbytes if kind == NONE else len(out)
+    if n != size:
+        raise FormatError(f"{what}: {name(kind)} payload inflates to {n} bytes, its metadata says {size}")
     return out
 
 
@@ -102,14 +114,27 @@ def _inflate(data: Buffer, size: int, what: str) -> bytes:
     return out
 
 
+def _zstd() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor: making one costs more than inflating a small payload, and an instance
+    must not be shared between threads."""
+    d = getattr(_local, "zstd", None)
+    if d is None:
+        d = _local.zstd = zstandard.ZstdDecompressor()
+    return d
+
+
 def _unzstd(data: Buffer, size: int, what: str) -> bytes:
     try:
         declared = zstandard.frame_content_size(data)  # -1: the frame does not say
         if declared >= 0 and declared != size:
             raise FormatError(f"{what}: corrupt ZSTD payload: its frame declares {declared} bytes, metadata "
                               f"says {size}")
-        # bounded reads, never ZstdDecompressor.decompress(): it allocates the size a frame declares up front
-        reader = zstandard.ZstdDecompressor().stream_reader(data)
+        if declared >= 0 and size <= _ZSTD_ONE_SHOT:
+            # the frame and the metadata agree on a modest size: one call that allocates exactly it
+            return _zstd().decompress(data)
+        # bounded reads, never decompress() of a large or undeclared size: it would allocate what a frame
+        # declares up front
+        reader = _zstd().stream_reader(data)
         parts: list[bytes] = []
         got = 0
         while got <= size:
@@ -123,21 +148,23 @@ def _unzstd(data: Buffer, size: int, what: str) -> bytes:
         raise FormatError(f"{what}: corrupt ZSTD payload: {e}") from None
 
 
-def _lz4_or_snappy(kind: int, data: Buffer, size: int, what: str) -> bytes:
+def _lz4_or_snappy(kind: int, data: Buffer, size: int, what: str) -> bytearray:
     n = memoryview(data).nbytes
     limit = (_LZ4_MAX_RATIO if kind == LZ4 else _SNAPPY_MAX_RATIO) * n + 16
     if size > limit:
         raise FormatError(f"{what}: corrupt {name(kind)} payload: {size} bytes declared from {n} compressed")
     try:
-        if kind == LZ4:
-            # one byte of room past the declared size: a block that inflates to more (or less) shows in
-            # the count written (decompress_block(output_len=...) pads or cuts silently)
-            out = bytearray(size + 1)
-            n = cramjam.lz4.decompress_block_into(data, out)
-            return bytes(memoryview(out)[:n])
-        declared = cramjam.snappy.decompress_raw_len(data)
-        if declared != size:
-            raise FormatError(f"{what}: corrupt SNAPPY payload: it declares {declared} bytes, metadata says {size}")
-        return bytes(cramjam.snappy.decompress_raw(data))
+        if kind == SNAPPY:
+            declared = cramjam.snappy.decompress_raw_len(data)
+            if declared != size:
+                raise FormatError(f"{what}: corrupt SNAPPY payload: it declares {declared} bytes, metadata says "
+                                  f"{size}")
+        # exactly the declared size of room: a block that inflates to more fails (the buffer is too
+        # small), one that inflates to less shows in the count written
+        out = bytearray(size)
+        written = (cramjam.lz4.decompress_block_into if kind == LZ4 else cramjam.snappy.decompress_raw_into)(data, out)
+        if written != size:
+            raise FormatError(f"{what}: {name(kind)} payload inflates to {written} bytes, its metadata says {size}")
+        return out
     except (cramjam.DecompressionError, cramjam.CompressionError) as e:
         raise FormatError(f"{what}: corrupt {name(kind)} payload: {e}") from None
