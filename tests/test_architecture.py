@@ -75,7 +75,7 @@ CORE_LAYERS = (
 
 PACKAGE_LAYERS = {
     "tieredcore.formats": (
-        Layer("constants and codecs", ("constants", "proto.*", "chunks", "keys", "transform", "uuids")),
+        Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform", "uuids")),
         Layer("metadata records", ("trailer", "ledger_metadata", "mlinfo", "manifest")),
         Layer("the index", ("index",)),
         Layer("blocks", ("block",)),
