@@ -199,7 +199,7 @@ def test_reconcile_never_records_what_the_bad_record_may_reference(ws):
     assert all(ws.hot.exists(lid) for lid in ws.bad_ledgers)
 
 
-def test_drain_takes_an_unreadable_record_as_in_use(ws):
+def test_drain_takes_an_unreadable_record_as_in_use(ws, capsys):
     dl = DeletionLog(ws.metadata)
     driver = ws.offloader.location.driver_dict()
     bad_uuid = sorted(ws.bad_uuids)[0]
@@ -228,6 +228,15 @@ def test_drain_takes_an_unreadable_record_as_in_use(ws):
         assert any(m.startswith("KEPT ") and BAD_PATH in m for m in rep.messages())
     left = {e.id: (e.version, e.raw) for e in dl.pending()}
     assert len(left) == 2 and all(before[i] == v for i, v in left.items())  # kept exactly as they were
+    # the commands: a drain and a reconciliation that meet it exit 1, naming the record
+    root = str(Path(ws.config.reports_dir).parent)
+    capsys.readouterr()
+    assert cli.main(["--workspace", root, "--json", "deletions", "drain", "--as-of", str(END_MS + GRACE)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unreadable_topic"] == 2 and left == {e.id: (e.version, e.raw) for e in dl.pending()}
+    assert cli.main(["--workspace", root, "--json", "reconcile", "--as-of", str(END_MS + GRACE), "--dry-run"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unreadable_topics"] == [BAD] and BAD_PATH in doc["errors"][0]
     assert {o for o in _keys(ws) if bad_uuid in o} == objects_before
     assert ws.hot.exists(lid_bad)
     assert not [o for o in _keys(ws) if leaked in o]
