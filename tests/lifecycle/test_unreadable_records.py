@@ -63,6 +63,7 @@ def ws(request, make_ws):
         offload(w, t, sealed(w, t)[:2])
     w.bad_uuids = {u for li in w.ml.get_topic(BAD)[0].ledgerInfo for u in copy_uuids(li)}
     w.bad_ledgers = [li.ledgerId for li in w.ml.get_topic(BAD)[0].ledgerInfo]
+    w.good_bytes = bytes(w.metadata.get(BAD_PATH).value)
     w.bad_bytes = damage(w, BAD)
     return w
 
@@ -171,14 +172,17 @@ def _abandoned(ws, topic: str) -> str:
 
 def test_reconcile_never_records_what_the_bad_record_may_reference(ws):
     leaked_a, leaked_b = _abandoned(ws, GOOD_A), _abandoned(ws, GOOD_B)
+    nameless = str(uuidlib.uuid4())  # ours (this cluster's), naming no topic: whose it is is unknown
+    ws.offloader.offload(ws.hot.open_ledger(sealed(ws, GOOD_B)[0]), nameless, {})
+    assert "managedledgername" not in ws.store.head(f"{nameless}-ledger-{sealed(ws, GOOD_B)[0]}").metadata
     as_of = max(int(time.time() * 1000), END_MS) + 10 * GRACE  # every object and hot ledger is old
     for dry_run in (True, False):
         rep = reconcile(ws, as_of, GRACE, dry_run=dry_run)
         recorded = {r["uuid"] for r in rep.records if r["type"] != TYPE_LEDGER}
         # t/b's leak is recorded; nothing of t/a is: the bad record may name it (its own objects, above all)
         assert recorded == {leaked_b}, rep.records
-        assert not ws.bad_uuids & recorded and leaked_a not in recorded
-        assert rep.withheld_groups == len(ws.bad_uuids) + 1
+        assert not ws.bad_uuids & recorded and leaked_a not in recorded and nameless not in recorded
+        assert rep.withheld_groups == len(ws.bad_uuids) + 2
         assert rep.withheld_hot_ledgers == len(ws.bad_ledgers)  # its hot ledgers may be listed by it
         assert not [r for r in rep.records if r["type"] == TYPE_LEDGER and r["topic"] == BAD]
         assert rep.unreadable_topics == [BAD]
@@ -187,7 +191,7 @@ def test_reconcile_never_records_what_the_bad_record_may_reference(ws):
         tot = rep.totals()
         assert tot["failures"] == 1 and tot["namespaces"]["t/a"]["failures"] == 1
     pending = {e.record.uuid for e in DeletionLog(ws.metadata).pending()}
-    assert leaked_b in pending and not (ws.bad_uuids | {leaked_a}) & pending
+    assert leaked_b in pending and not (ws.bad_uuids | {leaked_a, nameless}) & pending
     drain(ws, as_of)
     r = ws.reader()
     try:  # every readable topic still reads back whole
@@ -197,6 +201,11 @@ def test_reconcile_never_records_what_the_bad_record_may_reference(ws):
     finally:
         r.close()
     assert all(ws.hot.exists(lid) for lid in ws.bad_ledgers)
+    # once the record reads again, what it does not reference is found and recorded; what it does is not
+    ws.metadata.set(BAD_PATH, ws.good_bytes)
+    rep = reconcile(ws, as_of, GRACE)
+    assert rep.errors == [] and rep.withheld_groups == 0
+    assert {r["uuid"] for r in rep.records if r["type"] != TYPE_LEDGER} == {leaked_a, nameless}
 
 
 def test_drain_takes_an_unreadable_record_as_in_use(ws, capsys):

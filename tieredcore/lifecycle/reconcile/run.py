@@ -244,12 +244,13 @@ def _plan_object_orphans(
             rep.foreign_cluster_bytes += g.bytes
             if len(rep.foreign_cluster_samples) < MAX_SAMPLE_KEYS:
                 rep.foreign_cluster_samples.append(why)
-        withheld = [(g, r) for g, r in pairs if _withheld(rep, r.topic)]
-        for g, _r in withheld:
-            rep.withheld_groups += 1
-            rep.withheld_objects += len(g.keys)
-            rep.withheld_bytes += g.bytes
-        pairs = [(g, r) for g, r in pairs if not _withheld(rep, r.topic)]
+        if rep.unreadable_topics:
+            blocked = {namespace_of(t) for t in rep.unreadable_topics}
+            for g, _r in (p for p in pairs if _withheld(blocked, p[1].topic)):
+                rep.withheld_groups += 1
+                rep.withheld_objects += len(g.keys)
+                rep.withheld_bytes += g.bytes
+            pairs = [(g, r) for g, r in pairs if not _withheld(blocked, r.topic)]
         recs = [r for _, r in pairs]
         for g, r in pairs:
             ns = namespace_of(r.topic)
@@ -268,18 +269,16 @@ def _plan_object_orphans(
     return records
 
 
-def _withheld(rep: ReconcileReport, topic: str) -> bool:
-    """Whether an unreferenced group whose objects name ``topic`` stays out of the deletion log because
-    some topic records cannot be read.
+def _withheld(blocked: set[str], topic: str) -> bool:
+    """Whether an unreferenced group whose objects name ``topic`` stays out of the deletion log while the
+    namespaces ``blocked`` hold topic records that cannot be read.
 
     An unreadable record's references (and its driver metadata: which stores hold its objects) are
     unknown, so an unreferenced group might be its only copy of data. Withheld: every group naming a
-    topic of a namespace with an unreadable record, and every group naming no topic (Pulsar's objects
-    carry none). Groups naming a topic of another namespace are still recorded: the offloader names its
-    own topic on its objects, and the drain refuses a record whose objects name another topic."""
-    if not rep.unreadable_topics:
-        return False
-    return topic == UNKNOWN_TOPIC or namespace_of(topic) in {namespace_of(t) for t in rep.unreadable_topics}
+    topic of such a namespace, and every group naming no topic (Pulsar's objects carry none). Groups
+    naming a topic of another namespace are still recorded: the offloader names its own topic on its
+    objects, and the drain refuses a record whose objects name another topic."""
+    return topic == UNKNOWN_TOPIC or namespace_of(topic) in blocked
 
 
 def _plan_hot_orphans(rep: ReconcileReport, hot: HotOrphans, as_of_ms: int, oldest: list[int]) -> list[DeletionRecord]:
