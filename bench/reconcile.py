@@ -99,7 +99,7 @@ def build(root: Path, objects: int, orphan_rate: float, as_of_ms: int) -> tuple[
         msb, lsb = uuid_to_msb_lsb(u)
         ctx = li.offloadContext
         ctx.uidMsb, ctx.uidLsb, ctx.complete, ctx.timestamp = msb, lsb, True, ts
-        ctx.driverMetadata.name = "filesystem"
+        ctx.driverMetadata.name = "tiered-local"  # what the local store records (tieredcore.cold.drivers)
         ctx.driverMetadata.properties.add(key="root", value=cold)
     for j in range(FOREIGN_KEYS):
         _write(os.path.join(cold, f"zz-foreign-{j}.txt"), b"not ours")

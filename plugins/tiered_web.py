@@ -178,12 +178,22 @@ def last_runs_table(ov: Overview, prefix: str) -> str:
             "<th>failures</th><th>requests</th></tr>" + "".join(rows) + "</table>")
 
 
+def unreadable_list(ov: Overview) -> str:
+    """The topics whose record cannot be read (in none of the numbers above), with where and why."""
+    bad = [u for n in ov.namespaces for u in n.unreadable_topics]
+    if not bad:
+        return ""
+    items = "".join(f"<li>{_e(u)}</li>" for u in bad)
+    return (f"<div id='unreadable' class='bad'><p>{len(bad)} topic record(s) cannot be read; those topics are "
+            f"in none of the numbers above:</p><ul>{items}</ul></div>")
+
+
 def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
     p = ov.prices
     body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; store "
             f"{_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
             + ", ".join(f"{k} ${v}" for k, v in p.per_1000.items()) + ".</p>"
-            + overview_rows(ov)
+            + overview_rows(ov) + unreadable_list(ov)
             + "<p class='muted'>hot: only in the hot tier; both: hot and in the object store; cold: only in the "
               "object store. Offload lag: age of the oldest ledger due for offload but not offloaded; deletion "
               "lag: how long the oldest hot copy has been past its deletion lag. Requests per run: mean over the "

@@ -28,7 +28,8 @@ JOB = "deletion_lag_cleanup"
 def drain_after(config: Config, as_of: int, rows: list[dict]) -> tuple[dict[str, Any], int]:
     """Phase 2 on the driver, over every record due at `as_of` (ours included). A delete that fails is
     retried by the log (the drain DAG picks it up), so it is reported, not counted as a run failure;
-    a drain that cannot run at all is one failure."""
+    a drain that cannot run at all is one failure, and so is each record kept because its topic's record
+    cannot be read (an operator must repair that record)."""
     try:
         with Workspace(config) as ws:
             rep = drain(ws, as_of)
@@ -36,11 +37,11 @@ def drain_after(config: Config, as_of: int, rows: list[dict]) -> tuple[dict[str,
         say(JOB, "ERROR", f"drain failed: {type(e).__name__}: {e}")
         return {"error": f"{type(e).__name__}: {e}"}, 1
     for r in rep.rows:
-        if r.outcome in (Outcome.RETRYING, Outcome.DEAD_LETTERED):
+        if r.outcome in (Outcome.RETRYING, Outcome.DEAD_LETTERED, Outcome.UNREADABLE_TOPIC):
             say(JOB, "WARNING" if r.outcome == Outcome.RETRYING else "ERROR",
                 f"drain: {r.type} ledger {r.ledger} of {r.topic}: {r.outcome}: {r.error}")
     out = {k: v for k, v in rep.as_dict().items() if k not in ("rows", "as_of_ms", "dry_run")}
-    return out, 0
+    return out, rep.unreadable_topic
 
 
 def main(argv: Sequence[str] | None = None) -> int:

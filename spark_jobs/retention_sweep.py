@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from spark_jobs._jobkit import Run, base_parser, run_ledger_job
 from tieredcore.lifecycle.retention import plan_retention
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
-from tieredcore.lifecycle.work import TopicWork
+from tieredcore.lifecycle.work import OPTION_UNREADABLE, TopicWork
 from tieredcore.workspace import Workspace
 
 JOB = "retention_sweep"
@@ -43,6 +43,10 @@ def plan_units(ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, d
     trimmed = {w.topic: set(w.ledgers) for w in retention}
     lag: dict[str, TopicWork] = {}
     for w in plan_lag_cleanup(ws, namespaces, as_of_ms, dry_run):
+        if w.options.get(OPTION_UNREADABLE):  # the topic's record cannot be read: one failed unit per topic
+            if w.topic not in trimmed:
+                lag[w.topic] = w
+            continue
         ids = [lid for lid in w.ledgers if lid not in trimmed.get(w.topic, ())]
         if ids:
             lag[w.topic] = TopicWork(w.topic, w.kind, ids, w.as_of_ms, w.dry_run)

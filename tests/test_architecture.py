@@ -88,8 +88,8 @@ PACKAGE_LAYERS = {
         Layer("the local store", ("local",)),
     ),
     "tieredcore.cold": (
-        Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "failures", "keyring",
-                                         "requests")),
+        Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "drivers", "failures",
+                                         "keyring", "requests")),
         Layer("locations and the store factory", ("location",)),
         Layer("the transformed store", ("transformed",)),
         # backends use the seam; the seam never imports a backend (one exception: ALLOWED)

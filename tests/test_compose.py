@@ -408,6 +408,24 @@ def test_connection_variables_are_well_formed(services):
     assert spark_env["AWS_SECRET_ACCESS_KEY"] == aws["password"]
 
 
+def test_offloaded_objects_go_where_pulsar_brokers_look(services, tmp_path):
+    """By default the stack writes Pulsar's own keys, {uuid}-ledger-{id} with no prefix (what
+    BlobStoreManagedLedgerOffloader / DataBlockUtils.dataBlockOffloadKey name them), so the brokers of a
+    Pulsar cluster sharing the bucket read them; TIERED_STORE_PREFIX moves them under a prefix (where no
+    broker looks), compose and stack.sh alike."""
+    from tieredcore.cold.location import parse_store_url
+    from tieredcore.formats.keys import data_key, index_key
+
+    uuid = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+    for url in (env_of(services["airflow-worker"])["TIERED_STORE_URL"], stack_env(tmp_path)["TIERED_STORE_URL"]):
+        loc = parse_store_url(url)
+        assert loc.prefix == ""
+        assert (data_key(loc.prefix, uuid, 7), index_key(loc.prefix, uuid, 7)) == (
+            f"{uuid}-ledger-7", f"{uuid}-ledger-7-index")
+    prefixed = load({"TIERED_STORE_PREFIX": "offload"})["services"]
+    assert parse_store_url(env_of(prefixed["airflow-worker"])["TIERED_STORE_URL"]).prefix == "offload/"
+
+
 def test_credentials_come_from_the_environment():
     env = {"MINIO_ROOT_USER": "tiered", "MINIO_ROOT_PASSWORD": "s3cr3t/+=&x", "TIERED_BUCKET": "other-bucket"}
     svcs = load(env)["services"]

@@ -124,3 +124,24 @@ def test_links_follow_where_the_app_is_mounted(config: Config) -> None:
 
 def test_ages() -> None:
     assert [age(None), age(59_000), age(3_660_000), age(90_000_000)] == ["—", "0m 59s", "1h 1m", "1d 1h"]
+
+
+def test_overview_page_lists_unreadable_topic_records(client: TestClient, config: Config) -> None:
+    """A topic whose record cannot be read is named on the page with its path and reason; the others
+    are counted as before."""
+    from tieredcore.meta.managed_ledgers import topic_path
+
+    now = END_MS + 3_600_000
+    before = client.get(f"/overview.json?at={now}").json()
+    assert "id='unreadable'" not in client.get(f"/overview?at={now}").text
+    with Workspace(config) as ws:
+        bad = ws.ml.list_topics("t/b")[0]
+        ws.metadata.set(topic_path(bad), b"\x47\x78\x00\x00\x00\x02\x08\x02")  # header, metadata cut short
+    r = client.get(f"/overview?at={now}")
+    assert r.status_code == 200
+    [item] = re.findall(r"<div id='unreadable' class='bad'>.*?<li>([^<]*)</li>", r.text)
+    assert item.startswith(f"{bad.full}: {topic_path(bad)}: ") and "missing required fields" in item
+    doc = client.get(f"/overview.json?at={now}").json()
+    assert doc["totals"]["unreadable_topics"] == 1
+    a_before, a_after = ([n for n in d["namespaces"] if n["namespace"] == "t/a"][0] for d in (before, doc))
+    assert a_after["tiers"] == a_before["tiers"] and a_after["unreadable_topics"] == []

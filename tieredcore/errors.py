@@ -43,6 +43,21 @@ class UnsupportedVersionError(FormatError):
     """Object format-version user metadata missing or not one this reader understands."""
 
 
+class UnreadableRecordError(FormatError):
+    """A topic's metadata record (``ManagedLedgerInfo``) cannot be decoded. It fails that topic only:
+    jobs report it with ``topic``, ``path`` and ``reason`` and go on with the other topics, and nothing
+    its record might reference is ever treated as unreferenced (its references are unknown)."""
+
+    def __init__(self, topic: str, path: str, reason: str) -> None:
+        super().__init__(f"topic {topic}: its record {path} cannot be read: {reason}")
+        self.topic = topic
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self):  # pickled across processes (Spark) with its fields, not its message
+        return (type(self), (self.topic, self.path, self.reason))
+
+
 class CorruptObjectError(FormatError):
     """Offloaded bytes fail their checksum (or disagree with the topic's metadata); the message names
     the object and the byte range. Never returned to callers as data."""

@@ -39,6 +39,7 @@ class Outcome(StrEnum):
     DELETED = "deleted"
     ALREADY_DELETED = "already_deleted"
     STILL_IN_USE = "still_in_use"
+    UNREADABLE_TOPIC = "unreadable_topic"  # the topic's record cannot be read: taken as in use, record kept
     REFUSED_MISMATCH = "refused_mismatch"  # the record does not match what the storage says it is
     REFUSED_FOREIGN = "refused_foreign"  # the objects belong to another cluster or workspace
     MALFORMED = "malformed"

@@ -28,7 +28,9 @@ HOT_FIRST = "bookkeeper-first"
 READ_PRIORITIES = (TIERED_FIRST, HOT_FIRST)
 S3_MIN_PART = 5 * 1024 * 1024
 DEFAULT_DELETION_LAG_MS = 4 * 3600 * 1000  # Pulsar's broker default
-DRIVERS = ("filesystem", "aws-s3", "azureblob", "google-cloud-storage")
+# a policy's store: this project's local store ("filesystem": its name before it recorded "tiered-local"), or
+# Pulsar's blob-store drivers (tieredcore.cold.drivers)
+DRIVERS = ("tiered-local", "filesystem", "aws-s3", "azureblob", "google-cloud-storage")
 MODE_LEDGER = "ledger"  # one V1 object pair per sealed ledger (Pulsar's offloader)
 MODE_STREAMING = "streaming"  # PIP-76: multi-ledger V2 segments cut by size or time, open ledger included
 OFFLOAD_MODES = (MODE_LEDGER, MODE_STREAMING)
@@ -46,7 +48,7 @@ class StoreSpec:
 
     driver: str
     bucket: str = ""  # aws-s3, google-cloud-storage; azureblob: the container
-    root: str = ""  # filesystem: absolute directory
+    root: str = ""  # tiered-local (filesystem): absolute directory
     prefix: str = ""
     endpoint: str = ""  # S3-compatible endpoint (MinIO, Ceph, moto); Azure blob endpoint; GCS emulator
     region: str = ""  # aws-s3 only
@@ -62,7 +64,7 @@ class StoreSpec:
             if self.region:
                 raise ValidationError(f"{where}: region applies to aws-s3 stores only")
         elif not self.root.startswith("/"):
-            raise ValidationError(f"{where}: filesystem store needs an absolute root directory, got {self.root!r}")
+            raise ValidationError(f"{where}: a {self.driver} store needs an absolute root directory, got {self.root!r}")
         if self.prefix.startswith("/") or ".." in self.prefix.split("/"):
             raise ValidationError(f"{where}: key prefix {self.prefix!r} must be relative without '..'")
         parse_store_url(self.url(), f"{where}: store")  # endpoint, region: as strict as a configured store

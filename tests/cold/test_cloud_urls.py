@@ -90,16 +90,17 @@ def test_good_cloud_urls(url: str, expected: StoreLocation) -> None:
 
 
 def test_driver_metadata_follows_pulsar() -> None:
-    """Pulsar's jclouds offloader records managedLedgerOffloadDriver, bucket (Azure: the container) and
-    serviceEndpoint; OffloadDriverMetadata.name is the driver."""
+    """Pulsar's jclouds offloader (TieredStorageConfiguration.getOffloadDriverMetadata) records
+    managedLedgerOffloadDriver (the JCloudBlobStoreProvider constant's name), bucket (Azure: the container),
+    region and serviceEndpoint, '' when not configured; OffloadDriverMetadata.name is the provider's driver."""
     az = parse_store_url("azure://cont/p?endpoint=http://127.0.0.1:10000/devstoreaccount1")
     assert az.driver == "azureblob"
-    assert az.driver_properties() == {"managedLedgerOffloadDriver": "azureblob", "bucket": "cont", "prefix": "p/",
-                                      "serviceEndpoint": "http://127.0.0.1:10000/devstoreaccount1"}
+    assert az.driver_properties() == {"managedLedgerOffloadDriver": "AZURE_BLOB", "bucket": "cont", "prefix": "p/",
+                                      "region": "", "serviceEndpoint": "http://127.0.0.1:10000/devstoreaccount1"}
     gs = parse_store_url("gs://bkt/q")
     assert gs.driver == "google-cloud-storage"
-    assert gs.driver_properties() == {"managedLedgerOffloadDriver": "google-cloud-storage", "bucket": "bkt",
-                                      "prefix": "q/"}
+    assert gs.driver_properties() == {"managedLedgerOffloadDriver": "GOOGLE_CLOUD_STORAGE", "bucket": "bkt",
+                                      "region": "", "serviceEndpoint": "", "prefix": "q/"}
     for loc in (az, gs):
         back = StoreLocation.from_driver_metadata(loc.driver_metadata())
         assert back == loc and back.same_objects(loc)

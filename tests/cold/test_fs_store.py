@@ -143,7 +143,7 @@ def test_component_of_255_bytes_is_fine(fs_store):
 
 def test_driver_properties(tmp_path):
     store = FilesystemBlobStore(tmp_path / "s")
-    assert store.driver == "filesystem"
+    assert store.driver == "tiered-local"
     assert store.driver_properties() == {"root": str(tmp_path / "s")}
 
 

@@ -30,7 +30,9 @@ def free_port() -> int:
 def test_driver_properties(moto_endpoint):
     store = S3BlobStore("bkt", endpoint_url=moto_endpoint, region="eu-west-1")
     assert store.driver == "aws-s3"
+    # the four properties Pulsar's TieredStorageConfiguration.getOffloadDriverMetadata writes, its spelling
     assert store.driver_properties() == {
+        "managedLedgerOffloadDriver": "AWS_S3",
         "bucket": "bkt",
         "region": "eu-west-1",
         "serviceEndpoint": moto_endpoint,
@@ -40,9 +42,11 @@ def test_driver_properties(moto_endpoint):
     cfg = store.client.meta.config
     assert cfg.retries == {"total_max_attempts": 4, "mode": "adaptive"}
     assert (cfg.connect_timeout, cfg.read_timeout) == (5.0, 30.0)
-    assert S3BlobStore("bkt", region="us-west-2").driver_properties() == {
+    assert S3BlobStore("bkt", region="us-west-2").driver_properties() == {  # AWS: no endpoint, '' as Pulsar's
+        "managedLedgerOffloadDriver": "AWS_S3",
         "bucket": "bkt",
         "region": "us-west-2",
+        "serviceEndpoint": "",
     }
 
 

@@ -333,3 +333,170 @@ def test_ledgers_in_the_workspace_store_are_read_with_its_timeouts(tmp_path) -> 
         assert store.client.meta.config.retries["total_max_attempts"] == 2
         dm.properties[0].value = "bkt-b"  # another bucket: the defaults
         assert ws.offloader_for_driver(dm).store.client.meta.config.read_timeout == 30
+
+
+# --- driver metadata as Pulsar's offloaders record it (tieredcore/cold/drivers.py) -------------------------
+
+
+def _dm(name: str, **props: str):
+    from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+
+    dm = pb.OffloadDriverMetadata(name=name)
+    for k, v in props.items():
+        dm.properties.add(key=k, value=v)
+    return dm
+
+
+def jclouds_metadata(driver: str, constant: str, bucket: str = "", region: str = "", endpoint: str = ""):
+    """What Pulsar >= 2.6 records (tiered-storage/jcloud: BlobStoreManagedLedgerOffloader.getOffloadDriverName is
+    the provider's driver; TieredStorageConfiguration.getOffloadDriverMetadata writes managedLedgerOffloadDriver
+    = the JCloudBlobStoreProvider constant's name, bucket, region, serviceEndpoint; '' when not configured)."""
+    return _dm(driver, managedLedgerOffloadDriver=constant, bucket=bucket, region=region, serviceEndpoint=endpoint)
+
+
+def legacy_metadata(driver: str, bucket: str, region: str = "", endpoint: str = ""):
+    """What Pulsar 2.2 - 2.5 recorded (its BlobStoreManagedLedgerOffloader: the driver name as configured,
+    DRIVER_NAMES = S3, aws-s3, google-cloud-storage matched ignoring case; bucket, region, endpoint)."""
+    return _dm(driver, bucket=bucket, region=region, endpoint=endpoint)
+
+
+PULSAR_DRIVERS = [
+    (jclouds_metadata("aws-s3", "AWS_S3", "pulsar-offload", "us-west-2"),
+     StoreLocation("s3", bucket="pulsar-offload", region="us-west-2")),
+    (jclouds_metadata("aws-s3", "AWS_S3", "pulsar-offload", "", "http://minio:9000"),
+     StoreLocation("s3", bucket="pulsar-offload", endpoint="http://minio:9000")),
+    (jclouds_metadata("google-cloud-storage", "GOOGLE_CLOUD_STORAGE", "pulsar-gcs", "europe-west3"),
+     StoreLocation("gs", bucket="pulsar-gcs")),
+    (jclouds_metadata("azureblob", "AZURE_BLOB", "pulsar-container"), StoreLocation("azure", bucket="pulsar-container")),
+    (legacy_metadata("S3", "old-bucket", "eu-west-1"), StoreLocation("s3", bucket="old-bucket", region="eu-west-1")),
+    (legacy_metadata("s3", "old-bucket", "", "http://ceph:7480"),  # the legacy `endpoint` key is honoured
+     StoreLocation("s3", bucket="old-bucket", endpoint="http://ceph:7480")),
+    (legacy_metadata("AWS-S3", "old-bucket", "us-east-1"), StoreLocation("s3", bucket="old-bucket", region="us-east-1")),
+    (legacy_metadata("google-cloud-storage", "old-gcs", "us-central1"), StoreLocation("gs", bucket="old-gcs")),
+    # this project's local store, and its records from before it recorded "tiered-local"
+    (_dm("tiered-local", root="/data/cold"), StoreLocation("file", root="/data/cold")),
+    (_dm("filesystem", root="/data/cold", prefix="p/"), StoreLocation("file", root="/data/cold", prefix="p/")),
+]
+
+
+@pytest.mark.parametrize("dm, expected", PULSAR_DRIVERS, ids=lambda x: getattr(x, "name", None))
+def test_every_driver_pulsar_records_opens_its_store(dm, expected) -> None:
+    assert StoreLocation.from_driver_metadata(dm) == expected
+
+
+@pytest.mark.parametrize("dm, match", [
+    # tiered-storage/file-system: FileSystemManagedLedgerOffloader records driver "filesystem" and one
+    # property, storageBasePath (hadoop.tmp.dir, or "null"): Hadoop MapFiles, not blob-store objects
+    (_dm("filesystem", storageBasePath="/pulsar/offloaded"), "Hadoop MapFile: not a blob-store offloader"),
+    (_dm("filesystem", storageBasePath="null"), "Hadoop MapFile: not a blob-store offloader"),
+    (_dm("filesystem", storageBasePath="/p", root="/x"), "Hadoop MapFile"),  # both: not ours to guess
+    (jclouds_metadata("aliyun-oss", "ALIYUN_OSS", "oss-bucket", "", "https://oss-cn-hangzhou.aliyuncs.com"),
+     "Aliyun OSS .*virtual-hosted"),
+    (jclouds_metadata("transient", "TRANSIENT", "test-bucket"), "in-memory"),
+    (_dm("hdfs", bucket="x"), "unknown offload driver 'hdfs'"),
+    (jclouds_metadata("aws-s3", "AWS_S3"), "without a 'bucket' property"),
+    (_dm("tiered-local"), "without a 'root' property"),
+])
+def test_drivers_this_project_does_not_read_say_why(dm, match) -> None:
+    with pytest.raises(ValidationError, match=match):
+        StoreLocation.from_driver_metadata(dm)
+
+
+@pytest.mark.parametrize("url", ["s3://bkt/p?endpoint=http://127.0.0.1:9000&region=eu-west-1", "s3://bkt",
+                                 "azure://cont/q", "gs://bkt", "file:///data/cold?prefix=x"])
+def test_what_the_project_records_carries_pulsars_keys(url) -> None:
+    loc = parse_store_url(url)
+    props = loc.driver_properties()
+    if loc.scheme == "file":
+        assert loc.driver == "tiered-local" and props["root"] == "/data/cold"
+        assert "managedLedgerOffloadDriver" not in props  # not one of Pulsar's drivers
+    else:
+        constant = {"s3": "AWS_S3", "azure": "AZURE_BLOB", "gs": "GOOGLE_CLOUD_STORAGE"}[loc.scheme]
+        assert {k: props[k] for k in ("managedLedgerOffloadDriver", "bucket")} == {
+            "managedLedgerOffloadDriver": constant, "bucket": loc.bucket}
+        assert props["serviceEndpoint"] == (loc.endpoint or "") and "region" in props
+    assert StoreLocation.from_driver_metadata(loc.driver_metadata()).same_objects(loc)
+
+
+def test_a_workspace_reads_ledgers_pulsar_recorded_with_each_s3_spelling(make_ws, moto_endpoint) -> None:
+    """Objects offloaded to S3 (moto) read back whether the ledger's driver metadata is what this project
+    writes, what Pulsar >= 2.6 writes, or what Pulsar 2.2 - 2.5 wrote (driver S3, legacy `endpoint`)."""
+    import boto3
+
+    from tests.support.workspaces import offload_one, sealed
+
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="pulsar-drivers")
+    ws = make_ws(["t/a"])  # its own store is a local one: reads must follow the ledger's driver metadata
+    topic = "persistent://t/a/topic-0000"
+    lid = sealed(ws, topic)[0]
+    s3 = parse_store_url(f"s3://pulsar-drivers?endpoint={moto_endpoint}&region=us-east-1")
+    offload_one(ws, topic, lid, offloader=ws.offloader_at(s3))
+    r = ws.reader("bookkeeper-first")
+    try:
+        expected = [(p, bytes(d)) for p, d in r.read(topic) if p.ledger_id == lid]
+    finally:
+        r.close()
+    ws.hot.delete_ledger(lid)  # from now on only the object store holds the ledger
+    for dm in (jclouds_metadata("aws-s3", "AWS_S3", "pulsar-drivers", "us-east-1", moto_endpoint),
+               legacy_metadata("S3", "pulsar-drivers", "", moto_endpoint),
+               legacy_metadata("aws-s3", "pulsar-drivers", "us-east-1", moto_endpoint)):
+        def rewrite(info, dm=dm):
+            ctx = info.ledgerInfo[0].offloadContext
+            ctx.driverMetadata.CopyFrom(dm)
+            ctx.bookkeeperDeleted = True
+        ws.ml.update_topic(topic, rewrite)
+        r = ws.reader()
+        try:
+            got = [(p, bytes(d)) for p, d in r.read(topic) if p.ledger_id == lid]
+        finally:
+            r.close()
+        assert got == expected and len(got) == 10
+
+
+def test_local_store_records_of_earlier_versions_still_read(make_ws) -> None:
+    """A workspace's existing records name its local store "filesystem" (with `root`): they read as before;
+    the same name with Pulsar's filesystem offloader's property fails that ledger's read, saying why."""
+    from tests.support.workspaces import offload_one, sealed
+    from tieredcore.errors import TieredError
+
+    ws = make_ws(["t/a"])
+    topic = "persistent://t/a/topic-0000"
+    lid = sealed(ws, topic)[0]
+    offload_one(ws, topic, lid)
+    info, _ = ws.ml.get_topic(topic)
+    dm = info.ledgerInfo[0].offloadContext.driverMetadata
+    assert dm.name == "tiered-local" and {kv.key for kv in dm.properties} == {"root"}
+    r = ws.reader("bookkeeper-first")
+    try:
+        expected = [(p, bytes(d)) for p, d in r.read(topic) if p.ledger_id == lid]
+    finally:
+        r.close()
+    ws.hot.delete_ledger(lid)
+    root = ws.store.root
+    for name, props, ok in (("filesystem", {"root": str(root)}, True),
+                            ("filesystem", {"storageBasePath": str(root)}, False)):
+        def rewrite(info, name=name, props=props):
+            ctx = info.ledgerInfo[0].offloadContext
+            ctx.driverMetadata.CopyFrom(_dm(name, **props))
+            ctx.bookkeeperDeleted = True
+        ws.ml.update_topic(topic, rewrite)
+        r = ws.reader()
+        try:
+            if ok:
+                assert [(p, bytes(d)) for p, d in r.read(topic) if p.ledger_id == lid] == expected
+            else:
+                with pytest.raises(TieredError, match="Hadoop MapFile"):
+                    list(r.read(topic))
+        finally:
+            r.close()
+
+
+def test_a_policy_names_the_local_store_either_way() -> None:
+    from tieredcore.policy import StoreSpec
+
+    new, old = StoreSpec("tiered-local", root="/x/cold", prefix="p"), StoreSpec("filesystem", root="/x/cold", prefix="p")
+    for spec in (new, old):
+        spec.validate("namespace a/b")
+    assert new.location() == old.location() and new.location().driver == "tiered-local"
+    with pytest.raises(ValidationError, match="absolute root"):
+        StoreSpec("tiered-local", root="x").validate("namespace a/b")

@@ -115,3 +115,16 @@ def test_codec_names():
 @given(st.sampled_from([c.NONE, c.LZ4, c.ZLIB, c.ZSTD, c.SNAPPY]), st.binary(max_size=5000))
 def test_round_trip(kind, data):
     assert c.decompress(kind, c.compress(kind, data), len(data)) == data
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 9), st.booleans())
+def test_other_writers_forms_read(data, level, content_size):
+    """Pulsar's decoders inflate exactly the declared size and never ask for the end of the stream, so
+    whatever zlib level or finishing a writer used, and zstd frames with or without a content size, read."""
+    finished = zlib.compress(data, level)
+    flushed = zlib.compressobj(level)
+    assert c.decompress(c.ZLIB, finished, len(data)) == data
+    assert c.decompress(c.ZLIB, flushed.compress(data) + flushed.flush(zlib.Z_SYNC_FLUSH), len(data)) == data
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=content_size).compress(data)
+    assert c.decompress(c.ZSTD, frame, len(data)) == data

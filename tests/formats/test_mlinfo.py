@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
+import cramjam
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tieredcore.errors import FormatError, ValidationError
+from tieredcore.formats import compression
 from tieredcore.formats.mlinfo import (
     MAGIC_MANAGED_INFO_METADATA,
     ManagedLedgerInfo,
@@ -207,3 +212,115 @@ def test_decode_accepts_bytearray_and_memoryview():
     data = encode_managed_ledger_info(_expected(), "ZLIB")
     assert decode_managed_ledger_info(bytearray(data)) == _expected()
     assert decode_managed_ledger_info(memoryview(data)) == _expected()
+
+
+# -- records as brokers write them ----------------------------------------------------------------------
+#
+# managed-ledger/src/main/java/org/apache/bookkeeper/mledger/impl/MetaStoreImpl.java, compressLedgerInfo:
+# with compression type NONE (the default) the record is ``info.toByteArray()``; otherwise, only when the
+# plain size is larger than the MetadataCompressionConfig threshold (``managedLedgerInfoCompressionThresholdInBytes``,
+# 16 KiB in broker.conf, 0 = always), ``compressManagedInfo`` writes writeShort(0x4778), writeInt(metadata
+# size), ManagedLedgerInfoMetadata{compressionType, uncompressedSize}, then the codec's encode() of the plain
+# bytes. parseManagedLedgerInfo tests the magic first and decodes exactly uncompressedSize bytes.
+
+
+def _pulsar_codec(kind: str) -> Callable[[bytes], bytes]:
+    """Each CompressionCodec*.encode of pulsar-common (see tests/formats/test_compression.py)."""
+    def zlib_sync(b: bytes) -> bytes:  # CompressionCodecZLib: Deflater(), SYNC_FLUSH, never finish()
+        d = zlib.compressobj()
+        return d.compress(b) + d.flush(zlib.Z_SYNC_FLUSH)
+
+    return {
+        "LZ4": lambda b: bytes(cramjam.lz4.compress_block(b, store_size=False)),  # Lz4RawCompressor
+        "ZLIB": zlib_sync,
+        "ZSTD": lambda b: zstandard.ZstdCompressor(level=3).compress(b),  # airlift ZstdCompressor, level 3
+        "SNAPPY": lambda b: bytes(cramjam.snappy.compress_raw(b)),  # SnappyRawCompressor
+    }[kind]
+
+
+def metastore_impl_record(info: ManagedLedgerInfo, kind: str = "NONE", threshold: int = 0) -> bytes:
+    """The bytes MetaStoreImpl.compressLedgerInfo stores for ``info``."""
+    raw = info.SerializeToString()
+    if kind == "NONE" or len(raw) <= threshold:
+        return raw
+    meta = pb.ManagedLedgerInfoMetadata(compressionType=pb.CompressionType.Value(kind),
+                                        uncompressedSize=len(raw)).SerializeToString()
+    return struct.pack(">hi", 0x4778, len(meta)) + meta + _pulsar_codec(kind)(raw)
+
+
+@pytest.mark.parametrize("kind", ["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"])
+def test_every_record_metastore_impl_writes_reads(kind):
+    info = _big_info()
+    record = metastore_impl_record(info, kind)
+    assert is_compressed(record) == (kind != "NONE")
+    assert decode_managed_ledger_info(record) == info
+    ours = encode_managed_ledger_info(info, kind)
+    header = len(ours) - len(compression.compress(compression.codec(kind), info.SerializeToString()))
+    assert ours[:header] == record[:header]  # the same magic, metadata length and metadata
+    if kind in ("NONE", "ZLIB", "ZSTD"):  # the same library at the same settings: byte for byte
+        assert ours == record
+
+
+def test_other_writers_forms_read_too():
+    """Finished zlib streams (Adler-32 and all: what other writers produced) and zstd frames without a
+    content size read like Pulsar's own."""
+    info = _big_info()
+    raw = info.SerializeToString()
+    for kind, payload in (("ZLIB", zlib.compress(raw)), ("ZLIB", zlib.compress(raw, 9)),
+                          ("ZSTD", zstandard.ZstdCompressor(write_content_size=False).compress(raw))):
+        assert decode_managed_ledger_info(_framed(pb.CompressionType.Value(kind), len(raw), payload)) == info
+
+
+def test_store_compresses_only_above_its_threshold(tmp_path):
+    """ManagedLedgerStore writes what MetaStoreImpl writes at the same compression and threshold."""
+    from tieredcore.meta.managed_ledgers import ManagedLedgerStore, topic_path
+    from tieredcore.meta.sqlite import SqliteMetadataStore
+
+    small, big = _expected(), _big_info()
+    store = SqliteMetadataStore(tmp_path / "m.db")
+    try:
+        threshold = small.ByteSize()  # not larger than the threshold: plain
+        ml = ManagedLedgerStore(store, compression="ZLIB", compression_threshold=threshold)
+        for i, info in enumerate((small, big)):
+            topic = f"t/a/persistent/x{i}"
+            ml.create_topic(topic, info)
+            assert bytes(store.get(topic_path(topic)).value) == metastore_impl_record(info, "ZLIB", threshold)
+            assert ml.get_topic(topic)[0] == info
+        assert not is_compressed(store.get(topic_path("t/a/persistent/x0")).value)
+        assert is_compressed(store.get(topic_path("t/a/persistent/x1")).value)
+        # threshold 0 (the library's default): every non-empty record is compressed
+        ml0 = ManagedLedgerStore(store, compression="ZLIB")
+        ml0.create_topic("t/a/persistent/x2", small)
+        assert is_compressed(store.get(topic_path("t/a/persistent/x2")).value)
+        for bad in (-1, "16k", True, 1.5):
+            with pytest.raises(ValidationError, match="compression_threshold"):
+                ManagedLedgerStore(store, compression="ZLIB", compression_threshold=bad)
+    finally:
+        store.close()
+
+
+_kv = st.builds(lambda k, v: pb.KeyValue(key=k, value=v), st.text(max_size=8), st.text(max_size=8))
+
+
+@st.composite
+def _infos(draw) -> ManagedLedgerInfo:
+    info = ManagedLedgerInfo()
+    for lid in draw(st.lists(st.integers(0, 2**63 - 1), max_size=6, unique=True)):
+        li = info.ledgerInfo.add(ledgerId=lid, entries=draw(st.integers(0, 10**6)),
+                                 size=draw(st.integers(0, 2**40)), timestamp=draw(st.integers(0, 2**45)))
+        if draw(st.booleans()):
+            ctx = li.offloadContext
+            ctx.uidMsb, ctx.uidLsb = draw(st.integers(-(2**63), 2**63 - 1)), draw(st.integers(-(2**63), 2**63 - 1))
+            ctx.complete = draw(st.booleans())
+            ctx.driverMetadata.name = draw(st.sampled_from(["aws-s3", "S3", "google-cloud-storage", "azureblob"]))
+            ctx.driverMetadata.properties.extend(draw(st.lists(_kv, max_size=3)))
+        li.properties.extend(draw(st.lists(_kv, max_size=2)))
+    info.properties.extend(draw(st.lists(_kv, max_size=3)))
+    return info
+
+
+@settings(max_examples=80, deadline=None)
+@given(_infos(), st.sampled_from(["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"]))
+def test_round_trip_every_codec(info, kind):
+    assert decode_managed_ledger_info(encode_managed_ledger_info(info, kind)) == info
+    assert decode_managed_ledger_info(metastore_impl_record(info, kind)) == info

@@ -227,7 +227,7 @@ def test_finds_exactly_the_seeded_orphans(seeded):
         topic, prefix = s.groups[k]
         assert (r.reason, r.topic, r.created_ms, r.component) == ("orphan", topic, s.as_of, "managed-ledger")
         props = {"root": str(s.cold), **({"prefix": prefix} if prefix else {})}
-        assert r.driver == {"name": "filesystem", "properties": props}
+        assert r.driver == {"name": "tiered-local", "properties": props}
         r.validate()
     for lid, r in hot.items():
         assert (r.topic, r.reason, r.uuid, r.created_ms) == (s.hot[lid][0], "orphan", "", s.as_of)

@@ -288,7 +288,7 @@ def test_trim_records_every_uuid_ever_recorded_then_removes_ledgers(four):
         assert r.reason == Reason.RETENTION and r.created_ms == as_of and r.topic == ML
         assert r.component == "managed-ledger"
         if r.type == TYPE_OFFLOADED:
-            assert r.driver["name"] == "filesystem" and r.driver["properties"]["root"]
+            assert r.driver["name"] == "tiered-local" and r.driver["properties"]["root"]
         else:
             assert r.driver == {}
     assert DeletionLog(ws.metadata).counters()["appended_hot"] == 2 + 1  # + the fixture's lag-cleanup record

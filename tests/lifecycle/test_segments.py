@@ -272,7 +272,7 @@ def test_retention_sends_segments_to_the_log_and_a_shared_segment_goes_with_its_
     assert [(r.ledger, r.outcome) for r in rows] == [(ids[0], "trimmed")]
     assert [(r.type, r.ledger_id, r.uuid, r.reason) for r in pending(ws)] == [
         ("ledger", ids[0], "", "retention"), ("segment", ids[0], s1, "retention")]
-    assert pending(ws, "segment")[0].driver["name"] == "filesystem"
+    assert pending(ws, "segment")[0].driver["name"] == "tiered-local"
     counts = drain_ok(ws, END_MS)
     assert counts["deleted"] == 1 and counts["still_in_use"] == 1  # the hot copy; S1 is ledger 1's too
     assert not ws.hot.exists(ids[0]) and seg_keys(s1) <= object_keys(ws.store)

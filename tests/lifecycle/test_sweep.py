@@ -631,7 +631,7 @@ def test_per_namespace_store_from_policy(make_ws, tmp_path):
     assert {(p.ledger_id, p.uuid) for p in map(parse_ledger_key, ws_keys)} == b_uuids
     # driver metadata records where each ledger went
     dm = ledger_infos(ws, T)[0].offloadContext.driverMetadata
-    assert dm.name == "filesystem"
+    assert dm.name == "tiered-local"  # this project's local store (Pulsar's "filesystem" is a Hadoop offloader)
     assert {kv.key: kv.value for kv in dm.properties} == {"root": str(other_root), "prefix": "ns-a/objs/"}
 
     # the lag cleanup verifies against that store, then reads follow the driver metadata

@@ -62,7 +62,7 @@ def assert_complete(env, ledger_id: int, uuid: str) -> None:
     assert context_uuid(li) == uuid
     assert li.offloadContext.complete
     assert li.offloadContext.timestamp == env.clock()
-    assert li.offloadContext.driverMetadata.name == "filesystem"
+    assert li.offloadContext.driverMetadata.name == "tiered-local"
 
 
 def cleanup(ledger_id: int, *uuids: str) -> list[tuple[str, int, str]]:

@@ -251,6 +251,14 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
             assert sum(1 for t in topics for _ in reader.read(t)) == TOPICS * LEDGERS * ENTRIES
         finally:
             reader.close()
+        # under Pulsar's own keys ({uuid}-ledger-{id}, no prefix: the stack's default), where the brokers of
+        # a Pulsar cluster sharing the bucket look for them
+        from tieredcore.cold.blob import iter_objects
+        from tieredcore.offload.context import context_uuid
+
+        keys = {o.key for o in iter_objects(ws.store) if not o.key.startswith("tiered-owner.")}
+        assert keys == {f"{context_uuid(li)}-ledger-{li.ledgerId}{suffix}" for t in topics
+                        for li in ws.ml.get_topic(t)[0].ledgerInfo[:-1] for suffix in ("", "-index")}
 
     # down stops exactly what up started: nothing of it is left
     tree = process_tree(set(pids.values()))

@@ -88,7 +88,7 @@ class BlobStoreContract:
 
     def test_is_a_blob_store(self, store):
         assert isinstance(store, BlobStore)
-        assert store.driver in ("filesystem", "aws-s3", "azureblob", "google-cloud-storage")
+        assert store.driver in ("tiered-local", "aws-s3", "azureblob", "google-cloud-storage")
         assert isinstance(store.driver_properties(), dict)
 
     def test_declares_its_fast_paths(self, store):

@@ -277,7 +277,7 @@ def records(env: Env) -> list[tuple[str, int, str]]:
         r = e.record
         assert r is not None and r.type == "offloaded", e
         assert r.topic == TOPIC.replace("default/", "default/persistent/")
-        assert r.driver["name"] == "filesystem" and r.driver["properties"]["root"] == str(env.raw_store.root)
+        assert r.driver["name"] == "tiered-local" and r.driver["properties"]["root"] == str(env.raw_store.root)
         out.append((r.reason, r.ledger_id, r.uuid))
     return sorted(out)
 
@@ -296,7 +296,7 @@ class _DrainWorkspace:
         return None  # the env's offloaders write no owner identity
 
     def offloader_for_driver(self, dm) -> LedgerOffloader:
-        if dm.name != "filesystem":
+        if dm.name != "tiered-local":
             raise ValidationError(f"unexpected driver {dm.name!r}")
         return self._offloader
 

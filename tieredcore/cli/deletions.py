@@ -209,13 +209,13 @@ def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     res = rep.as_dict()
     dead = 0 if a.dry_run else rep.dead_lettered + rep.malformed
     res["stats"] = DeletionLog(ws.metadata).stats()
-    res["_exit"] = EXIT_FAILED if dead else EXIT_OK
+    res["_exit"] = EXIT_FAILED if rep.failed() else EXIT_OK  # dead ones, or kept for an unreadable topic record
     if not a.json:
         counts = ", ".join(f"{v} {k}" for k, v in rep.counts().items() if v) or "nothing due"
         print(f"drain as of {as_of}{' (dry run)' if a.dry_run else ''}: {rep.entries} record(s): {counts}")
         for r in rep.rows:
             if r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED, Outcome.RETRYING, Outcome.REFUSED_MISMATCH,
-                             Outcome.REFUSED_FOREIGN):
+                             Outcome.REFUSED_FOREIGN, Outcome.UNREADABLE_TOPIC):
                 print(f"  {r.outcome:<16} {r.id} {r.topic} ledger {r.ledger} {r.type}: {r.error}")
         s = res["stats"]
         print(f"now in flight {s['in_flight']} (retrying {s['retrying']}), dead letters {s['dead_letter']}")

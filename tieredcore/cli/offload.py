@@ -148,8 +148,9 @@ def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Pro
 
 def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = select_topics(ws, args.namespace, args.topic)
-    return topic_status(ws, topics, ledgers=args.ledgers, by_namespace=args.by_namespace,
-                        cache=args.cache).as_dict()
+    report = topic_status(ws, topics, ledgers=args.ledgers, by_namespace=args.by_namespace, cache=args.cache)
+    # a topic whose record cannot be read fails the command (exit 1); every other topic is still shown
+    return {**report.as_dict(), "_exit": EXIT_FAILED if report.unreadable else EXIT_OK}
 
 
 def _partial_text(p: dict[str, Any]) -> str:
@@ -179,6 +180,9 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         _print_topics(res)
     if "cache" in res:
         print_cache(res["cache"])
+    for r in res["topics"]:
+        if r.get("error"):
+            print(f"ERROR {r['topic']}: its record cannot be read: {r['error']}")
 
 
 def _counters_text(d: dict[str, Any]) -> str:
@@ -217,7 +221,8 @@ def _print_by_namespace(res: dict[str, Any]) -> None:
     for ns, a in sorted(res["namespaces"].items()):
         print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
               f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
-              f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f} {a['objects']:>8,}")
+              f"{a['segments']:>8} {a['segment_bytes'] / 2**20:>8,.1f} {a['objects']:>8,}"
+              + (f"  ({a['unreadable']} unreadable)" if a.get("unreadable") else ""))
     st = res["store"]
     print(f"object store {st['url']}: {st['objects']:,} objects, {st['bytes'] / 2**20:,.1f} MiB")
 
@@ -227,6 +232,9 @@ def _print_topics(res: dict[str, Any]) -> None:
            f"{'objects':>8}")
     print(hdr)
     for r in res["topics"]:
+        if r.get("error"):
+            print(f"{r['topic']:<48} {'unreadable record (see below)':>30}")
+            continue
         print(f"{r['topic']:<48} {r['ledgers']:>7} {r['hot_only']:>6} {r['both']:>5} {r['offloaded_only']:>5} "
               f"{r['hot_bytes']:>14,} {r['offloaded_bytes']:>14,} {r['objects']:>8,}")
         if r["segments"] or r["segments_in_flight"]:

@@ -70,7 +70,7 @@ class MultipartUploadInfo:
 class BlobStore(Protocol):
     """What the offloader, readers, deletion drain and reconciliation need from an object store."""
 
-    driver: str  # OffloadDriverMetadata.name: 'filesystem' or 'aws-s3'
+    driver: str  # OffloadDriverMetadata.name (tieredcore.cold.drivers): 'tiered-local', 'aws-s3'...
     # the offloader's fast path: upload_part copies FileSlice pieces itself (in the kernel) rather than
     # being handed block buffers
     copies_file_slices: bool

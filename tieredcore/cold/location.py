@@ -33,6 +33,7 @@ from tieredcore.cold.client_settings import (
     S3_RETRY_MODE,
     S3_RETRY_MODES,
 )
+from tieredcore.cold.drivers import DRIVER_FILESYSTEM, SCHEME_DRIVERS, pulsar_properties, resolve
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
@@ -41,14 +42,8 @@ from tieredcore.units import timeout_seconds
 if TYPE_CHECKING:
     from tieredcore.cold.blob import BlobStore
 
-DRIVER_FILESYSTEM = "filesystem"
-DRIVER_S3 = "aws-s3"  # Pulsar's name for its S3 offload driver
-DRIVER_AZURE = "azureblob"  # Pulsar's (jclouds') Azure Blob provider
-DRIVER_GCS = "google-cloud-storage"  # Pulsar's (jclouds') GCS provider
-SCHEME_DRIVERS = {"file": DRIVER_FILESYSTEM, "s3": DRIVER_S3, "azure": DRIVER_AZURE, "gs": DRIVER_GCS}
-DRIVER_SCHEMES = {d: s for s, d in SCHEME_DRIVERS.items()}
-# Pulsar records its driver's name in every OffloadContext's driver metadata under this key, too
-PULSAR_DRIVER_PROPERTY = "managedLedgerOffloadDriver"
+# policies name a store by driver; "filesystem" (what earlier versions called the local store) stays accepted
+DRIVER_SCHEMES = {**{d: s for s, d in SCHEME_DRIVERS.items()}, DRIVER_FILESYSTEM: "file"}
 DEFAULT_REGION = "us-east-1"
 # driver-metadata properties of chunked (transformed) objects; Pulsar ignores properties it does not know
 CHUNKED_PROPERTY = "tieredChunked"
@@ -164,20 +159,18 @@ class StoreLocation:
     @property
     def driver(self) -> str:
         """OffloadDriverMetadata.name: Pulsar's ``aws-s3``, ``azureblob`` or ``google-cloud-storage`` driver, or
-        this project's ``filesystem``."""
+        this project's ``tiered-local`` (tieredcore.cold.drivers)."""
         return SCHEME_DRIVERS[self.scheme]
 
     def driver_properties(self) -> dict[str, str]:
+        """As Pulsar's jclouds offloader records them (managedLedgerOffloadDriver, bucket — Azure: the
+        container —, region, serviceEndpoint; '' for none), or ``root`` for the local store; then this
+        project's own: ``prefix`` (objects under a prefix are invisible to brokers), chunked objects."""
         if self.scheme == "file":
             props = {"root": self.root}
-        elif self.scheme == "s3":
-            props = {"bucket": self.bucket, "region": self.region or DEFAULT_REGION}
-            if self.endpoint:
-                props["serviceEndpoint"] = self.endpoint
-        else:  # as Pulsar's jclouds offloader records them: driver, bucket (Azure: the container), endpoint
-            props = {PULSAR_DRIVER_PROPERTY: self.driver, "bucket": self.bucket}
-            if self.endpoint:
-                props["serviceEndpoint"] = self.endpoint
+        else:
+            region = (self.region or DEFAULT_REGION) if self.scheme == "s3" else None
+            props = pulsar_properties(self.driver, self.bucket, region, self.endpoint)
         if self.prefix:
             props["prefix"] = self.prefix
         if self.chunked:
@@ -203,16 +196,11 @@ class StoreLocation:
         """The location an OffloadContext's driver metadata names (ValidationError: a driver or properties
         this build cannot open)."""
         props = {kv.key: kv.value for kv in dm.properties}
-        if dm.name == DRIVER_FILESYSTEM and props.get("root"):
-            loc = cls("file", prefix=props.get("prefix", ""), root=props["root"])
-        elif dm.name == DRIVER_S3 and props.get("bucket"):
-            loc = cls("s3", prefix=props.get("prefix", ""), bucket=props["bucket"],
-                      endpoint=props.get("serviceEndpoint") or None, region=props.get("region") or None)
-        elif dm.name in (DRIVER_AZURE, DRIVER_GCS) and props.get("bucket"):
-            loc = cls(DRIVER_SCHEMES[dm.name], prefix=props.get("prefix", ""), bucket=props["bucket"],
-                      endpoint=props.get("serviceEndpoint") or None)
-        else:
-            raise ValidationError(f"offloaded with driver {dm.name!r} and properties {sorted(props)}: cannot open")
+        try:
+            scheme, fields = resolve(dm.name, props)
+        except ValidationError as e:
+            raise ValidationError(f"offloaded with {e}") from None
+        loc = cls(scheme, prefix=props.get("prefix", ""), **fields)  # type: ignore[arg-type]
         loc = parse_store_url(loc.url(), f"driver metadata {dm.name}")  # as strict as a configured URL
         if props.get(CHUNKED_PROPERTY) == "true":
             loc = replace(loc, chunked=True, key_ring=props.get(KEY_RING_PROPERTY, ""),

@@ -15,7 +15,10 @@ For each due record, in this order:
      OffloadContext uuid (complete or in flight);
    - ``segment``: the topic exists and some ledger's offload segments name the uuid.
 
-   In use → acknowledged, nothing deleted (counter ``still_in_use``). Cursor and schema ledgers are not
+   In use → acknowledged, nothing deleted (counter ``still_in_use``). A topic record that cannot be read
+   counts as in use — what it references is unknown, and deleting the only copy of data needs proof: the
+   record stays in the log untouched (due again next drain) and the row is ``unreadable_topic``, a failure
+   of the run naming the record's path and why it cannot be read. Cursor and schema ledgers are not
    tracked by this project's metadata, so their use cannot be checked while the topic exists: such
    records are dead-lettered for an operator instead of being deleted blindly.
 3. **Ownership**: ``ledger`` records are checked against the hot ledger's custom metadata
@@ -61,6 +64,7 @@ from tieredcore.errors import (
     HotLedgerNotFoundError,
     NoSuchObjectError,
     TopicNotFoundError,
+    UnreadableRecordError,
     ValidationError,
 )
 from tieredcore.formats.keys import (
@@ -113,8 +117,8 @@ __all__ = [
 ]
 
 OUTCOMES = (
-    Outcome.DELETED, Outcome.ALREADY_DELETED, Outcome.STILL_IN_USE, Outcome.REFUSED_MISMATCH, Outcome.REFUSED_FOREIGN,
-    Outcome.MALFORMED,
+    Outcome.DELETED, Outcome.ALREADY_DELETED, Outcome.STILL_IN_USE, Outcome.UNREADABLE_TOPIC,
+    Outcome.REFUSED_MISMATCH, Outcome.REFUSED_FOREIGN, Outcome.MALFORMED,
     Outcome.RETRYING, Outcome.DEAD_LETTERED, Outcome.LOST_RACE, Outcome.WOULD_DELETE,
 )
 
@@ -148,6 +152,7 @@ class DrainReport:
     deleted: int = 0
     already_deleted: int = 0
     still_in_use: int = 0
+    unreadable_topic: int = 0  # the topic's record cannot be read: nothing deleted, the record kept
     refused_mismatch: int = 0
     refused_foreign: int = 0
     malformed: int = 0
@@ -179,6 +184,11 @@ class DrainReport:
         nothing."""
         return 0 if self.dry_run else self.dead_lettered + self.malformed
 
+    def failed(self) -> int:
+        """Records an operator must look at: dead ones, and those kept because their topic's record cannot
+        be read (a dry run too: the record is unreadable whatever the run changes)."""
+        return self.dead() + self.unreadable_topic
+
     # -- tieredcore.reports.JobReport ---------------------------------------------------------------
 
     def totals(self) -> Totals:
@@ -190,10 +200,11 @@ class DrainReport:
                                                                 "outcomes": {}})
             ns["ledgers"] += 1
             ns["outcomes"][r.outcome] = ns["outcomes"].get(r.outcome, 0) + 1
-            ns["failures"] += int(not self.dry_run and r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED))
+            ns["failures"] += int((not self.dry_run and r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED))
+                                  or r.outcome == Outcome.UNREADABLE_TOPIC)
         return totals(
             topics=len({r.topic for r in self.rows if r.topic}), ledgers=self.entries,
-            failures=self.dead() + len(self.task_errors),
+            failures=self.failed() + len(self.task_errors),
             outcomes={k: v for k, v in self.counts().items() if v}, namespaces=namespaces,
             counters={k: getattr(self, k) for k in COUNTERS},
         )
@@ -208,6 +219,8 @@ class DrainReport:
         out = [f"FAILED task {e}" for e in self.task_errors]
         out += [f"DEAD-LETTERED {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}"
                 for r in self.rows if r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED)]
+        out += [f"KEPT {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}"
+                for r in self.rows if r.outcome == Outcome.UNREADABLE_TOPIC]
         return out
 
     def merge(self, other: DrainReport) -> DrainReport:
@@ -334,6 +347,7 @@ class _Drain:
         self.identity = ws.identity_if_any() or ""  # no identity yet: objects naming one are not ours
         self.report = DrainReport(as_of_ms, dry_run)
         self._topics: dict[str, Any] = {}
+        self._unreadable: dict[str, UnreadableRecordError] = {}
         self._batches: dict[int, _Batch] = {}
 
     # -- outcomes
@@ -388,12 +402,19 @@ class _Drain:
     # -- per entry
 
     def _topic_info(self, t: TopicName):
+        """The topic's current record (None: no such topic), read once per drain; UnreadableRecordError
+        (remembered too) when it cannot be decoded."""
         name = t.managed_ledger_name
+        if name in self._unreadable:
+            raise self._unreadable[name]
         if name not in self._topics:
             try:
                 self._topics[name] = self.ws.ml.get_topic(t)[0]
             except TopicNotFoundError:
                 self._topics[name] = None
+            except UnreadableRecordError as e:
+                self._unreadable[name] = e
+                raise
         return self._topics[name]
 
     def process(self, entry: Entry) -> None:
@@ -416,7 +437,11 @@ class _Drain:
         except _Unsupported as e:
             self._dead(entry, row, Outcome.DEAD_LETTERED, str(e))
             return
-        except Exception as e:  # unreadable topic record, metadata store down: cannot decide now
+        except UnreadableRecordError as e:  # in use as far as anyone can tell: keep the record as it is
+            log.warning("deletion %s kept: %s", entry.id, e)
+            self._set(row, Outcome.UNREADABLE_TOPIC, f"{e}: taken as still in use, nothing deleted, record kept")
+            return
+        except Exception as e:  # metadata store down: cannot decide now
             self._fail(entry, row, f"reading topic {t.managed_ledger_name}: {type(e).__name__}: {e}")
             return
         if why is not None:

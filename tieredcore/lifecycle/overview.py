@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
-from tieredcore.errors import FormatError, NotFoundError
+from tieredcore.errors import FormatError, NotFoundError, UnreadableRecordError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
@@ -45,7 +45,8 @@ def _empty_tiers() -> dict[str, dict[str, int]]:
 
 def tier_snapshot(ws: Workspace) -> dict[str, dict[str, Any]]:
     """Per namespace: ledgers and bytes per tier and object-store objects (data + index per offloaded copy
-    or segment), from the topic records alone (what a run report records under ``tiers``)."""
+    or segment), from the topic records alone (what a run report records under ``tiers``); topics whose
+    record cannot be read are counted under ``unreadable`` (only when there are some)."""
     out: dict[str, dict[str, Any]] = {}
     for name in ws.ml.list_namespaces():
         acc = out.setdefault(name, {**_empty_tiers(), "objects": 0})
@@ -54,6 +55,9 @@ def tier_snapshot(ws: Workspace) -> dict[str, dict[str, Any]]:
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
                 continue  # deleted since listing
+            except UnreadableRecordError:
+                acc["unreadable"] = acc.get("unreadable", 0) + 1
+                continue
             for li in info.ledgerInfo:
                 tier = acc[tier_of(li)]
                 tier["ledgers"] += 1
@@ -164,6 +168,8 @@ class NamespaceOverview:
     requests_per_month: float
     storage_cost_month: float
     request_cost_month: float
+    # topics whose record cannot be read ("topic: path: reason"): in none of the numbers above
+    unreadable_topics: list[str] = field(default_factory=list)
 
     @property
     def cost_month(self) -> float:
@@ -199,6 +205,7 @@ class _Scanned:
     objects: int = 0
     offload_lag_ms: int | None = None
     deletion_lag_ms: int | None = None
+    unreadable: list[str] = field(default_factory=list)
 
 
 def _scan_topic(acc: _Scanned, ledgers: list, pol: OffloadPolicy, now_ms: int) -> None:
@@ -235,6 +242,9 @@ def _scan_namespaces(ws: Workspace, now_ms: int) -> dict[str, _Scanned]:
             try:
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
+                continue
+            except UnreadableRecordError as e:  # this topic is reported; the namespace's others are counted
+                acc.unreadable.append(f"{t.full}: {e.path}: {e.reason}")
                 continue
             _scan_topic(acc, list(info.ledgerInfo), ps.for_topic(t), now_ms)
     return rows
@@ -302,6 +312,7 @@ def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dea
         requests_per_month=round(sum(per_month.values()), 1),
         storage_cost_month=prices.storage_cost(stored + (orphan or 0)),
         request_cost_month=prices.requests_cost(per_month),
+        unreadable_topics=list(acc.unreadable),
     )
 
 
@@ -319,6 +330,7 @@ def _totals(namespaces: list[NamespaceOverview], in_flight: dict[str, int], dead
         "requests_per_month": round(sum(month_all.values()), 1),
         "storage_cost_month": prices.storage_cost(stored_all + (orphan_all or 0)),
         "request_cost_month": prices.requests_cost(month_all),
+        "unreadable_topics": sum(len(n.unreadable_topics) for n in namespaces),
     }
     totals["cost_month"] = totals["storage_cost_month"] + totals["request_cost_month"]
     return totals

@@ -9,13 +9,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tieredcore.errors import TopicNotFoundError
+from tieredcore.errors import TopicNotFoundError, UnreadableRecordError
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
 from tieredcore.lifecycle.work import (
     KIND_RETENTION,
     LedgerResult,
     TopicWork,
     resolve_namespaces,
+    unreadable_unit,
 )
 from tieredcore.meta.deletion_log import (
     TYPE_LEDGER,
@@ -97,6 +98,9 @@ def plan_retention(
                 info, _ = ws.ml.get_topic(t)
             except TopicNotFoundError:
                 continue  # deleted since listing
+            except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
+                out.append(unreadable_unit(e, KIND_RETENTION, as_of_ms, dry_run))
+                continue
             ids = select_for_trim(info.ledgerInfo, pol, as_of_ms)
             if ids:
                 out.append(TopicWork(t.full, KIND_RETENTION, ids, as_of_ms, dry_run))

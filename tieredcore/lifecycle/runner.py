@@ -22,6 +22,7 @@ from tieredcore.lifecycle.work import (
     KIND_SCRUB,
     LedgerResult,
     TopicWork,
+    unreadable_rows,
 )
 from tieredcore.names import TopicName
 from tieredcore.outcomes import Outcome
@@ -40,6 +41,10 @@ def run_work(config: Config, units: Iterable[dict], *, with_cache: bool = False)
         for u in units:
             w = TopicWork(**u)
             t = TopicName.parse(w.topic)
+            failed = unreadable_rows(w)  # planned for a record that could not be read: nothing to run
+            if failed:
+                yield from (asdict(r) for r in failed)
+                continue
             try:
                 with request_label(t.namespace_name):  # the run report's requests per namespace
                     pol = ps.for_topic(t)

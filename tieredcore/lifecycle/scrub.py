@@ -39,9 +39,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
-from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError
+from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError, UnreadableRecordError
 from tieredcore.hot.tier import HotTier
-from tieredcore.lifecycle.work import KIND_SCRUB, LedgerResult, TopicWork, held_topic_rows, resolve_namespaces
+from tieredcore.lifecycle.work import (
+    KIND_SCRUB,
+    LedgerResult,
+    TopicWork,
+    held_topic_rows,
+    resolve_namespaces,
+    unreadable_unit,
+)
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
@@ -82,6 +89,9 @@ def plan_scrub(
             info, _ = ws.ml.get_topic(t)
         except NotFoundError:
             continue  # deleted since listing
+        except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
+            out.append(unreadable_unit(e, KIND_SCRUB, as_of_ms, dry_run))
+            continue
         ids = [li.ledgerId for li in info.ledgerInfo if has_offloaded_copy(li)]
         if ids:
             out.append(TopicWork(t.full, KIND_SCRUB, ids, as_of_ms, dry_run,

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tieredcore.cold.location import StoreLocation
-from tieredcore.errors import FormatError, HotLedgerNotFoundError, NotFoundError, TieredError, ValidationError
+from tieredcore.errors import (
+    FormatError,
+    HotLedgerNotFoundError,
+    NotFoundError,
+    TieredError,
+    UnreadableRecordError,
+    ValidationError,
+)
 from tieredcore.formats.keys import INDEX_SUFFIX, LEDGER_INFIX, MANIFEST_SUFFIX, normalize_prefix
 from tieredcore.formats.manifest import Manifest
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
@@ -95,11 +102,15 @@ class TopicStatus:
     partially_streamed: list[PartialLedger] = field(default_factory=list)
     segments_in_flight: int = 0  # segments not (or no longer) completed: in flight or abandoned
     objects: int = 0  # object-store objects holding the topic's data (data + index per V1 copy or segment)
+    # the topic's record cannot be read ("path: reason"): nothing else is known of it (version None)
+    error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.ledger_detail is None:
             del d["ledger_detail"]
+        if not self.error:
+            del d["error"]
         return d
 
 
@@ -116,9 +127,13 @@ class NamespaceStatus:
     segments: int = 0
     segment_bytes: int = 0
     objects: int = 0
+    unreadable: int = 0  # topics whose record cannot be read (in ``topics``, in no other count)
 
     def add(self, t: TopicStatus) -> None:
         self.topics += 1
+        if t.error:
+            self.unreadable += 1
+            return
         self.ledgers += t.ledgers
         self.hot_only += t.hot_only
         self.both += t.both
@@ -176,6 +191,10 @@ class StatusReport:
     store: StoreTotals | None = None
     cache: CacheStatus | None = None
 
+    @property
+    def unreadable(self) -> list[TopicStatus]:
+        return [t for t in self.topics if t.error]
+
     def as_dict(self) -> dict[str, Any]:
         res: dict[str, Any] = {"topics": [t.as_dict() for t in self.topics]}
         if self.namespaces is not None:
@@ -203,7 +222,11 @@ def topic_status(ws: Workspace, topics: Sequence[TopicName], *, ledgers: bool = 
 
 
 def _topic(ws: Workspace, t: TopicName, with_ledgers: bool) -> TopicStatus:
-    info, version = ws.ml.get_topic(t)
+    try:
+        info, version = ws.ml.get_topic(t)
+    except UnreadableRecordError as e:  # this topic's row says so; every other topic is shown as usual
+        return TopicStatus(t.full, None, 0, ledger_detail=[] if with_ledgers else None,
+                           error=f"{e.path}: {e.reason}")
     row = TopicStatus(t.full, version, len(info.ledgerInfo), ledger_detail=[] if with_ledgers else None)
     per_ledger = _segment_status(ws, info, row)
     row.objects = 2 * len({u for li in info.ledgerInfo for u in copy_uuids(li)})
@@ -326,7 +349,13 @@ def transformed_bytes(ws: Workspace, topics: list[TopicName]) -> tuple[dict[str,
     out: dict[str, TransformedBytes] = {}
     errors: list[str] = []
     for t in topics:
-        info, _ = ws.ml.get_topic(t)
+        try:
+            info, _ = ws.ml.get_topic(t)
+        except UnreadableRecordError as e:
+            errors.append(str(e))
+            continue
+        except NotFoundError:
+            continue  # deleted since listed
         agg = out.setdefault(t.namespace_name, TransformedBytes())
         for li in info.ledgerInfo:
             for dm, names in _copies(li):

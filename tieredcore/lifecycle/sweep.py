@@ -42,6 +42,7 @@ from tieredcore.errors import (
     HotLedgerNotFoundError,
     NotFoundError,
     TieredError,
+    UnreadableRecordError,
 )
 from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.planner import (
@@ -59,6 +60,7 @@ from tieredcore.lifecycle.work import (
     format_covers,
     held_topic_rows,
     resolve_namespaces,
+    unreadable_unit,
 )
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.meta.reasons import Reason
@@ -98,6 +100,11 @@ def plan_offload(
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
                 continue  # deleted since listing
+            except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
+                out.append(unreadable_unit(e, KIND_OFFLOAD, as_of_ms, dry_run))
+                if max_topics is not None and len(out) >= max_topics:
+                    return out
+                continue
             if pol.streaming:
                 w = plan_streaming(ws.hot, t, info, as_of_ms, dry_run)
                 if w is not None:
@@ -175,6 +182,9 @@ def plan_lag_cleanup(
             try:
                 info, _ = ws.ml.get_topic(t)
             except NotFoundError:
+                continue
+            except UnreadableRecordError as e:
+                out.append(unreadable_unit(e, KIND_LAG_CLEANUP, as_of_ms, dry_run))
                 continue
             ids = [li.ledgerId for li in info.ledgerInfo if deletion_lag_due(li, lag, as_of_ms)]
             if ids:

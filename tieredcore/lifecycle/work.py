@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
-from tieredcore.errors import LeaseHeldError, TieredError
+from tieredcore.errors import LeaseHeldError, TieredError, UnreadableRecordError
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.names import NamespaceName, TopicName
@@ -35,6 +35,10 @@ UNIT_SEGMENT = "segment"
 # a segment that did not land stops its topic's streaming offload for this run: these fail the run too
 # (a held tail waits for its rollover time, a busy topic is offloaded by its lease holder: neither fails)
 SEGMENT_FAILED_OUTCOMES = FAILED_OUTCOMES | {"conflict"}
+# TopicWork.options: the topic's record could not be read when the unit was planned ("path: reason"); the
+# unit carries no ledgers and runs nothing: it is one failed row for the topic (ledger RECORD_ROW)
+OPTION_UNREADABLE = "unreadable"
+RECORD_ROW = -1  # LedgerResult.ledger of a row about the topic's record rather than one of its ledgers
 
 
 @dataclass
@@ -92,6 +96,8 @@ class LedgerResult:
         """How a message names the row's unit."""
         if self.is_segment:
             return f"segment {self.uuid or '(not started)'} [{self.covers}]"
+        if self.ledger == RECORD_ROW:
+            return "topic record"
         return f"ledger {self.ledger}"
 
 
@@ -109,6 +115,23 @@ def parse_covers(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+
+
+def unreadable_unit(e: UnreadableRecordError, kind: str, as_of_ms: int, dry_run: bool = False) -> TopicWork:
+    """The unit a planner emits for a topic whose record it cannot read: no ledgers, the reason in
+    OPTION_UNREADABLE; it runs nothing and reports one failed row (:func:`unreadable_rows`), so the run
+    counts a failure for that topic while every other topic is planned and run as usual."""
+    return TopicWork(e.topic, kind, [], as_of_ms, dry_run, {OPTION_UNREADABLE: f"{e.path}: {e.reason}"})
+
+
+def unreadable_rows(w: TopicWork) -> list[LedgerResult]:
+    """The failed row of a unit planned for an unreadable record (empty for any other unit)."""
+    why = w.options.get(OPTION_UNREADABLE)
+    if not why:
+        return []
+    t = TopicName.parse(w.topic)
+    return [LedgerResult(t.full, t.namespace_name, RECORD_ROW, w.kind, Outcome.FAILED,
+                         error=f"UnreadableRecordError: the topic's record cannot be read: {why}")]
 
 
 def resolve_namespaces(ml: ManagedLedgerStore, policies: PolicyStore, namespaces: Iterable[str] | None,

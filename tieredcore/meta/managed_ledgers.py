@@ -22,6 +22,7 @@ from tieredcore.errors import (
     FormatError,
     NodeNotFoundError,
     TopicNotFoundError,
+    UnreadableRecordError,
     ValidationError,
     VersionConflictError,
 )
@@ -71,18 +72,28 @@ def find_ledger(info: ManagedLedgerInfo, ledger_id: int) -> LedgerInfo | None:
 class ManagedLedgerStore:
     """Topic records and namespace policies on top of any :class:`MetadataStore`.
 
-    ``compression``: how records are written (None = plain protobuf, as Pulsar by default;
-    "ZLIB" / "ZSTD"); any supported form is read whatever this says.
+    ``compression``: how records are written (None = plain protobuf, as Pulsar by default; "LZ4", "ZLIB",
+    "ZSTD", "SNAPPY"), and ``compression_threshold``: only a record whose plain form is larger than this
+    many bytes is compressed — Pulsar's ``MetaStoreImpl.compressLedgerInfo`` with its
+    ``MetadataCompressionConfig`` (the managed-ledger library's default is 0: always; brokers configure
+    ``managedLedgerInfoCompressionThresholdInBytes``, 16 KiB by default). Any form is read whatever
+    these say. A record that cannot be decoded raises :class:`UnreadableRecordError` (topic, path, reason).
     """
 
-    def __init__(self, store: MetadataStore, compression: str | None = None) -> None:
+    def __init__(self, store: MetadataStore, compression: str | None = None, compression_threshold: int = 0) -> None:
+        if not isinstance(compression_threshold, int) or isinstance(compression_threshold, bool) \
+                or compression_threshold < 0:
+            raise ValidationError(f"compression_threshold must be a number of bytes >= 0, got {compression_threshold!r}")
         self.store = store
         self.compression = compression
+        self.compression_threshold = compression_threshold
         encode_managed_ledger_info(ManagedLedgerInfo(), compression)  # validate the option now
 
     # --- topics ----------------------------------------------------------------------------
 
     def _encode(self, info: ManagedLedgerInfo) -> bytes:
+        if self.compression is not None and info.ByteSize() <= self.compression_threshold:
+            return encode_managed_ledger_info(info)  # at or below the threshold: plain, as Pulsar writes it
         return encode_managed_ledger_info(info, self.compression)
 
     @staticmethod
@@ -90,7 +101,7 @@ class ManagedLedgerStore:
         try:
             return decode_managed_ledger_info(data)
         except FormatError as e:
-            raise FormatError(f"topic {topic.full}: {e}") from None
+            raise UnreadableRecordError(topic.full, topic_path(topic), str(e)) from None
 
     def get_topic(self, topic: TopicLike) -> tuple[ManagedLedgerInfo, int]:
         """The topic's record and its version; TopicNotFoundError when there is none."""

@@ -67,6 +67,7 @@ from tieredcore.cold.blob import (
     normalize_metadata,
 )
 from tieredcore.cold.client_settings import S3_CONNECT_TIMEOUT, S3_MAX_ATTEMPTS, S3_READ_TIMEOUT
+from tieredcore.cold.drivers import DRIVER_AZURE, pulsar_properties
 from tieredcore.cold.requests import counted
 from tieredcore.errors import (
     BadRangeError,
@@ -79,7 +80,6 @@ from tieredcore.errors import (
 )
 from tieredcore.model import Buffer
 
-DRIVER_AZURE = "azureblob"  # Pulsar's (jclouds') name for the Azure Blob provider
 ENV_CONNECTION_STRING = "AZURE_STORAGE_CONNECTION_STRING"
 ENV_ACCOUNT = "AZURE_STORAGE_ACCOUNT"
 ENV_KEY = "AZURE_STORAGE_KEY"
@@ -199,11 +199,8 @@ class AzureBlobStore:
         return f"AzureBlobStore({self.container!r} at {self.client.url.rsplit('/', 1)[0]})"
 
     def driver_properties(self) -> dict[str, str]:
-        # Pulsar's offload driver metadata: the driver, the container as "bucket", the endpoint if any
-        props = {"managedLedgerOffloadDriver": DRIVER_AZURE, "bucket": self.container}
-        if self.endpoint:
-            props["serviceEndpoint"] = self.endpoint
-        return props
+        # Pulsar's offload driver metadata: the driver, the container as "bucket", no region, the endpoint
+        return pulsar_properties(DRIVER_AZURE, self.container, None, self.endpoint)
 
     # --- errors --------------------------------------------------------------------------------
 

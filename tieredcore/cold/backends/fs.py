@@ -50,6 +50,7 @@ from tieredcore.cold.blob import (
     normalize_metadata,
     piece_length,
 )
+from tieredcore.cold.drivers import DRIVER_LOCAL
 from tieredcore.cold.requests import counted
 from tieredcore.errors import (
     BadRangeError,
@@ -133,7 +134,7 @@ class _DirListing:
 class FilesystemBlobStore:
     """BlobStore on a local (or shared POSIX) filesystem directory."""
 
-    driver = "filesystem"
+    driver = DRIVER_LOCAL  # not "filesystem": Pulsar's Hadoop offloader has that name
 
     def __init__(self, root: str | Path, fsync: bool = True) -> None:
         self.root = Path(root).absolute()

@@ -62,6 +62,7 @@ from tieredcore.cold.blob import (
     normalize_metadata,
 )
 from tieredcore.cold.client_settings import S3_CONNECT_TIMEOUT, S3_MAX_ATTEMPTS, S3_READ_TIMEOUT
+from tieredcore.cold.drivers import DRIVER_GCS, pulsar_properties
 from tieredcore.cold.requests import counted
 from tieredcore.errors import (
     BadRangeError,
@@ -74,7 +75,6 @@ from tieredcore.errors import (
 )
 from tieredcore.model import Buffer
 
-DRIVER_GCS = "google-cloud-storage"  # Pulsar's (jclouds') name for the GCS provider
 ENV_EMULATOR = "STORAGE_EMULATOR_HOST"
 ENV_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
 ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
@@ -207,10 +207,7 @@ class GcsBlobStore:
         return f"GcsBlobStore({self.bucket_name!r})"
 
     def driver_properties(self) -> dict[str, str]:
-        props = {"managedLedgerOffloadDriver": DRIVER_GCS, "bucket": self.bucket_name}
-        if self.endpoint:
-            props["serviceEndpoint"] = self.endpoint
-        return props
+        return pulsar_properties(DRIVER_GCS, self.bucket_name, None, self.endpoint)
 
     # --- errors --------------------------------------------------------------------------------
 

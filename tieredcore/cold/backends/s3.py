@@ -47,6 +47,7 @@ from tieredcore.cold.client_settings import (
     S3_RETRY_MODE,
     S3_RETRY_MODES,
 )
+from tieredcore.cold.drivers import DRIVER_S3, pulsar_properties
 from tieredcore.cold.requests import counted
 from tieredcore.errors import (
     BadRangeError,
@@ -129,7 +130,7 @@ def _no_retry_on_bare_500(response: Any = None, **_: Any) -> bool | None:
 class S3BlobStore:
     """BlobStore on one S3 bucket."""
 
-    driver = "aws-s3"
+    driver = DRIVER_S3
 
     def __init__(
         self,
@@ -185,10 +186,7 @@ class S3BlobStore:
         return f"S3BlobStore({self.bucket!r}{where})"
 
     def driver_properties(self) -> dict[str, str]:
-        props = {"bucket": self.bucket, "region": self.region}
-        if self.endpoint_url:
-            props["serviceEndpoint"] = self.endpoint_url
-        return props
+        return pulsar_properties(DRIVER_S3, self.bucket, self.region, self.endpoint_url)
 
     # --- errors --------------------------------------------------------------------------------
 

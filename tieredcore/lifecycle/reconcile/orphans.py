@@ -9,7 +9,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 
 from tieredcore.cold.blob import BlobStore, MultipartUploadInfo
-from tieredcore.errors import NotFoundError, TieredError, ValidationError
+from tieredcore.errors import NotFoundError, TieredError, UnreadableRecordError, ValidationError
 from tieredcore.formats.keys import INDEX_SUFFIX, MANIFEST_SUFFIX, OFFSETS_SUFFIX, normalize_prefix, parse_key
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
@@ -156,6 +156,7 @@ class HotOrphans:
     foreign: int = 0  # no (valid) managed-ledger custom metadata: counted, never touched
     young: int = 0  # unlisted but created within the grace period (or creation time unknown)
     scheduled: int = 0  # unlisted, but the deletion log already has a record for them
+    unreadable: int = 0  # their topic's record cannot be read: whether it lists them is unknown, never touched
 
     @property
     def bytes(self) -> int:
@@ -201,8 +202,12 @@ def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE
             continue
         candidates.append((lid, name, md.ctime, md.length))
     topics: dict[str, dict[int, bool] | None] = {}  # name -> {ledger id: bookkeeperDeleted} or None (missing)
+    unreadable: set[str] = set()  # topics whose record cannot be read
     unlisted: list[HotOrphan] = []
     for lid, name, ctime, length in candidates:
+        if name in unreadable:
+            out.unreadable += 1
+            continue
         if name not in topics:
             try:
                 info, _ = ws.ml.get_topic(name)
@@ -212,6 +217,10 @@ def find_hot_orphans(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE
                                 for li in info.ledgerInfo}
             except NotFoundError:
                 topics[name] = None
+            except UnreadableRecordError:  # it may list this ledger: never an orphan while unreadable
+                unreadable.add(name)
+                out.unreadable += 1
+                continue
         listed = topics[name]
         if listed is None:
             reason = HOT_TOPIC_MISSING

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tieredcore.errors import NotFoundError
+from tieredcore.errors import NotFoundError, UnreadableRecordError
 from tieredcore.formats.keys import UUID_PATTERN
 from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionLog
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
@@ -20,22 +20,30 @@ from tieredcore.offload.context import add_referenced_uuids
 _UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
 
 
-def iter_topics(ml: ManagedLedgerStore) -> Iterator[tuple[TopicName, Any]]:
-    """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped."""
+def iter_topics(ml: ManagedLedgerStore,
+                unreadable: list[UnreadableRecordError] | None = None) -> Iterator[tuple[TopicName, Any]]:
+    """(topic, ManagedLedgerInfo) of every topic; topics deleted while listing are skipped, and so are
+    topics whose record cannot be read (appended to ``unreadable`` when given: what they reference is
+    unknown, see :func:`tieredcore.lifecycle.reconcile.run.plan_and_apply`)."""
     for ns in ml.list_namespaces():
         for t in ml.list_topics(ns):
             try:
                 info, _ = ml.get_topic(t)
             except NotFoundError:
                 continue
+            except UnreadableRecordError as e:
+                if unreadable is not None:
+                    unreadable.append(e)
+                continue
             yield t, info
 
 
-def metadata_uuids(ml: ManagedLedgerStore) -> set[str]:
+def metadata_uuids(ml: ManagedLedgerStore, unreadable: list[UnreadableRecordError] | None = None) -> set[str]:
     """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
-    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts."""
+    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts. The
+    records that cannot be read go to ``unreadable``: their references are missing from the set."""
     out: set[str] = set()
-    for _t, info in iter_topics(ml):
+    for _t, info in iter_topics(ml, unreadable):
         for li in info.ledgerInfo:
             add_referenced_uuids(li, out)
     return out
@@ -72,9 +80,10 @@ def deletion_log_references(metadata: MetadataStore) -> LogReferences:
     return refs
 
 
-def referenced_uuids(ml: ManagedLedgerStore, metadata: MetadataStore) -> set[str]:
+def referenced_uuids(ml: ManagedLedgerStore, metadata: MetadataStore,
+                     unreadable: list[UnreadableRecordError] | None = None) -> set[str]:
     """Metadata references (:func:`metadata_uuids`), then the deletion log's uuids — in that order
-    (see the package docstring)."""
-    out = metadata_uuids(ml)
+    (see the package docstring). Unreadable topic records go to ``unreadable``."""
+    out = metadata_uuids(ml, unreadable)
     out |= deletion_log_references(metadata).uuids
     return out

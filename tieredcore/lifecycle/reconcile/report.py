@@ -19,7 +19,7 @@ MAX_SAMPLE_KEYS = 10
 # the report's counters a run summary shows as its outcomes
 OUTCOME_COUNTERS = ("orphan_groups", "orphan_segments", "orphan_objects", "hot_orphans", "records_appended", "stale_uploads",
                     "uploads_aborted", "foreign_keys", "foreign_cluster_groups", "young_unreferenced",
-                    "young_hot_ledgers")
+                    "young_hot_ledgers", "withheld_groups", "withheld_hot_ledgers")
 # the report's detail.parquet (Spark DDL): one row per orphan object, hot ledger or stale upload
 DETAIL_SCHEMA = ("location string, kind string, key string, size long, last_modified_ms long, uuid string, "
                  "ledger_id long, topic string, namespace string")
@@ -62,6 +62,13 @@ class ReconcileReport:
     young_unreferenced: int = 0  # objects
     young_hot_ledgers: int = 0
     scheduled_hot_ledgers: int = 0
+    # topics whose record cannot be read: what they reference is unknown, so no unreferenced object of
+    # their namespace (nor any naming no topic) and no hot ledger naming them is recorded this run
+    unreadable_topics: list[str] = field(default_factory=list)
+    withheld_groups: int = 0  # unreferenced, old enough, but maybe an unreadable record's: left alone
+    withheld_objects: int = 0
+    withheld_bytes: int = 0
+    withheld_hot_ledgers: int = 0
     oldest_orphan_age_ms: int | None = None
     sample_keys: list[str] = field(default_factory=list)
     # namespace -> kind (offloaded | segment | ledger | upload) -> {"count": records/uploads, "objects": n,
@@ -102,6 +109,9 @@ class ReconcileReport:
                     acc["ledgers"] += d["count"]
                 acc["bytes"] += d["bytes"]
                 acc["outcomes"][kind] = d["count"]
+        for topic in self.unreadable_topics:  # each is one of the run's errors too
+            acc = namespaces.setdefault(namespace_of(topic), {"ledgers": 0, "bytes": 0, "failures": 0, "outcomes": {}})
+            acc["failures"] += 1
         return totals(
             ledgers=self.orphan_groups + self.hot_orphans, bytes=self.orphan_bytes + self.hot_orphan_bytes,
             failures=len(self.errors), namespaces=namespaces,

@@ -11,10 +11,11 @@ from typing import Any
 
 from tieredcore.cold.blob import BlobStore
 from tieredcore.cold.location import StoreLocation
-from tieredcore.errors import StoreOwnershipError, TieredError
+from tieredcore.errors import StoreOwnershipError, TieredError, UnreadableRecordError
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, gc_paused, list_objects
 from tieredcore.lifecycle.reconcile.orphans import (
     DEFAULT_GRACE_MS,
+    UNKNOWN_TOPIC,
     HotOrphans,
     ObjectOrphans,
     OrphanGroup,
@@ -243,6 +244,13 @@ def _plan_object_orphans(
             rep.foreign_cluster_bytes += g.bytes
             if len(rep.foreign_cluster_samples) < MAX_SAMPLE_KEYS:
                 rep.foreign_cluster_samples.append(why)
+        if rep.unreadable_topics:
+            blocked = {namespace_of(t) for t in rep.unreadable_topics}
+            for g, _r in (p for p in pairs if _withheld(blocked, p[1].topic)):
+                rep.withheld_groups += 1
+                rep.withheld_objects += len(g.keys)
+                rep.withheld_bytes += g.bytes
+            pairs = [(g, r) for g, r in pairs if not _withheld(blocked, r.topic)]
         recs = [r for _, r in pairs]
         for g, r in pairs:
             ns = namespace_of(r.topic)
@@ -261,6 +269,18 @@ def _plan_object_orphans(
     return records
 
 
+def _withheld(blocked: set[str], topic: str) -> bool:
+    """Whether an unreferenced group whose objects name ``topic`` stays out of the deletion log while the
+    namespaces ``blocked`` hold topic records that cannot be read.
+
+    An unreadable record's references (and its driver metadata: which stores hold its objects) are
+    unknown, so an unreferenced group might be its only copy of data. Withheld: every group naming a
+    topic of such a namespace, and every group naming no topic (Pulsar's objects carry none). Groups
+    naming a topic of another namespace are still recorded: the offloader names its own topic on its
+    objects, and the drain refuses a record whose objects name another topic."""
+    return topic == UNKNOWN_TOPIC or namespace_of(topic) in blocked
+
+
 def _plan_hot_orphans(rep: ReconcileReport, hot: HotOrphans, as_of_ms: int, oldest: list[int]) -> list[DeletionRecord]:
     """Deletion records for the orphan hot-tier ledgers (counted, sampled, one detail row each in `rep`)."""
     emit = rep.detail_rows.append
@@ -269,6 +289,7 @@ def _plan_hot_orphans(rep: ReconcileReport, hot: HotOrphans, as_of_ms: int, olde
     rep.foreign_hot_ledgers = hot.foreign
     rep.young_hot_ledgers = hot.young
     rep.scheduled_hot_ledgers = hot.scheduled
+    rep.withheld_hot_ledgers = hot.unreadable
     for o in hot.orphans:
         ns = namespace_of(o.topic)
         rep.hot_orphans += 1
@@ -338,10 +359,24 @@ def read_references(ws: Workspace, rep: ReconcileReport, as_of_ms: int, grace_ms
     hot = find_hot_orphans(ws, as_of_ms, grace_ms)
     rep.timings["hot"] = round(clock() - t0, 6)
     t0 = clock()
-    referenced = referenced_uuids(ws.ml, ws.metadata)
+    unreadable: list[UnreadableRecordError] = []
+    referenced = referenced_uuids(ws.ml, ws.metadata, unreadable)
+    note_unreadable(rep, unreadable)
     rep.referenced_uuids = len(referenced)
     rep.timings["references"] = round(clock() - t0, 6)
     return hot, referenced
+
+
+def note_unreadable(rep: ReconcileReport, unreadable: list[UnreadableRecordError]) -> None:
+    """Each unreadable topic record: one error of the run (a failure of its namespace), and its namespace's
+    unreferenced objects withheld from the deletion log (:func:`plan_and_apply`)."""
+    for e in unreadable:
+        if e.topic in rep.unreadable_topics:
+            continue
+        rep.unreadable_topics.append(e.topic)
+        rep.errors.append(f"{e}; what it references is unknown: no unreferenced object of namespace "
+                          f"{namespace_of(e.topic)} (nor any naming no topic) and no hot ledger of the topic is "
+                          "recorded for deletion until it can be read")
 
 
 def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
