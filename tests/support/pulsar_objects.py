@@ -97,3 +97,51 @@ def write(store, pair: PulsarPair, prefix: str = "", metadata: dict[str, str] | 
         at += size
     store.complete_multipart(dkey, upload, parts)
     store.put(prefix + pair.index_key, pair.index, md)
+
+
+# -- Pulsar messages inside the entries, and damage planted in them ------------------------------
+
+
+def message_entries(count: int, payload_size: int = 200, *, batch_every: int = 3, seed: int = 0) -> list[bytes]:
+    """``count`` entries as a broker stores them (tieredcore.formats.messages' encoders, which follow
+    Pulsar's ``Commands.serializeMetadataAndPayload`` and its batch container: tests/formats/test_messages.py
+    holds the vectors): every ``batch_every``-th entry a batch of three messages, the others single
+    messages, each with a key and a property, payloads of ``payload_size`` bytes."""
+    import random
+
+    from tieredcore.formats.messages import OutMessage, encode_batch, encode_message
+
+    rng = random.Random(seed)
+    out = []
+    for e in range(count):
+        msgs = [OutMessage(rng.randbytes(payload_size), key=f"k{(e + i) % 7}", properties={"n": str(e)})
+                for i in range(3 if e % batch_every == batch_every - 1 else 1)]
+        kw = {"producer": "standalone-0-1", "sequence_id": 3 * e, "publish_time": 1_700_000_000_000 + e}
+        out.append(encode_batch(msgs, **kw) if len(msgs) > 1 else encode_message(msgs[0], **kw))
+    return out
+
+
+def entry_span(data: bytes | bytearray, entry_id: int) -> tuple[int, int]:
+    """(offset, length) of entry ``entry_id``'s payload in a V1 data object (the frames walked block by
+    block, as ``BlockAwareSegmentInputStreamImpl`` lays them out)."""
+    at = 0
+    while at < len(data):
+        magic, _, size, first = struct.unpack_from(">Iqqq", data, at)
+        assert magic == DATA_MAGIC, f"no block header at {at}"
+        pos = at + HEADER
+        while pos + 12 <= at + size:
+            n, eid = struct.unpack_from(">iq", data, pos)
+            if n < 0 or eid < first:  # the padding (0xFEDCDEAD reads as a negative length)
+                break
+            if eid == entry_id:
+                return pos + 12, n
+            pos += 12 + n
+        at += size
+    raise KeyError(f"entry {entry_id} is not in the object")
+
+
+def flip_payload_byte(data: bytearray, entry_id: int, back: int = 1) -> None:
+    """Flip a bit of entry ``entry_id``'s last-but-``back - 1`` byte: inside a message's payload (or its
+    compressed batch), so its CRC32C fails while every frame, block and index still holds."""
+    start, n = entry_span(data, entry_id)
+    data[start + n - back] ^= 0x10

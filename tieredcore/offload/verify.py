@@ -11,6 +11,12 @@ object and byte range.
 A ledger held by streaming segments (PIP-76) is proven the same way over its blocks in each segment
 (:func:`verify_segments`).
 
+The same pass checks the Pulsar messages inside the entries (each entry's CRC32C,
+tieredcore.offload.message_audit) in objects that carry no chunk checksums (Pulsar wrote them), or in
+every object when asked: the frames are in the stream's buffer already, so no byte is read twice. Damaged
+messages fail the proof once the whole copy was walked (DamagedMessagesError, naming their positions);
+entries of ledgers that do not hold messages are counted, never damage.
+
 Used before a hot copy is marked for deletion (deletion-lag cleanup), after a repair writes a
 replacement copy, and by the deep scrub. A pass over a pair without checkpoints (Pulsar wrote it)
 records its entry-offsets sidecar once every check passed (tieredcore.offload.sidecar).
@@ -32,6 +38,7 @@ from tieredcore.errors import CorruptObjectError
 from tieredcore.formats import constants as C
 from tieredcore.formats.block import frame_ends, padding
 from tieredcore.formats.index import LedgerSection, SegmentIndex
+from tieredcore.offload.message_audit import DamagedMessagesError, LedgerMessages, MessageTally
 from tieredcore.offload.reader import OffloadedLedgerHandle
 from tieredcore.offload.segments import SegmentLedgerHandle
 
@@ -53,6 +60,7 @@ class VerifyReport:
     bytes_read: int = 0
     requests: int = 0
     against_hot: bool = False
+    messages: MessageTally | None = None  # None: the messages were not checked
 
 
 class _Stream:
@@ -98,6 +106,7 @@ class _Walk:
     payload: int = 0  # payload bytes seen
     blocks: int = 0
     sizes: array | None = None  # payload sizes of the frames walked, when a sidecar records them
+    msgs: LedgerMessages | None = None  # the message check, when this object's messages are checked
 
 
 @dataclass
@@ -173,6 +182,8 @@ def _frames_cut_by_hot(s: _Stream, key: str, where: str, i: int, pos: int, end: 
             a, b = base + bounds[x], base + bounds[x + 1]
             raise CorruptObjectError(f"{key}: entry {k + x} at bytes {a}-{b - 1} differs from the hot copy "
                                      f"(CRC32C {got[x]:08x}, hot {want[x]:08x})")
+        if w.msgs is not None:
+            w.msgs.feed_frames(s.buf, k, bounds)
         k = j
     w.payload += cum[stop_id] - cum[k0] - C.ENTRY_HEADER_SIZE * (stop_id - k0)
     w.next_id = stop_id
@@ -181,14 +192,16 @@ def _frames_cut_by_hot(s: _Stream, key: str, where: str, i: int, pos: int, end: 
 
 def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, hot_record: _Hot | None) -> int:
     """The frames of block ``i`` walked in place in the stream's buffer (ids and lengths checked), until
-    padding or the block end; given the hot CRCs, compared a buffer at a time (one C-level pass,
-    per-entry work only to name a differing entry). Returns the offset after the last frame."""
-    hot = _HotCrcs(key, hot_record.crcs) if hot_record is not None else None
+    padding or the block end; given the hot CRCs (or a message check), the frames are collected per
+    buffer and checked in bulk (one C-level pass, per-entry work only to name a differing entry).
+    Returns the offset after the last frame."""
+    sink = _FrameSink(key, hot_record.crcs if hot_record is not None else None, w.msgs) \
+        if hot_record is not None or w.msgs is not None else None
     unpack = _FRAME.unpack_from
     hl = C.ENTRY_HEADER_SIZE
     buf, base = s.buf, s.start
     bend = base + len(buf)
-    pending = None  # the buffer whose frames hot holds (collected with bound appends: no call per frame)
+    pending = None  # the buffer whose frames sink holds (collected with bound appends: no call per frame)
     add_start = add_stop = None
     add_size = w.sizes.append if w.sizes is not None else None
     while pos + hl <= end:
@@ -212,10 +225,10 @@ def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, h
             s.view(pos, stop - pos)  # the frame runs into the next window
             buf, base = s.buf, s.start
             bend = base + len(buf)
-        if hot is not None:
+        if sink is not None:
             if buf is not pending:
-                hot.check()
-                add_start, add_stop = hot.start(buf, base, eid)
+                sink.check()
+                add_start, add_stop = sink.start(buf, base, eid)
                 pending = buf
             add_start(pos - base)  # type: ignore[misc]
             add_stop(stop - base)  # type: ignore[misc]
@@ -224,17 +237,19 @@ def _frames_walked(s: _Stream, key: str, i: int, pos: int, end: int, w: _Walk, h
         w.payload += flen
         w.next_id += 1
         pos = stop
-    if hot is not None:
-        hot.check()
+    if sink is not None:
+        sink.check()
     return pos
 
 
-class _HotCrcs:
-    """Frames collected per stream buffer, CRC'd and compared with the hot copy's CRCs in bulk."""
+class _FrameSink:
+    """Frames collected per stream buffer, then checked in bulk: CRC'd and compared with the hot copy's
+    CRCs (``expected``), and their messages checked (``msgs``), in that order."""
 
-    def __init__(self, key: str, expected: array) -> None:
+    def __init__(self, key: str, expected: array | None, msgs: LedgerMessages | None) -> None:
         self.key = key
         self.expected = expected
+        self.msgs = msgs
         self.buf: memoryview | None = None
         self.base = 0
         self.first = 0
@@ -251,29 +266,46 @@ class _HotCrcs:
         if self.buf is None or not self.starts:
             return
         buf, starts, stops = self.buf, self.starts, self.stops
-        got = array("I", map(_crc, map(buf.__getitem__, map(slice, starts, stops))))
-        want = self.expected[self.first : self.first + len(got)]
-        if got != want:
-            k = next(k for k, (g, x) in enumerate(zip(got, want, strict=True)) if g != x)
-            a, b = self.base + starts[k], self.base + stops[k]
-            raise CorruptObjectError(
-                f"{self.key}: entry {self.first + k} at bytes {a}-{b - 1} differs from the hot copy "
-                f"(CRC32C {got[k]:08x}, hot {want[k]:08x})")
+        if self.expected is not None:
+            got = array("I", map(_crc, map(buf.__getitem__, map(slice, starts, stops))))
+            want = self.expected[self.first : self.first + len(got)]
+            if got != want:
+                k = next(k for k, (g, x) in enumerate(zip(got, want, strict=True)) if g != x)
+                a, b = self.base + starts[k], self.base + stops[k]
+                raise CorruptObjectError(
+                    f"{self.key}: entry {self.first + k} at bytes {a}-{b - 1} differs from the hot copy "
+                    f"(CRC32C {got[k]:08x}, hot {want[k]:08x})")
+        if self.msgs is not None:
+            payload_starts = list(map(operator.add, starts, itertools.repeat(C.ENTRY_HEADER_SIZE)))
+            self.msgs.feed(buf, self.first, payload_starts, list(map(operator.sub, stops, payload_starts)))
         self.buf, self.starts, self.stops = None, [], []
+
+
+def _messages_result(w: _Walk, rep: VerifyReport, what: str, against_hot: bool) -> None:
+    """The message check's tally into ``rep``; DamagedMessagesError when it found damage (raised once the
+    whole copy passed every other check)."""
+    if w.msgs is None:
+        return
+    rep.messages = w.msgs.finish()
+    if rep.messages.damaged:
+        raise DamagedMessagesError(what, rep.messages, same_as_hot=against_hot, report=rep)
 
 
 def verify_offloaded(
     h: OffloadedLedgerHandle | SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
-    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None,
+    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None, messages: bool | None = None,
 ) -> VerifyReport:
     """Read the whole data object of ``h`` back and check it (see the module docstring).
     ``expected_crcs``: the hot copy's CRC32C per entry (frame header + payload), index = entry id;
     ``expected_sizes``, its payload sizes: frames are then cut where the hot copy says and checked in
     bulk (the CRCs cover each frame's length and entry id), not walked one by one.
+    ``messages``: check the Pulsar messages inside the entries (their CRC32C): None (default) in an
+    object without chunk checksums, True in any object, False never; their tally is ``messages`` of the
+    report, and damaged ones raise DamagedMessagesError after every other check passed.
     A ledger held by streaming segments (:class:`SegmentLedgerHandle`) is checked the same way, over
     its blocks in each segment (:func:`verify_segments`)."""
     if isinstance(h, SegmentLedgerHandle):
-        return verify_segments(h, expected_crcs, window=window, expected_sizes=expected_sizes)
+        return verify_segments(h, expected_crcs, window=window, expected_sizes=expected_sizes, messages=messages)
     idx = h.index
     key = h.key
     rep = VerifyReport(against_hot=expected_crcs is not None)
@@ -287,7 +319,8 @@ def verify_offloaded(
     length = idx.data_object_length
     # a Pulsar-written object's sidecar is recorded from this pass (the walked sizes or the hot copy's)
     side = h.sidecar if h.sidecar is not None and h.sidecar.recording else None
-    w = _Walk(0, n_entries - 1, sizes=array("i") if side is not None and (hot is None or hot.cum is None) else None)
+    w = _Walk(0, n_entries - 1, sizes=array("i") if side is not None and (hot is None or hot.cum is None) else None,
+              msgs=LedgerMessages(h.ledger_id) if _checks_messages(h, messages) else None)
     for i, e in enumerate(blocks):
         end = blocks[i + 1].offset if i + 1 < len(blocks) else length
         magic, hl, size, first = _HEADER.unpack(s.view(e.offset, _HEADER.size))
@@ -314,13 +347,15 @@ def verify_offloaded(
     rep.entries = w.next_id
     rep.requests = h.requests - req0
     rep.bytes_read = h.bytes_fetched - bytes0
+    _messages_result(w, rep, key, hot is not None)
     if side is not None:
         side.finish(background=False)  # every check passed: the offsets are those of the object read
     return rep
 
 
 def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None = None, *,
-                    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None) -> VerifyReport:
+                    window: int = DEFAULT_WINDOW, expected_sizes: Sequence[int] | None = None,
+                    messages: bool | None = None) -> VerifyReport:
     """Read back every block of the ledger in each of its segments and check it as
     :func:`verify_offloaded` checks a V1 object: the streaming block header (magic, header length, block
     length up to where the index says the next block starts, first entry, **ledger id**, zero bytes),
@@ -328,7 +363,8 @@ def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None 
     of the bytes read, and, given the hot tier's CRCs, every frame against the hot copy. Each segment's
     section must hold the ledger's payload bytes through its last entry (its ``size``), the last one
     the LedgerInfo's size for a sealed ledger. Only this ledger's blocks are read (other ledgers'
-    blocks of a shared segment are theirs to check)."""
+    blocks of a shared segment are theirs to check). ``messages`` as for :func:`verify_offloaded`, per
+    segment (the ledger's entries in the segments checked are classified together)."""
     rep = VerifyReport(against_hot=expected_crcs is not None)
     n_entries = h.last_add_confirmed + 1
     if expected_crcs is not None and (len(expected_crcs) != n_entries if h.is_closed
@@ -337,9 +373,13 @@ def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None 
                                  f"{len(expected_crcs)}")
     hot = _Hot.of(f"ledger {h.ledger_id}", expected_crcs, expected_sizes)
     w = _Walk(0, -1)
+    audit = LedgerMessages(h.ledger_id)
+    audited = False
     for p in h.pieces:
         ph = h.piece_handle(p)
         req0, bytes0 = ph.requests, ph.bytes_fetched
+        w.msgs = audit if _checks_messages(ph, messages) else None
+        audited |= w.msgs is not None
         view = ph.index
         seg_index: SegmentIndex = view.segment_index  # type: ignore[attr-defined]
         section: LedgerSection = view.section  # type: ignore[attr-defined]
@@ -382,4 +422,11 @@ def verify_segments(h: SegmentLedgerHandle, expected_crcs: Sequence[int] | None 
                                  f"says {h.length}")
     rep.blocks = w.blocks
     rep.entries = w.next_id
+    w.msgs = audit if audited else None
+    _messages_result(w, rep, f"ledger {h.ledger_id}", hot is not None)
     return rep
+
+
+def _checks_messages(h: OffloadedLedgerHandle, messages: bool | None) -> bool:
+    """Whether a pass over ``h`` checks its messages: as asked, else when it carries no chunk checksums."""
+    return h.checksums is None if messages is None else messages
