@@ -113,7 +113,7 @@ PACKAGE_LAYERS = {
         Layer("reading", ("reader",)),
         Layer("writing one ledger", ("offloader",)),
         Layer("segments", ("segments",)),
-        Layer("checking and listing copies", ("copies", "verify")),
+        Layer("checking and listing copies", ("copies", "message_audit", "verify")),
         Layer("what a compaction batch is", ("batches",)),
         Layer("jobs that write", ("compaction", "deletion", "managed", "streaming"), peers=True),
     ),

@@ -10,14 +10,20 @@ segments (one unit each):
   A store that lost its objects (a bucket restored empty) is found here;
 - **deep** (``--deep``; the DAG runs it weekly): the whole data object is read back (ranged GETs, bounded
   memory) and every block's structure and every chunk checksum checked; where the hot copy still exists,
-  every frame is also compared with the CRC32C the hot tier recorded for it (so Pulsar-written objects,
-  which carry no checksums, are checked too).
+  every frame is also compared with the CRC32C the hot tier recorded for it. In the same pass every
+  Pulsar message's own CRC32C is checked in objects that carry no chunk checksums (Pulsar wrote them:
+  without a hot copy the messages' CRCs are their only proof), or in every object with ``messages="all"``
+  (tieredcore.offload.message_audit: a ledger whose entries are not messages — opaque entries — has its
+  failing entries counted as *not messages*, never as damage). Rows count the entries checked, unchecked
+  (old clients' messages carry no CRC), damaged and not messages; damaged ones are named by position.
 
 A damaged copy whose hot copy still exists (even one marked for deletion but not drained yet) is
 *repairable*: with ``repair`` it is replaced by a re-offload under a new uuid, verified against the hot
 copy and swapped in by CAS; the damaged attempt goes to the deletion log
 (:meth:`tieredcore.offload.managed.TopicOffloader.replace_offload`). Without a hot copy the damage is
 **data loss**: reported (outcome ``unrecoverable``, the run fails and names the ledgers), never deleted.
+So are damaged messages in a copy whose every frame matches the hot copy's CRCs: both copies hold the same
+damaged bytes (damaged before the offload), and no repair can bring the messages back.
 
 A ledger held by segments is checked the same way over its segments: shallow, every segment's index is
 read and parsed and must hold exactly the entries the topic's metadata says (and, for a sealed ledger
@@ -36,10 +42,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from tieredcore.cold.failures import StoreFailureBudget
-from tieredcore.errors import BlobStoreError, FormatError, NotFoundError, TieredError, UnreadableRecordError
+from tieredcore.errors import (
+    BlobStoreError,
+    FormatError,
+    NotFoundError,
+    TieredError,
+    UnreadableRecordError,
+    ValidationError,
+)
 from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.work import (
     KIND_SCRUB,
@@ -54,6 +68,7 @@ from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offloaded
+from tieredcore.offload.message_audit import DamagedMessagesError, MessageTally
 from tieredcore.offload.reader import ExpectedLedger
 from tieredcore.offload.verify import verify_offloaded
 from tieredcore.outcomes import Outcome
@@ -62,6 +77,8 @@ from tieredcore.workspace import Workspace
 
 DEEP_WEEKDAY = 6  # "auto": deep on Sundays (UTC) of the logical date, shallow on the other days
 DEEP_MODES = ("auto", "always", "never")
+# which objects a deep scrub checks the Pulsar messages of: those without chunk checksums, or all
+MESSAGE_MODES = ("auto", "all")
 
 
 def deep_for(mode: str, as_of_ms: int, weekday: int = DEEP_WEEKDAY) -> bool:
@@ -75,10 +92,12 @@ def deep_for(mode: str, as_of_ms: int, weekday: int = DEEP_WEEKDAY) -> bool:
 
 def plan_scrub(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, *, topics: Iterable[str] | None = None,
-    deep: bool = False, repair: bool = True, dry_run: bool = False,
+    deep: bool = False, repair: bool = True, dry_run: bool = False, messages: str = "auto",
 ) -> list[TopicWork]:
     """Topics (named, or every topic of the namespaces: all by default) with complete offloads or
-    completed segments."""
+    completed segments. ``messages`` (MESSAGE_MODES): whose messages a deep scrub checks."""
+    if messages not in MESSAGE_MODES:
+        raise ValidationError(f"messages {messages!r}: one of {', '.join(MESSAGE_MODES)}")
     if topics:
         names = [TopicName.parse(t) for t in topics]
     else:
@@ -95,7 +114,7 @@ def plan_scrub(
         ids = [li.ledgerId for li in info.ledgerInfo if has_offloaded_copy(li)]
         if ids:
             out.append(TopicWork(t.full, KIND_SCRUB, ids, as_of_ms, dry_run,
-                                 options={"deep": deep, "repair": repair and not dry_run}))
+                                 options={"deep": deep, "repair": repair and not dry_run, "messages": messages}))
     return out
 
 
@@ -103,12 +122,33 @@ def scrub_work(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
     """run_work's branch for KIND_SCRUB units. Repairs hold the topic's lease; checks do not need it."""
     deep, repair = bool(w.options.get("deep")), bool(w.options.get("repair")) and not w.dry_run
+    check = _Check(deep, True if w.options.get("messages") == "all" else None)
     check_only = TopicWork(w.topic, w.kind, w.ledgers, w.as_of_ms, dry_run=True, options=w.options)
     return held_topic_rows(ws.leases, t, w if repair else check_only, "scrub-repair", budget,
-                           lambda lid, row: _scrub_one(ws, t, lid, w, row, deep, repair))
+                           lambda lid, row: _scrub_one(ws, t, lid, w, row, check, repair))
 
 
-def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerResult, deep: bool,
+@dataclass(frozen=True)
+class _Check:
+    """How a ledger's copy is checked: ``deep`` reads every byte; ``messages`` as verify_offloaded takes
+    it (None: in objects without chunk checksums; True: in every object)."""
+
+    deep: bool
+    messages: bool | None
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What checking a copy found: the problem (None: intact), the error type of a store failure ('' for
+    none), and whether the hot copy holds the same damage (damaged messages in frames that all match the
+    hot copy's CRCs: no repair can help)."""
+
+    problem: str | None
+    failed: str = ""
+    same_as_hot: bool = False
+
+
+def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerResult, check: _Check,
                repair: bool) -> str:
     info, _ = ws.ml.get_topic(t)
     li = find_ledger(info, lid)
@@ -116,7 +156,7 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.outcome = "skipped"  # trimmed or replaced since planned
         return ""
     if not is_complete(li):
-        return _scrub_segments(ws, t, li, row, deep)
+        return _scrub_segments(ws, t, li, row, check)
     uuid = context_uuid(li)
     assert uuid is not None
     row.uuid, row.entries = uuid, li.entries
@@ -127,12 +167,16 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.bytes = h.index_bytes
         return h
 
-    problem, failed = _check_copy(ws.hot, lid, row, deep, open_copy, "the offloaded copy")
-    if failed or problem is None:
-        return failed
+    found = _check_copy(ws.hot, lid, row, check, open_copy, "the offloaded copy")
+    if found.failed or found.problem is None:
+        return found.failed
+    problem = found.problem
     if not ws.hot.exists(lid):
         row.outcome = Outcome.UNRECOVERABLE
         row.error = f"DATA LOSS: the offloaded copy {uuid} is damaged ({problem}) and there is no hot copy"
+        return ""
+    if found.same_as_hot:
+        _beyond_repair(row, f"the offloaded copy {uuid}", problem)
         return ""
     if not repair:
         row.outcome = Outcome.DAMAGED
@@ -150,32 +194,50 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     return ""
 
 
-def _check_copy(hot: HotTier, lid: int, row: LedgerResult, deep: bool, open_copy: Callable[[], Any],
-                what: str) -> tuple[str | None, str]:
-    """Open a ledger's object-store copy (``open_copy`` checks what opening it can) and, when ``deep``,
-    read it all back against the hot CRCs. Returns (what is wrong with it or None, the error type of a
-    store failure or ''): a store failure says nothing about the copy; the row is then marked failed,
-    an intact copy ok."""
+def _beyond_repair(row: LedgerResult, what: str, problem: str) -> None:
+    row.outcome = Outcome.UNRECOVERABLE
+    row.error = (f"DATA LOSS: {what} holds damaged messages ({problem}); every frame matches the hot copy, "
+                 "which holds the same damaged bytes (damaged before the offload): no copy can repair them")
+
+
+def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_copy: Callable[[], Any],
+                what: str) -> _Found:
+    """Open a ledger's object-store copy (``open_copy`` checks what opening it can) and, when deep, read
+    it all back against the hot CRCs, checking its messages as ``check`` says (their counts go into the
+    row). A store failure says nothing about the copy: the row is then marked failed; an intact copy ok."""
     try:
         h = open_copy()
         try:
-            if deep:
+            if check.deep:
                 crcs, sizes = _hot_record(hot, lid)
-                rep = verify_offloaded(h, crcs, expected_sizes=sizes)
+                rep = verify_offloaded(h, crcs, expected_sizes=sizes, messages=check.messages)
                 row.bytes += rep.bytes_read
                 row.blocks = rep.blocks
+                _count_messages(row, rep.messages)
         finally:
             h.close()
     except BlobStoreError as e:
         row.outcome, row.error = "failed", f"could not check {what}: {e}"
-        return None, type(e).__name__
+        return _Found(None, type(e).__name__)
+    except DamagedMessagesError as e:  # every other check passed: the messages are what is damaged
+        if e.report is not None:
+            row.bytes += e.report.bytes_read
+            row.blocks = e.report.blocks
+        _count_messages(row, e.tally)
+        return _Found(f"{type(e).__name__}: {e}", same_as_hot=e.same_as_hot)
     except (FormatError, NotFoundError) as e:
-        return f"{type(e).__name__}: {e}", ""
+        return _Found(f"{type(e).__name__}: {e}")
     row.outcome = Outcome.OK
-    return None, ""
+    return _Found(None)
 
 
-def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bool) -> str:
+def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
+    if tally is not None:
+        row.messages_checked, row.messages_unchecked = tally.checked, tally.unchecked
+        row.messages_damaged, row.not_messages = tally.damaged, tally.not_messages
+
+
+def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check) -> str:
     """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
     lid = li.ledgerId
     uuids = copy_uuids(li)
@@ -192,12 +254,16 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, deep: bo
         row.bytes = h.index_bytes
         return h
 
-    problem, failed = _check_copy(ws.hot, lid, row, deep, open_copy, "the segments")
-    if failed or problem is None:
-        return failed
+    found = _check_copy(ws.hot, lid, row, check, open_copy, "the segments")
+    if found.failed or found.problem is None:
+        return found.failed
+    problem = found.problem
     if not ws.hot.exists(lid):
         row.outcome = Outcome.UNRECOVERABLE
         row.error = f"DATA LOSS: the segments of ledger {lid} are damaged ({problem}) and there is no hot copy"
+        return ""
+    if found.same_as_hot:
+        _beyond_repair(row, f"the segments of ledger {lid}", problem)
         return ""
     row.outcome = Outcome.DAMAGED
     row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"

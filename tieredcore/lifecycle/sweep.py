@@ -18,6 +18,11 @@ the last of them completed; its proof reads the ledger back from its segments (i
 frame against the hot CRCs). A segment that fails keeps the hot copy (``verify-failed``); segments are
 shared by several ledgers, so it is not re-offloaded here.
 
+When the hot copy is already gone there are no hot CRCs to compare with: a copy with chunk checksums is
+proven by them, one without (Pulsar wrote it) by the CRC32C of every Pulsar message inside its entries
+(tieredcore.offload.message_audit, checked in the same read): a damaged message fails the proof
+(``verify-failed``, naming its position). With a hot copy its CRCs are the proof, byte for byte.
+
 Runners hold a per-topic lease (a second runner skips the topic: outcome ``busy``), and a run stops
 trying after ``store_failure_limit`` consecutive object-store failures (the rest: ``aborted``).
 
@@ -272,7 +277,7 @@ def _cleanup_one(ws: Workspace, pol: OffloadPolicy, t: TopicName, lid: int, w: T
 
 def _prove(ws: Workspace, t: TopicName, li, w: TopicWork, row: LedgerResult) -> str | None:
     """The proof: every frame of the ledger's offloaded copy hashes to the CRC32C the hot tier recorded
-    for it. None when it holds; else the row says why and the error type (for the failure budget) is
+    for it (without a hot copy: the chunk checksums, or the messages' CRCs). None when it holds; else the row says why and the error type (for the failure budget) is
     returned: the store failed (the copy may be fine: next run), or the copy is damaged (hot copy kept,
     a V1 copy replaced by a verified re-offload)."""
     lid = li.ledgerId
@@ -290,8 +295,10 @@ def _prove(ws: Workspace, t: TopicName, li, w: TopicWork, row: LedgerResult) -> 
     try:
         h = open_offloaded(li, ws.offloader, t.managed_ledger_name, ws.offloader_for_driver)
         try:
+            # without a hot copy, an object without chunk checksums has only its messages' CRCs to prove it
             verify_offloaded(h, hot.entry_crcs() if hot is not None else None,
-                             expected_sizes=hot.entry_sizes() if hot is not None else None)
+                             expected_sizes=hot.entry_sizes() if hot is not None else None,
+                             messages=None if hot is None else False)
         finally:
             h.close()
     except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run

@@ -59,15 +59,21 @@ class TopicWork:
 # LedgerResult's fields as the Parquet detail schema of run reports (Spark DDL)
 DETAIL_SCHEMA = (
     "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
-    "entries long, seconds double, uuid string, error string, unit string, covers string"
+    "entries long, seconds double, uuid string, error string, unit string, covers string, "
+    "messages_checked long, messages_unchecked long, messages_damaged long, not_messages long"
 )
+# LedgerResult's message counts (a deep scrub's message check, tieredcore.offload.message_audit): counters
+# of a namespace in a run's summary when any of its rows checked messages
+MESSAGE_COUNTERS = ("messages_checked", "messages_unchecked", "messages_damaged", "not_messages")
 
 
 @dataclass
 class LedgerResult:
     """One row of a run report (also the Parquet detail schema, DETAIL_SCHEMA). A segment row
     (``unit == "segment"``): ``ledger`` is the first ledger it covers, ``covers`` every ledger's entry
-    range in it (``"LEDGER:FIRST-LAST,..."``, topic order), ``bytes`` its data object's size."""
+    range in it (``"LEDGER:FIRST-LAST,..."``, topic order), ``bytes`` its data object's size. The
+    ``messages_*`` / ``not_messages`` counts: what a deep scrub's message check found, in entries (one
+    CRC32C covers a whole batch); all 0 when no message was checked."""
 
     topic: str
     namespace: str
@@ -82,6 +88,10 @@ class LedgerResult:
     error: str = ""
     unit: str = UNIT_LEDGER
     covers: str = ""
+    messages_checked: int = 0
+    messages_unchecked: int = 0
+    messages_damaged: int = 0
+    not_messages: int = 0
 
     @property
     def is_segment(self) -> bool:
@@ -210,6 +220,9 @@ class RunSummary:
     # the chunk cache counters of the run's partitions, added up (hits, misses, loads = GETs, evictions...;
     # empty when no transformed object was read): tieredcore.cold.chunk_cache.CacheStats
     cache: dict[str, int] = field(default_factory=dict)
+    # a deep scrub's message check (MESSAGE_COUNTERS) over the rows that checked messages; empty when none
+    # did. Per namespace under its "counters", and in the totals' counters
+    messages: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
@@ -237,6 +250,10 @@ class RunSummary:
                 ns["bytes"] += r["bytes"]
             s.failures += failed
             ns["failures"] += failed
+            if any(r.get(k) for k in MESSAGE_COUNTERS):
+                for into in (s.messages, ns.setdefault("counters", {})):
+                    for k in MESSAGE_COUNTERS:
+                        into[k] = into.get(k, 0) + int(r[k])
         return s
 
     def as_dict(self) -> dict:
@@ -244,6 +261,7 @@ class RunSummary:
 
     def totals(self) -> Totals:
         counters = {k: int(v) for k, v in (self.drain or {}).items() if isinstance(v, int) and k != "as_of_ms"}
+        counters.update(self.messages)
         return totals(topics=self.topics, ledgers=self.ledgers, bytes=self.bytes, failures=self.failures,
                       outcomes=dict(self.outcomes), namespaces=self.namespaces, counters=counters,
                       data_loss=list(self.data_loss), segments=self.segments, segment_bytes=self.segment_bytes,

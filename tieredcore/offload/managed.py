@@ -322,7 +322,8 @@ class TopicOffloader:
             try:
                 new = self.offloader.read_offloaded(ledger_id, new_uuid, expect)
                 try:
-                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes())
+                    # byte for byte the hot copy's: its messages are what the hot copy holds (no second witness)
+                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes(), messages=False)
                 finally:
                     new.close()
             except TieredError as e:
