@@ -56,7 +56,7 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
                                                                       "dry_run"}
     scrub = bag.get_dag("tiered_scrub")
     assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
-    assert set(scrub.params.keys()) == {"config", "dry_run", "deep", "repair", "namespaces"}
+    assert set(scrub.params.keys()) == {"config", "dry_run", "deep", "messages", "repair", "namespaces"}
     assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
     compaction = bag.get_dag("tiered_compaction")
     assert compaction.max_active_runs == 1 and compaction.schedule == "@daily"
