@@ -235,6 +235,7 @@ def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
     if tally is not None:
         row.messages_checked, row.messages_unchecked = tally.checked, tally.unchecked
         row.messages_damaged, row.not_messages = tally.damaged, tally.not_messages
+        row.damaged_at = ",".join(str(b.position) for b in tally.damaged_at)
 
 
 def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check) -> str:

@@ -60,11 +60,12 @@ class TopicWork:
 DETAIL_SCHEMA = (
     "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
     "entries long, seconds double, uuid string, error string, unit string, covers string, "
-    "messages_checked long, messages_unchecked long, messages_damaged long, not_messages long"
+    "messages_checked long, messages_unchecked long, messages_damaged long, not_messages long, damaged_at string"
 )
 # LedgerResult's message counts (a deep scrub's message check, tieredcore.offload.message_audit): counters
 # of a namespace in a run's summary when any of its rows checked messages
 MESSAGE_COUNTERS = ("messages_checked", "messages_unchecked", "messages_damaged", "not_messages")
+MAX_DAMAGED_LISTED = 100  # damaged message positions a run summary names (the counters count them all)
 
 
 @dataclass
@@ -73,7 +74,8 @@ class LedgerResult:
     (``unit == "segment"``): ``ledger`` is the first ledger it covers, ``covers`` every ledger's entry
     range in it (``"LEDGER:FIRST-LAST,..."``, topic order), ``bytes`` its data object's size. The
     ``messages_*`` / ``not_messages`` counts: what a deep scrub's message check found, in entries (one
-    CRC32C covers a whole batch); all 0 when no message was checked."""
+    CRC32C covers a whole batch); all 0 when no message was checked; ``damaged_at`` the damaged ones'
+    positions, ``"LEDGER:ENTRY,..."`` (the first 20; ``error`` gives their reasons)."""
 
     topic: str
     namespace: str
@@ -92,6 +94,7 @@ class LedgerResult:
     messages_unchecked: int = 0
     messages_damaged: int = 0
     not_messages: int = 0
+    damaged_at: str = ""
 
     @property
     def is_segment(self) -> bool:
@@ -223,6 +226,8 @@ class RunSummary:
     # a deep scrub's message check (MESSAGE_COUNTERS) over the rows that checked messages; empty when none
     # did. Per namespace under its "counters", and in the totals' counters
     messages: dict[str, int] = field(default_factory=dict)
+    # "topic ledger:entry" of damaged messages (the first MAX_DAMAGED_LISTED; the reasons are in the rows)
+    damaged_messages: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, job: str, run_id: str, as_of_ms: int, dry_run: bool, rows: list[dict], seconds: float) -> RunSummary:
@@ -250,10 +255,12 @@ class RunSummary:
                 ns["bytes"] += r["bytes"]
             s.failures += failed
             ns["failures"] += failed
-            if any(r.get(k) for k in MESSAGE_COUNTERS):
+            if any(getattr(row, k) for k in MESSAGE_COUNTERS):
                 for into in (s.messages, ns.setdefault("counters", {})):
                     for k in MESSAGE_COUNTERS:
-                        into[k] = into.get(k, 0) + int(r[k])
+                        into[k] = into.get(k, 0) + getattr(row, k)
+                room = MAX_DAMAGED_LISTED - len(s.damaged_messages)
+                s.damaged_messages += [f"{row.topic} {p}" for p in filter(None, row.damaged_at.split(","))][:room]
         return s
 
     def as_dict(self) -> dict:
