@@ -3,7 +3,8 @@
 
 - ``/tiered/overview``: the "Tiered storage" view (an Airflow nav entry): per namespace, ledgers and bytes
   hot / both / cold, objects, offload and deletion lag, orphan bytes, deletion-log records, requests per
-  run and the monthly cost estimate; the last run of each job; bytes per tier over recent runs (SVG).
+  run and the monthly cost estimate, the Pulsar messages the latest scrub checked (checked, damaged, not
+  messages); the last run of each job; bytes per tier over recent runs (SVG).
   All from ``tieredcore.lifecycle.overview`` (the metadata store and the run reports), never Airflow's
   database. ``?at=`` (ISO 8601 or epoch ms) computes the ages at another time; ``overview.json``: the data.
 - ``/tiered/reports/``: jobs → runs → attempts; each attempt's summary rendered, and its raw JSON
@@ -91,16 +92,26 @@ def report_href(prefix: str, job: str, run_id: str, attempt: int | None = None) 
 # -- the overview page ------------------------------------------------------------------------------
 
 
-def _cell(value: str, field: str, ns: str, raw: Any = None) -> str:
+def _cell(value: str, field: str, ns: str, raw: Any = None, bad: bool = False) -> str:
     data = f" data-value='{_e(raw)}'" if raw is not None else ""
-    return f"<td class='n' data-ns='{_e(ns)}' data-field='{field}'{data}>{_e(value)}</td>"
+    return f"<td class='n{' bad' if bad else ''}' data-ns='{_e(ns)}' data-field='{field}'{data}>{_e(value)}</td>"
+
+
+def _message_cells(m: dict[str, Any] | None, ns: str) -> list[str]:
+    """Entries whose CRC32C the latest scrub checked, damaged ones (red when any), entries that are not
+    messages; '—' where no scrub checked the namespace's messages."""
+    if m is None:
+        return [_cell("—", f, ns) for f in ("messages_checked", "messages_damaged", "not_messages")]
+    return [_cell(num(m["messages_checked"]), "messages_checked", ns),
+            _cell(num(m["messages_damaged"]), "messages_damaged", ns, bad=m["messages_damaged"] > 0),
+            _cell(num(m["not_messages"]), "not_messages", ns)]
 
 
 def overview_rows(ov: Overview) -> str:
     head = ("<tr><th>namespace</th>" + "".join(f"<th>{t} ledgers</th><th>{t} bytes</th>" for t in TIERS)
             + "<th>objects</th><th>offload lag</th><th>deletion lag</th><th>orphan bytes</th>"
             "<th>deletions in flight</th><th>dead letters</th><th>requests / run</th><th>requests / month</th>"
-            "<th>est. cost / month</th></tr>")
+            "<th>est. cost / month</th><th>messages checked</th><th>damaged messages</th><th>not messages</th></tr>")
     rows = []
     for n in ov.namespaces:
         cells = [f"<td>{_e(n.namespace)}</td>"]
@@ -116,7 +127,7 @@ def overview_rows(ov: Overview) -> str:
                   _cell(num(n.deletion_dead_letter), "deletion_dead_letter", n.namespace),
                   _cell(per_run or "0", "requests_per_run", n.namespace),
                   _cell(num(n.requests_per_month), "requests_per_month", n.namespace),
-                  _cell(money(n.cost_month), "cost_month", n.namespace)]
+                  _cell(money(n.cost_month), "cost_month", n.namespace), *_message_cells(n.messages, n.namespace)]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     t = ov.totals
     per_run = ", ".join(f"{k} {num(t['requests_per_run'][k])}" for k in REQUEST_KINDS if t["requests_per_run"][k])
@@ -130,7 +141,7 @@ def overview_rows(ov: Overview) -> str:
               _cell(num(t["deletion_dead_letter"]), "deletion_dead_letter", "*"),
               _cell(per_run or "0", "requests_per_run", "*"),
               _cell(num(t["requests_per_month"]), "requests_per_month", "*"),
-              _cell(money(t["cost_month"]), "cost_month", "*")]
+              _cell(money(t["cost_month"]), "cost_month", "*"), *_message_cells(t.get("messages"), "*")]
     return f"<table id='namespaces'>{head}{''.join(rows)}<tr>{''.join(total)}</tr></table>"
 
 
@@ -198,7 +209,12 @@ def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
               "object store. Offload lag: age of the oldest ledger due for offload but not offloaded; deletion "
               "lag: how long the oldest hot copy has been past its deletion lag. Requests per run: mean over the "
               "runs of each job that worked on the namespace; per month at each job's pace (its runs' spacing). "
-              "Cost: object-store bytes (both + cold + orphans) and those requests at the configured prices.</p>"
+              "Cost: object-store bytes (both + cold + orphans) and those requests at the configured prices. "
+              "Messages: entries whose Pulsar CRC32C the latest deep scrub of the namespace checked (a batch is "
+              "one entry; objects without chunk checksums, or every object with messages = all), those that "
+              "failed in ledgers of messages (damaged: named in the scrub's report), and failing entries of "
+              "ledgers that do not hold messages (opaque entries, never damage); — where no scrub checked "
+              "them.</p>"
             + f"<h2>Bytes per tier over the last {len(ov.history)} run(s)</h2>" + tier_plot(ov.history)
             + "<h2>Last run of each job</h2>" + last_runs_table(ov, prefix))
     return _page("Tiered storage", body, prefix)
@@ -265,10 +281,11 @@ def summary_body(prefix: str, job: str, run_id: str, doc: dict[str, Any], attemp
         if ns:
             rows = "".join(f"<tr data-ns='{_e(n)}'><td>{_e(n)}</td><td class='n'>{num(d.get('ledgers', 0))}</td>"
                            f"<td class='n'>{num(d.get('bytes', 0))}</td><td class='n'>{num(d.get('failures', 0))}</td>"
-                           f"<td>{_e(', '.join(f'{k} {v}' for k, v in (d.get('outcomes') or {}).items()))}</td></tr>"
+                           f"<td>{_e(', '.join(f'{k} {v}' for k, v in (d.get('outcomes') or {}).items()))}</td>"
+                           f"<td>{_e(', '.join(f'{k} {num(v)}' for k, v in (d.get('counters') or {}).items()))}</td></tr>"
                            for n, d in sorted(ns.items()))
             parts.append("<h2>Per namespace</h2><table id='report-namespaces'><tr><th>namespace</th><th>units</th>"
-                         f"<th>bytes</th><th>failures</th><th>outcomes</th></tr>{rows}</table>")
+                         f"<th>bytes</th><th>failures</th><th>outcomes</th><th>counters</th></tr>{rows}</table>")
     req = doc.get("requests")
     if isinstance(req, dict) and isinstance(req.get("total"), dict):
         parts.append("<h2>Object-store requests</h2>" + _kv_table(

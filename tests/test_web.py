@@ -145,3 +145,70 @@ def test_overview_page_lists_unreadable_topic_records(client: TestClient, config
     assert doc["totals"]["unreadable_topics"] == 1
     a_before, a_after = ([n for n in d["namespaces"] if n["namespace"] == "t/a"][0] for d in (before, doc))
     assert a_after["tiers"] == a_before["tiers"] and a_after["unreadable_topics"] == []
+
+
+def _scrub_report(config: Config, run_id: str, as_of: int, deep: bool) -> None:
+    """A scrub run in-process, its report written as the Spark job writes it (spark_jobs._jobkit.write_report,
+    through RunReports)."""
+    import argparse
+    import time
+
+    from spark_jobs._jobkit import Run, write_report
+    from tieredcore.lifecycle.runner import run_work
+    from tieredcore.lifecycle.scrub import plan_scrub
+    from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
+
+    with Workspace(config) as ws:
+        work = plan_scrub(ws, None, as_of, deep=deep, repair=False)
+    rows = list(run_work(config, [w.as_dict() for w in work]))
+    run = Run("scrub", argparse.Namespace(dry_run=True), config, as_of, run_id, config.reports_dir, time.monotonic())
+    write_report(None, run, LedgerRunReport(RunSummary.of("scrub", run_id, as_of, True, rows, 0.0), rows), env={})
+
+
+def test_overview_page_shows_the_latest_scrubs_message_counts(tmp_path: Path) -> None:
+    """Per namespace, the Pulsar messages the latest scrub that checked them counted (a later shallow
+    scrub checks none and changes nothing shown); damaged ones stand out; '—' where none were checked."""
+    from tests.support import pulsar_objects
+    from tieredcore.formats.keys import data_key
+    from tieredcore.offload.context import context_uuid
+
+    cfg = Config.load(build_workspace(tmp_path / "ws", ["t/a", "t/b", "t/c"], ledgers=3, entries=20, messages=True,
+                                      config_overrides={"checksum_chunk": 0, "checkpoint_interval": 0}), env={})
+    with Workspace(cfg) as ws:
+        for ns in ("t/a", "t/b"):  # t/c: nothing offloaded, nothing scrubbed
+            t = f"persistent://{ns}/topic-0000"
+            offload(ws, t, sealed(ws, t), as_of=END_MS)
+    _scrub_report(cfg, "s0", END_MS + 1, deep=True)
+    with Workspace(cfg) as ws:
+        li = ws.ml.get_topic("persistent://t/a/topic-0000")[0].ledgerInfo[1]
+        key = data_key("", context_uuid(li), li.ledgerId)
+        md, data = ws.store.head(key).metadata, bytearray(ws.store.get(key))
+        pulsar_objects.flip_payload_byte(data, 7)
+        ws.store.put(key, bytes(data), md)
+        ws.hot.delete_ledger(li.ledgerId)
+    _scrub_report(cfg, "s1", END_MS + 2, deep=True)
+    _scrub_report(cfg, "s2", END_MS + 3, deep=False)
+
+    server = __import__("fastapi").FastAPI()
+    server.mount("/tiered", create_app(lambda: cfg, secured=False))
+    client = TestClient(server, base_url="http://testserver/tiered")
+    now = END_MS + 3_600_000
+    r = client.get(f"/overview?at={now}")
+    assert r.status_code == 200
+    cells = {(ns, f): (cls, v) for cls, ns, f, v in re.findall(
+        r"<td class='(n(?: bad)?)' data-ns='([^']*)' data-field='(messages_checked|messages_damaged|not_messages)'"
+        r">([^<]*)</td>", r.text)}
+    with Workspace(cfg) as ws:
+        ov = build_overview(ws, cfg.reports_dir, now, Prices.of(cfg))
+    a, b, c = ov.namespaces
+    assert a.messages["run_id"] == "s1" and a.messages["messages_damaged"] == 1
+    assert a.messages["messages_checked"] == 3 * 20 - 1 and b.messages["messages_checked"] == 3 * 20
+    assert c.messages is None and ov.totals["messages"]["messages_checked"] == 6 * 20 - 1
+    assert cells[("t/a", "messages_checked")] == ("n", "59") and cells[("t/a", "messages_damaged")] == ("n bad", "1")
+    assert cells[("t/b", "messages_damaged")] == ("n", "0") and cells[("t/a", "not_messages")] == ("n", "0")
+    assert cells[("t/c", "messages_checked")] == ("n", "—")
+    assert cells[("*", "messages_checked")] == ("n", "119") and cells[("*", "messages_damaged")] == ("n bad", "1")
+    # the scrub's own report page: the counters per namespace, the position of the damaged message
+    r = client.get("/reports/scrub/s1/")
+    assert r.status_code == 200 and "messages_damaged 1" in r.text
+    assert f"persistent://t/a/topic-0000 {li.ledgerId}:7" in r.text  # summary.json's damaged_messages

@@ -5,7 +5,9 @@ Per namespace: ledgers and bytes hot / both / cold, object-store objects, offloa
 ledger due for offload but not offloaded), deletion lag (how long the oldest hot copy has been past its
 deletion lag), orphan bytes of the last reconciliation, the deletion log's in-flight and dead-letter
 records, object-store requests per run and an estimated monthly cost (storage + requests, at the
-configured prices). Besides: the last run of each job and bytes per tier over recent runs.
+configured prices), and the Pulsar messages the latest scrub that checked the namespace's messages
+found (entries checked, damaged, not messages). Besides: the last run of each job and bytes per tier over
+recent runs.
 
 Pure given a workspace, the reports directory and a clock (``now_ms``): the page and the tests compute
 the same numbers.
@@ -20,6 +22,7 @@ from typing import Any
 from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
 from tieredcore.errors import FormatError, NotFoundError, UnreadableRecordError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
+from tieredcore.lifecycle.work import MESSAGE_COUNTERS
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.policy import OffloadPolicy
@@ -30,6 +33,7 @@ TIERS = ("hot", "both", "cold")  # hot only / hot + object store / object store 
 GIB = 1024**3
 MONTH_MS = 30 * 24 * 3600 * 1000
 RECONCILE_JOB = "reconcile_orphans"
+SCRUB_JOB = "scrub"  # spark_jobs/scrub.py's reports
 HOT_ORPHAN_KIND = "ledger"  # tieredcore.lifecycle.reconcile.report.KIND_LEDGER
 
 
@@ -106,6 +110,7 @@ class RunInfo:
     requests: dict[str, Any]
     tiers: dict[str, Any]
     orphan_bytes: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)  # per namespace: its totals' counters
 
 
 def run_info(job: str, run: str, doc: dict[str, Any]) -> RunInfo:
@@ -116,12 +121,16 @@ def run_info(job: str, run: str, doc: dict[str, Any]) -> RunInfo:
         for n, kinds in (doc.get("by_namespace") or {}).items():
             orphans[n] = sum(int(d.get("bytes", 0)) for k, d in kinds.items() if k != HOT_ORPHAN_KIND)
         orphans[""] = int(doc.get("orphan_bytes", 0) or 0)
+    counters = {n: {k: int(v) for k, v in d["counters"].items() if isinstance(v, int)}
+                for n, d in (totals.get("namespaces") or {}).items()
+                if isinstance(d, dict) and isinstance(d.get("counters"), dict)}
     return RunInfo(
         job=job, run_id=str(doc.get("run_id", run)), attempt=int(doc.get("attempt", 1) or 1),
         as_of_ms=int(doc.get("as_of_ms", 0) or 0), written_ms=int(doc.get("written_ms", 0) or 0),
         failures=int(totals.get("failures", 0) or 0), namespaces=sorted((totals.get("namespaces") or {}).keys()),
         requests=doc.get("requests") if isinstance(doc.get("requests"), dict) else {},
         tiers=doc.get("tiers") if isinstance(doc.get("tiers"), dict) else {}, orphan_bytes=orphans,
+        counters=counters,
     )
 
 
@@ -170,6 +179,9 @@ class NamespaceOverview:
     request_cost_month: float
     # topics whose record cannot be read ("topic: path: reason"): in none of the numbers above
     unreadable_topics: list[str] = field(default_factory=list)
+    # the latest scrub report that checked the namespace's Pulsar messages (None: none did):
+    # MESSAGE_COUNTERS (entries) and that run's run_id and as_of_ms
+    messages: dict[str, Any] | None = None
 
     @property
     def cost_month(self) -> float:
@@ -296,6 +308,17 @@ def _store_requests(by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float],
     return per_run_all, month_all
 
 
+def scrub_messages(name: str, scrubs: list[RunInfo]) -> dict[str, Any] | None:
+    """What the latest scrub report that checked ``name``'s messages counted there (``scrubs``: the
+    scrub job's runs, oldest first); None when no report did (shallow scrubs read no messages; deep ones
+    check those of objects without chunk checksums unless run with ``messages`` = ``all``)."""
+    for r in reversed(scrubs):
+        c = r.counters.get(name)
+        if c and any(k in c for k in MESSAGE_COUNTERS):
+            return {**{k: int(c.get(k, 0)) for k in MESSAGE_COUNTERS}, "run_id": r.run_id, "as_of_ms": r.as_of_ms}
+    return None
+
+
 def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dead: dict[str, int],
                         by_job: dict[str, list[RunInfo]], last_reconcile: RunInfo | None,
                         prices: Prices) -> NamespaceOverview:
@@ -313,6 +336,7 @@ def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dea
         storage_cost_month=prices.storage_cost(stored + (orphan or 0)),
         request_cost_month=prices.requests_cost(per_month),
         unreadable_topics=list(acc.unreadable),
+        messages=scrub_messages(name, by_job.get(SCRUB_JOB, [])),
     )
 
 
@@ -331,6 +355,9 @@ def _totals(namespaces: list[NamespaceOverview], in_flight: dict[str, int], dead
         "storage_cost_month": prices.storage_cost(stored_all + (orphan_all or 0)),
         "request_cost_month": prices.requests_cost(month_all),
         "unreadable_topics": sum(len(n.unreadable_topics) for n in namespaces),
+        # over the namespaces a scrub checked the messages of (None: none)
+        "messages": {k: sum(n.messages[k] for n in namespaces if n.messages) for k in MESSAGE_COUNTERS}
+        if any(n.messages for n in namespaces) else None,
     }
     totals["cost_month"] = totals["storage_cost_month"] + totals["request_cost_month"]
     return totals
