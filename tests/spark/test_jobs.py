@@ -1,7 +1,8 @@
 """The Spark jobs: argument handling in-process; real spark-submit runs (slow) end to end.
 
-spark-submit invocations in this module: 6 (sweep with a failing namespace + its rerun, lag cleanup,
-two concurrent sweeps against moto's S3 server, a streaming sweep with a failing namespace)."""
+spark-submit invocations in this module: 7 (sweep with a failing namespace + its rerun, lag cleanup,
+two concurrent sweeps against moto's S3 server, a streaming sweep with a failing namespace, a deep scrub
+that finds a damaged Pulsar message)."""
 
 from __future__ import annotations
 
@@ -499,3 +500,59 @@ def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest
             assert covered_through(newest) < 24 and len(held) == 1
     verify_all(cfg_path)
 
+
+
+# -- (g): the scrub job's message check: a damaged Pulsar message without a hot copy ----------------------
+
+
+@pytest.mark.slow
+def test_scrub_job_names_a_damaged_message_and_counts_messages_per_namespace(tmp_path):
+    """Objects as Pulsar's offloader writes them (no chunk checksums, no checkpoints) holding Pulsar
+    messages; one message's payload byte flipped in a ledger whose hot copy is gone: the deep scrub job
+    reports data loss (exit 3) naming ledger:entry and the reason, the other namespace's messages all
+    check out, and each namespace's counts are in summary.json and detail.parquet."""
+    from tests.support import pulsar_objects
+    from tieredcore.lifecycle.sweep import plan_offload
+    from tieredcore.meta.managed_ledgers import find_ledger
+
+    cfg_path = build_workspace(tmp_path / "ws", ["t/a", "t/b"], ledgers=2, entries=25, entry_size="100-400",
+                               messages=True, config_overrides={"checksum_chunk": 0, "checkpoint_interval": 0})
+    cfg = Config.load(cfg_path, env={})
+    t = "persistent://t/a/topic-0000"
+    with Workspace(cfg) as ws:
+        for ns in ("t/a", "t/b"):
+            ws.policies.set_namespace(ns, {"offload_threshold_bytes": 0})
+        rows = list(run_work(cfg, [w.as_dict() for w in plan_offload(ws, None, END_MS)]))
+        assert {r["outcome"] for r in rows} == {"offloaded"} and len(rows) == 4
+        victim = ledgers(ws, t)[0]
+        lid = victim.ledgerId
+        key = data_key("", context_uuid(victim), lid)
+        md, data = ws.store.head(key).metadata, bytearray(ws.store.get(key))
+        pulsar_objects.flip_payload_byte(data, 13)
+        ws.store.put(key, bytes(data), md)
+        ws.hot.delete_ledger(lid)
+
+        def mark(info):
+            find_ledger(info, lid).offloadContext.bookkeeperDeleted = True
+
+        ws.ml.update_topic(t, mark)
+
+    rc, log = spark_submit("scrub", "--config", str(cfg_path), "--as-of", END_ISO, "--deep", "always", "--repair",
+                           "--run-id", "m1", log=tmp_path / "scrub.log")
+    assert rc == 3, log[-3000:]
+    assert f"ERROR scrub: FAILED {t} ledger {lid}: unrecoverable: DATA LOSS" in log
+    assert f"{lid}:13 (CRC32C mismatch (stored 0x" in log
+    summary, detail = load_report(tmp_path / "ws" / "reports", "scrub", "m1")
+    ns = summary["totals"]["namespaces"]
+    assert ns["t/a"]["counters"] == {"messages_checked": 49, "messages_unchecked": 0, "messages_damaged": 1,
+                                     "not_messages": 0}
+    assert ns["t/b"]["counters"] == {"messages_checked": 50, "messages_unchecked": 0, "messages_damaged": 0,
+                                     "not_messages": 0}
+    assert summary["totals"]["counters"]["messages_damaged"] == 1 and summary["damaged_messages"] == [f"{t} {lid}:13"]
+    assert summary["totals"]["data_loss"] == [f"{t} ledger {lid}"]
+    (bad,) = [r for r in detail if r["outcome"] != "ok"]
+    assert (bad["ledger"], bad["outcome"], bad["damaged_at"], bad["messages_damaged"]) == (
+        lid, "unrecoverable", f"{lid}:13", 1)
+    assert f"{lid}:13 (CRC32C mismatch" in bad["error"]
+    with Workspace(cfg) as ws:
+        assert ws.store.head(key).size == len(data)  # nothing deleted
