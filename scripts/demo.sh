@@ -4,7 +4,8 @@
 # compression codec) in five namespaces with different policies (one in PIP-76 streaming mode, whose
 # topics' open ledgers hold entries), shows the messages of two topics, runs the offload-sweep DAG and then
 # the deletion-lag-cleanup DAG with `airflow dags test`, prints the tiers before and after, reads the
-# streaming namespace back from the object store alone, and every entry through the cross-tier reader.
+# streaming namespace back from the object store alone, and every entry through the cross-tier reader; a
+# deep scrub checks every copy and every message's own CRC32C (message-level counts per namespace).
 # Then a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and after, the
 # old ones deleted once the delete delay has passed, every entry read back. Ends with chunked objects: a
 # compressed and an encrypted namespace of text, stored bytes vs logical bytes, read back.
@@ -83,8 +84,26 @@ tiered status --by-namespace
 step "verify: every entry, from wherever it lives, against the generator's digest"
 tiered verify
 
-step "scrub: every offloaded copy read back against its checksums and the hot copies' CRCs"
-tiered scrub --deep
+step "scrub: every offloaded copy read back against its checksums, the hot copies' CRCs and each Pulsar message's own CRC32C"
+# --messages all: the messages are checked in this project's objects too (by default only in objects without
+# chunk checksums, i.e. Pulsar-written ones); counts are entries (a batch is one entry, one CRC32C)
+tiered --json scrub --deep --messages all | python -c '
+import json, sys
+r = json.load(sys.stdin)
+cols = ("messages_checked", "messages_unchecked", "messages_damaged", "not_messages")
+print("  %-18s %8s %6s %15s %10s %9s %9s" % ("namespace", "ledgers", "ok", "bytes read", "messages", "damaged",
+                                             "not msgs"))
+for ns, d in sorted(r["namespaces"].items()):
+    c = d.get("counters") or dict.fromkeys(cols, 0)
+    print("  %-18s %8d %6d %15s %10s %9d %9d" % (ns, d["ledgers"], d["outcomes"].get("ok", 0), format(d["bytes"], ","),
+                                                 format(c["messages_checked"], ","), c["messages_damaged"],
+                                                 c["not_messages"]))
+m = r["messages"]
+print("  all: %s entries of messages checked (CRC32C), %d without a checksum, %d damaged, %d not messages; "
+      "%d problem(s)" % (format(m.get("messages_checked", 0), ","), m.get("messages_unchecked", 0),
+                         m.get("messages_damaged", 0), m.get("not_messages", 0), len(r["problems"])))
+if r["problems"] or not m.get("messages_checked") or m.get("messages_damaged"):
+    sys.exit("scrub: damage found (or no message checked): %s" % r["problems"][:3])'
 
 # the namespace's objects (data + index per ledger or segment) and the whole object store's
 objects() {

@@ -84,9 +84,9 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
                   f"{o.get(Outcome.DAMAGED, 0):>8} {o.get('repaired', 0):>9} {o.get(Outcome.UNRECOVERABLE, 0):>5} "
                   f"{msgs}")
         if a.deep:
-            print("messages: entries whose Pulsar CRC32C was checked (a batch is one entry), in objects without "
-                  "chunk checksums" + (" and every other object" if a.messages == "all" else
-                                       " (--messages all: every object)") + "; '-': none checked")
+            print("messages: entries whose Pulsar CRC32C was checked (a batch is one entry), "
+                  + ("in every object" if a.messages == "all" else
+                     "in objects without chunk checksums only (--messages all: every object)") + "; '-': none checked")
         for r in rows:
             if r.outcome not in ("ok", "skipped"):
                 print(f"  {r.outcome.upper():<13} {r.topic} ledger {r.ledger}: {r.error}")
