@@ -179,7 +179,8 @@ def test_run_report_rows_and_totals_for_segments(make_ws):
     assert exit_code(t) == EXIT_OK and report.messages() == []
     detail, schema = report.detail()
     assert schema == DETAIL_SCHEMA and all(len(d) == len(schema.split(",")) for d in detail)
-    assert {d[-2] for d in detail} == {"segment"}
+    unit = [c.split()[0] for c in schema.split(",")].index("unit")
+    assert {d[unit] for d in detail} == {"segment"}
     assert parse_covers(rows[0]["covers"]) == [(0, 0, 49), (1, 0, 7)]
 
     # a failed, a conflicting and an unknown segment fail the run; held and busy do not

@@ -91,7 +91,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
             if r.outcome not in ("ok", "skipped"):
                 print(f"  {r.outcome.upper():<13} {r.topic} ledger {r.ledger}: {r.error}")
         for what in summary.data_loss:
-            print(f"DATA LOSS: {what}: neither copy can be read")
+            print(f"DATA LOSS: {what}: no intact copy of it is left (see its row above)")
         if any(r.outcome == Outcome.DAMAGED for r in rows) and not a.repair:
             print("damaged copies can be repaired from their hot copies: rerun with --repair")
         res["_printed"] = True
