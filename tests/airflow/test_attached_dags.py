@@ -57,3 +57,22 @@ def test_the_brokers_jobs_skip_an_attached_cluster_with_one_line(tmp_path: Path,
     assert len(lines) == (2 if dag_id == "tiered_retention" else 1), lines  # retention: and its lag cleanup
     assert xcom(dr, "summary")["failures"] == 0
     assert cluster.snapshot() == zk and bucket(cluster) == objects
+
+
+@pytest.mark.slow
+def test_reconciliation_drain_and_scrub_run_on_an_attached_cluster(tmp_path: Path, pulsar_cluster, spark_env):
+    """Their Spark jobs (real spark-submit) open the attached workspace on the executors too: each run ends
+    with its summary, and Pulsar's ZooKeeper paths and its bucket are unchanged (reconciliation in a dry
+    run: what it may delete there is its own work's to decide)."""
+    from airflow.sdk import TaskInstanceState
+
+    cluster = pulsar_cluster(driver=LOCAL)
+    cfg = attach(tmp_path, cluster)
+    zk, objects = cluster.snapshot(), bucket(cluster)
+    for dag_id, conf, spark in (("tiered_orphan_reconciliation", {"dry_run": True}, ("reconcile", "success")),
+                                ("tiered_deletion_drain", {}, ("drain", "skipped")),  # no deletion record
+                                ("tiered_scrub", {"deep": "always", "repair": False}, ("scrub", "success"))):
+        dr, states = run_dag(dag_id, AT, {"config": str(cfg), **conf})
+        assert states[spark[0]] == spark[1] and states["summary"] == TaskInstanceState.SUCCESS, (dag_id, states)
+        assert not xcom(dr, "summary").get("failed_jobs"), (dag_id, xcom(dr, "summary"))
+    assert cluster.snapshot() == zk and bucket(cluster) == objects
