@@ -88,6 +88,7 @@ with tiered_dag(
 
         from tieredcore.errors import ValidationError
         from tieredcore.lifecycle.compaction_settings import parse_thresholds
+        from tieredcore.lifecycle.work import KIND_COMPACTION
         from tieredcore.policy import PolicyStore
 
         ctx: Any = get_current_context()
@@ -100,7 +101,8 @@ with tiered_dag(
         except ValidationError as e:
             raise AirflowFailException(str(e)) from None
         extra = [arg for name, option in THRESHOLDS.items() if given[name] for arg in (option, given[name])]
-        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_compaction, "compaction")
+        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_compaction, "compaction",
+                                        KIND_COMPACTION)
         print(f"compaction plan: {len(namespaces)} namespace(s): {', '.join(namespaces) or '-'}"
               + (f"; thresholds {' '.join(extra)}" if extra else "; thresholds of each namespace's policy"))
         return [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]

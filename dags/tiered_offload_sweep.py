@@ -61,12 +61,13 @@ with tiered_dag(
         """One job argument list per namespace with offload work due (policies and topics read from the
         metadata store now); namespaces with nothing due are listed under the XCom `nothing_due`."""
         from tieredcore.lifecycle.sweep import plan_offload
+        from tieredcore.lifecycle.work import KIND_OFFLOAD
         from tieredcore.policy import PolicyStore
 
         ctx: Any = get_current_context()
         params = ctx["params"]
         config = load_config(params)
-        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_offload, "sweep")
+        namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_offload, "sweep", KIND_OFFLOAD)
         at = as_of_ms(ctx)
         due, idle = split_due(config, namespaces, lambda ws, ns: plan_offload(ws, [ns], at, 1), "sweep")
         extra = ["--max-topics", str(params["max_topics"])] if params.get("max_topics") else []

@@ -54,19 +54,26 @@ def namespace_args(params: dict[str, Any]) -> list[str]:
 
 
 def planned_namespaces(params: dict[str, Any], config: Any, enabled: Callable[[Any], list[str]],
-                       what: str) -> list[str]:
+                       what: str, kind: str | None = None) -> list[str]:
     """The ``namespaces`` param, or the namespaces ``enabled(policies)`` lists (a PolicyStore query, e.g.
     ``PolicyStore.namespaces_with_offload``), read from the metadata store now (at run time, never at
-    parse time)."""
+    parse time). None, with tieredcore's one line saying why, when the workspace is attached to a Pulsar
+    cluster whose brokers do the job of ``kind`` (tieredcore.lifecycle.work.brokers_job)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from tieredcore.errors import TieredError
+    from tieredcore.lifecycle.work import BROKERS_JOBS, brokers_job
     from tieredcore.names import NamespaceName
     from tieredcore.workspace import Workspace
 
     try:
-        if params.get("namespaces"):
-            return sorted({NamespaceName.parse(n).name for n in params["namespaces"]})
+        named = sorted({NamespaceName.parse(n).name for n in params.get("namespaces") or []})
+        if kind in BROKERS_JOBS and config.attached:
+            with Workspace(config) as ws:
+                brokers_job(ws.policies.brokers, kind, named)  # the one line, logged in the task's log
+            return []
+        if named:
+            return named
         with Workspace(config) as ws:
             return enabled(ws.policies)
     except TieredError as e:

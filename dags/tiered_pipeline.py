@@ -89,6 +89,19 @@ def preflight_task():
         finally:
             meta.close()
         print(f"preflight: metadata store {config.metadata_url}: reachable")
+        if config.attached:  # a configuration from the environment only: the attach checks (reads only)
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from tieredcore.attach import check_attach
+            from tieredcore.errors import AttachError
+
+            try:
+                _, found = check_attach(config, cluster_given=True, brokers_default=config.brokers_default)
+            except AttachError as e:
+                raise AirflowFailException(f"preflight: {e}") from None
+            print(f"preflight: attached to Pulsar cluster {found.cluster!r}, {len(found.namespaces)} namespace(s); "
+                  "the bucket is " + (f"named by the policies of {', '.join(found.named_by)}" if found.named_by
+                                        else "the brokers' default (as stated)"))
         result = TieredObjectStoreHook(config.store_url, aws_conn_id=AWS_CONN_ID, wasb_conn_id=WASB_CONN_ID,
                                        gcp_conn_id=GCP_CONN_ID).check()
         print(f"preflight: {config.store_url}: {result}")

@@ -19,6 +19,9 @@
 #   TIERED_VENV        the virtualenv (default <checkout>/.venv)
 #   STACK_PORTS=auto   free loopback ports instead of topology.env's (tests; several stacks at once)
 #   TIERED_*_SCHEDULE  passed to the Airflow processes (e.g. `none` to trigger the DAGs by hand)
+#   PULSAR_ZK          attach to a running Pulsar cluster instead (docs/pulsar.md): its ZooKeeper,
+#                      zk://HOST:PORT[/chroot]; with PULSAR_STORE_URL (its bucket), PULSAR_CLUSTER and
+#                      PULSAR_BROKERS_DEFAULT=true when the bucket is the brokers' default (broker.conf)
 #
 # The Spark workers have no project checkout on their Python path: executors run the venv's python
 # with -S (no site hooks, so not the editable install's finder either) and only its site-packages on
@@ -106,12 +109,32 @@ EOF
 }
 
 tiered_env() {  # the tieredcore configuration every part shares (tieredcore/config.py, TIERED_*)
-    cat <<EOF
+    if [ -n "${PULSAR_ZK:-}" ]; then
+        pulsar_env
+    else
+        cat <<EOF
 TIERED_METADATA_URL=zk://127.0.0.1:$ZOOKEEPER_PORT$TOPOLOGY_ZK_ROOT
 TIERED_STORE_URL=s3://$TOPOLOGY_BUCKET/$TOPOLOGY_STORE_PREFIX?endpoint=http://127.0.0.1:$S3_PORT&region=$TOPOLOGY_S3_REGION
 TIERED_HOT_URL=file://$STACK_DIR/data/hot
+EOF
+    fi
+    cat <<EOF
 TIERED_REPORTS_DIR=$STACK_DIR/data/reports
 TIERED_SPARK_MASTER=spark://127.0.0.1:$SPARK_MASTER_PORT
+EOF
+}
+
+pulsar_env() {  # attached to a running Pulsar cluster (docs/pulsar.md): PULSAR_ZK, PULSAR_STORE_URL, ...
+    local hosts=${PULSAR_ZK#zk://} chroot=""
+    hosts=${hosts#zk:}  # Pulsar's own zk:HOST:PORT/chroot spelling too
+    case $hosts in */*) chroot=/${hosts#*/}; hosts=${hosts%%/*} ;; esac
+    [ "$chroot" = "/" ] && chroot=""
+    cat <<EOF
+TIERED_METADATA_URL=zk://$hosts/tiered-storage?${chroot:+chroot=$chroot&}attached=true
+TIERED_STORE_URL=${PULSAR_STORE_URL:-}
+TIERED_HOT_URL=bookkeeper:
+TIERED_CLUSTER=${PULSAR_CLUSTER:-standalone}
+TIERED_BROKERS_DEFAULT=${PULSAR_BROKERS_DEFAULT:-false}
 EOF
 }
 

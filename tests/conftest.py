@@ -256,3 +256,38 @@ def any_meta(request, tmp_path):
         store = SqliteMetadataStore(tmp_path / "meta.db")
     yield store
     store.close()
+
+
+# --- a Pulsar cluster beside the project (attach mode: tests/support/pulsar_cluster.py) -----------------
+
+
+@pytest.fixture
+def pulsar_cluster(zk_server, tmp_path: Path, request, monkeypatch):
+    """pulsar_cluster(driver=..., codec=..., register_other=False, ...) -> a new PulsarCluster (ClusterSpec
+    fields as keywords; the chroot is unique) in the session's ZooKeeper; driver LOCAL puts its bucket in
+    the local store, any other on the session's moto S3 server (a bucket of its own)."""
+    from tests.support.pulsar_cluster import LOCAL, ClusterSpec, PulsarCluster, build_cluster
+
+    monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
+    made = 0
+
+    def make(register_other: bool = False, **fields) -> PulsarCluster:
+        nonlocal made
+        made += 1
+        spec = ClusterSpec(**{"chroot": f"/pulsar-{uuid.uuid4().hex[:10]}", **fields})
+        if spec.driver == LOCAL:
+            from tieredcore.cold.backends.fs import FilesystemBlobStore
+
+            root = tmp_path / f"bucket{made}"
+            return build_cluster(zk_server.hosts, FilesystemBlobStore(root), f"file://{root}", str(root), spec=spec,
+                                 root=str(root), register_other=register_other)
+        from tieredcore.cold.backends.s3 import S3BlobStore
+
+        endpoint = request.getfixturevalue("moto_endpoint")
+        bucket = f"pulsar-{uuid.uuid4().hex[:20]}"
+        store = S3BlobStore(bucket, endpoint_url=endpoint, region="us-east-1", max_attempts=2)
+        store.client.create_bucket(Bucket=bucket)
+        url = f"s3://{bucket}?endpoint={endpoint}&region=us-east-1"
+        return build_cluster(zk_server.hosts, store, url, bucket, endpoint, spec, register_other=register_other)
+
+    return make

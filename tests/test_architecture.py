@@ -64,9 +64,9 @@ CORE_LAYERS = (
     Layer("formats", ("tieredcore.formats.*",)),
     # the three stores do not know each other
     Layer("stores", ("tieredcore.hot.*", "tieredcore.cold.*", "tieredcore.meta.*"), peers=True),
-    Layer("settings", ("tieredcore.policy", "tieredcore.config")),
+    Layer("settings", ("tieredcore.policy", "tieredcore.config", "tieredcore.pulsar_policies")),
     Layer("protocol", ("tieredcore.offload.*",)),
-    Layer("topics", ("tieredcore.topic.*", "tieredcore.workspace")),
+    Layer("topics", ("tieredcore.topic.*", "tieredcore.workspace", "tieredcore.attach")),
     Layer("jobs", ("tieredcore.lifecycle.*",)),
     Layer("cli", ("tieredcore.cli.*",)),
 )
@@ -83,7 +83,8 @@ PACKAGE_LAYERS = {
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
-        Layer("the tier seam, the byte format, file chores", ("tier", "format", "files")),
+        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing)",
+              ("tier", "format", "files", "bookkeeper")),
         Layer("the local store's writer and read handle", ("writer", "handle"), peers=True),
         Layer("the local store", ("local",)),
     ),
@@ -103,7 +104,7 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.meta": (
         Layer("the seam", ("store", "reasons")),
-        Layer("records kept in a store", ("deletion_log", "leases", "managed_ledgers")),
+        Layer("records kept in a store", ("deletion_log", "leases", "managed_ledgers", "pulsar")),
         Layer("implementations", ("sqlite", "zookeeper"), peers=True),
     ),
     "tieredcore.offload": (
@@ -132,7 +133,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "init", "keys", "offload", "policies", "read",
-                           "scrub", "topics")),
+                           "scrub", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }

@@ -662,3 +662,20 @@ def test_stack_sh_and_compose_describe_one_topology(services, tmp_path):
     assert mounts(services["airflow-worker"])[comp["SPARK_CONF_DIR"]] == "./docker/spark-conf"
     assert (ROOT / "docker" / "spark-conf" / "spark-defaults.conf").is_file()
     assert env_of(services["minio-init"])["TIERED_BUCKET"] == topo["TOPOLOGY_BUCKET"]
+
+
+def test_stack_sh_attached_to_a_pulsar_cluster(tmp_path, monkeypatch):
+    """PULSAR_ZK (Pulsar's metadataStoreUrl, either spelling), PULSAR_STORE_URL, PULSAR_CLUSTER and
+    PULSAR_BROKERS_DEFAULT point the stack's configuration at a running cluster (docs/pulsar.md)."""
+    from tieredcore.config import Config
+
+    monkeypatch.setenv("PULSAR_STORE_URL", "s3://pulsar-offload?region=eu-west-1")
+    monkeypatch.setenv("PULSAR_CLUSTER", "prod-1")
+    monkeypatch.setenv("PULSAR_BROKERS_DEFAULT", "true")
+    for zk, url in (("zk://zk1:2181,zk2:2181/pulsar", "zk://zk1:2181,zk2:2181/tiered-storage?chroot=/pulsar&attached=true"),
+                    ("zk:zk1:2181", "zk://zk1:2181/tiered-storage?attached=true")):
+        monkeypatch.setenv("PULSAR_ZK", zk)
+        env = stack_env(tmp_path)
+        cfg = Config.load(None, env={k: v for k, v in env.items() if k.startswith("TIERED_")})
+        assert (cfg.metadata_url, cfg.hot_url, cfg.store_url) == (url, "bookkeeper:", "s3://pulsar-offload?region=eu-west-1")
+        assert cfg.attached and cfg.cluster == "prod-1" and cfg.brokers_default

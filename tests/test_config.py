@@ -151,7 +151,8 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_PRICE_DELETE_1000": "0.5",
         "UNRELATED": "x",
     }
-    assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES)
+    # every variable but TIERED_BROKERS_DEFAULT, which needs an attached workspace (the test below)
+    assert set(env) - {"UNRELATED"} == set(ENV_OVERRIDES) - {"TIERED_BROKERS_DEFAULT"}
     cfg = Config.load(p, env=env)
     assert cfg == Config(metadata_url="sqlite:///env.db", hot_url="file:///env-hot",
                          store_url="s3://bkt/pre?region=eu-west-1", cluster="env", reports_dir="/reports",
@@ -373,3 +374,16 @@ def test_open_hot_rejects_non_file_urls(tmp_path: Path) -> None:
         Config(**base, hot_url="s3://bucket/hot").open_hot()
     with pytest.raises(ValidationError, match="hot_url"):
         Config(**base, hot_url="file://relative/hot").open_hot()
+
+
+def test_an_attached_workspace_from_the_environment_alone() -> None:
+    """The scale-out stack pointed at a Pulsar cluster (docs/pulsar.md): no file, TIERED_* only."""
+    env = {"TIERED_METADATA_URL": "zk://zk1:2181/tiered-storage?chroot=/pulsar&attached=true",
+           "TIERED_HOT_URL": "bookkeeper:", "TIERED_STORE_URL": "s3://pulsar-offload?region=eu-west-1",
+           "TIERED_CLUSTER": "prod-1", "TIERED_BROKERS_DEFAULT": "true"}
+    cfg = Config.load(None, env=env)
+    assert cfg.attached and cfg.brokers_default and cfg.cluster == "prod-1"
+    with pytest.raises(ValidationError, match="brokers_default applies to a workspace attached"):
+        Config.load(None, env={**env, "TIERED_METADATA_URL": "zk://zk1:2181/tiered-storage",
+                               "TIERED_HOT_URL": "file:///hot"})
+

@@ -5,7 +5,10 @@ URL-like strings:
 
     metadata  sqlite:///abs/path/meta.db
               zk://host:port[,host:port]/root[?chroot=/path]   (ZooKeeper, Pulsar's layout: docs/metadata.md)
+              zk://host:port/root?chroot=/pulsar&attached=true (a Pulsar cluster's ZooKeeper, read-only:
+                                                                docs/pulsar.md; with hot = bookkeeper:)
     hot       file:///abs/path/hot
+              bookkeeper:                      (attached: the cluster's BookKeeper, never read or written)
     store     file:///abs/path/cold            (filesystem object store)
               s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1
               azure://container/prefix                 (Azure Blob; credentials: AZURE_STORAGE_*)
@@ -37,11 +40,12 @@ from tieredcore.formats.constants import (
     DEFAULT_UPLOAD_PART_SIZE,
     MIN_UPLOAD_PART_SIZE,
 )
+from tieredcore.hot.bookkeeper import BOOKKEEPER_URL
 from tieredcore.names import check_cluster_name
 
 if TYPE_CHECKING:
     from tieredcore.cold.blob import BlobStore
-    from tieredcore.hot.local import LocalLedgerStore
+    from tieredcore.hot.tier import HotTier
     from tieredcore.meta.store import MetadataStore
 
 CONFIG_FILE_NAME = "tiered.toml"
@@ -73,6 +77,7 @@ ENV_OVERRIDES = {
     "TIERED_PRICE_PUT_1000": "price_put_per_1000",
     "TIERED_PRICE_LIST_1000": "price_list_per_1000",
     "TIERED_PRICE_DELETE_1000": "price_delete_per_1000",
+    "TIERED_BROKERS_DEFAULT": "brokers_default",
 }
 PRICE_FIELDS = ("price_storage_gb_month", "price_get_per_1000", "price_put_per_1000", "price_list_per_1000",
                 "price_delete_per_1000")
@@ -123,6 +128,9 @@ class Config:
     price_put_per_1000: float = 0.005
     price_list_per_1000: float = 0.005
     price_delete_per_1000: float = 0.0
+    # attached to a Pulsar cluster: the operator stated that store_url is its brokers' default offload bucket
+    # (broker.conf, which ZooKeeper does not hold): namespaces whose policies name no bucket offload there
+    brokers_default: bool = False
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -130,6 +138,13 @@ class Config:
                 raise ValidationError(f"configuration: {name} is empty")
         check_metadata_url(self.metadata_url)
         check_cluster_name(self.cluster, "configuration: cluster")
+        if self.attached != (self.hot_url == BOOKKEEPER_URL):
+            raise ValidationError(
+                f"configuration: hot_url {BOOKKEEPER_URL!r} (Pulsar's BookKeeper) goes with a metadata_url attached "
+                f"to a Pulsar cluster (zk://...?attached=true) and only with one; got hot_url {self.hot_url!r}, "
+                f"metadata_url {self.metadata_url!r}")
+        if self.brokers_default and not self.attached:
+            raise ValidationError("configuration: brokers_default applies to a workspace attached to a Pulsar cluster")
         store = parse_store_url(self.store_url)  # a bad URL fails here, before anything is created
         if self.max_block_size < 5 * 1024 * 1024 and store.scheme == "s3":
             raise ValidationError(
@@ -225,10 +240,20 @@ class Config:
     def open_metadata(self) -> MetadataStore:
         return open_metadata_store(self.metadata_url)
 
-    def open_hot(self) -> LocalLedgerStore:
+    def open_hot(self) -> HotTier:
+        """The local ledger store, or (attached) the BookKeeper stand-in that holds nothing."""
+        if self.hot_url == BOOKKEEPER_URL:
+            from tieredcore.hot.bookkeeper import BookKeeperTier
+
+            return BookKeeperTier()
         from tieredcore.hot.local import LocalLedgerStore
 
         return LocalLedgerStore(_file_path(self.hot_url, "hot_url"), fsync=self.hot_fsync)
+
+    @property
+    def attached(self) -> bool:
+        """Is this workspace attached to a Pulsar cluster (its ZooKeeper read-only, its BookKeeper not ours)?"""
+        return is_attached_url(self.metadata_url)
 
     def open_store(self) -> tuple[BlobStore, str]:
         """The object store and the key prefix offloaded objects go under."""
@@ -313,6 +338,15 @@ def check_metadata_url(url: str) -> None:
         raise ValidationError(
             f"metadata_url: unsupported scheme {u.scheme!r} in {url!r} (supported: sqlite:///path, zk://host:port/root)"
         )
+
+
+def is_attached_url(url: str) -> bool:
+    """Does a (valid) metadata URL name a Pulsar cluster's ZooKeeper, attached read-only?"""
+    if urlparse(url).scheme != "zk":
+        return False
+    from tieredcore.meta.zookeeper import ZkLocation
+
+    return ZkLocation.parse(url).attached
 
 
 def open_metadata_store(url: str) -> MetadataStore:

@@ -104,6 +104,23 @@ class HotLedgerNotFoundError(NotFoundError):
     """Hot-tier ledger does not exist (never created or deleted)."""
 
 
+class InBookKeeperError(HotLedgerNotFoundError):
+    """A ledger of an attached Pulsar cluster that only its BookKeeper holds (not offloaded): the project
+    has no hot tier there and never reads BookKeeper. Not an error of the project: readers and the
+    command line report it as "in BookKeeper (ledger N)". ``ledger_id`` names the ledger."""
+
+    def __init__(self, *args: object, ledger_id: int | None = None) -> None:
+        super().__init__(*args)
+        self.ledger_id = ledger_id
+
+    def __reduce__(self):  # pickled across processes (Spark) with its ledger id
+        return (_in_bookkeeper, (self.args, self.ledger_id))
+
+
+def _in_bookkeeper(args: tuple, ledger_id: int | None) -> InBookKeeperError:
+    return InBookKeeperError(*args, ledger_id=ledger_id)
+
+
 class TopicNotFoundError(NotFoundError):
     """No managed-ledger record for the topic."""
 
@@ -143,6 +160,17 @@ class BlobStoreError(TieredError):
 
 class ObjectExistsError(TieredError):
     """A create-if-absent write found the key already there (nothing was written)."""
+
+
+class PulsarReadOnlyError(ValidationError):
+    """A write refused because what it would change belongs to an attached Pulsar cluster: a znode under
+    Pulsar's paths (``/managed-ledgers``, ``/admin``, ...), a BookKeeper ledger, an object in its bucket,
+    its namespace policies. Raised before anything is written: nothing changed."""
+
+
+class AttachError(ValidationError):
+    """Attaching to a Pulsar cluster was refused (no Pulsar layout in that ZooKeeper, an unknown cluster
+    name, a bucket its policies do not name): one line saying why; nothing was created or written."""
 
 
 class StoreOwnershipError(ValidationError):

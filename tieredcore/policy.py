@@ -248,6 +248,12 @@ class PolicyStore:
     default_store_is_s3: bool = False
     default_key_ring: str = ""  # the configuration's key ring
 
+    @property
+    def brokers(self) -> str | None:
+        """The Pulsar cluster whose brokers offload, clean up after the deletion lag and apply retention for
+        these namespaces (an attached workspace: tieredcore.pulsar_policies), or None: this project does."""
+        return None
+
     def namespace_overrides(self, namespace: str) -> dict[str, Any]:
         return self.ml.get_policies(namespace) or {}
 

@@ -15,7 +15,7 @@ from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.location import StoreLocation
 from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import Config
-from tieredcore.errors import ValidationError
+from tieredcore.errors import PulsarReadOnlyError, ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.transform import TransformSpec
@@ -23,6 +23,7 @@ from tieredcore.hot.tier import HotTier
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
+from tieredcore.meta.pulsar import PulsarRecords
 from tieredcore.meta.store import MetadataStore
 from tieredcore.offload.managed import TopicOffloader
 from tieredcore.offload.offloader import LedgerOffloader
@@ -30,6 +31,7 @@ from tieredcore.offload.ownership import SidecarPermission, claim_store, ensure_
 from tieredcore.offload.segments import SegmentOffloader
 from tieredcore.offload.streaming import StreamingOffloader
 from tieredcore.policy import TIERED_FIRST, OffloadPolicy, PolicyStore
+from tieredcore.pulsar_policies import PulsarPolicyStore
 from tieredcore.topic.reader import TopicReader
 
 
@@ -47,12 +49,30 @@ class Workspace:
     def ml(self) -> ManagedLedgerStore:
         return ManagedLedgerStore(self.metadata)
 
+    @property
+    def attached(self) -> bool:
+        """Attached to a Pulsar cluster (docs/pulsar.md): its ZooKeeper, BookKeeper and namespace policies are
+        read-only (the metadata store, the hot tier and the policies below refuse writes), its bucket is
+        never written (only reconciliation's apply deletes from it)."""
+        return self.config.attached
+
+    @cached_property
+    def pulsar(self) -> PulsarRecords:
+        """The attached cluster's administrative records (clusters, tenants, namespace policies as Pulsar
+        wrote them, partitioned topics); ValidationError on a workspace that is not attached."""
+        if not self.attached:
+            raise ValidationError("this workspace is not attached to a Pulsar cluster (tiered init --pulsar-zk)")
+        return PulsarRecords(self.metadata)
+
     @cached_property
     def policies(self) -> PolicyStore:
         """Namespace and topic policies, over the configuration's defaults (the cluster default under
-        namespace and topic policies)."""
+        namespace and topic policies); attached: Pulsar's namespace policies, mapped and read-only."""
         c = self.config
         defaults = OffloadPolicy(max_block_size=c.max_block_size, read_buffer_size=c.read_buffer)
+        if self.attached:
+            return PulsarPolicyStore(self.ml, defaults=defaults, default_store_is_s3=c.store_url.startswith("s3://"),
+                                     default_key_ring=c.key_ring, cluster=c.cluster)
         return PolicyStore(self.ml, defaults=defaults, default_store_is_s3=c.store_url.startswith("s3://"),
                            default_key_ring=c.key_ring)
 
@@ -96,8 +116,17 @@ class Workspace:
             return self.__dict__["identity"]
         return read_identity(self.metadata)
 
+    def refuse_bucket_writes(self, what: str) -> None:
+        """PulsarReadOnlyError on an attached workspace: nothing is ever written to the cluster's bucket."""
+        if self.attached:
+            raise PulsarReadOnlyError(
+                f"refused to {what}: the bucket {self.config.store_url} is Pulsar cluster {self.config.cluster!r}'s; "
+                "an attached workspace writes no object there (its brokers offload)")
+
     def claim(self, store: BlobStore, prefix: str) -> None:
-        """Claim (store, prefix) for this workspace's cluster, or StoreOwnershipError."""
+        """Claim (store, prefix) for this workspace's cluster, or StoreOwnershipError (attached:
+        PulsarReadOnlyError, no marker is written to the cluster's bucket)."""
+        self.refuse_bucket_writes("write the store's owner marker")
         claim_store(store, normalize_prefix(prefix), self.config.cluster, self.identity, self.config.metadata_url)
 
     def _new_offloader(self, store: BlobStore, prefix: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
@@ -108,6 +137,7 @@ class Workspace:
         off: LedgerOffloader
 
         def before_write() -> None:
+            self.refuse_bucket_writes("write an object")
             if not off.owner:
                 # the owner marker is a plain object, also where objects are transformed
                 self.claim(store.inner if isinstance(store, TransformedBlobStore) else store, prefix)
@@ -211,9 +241,11 @@ class Workspace:
                           transform=loc.transform)
         return self.offloader_at(loc)
 
-    def reader(self, read_priority: str = TIERED_FIRST) -> TopicReader:
+    def reader(self, read_priority: str = TIERED_FIRST, *, skip_in_bookkeeper: bool = False) -> TopicReader:
+        """A cross-tier reader; ``skip_in_bookkeeper`` (attached workspaces): ledgers only Pulsar's BookKeeper
+        holds are skipped and listed (``TopicReader.in_bookkeeper``) instead of ending the read."""
         return TopicReader(self.ml, self.hot, self.offloader, read_priority,
-                           offloader_for_driver=self.offloader_for_driver)
+                           offloader_for_driver=self.offloader_for_driver, skip_in_bookkeeper=skip_in_bookkeeper)
 
     def close(self) -> None:
         if "metadata" in self.__dict__:

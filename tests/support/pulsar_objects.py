@@ -5,8 +5,9 @@ Sources (apache/pulsar, tiered-storage/jcloud/src/main/java/org/apache/bookkeepe
 - ``BlobStoreManagedLedgerOffloader.offload``: one multipart upload of the data object
   ``{uuid}-ledger-{id}``, block *i* is part *i + 1*, each block ``calculateBlockSize(maxBlockSize, …)``
   bytes; then the index ``{uuid}-ledger-{id}-index`` with one PUT. Both carry the offloader's user
-  metadata plus ``s3managedledgeroffloaderformatversion = 1`` (``DataBlockUtils.addVersionInfo``), nothing
-  else (no ``role``, no managed-ledger name on V1 objects).
+  metadata plus ``s3managedledgeroffloaderformatversion = 1`` (``DataBlockUtils.addVersionInfo``); current
+  brokers add ``role`` (``data`` / ``index``) and the ``extraMetadata`` the managed ledger passes
+  (``ManagedLedgerName``): tests/support/pulsar_cluster.py writes those (:func:`write_data`, :func:`write_index`).
 - ``BlockAwareSegmentInputStreamImpl``: a block is the 128-byte header (``DataBlockHeaderImpl``: magic
   ``0xFBDBABCB``, header length, block length, first entry id as longs, zeros), the entries as
   ``[int32 length][int64 entry id][payload]`` while the next one fits, then ``0xFEDCDEAD`` repeated;
@@ -86,7 +87,15 @@ def build(payloads: Sequence[bytes], max_block: int = 64 * 1024 * 1024, *, ledge
 def write(store, pair: PulsarPair, prefix: str = "", metadata: dict[str, str] | None = None) -> None:
     """Upload the pair as the offloader does: the data object as one multipart upload (block i = part
     i + 1), then the index with one PUT; the broker's user metadata and the format version on both."""
-    md = {**(BROKER_METADATA if metadata is None else metadata), "s3managedledgeroffloaderformatversion": "1"}
+    md = BROKER_METADATA if metadata is None else metadata
+    write_data(store, pair, prefix, md)
+    write_index(store, pair, prefix, md)
+
+
+def write_data(store, pair: PulsarPair, prefix: str, metadata: dict[str, str]) -> None:
+    """The data object alone: one multipart upload, block i = part i + 1, with ``metadata`` and the
+    format version (what exists while the offloader has not written the index yet)."""
+    md = {**metadata, "s3managedledgeroffloaderformatversion": "1"}
     dkey = prefix + pair.data_key
     upload = store.initiate_multipart(dkey, md)
     parts = []
@@ -96,7 +105,11 @@ def write(store, pair: PulsarPair, prefix: str = "", metadata: dict[str, str] | 
         parts.append(store.upload_part(dkey, upload, i + 1, pair.data[at:at + size]))
         at += size
     store.complete_multipart(dkey, upload, parts)
-    store.put(prefix + pair.index_key, pair.index, md)
+
+
+def write_index(store, pair: PulsarPair, prefix: str, metadata: dict[str, str]) -> None:
+    """The index object: one PUT with ``metadata`` and the format version."""
+    store.put(prefix + pair.index_key, pair.index, {**metadata, "s3managedledgeroffloaderformatversion": "1"})
 
 
 # -- Pulsar messages inside the entries, and damage planted in them ------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from tieredcore.attach import attached_config, check_attach
 from tieredcore.cli.common import (
     sqlite_path,
 )
@@ -61,7 +62,15 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--metadata-url", help="metadata store URL instead of the embedded SQLite file, e.g. "
                                           "zk://127.0.0.1:2181/tiered-storage (ZooKeeper, Pulsar's layout)")
     s.add_argument("--cluster", help="cluster name written on every object (default standalone); workspaces "
-                                     "sharing a store need different names")
+                                     "sharing a store need different names. With --pulsar-zk: the Pulsar cluster "
+                                     "(default: the one registered in its ZooKeeper)")
+    s.add_argument("--pulsar-zk", metavar="zk://HOST:PORT[/chroot]",
+                   help="attach to a running Pulsar cluster (docs/pulsar.md): its ZooKeeper (Pulsar's metadataStoreUrl) "
+                        "is read, never written; needs --store-url, the cluster's bucket; no hot tier (BookKeeper is "
+                        "Pulsar's)")
+    s.add_argument("--brokers-default", action="store_true",
+                   help="with --pulsar-zk: the --store-url bucket is the brokers' default offload bucket (broker.conf), "
+                        "which namespace policies need not name")
     s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
 
 
@@ -71,6 +80,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if root.exists() and not root.is_dir():
         raise ValidationError(f"{root} exists and is not a directory")
     created = not cfg_path.exists() or args.force
+    if args.pulsar_zk or args.brokers_default or (not created and Config.load(cfg_path, env={}).attached):
+        return _run_attached(args, root, cfg_path, created)
     if created:
         overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
         if args.cluster:
@@ -104,6 +115,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         identity = ws.identity
     return {"workspace": str(root), "config": str(cfg_path), "created": created, "cluster": cfg.cluster,
             "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url, "store": cfg.store_url}
+
+
+def _run_attached(args: argparse.Namespace, root: Path, cfg_path: Path, created: bool) -> dict[str, Any]:
+    """`tiered init --pulsar-zk`: every check reads only (tieredcore.attach); then the workspace directory,
+    its configuration and the project's identity under its own ZooKeeper root. Nothing in the bucket."""
+    if created:
+        if not args.pulsar_zk:
+            raise ValidationError("--brokers-default goes with --pulsar-zk")
+        if args.metadata_url:
+            raise ValidationError("--pulsar-zk names the metadata store (the cluster's ZooKeeper): no --metadata-url")
+        cfg = attached_config(root, args.pulsar_zk, args.store_url or "", args.cluster)
+    else:
+        cfg = Config.load(cfg_path, env={})
+    cfg, found = check_attach(cfg, cluster_given=bool(args.cluster) or not created,
+                              brokers_default=args.brokers_default)
+    if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
+    _make_dirs([(root, "workspace directory"), (Path(cfg.reports_dir), "reports directory")])
+    if created:
+        cfg_path.write_text(cfg.to_toml())
+    with Workspace(cfg) as ws:
+        identity = ws.identity  # under the project's own root, never under Pulsar's paths
+    bucket = (f"named by the offload policies of {', '.join(found.named_by)}" if found.named_by
+              else "the brokers' default (as stated)")
+    return {"workspace": str(root), "config": str(cfg_path), "created": created, "attached": True,
+            "cluster": cfg.cluster, "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url,
+            "store": cfg.store_url, "bucket": bucket, "namespaces": len(found.namespaces)}
 
 
 def _new_local_store(cfg: Config) -> bool:

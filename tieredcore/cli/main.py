@@ -17,7 +17,14 @@ from typing import Any
 from tieredcore.cli import compact, data, deletions, init, keys, offload, policies, read, scrub, topics
 from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandGroup, Progress, err, sqlite_path
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.errors import NotFoundError, TieredError, TopicNotFoundError, ValidationError
+from tieredcore.errors import (
+    InBookKeeperError,
+    NotFoundError,
+    PulsarReadOnlyError,
+    TieredError,
+    TopicNotFoundError,
+    ValidationError,
+)
 from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
@@ -63,6 +70,22 @@ def _is_usage_error(e: TieredError) -> bool:
     return isinstance(e, ValidationError) or type(e) in (NotFoundError, TopicNotFoundError)
 
 
+# what an attached workspace refuses outright (Pulsar's brokers own it), with the reason
+BROKERS_COMMANDS = {
+    "generate": "writes topics and ledgers",
+    "offload": "offloads (Pulsar's brokers do)",
+    "topics": "deletes topics (`pulsar-admin topics delete`)",
+}
+
+
+def refuse_on_attached(cmd: str, cfg: Config) -> None:
+    """PulsarReadOnlyError for a command that would change what an attached cluster's brokers own."""
+    why = BROKERS_COMMANDS.get(cmd)
+    if why is not None and cfg.attached:
+        raise PulsarReadOnlyError(f"refused: `tiered {cmd}` {why}; this workspace is attached to Pulsar cluster "
+                                  f"{cfg.cluster!r}, whose topics, ledgers and objects are its brokers'")
+
+
 def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("_printed"):
         return
@@ -97,10 +120,14 @@ def _main(argv: Sequence[str] | None) -> int:
             res = init.run(args)
         else:
             cfg = load_config(args)
+            refuse_on_attached(args.cmd, cfg)
             if args.cmd != "generate":  # writes topics: may start the store (docs/deploy.md, env-only config)
                 _require_metadata_store(cfg)
             with Workspace(cfg) as ws:
                 res = COMMANDS[args.cmd].run(args, ws, progress)
+    except InBookKeeperError as e:  # Pulsar's BookKeeper holds it: said as it is, not as our error
+        err(f"tiered {args.cmd}: {e}")
+        return EXIT_FAILED
     except TieredError as e:
         if _is_usage_error(e):
             err(f"tiered {args.cmd}: {e}")

@@ -149,8 +149,11 @@ def cmd_offload_streaming(args: argparse.Namespace, ws: Workspace, progress: Pro
 def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     topics = select_topics(ws, args.namespace, args.topic)
     report = topic_status(ws, topics, ledgers=args.ledgers, by_namespace=args.by_namespace, cache=args.cache)
+    res = report.as_dict()
+    if ws.attached:  # the "hot" tier is the cluster's BookKeeper: what is there, not read here
+        res["attached"] = {"cluster": ws.config.cluster, "hot_tier": "BookKeeper"}
     # a topic whose record cannot be read fails the command (exit 1); every other topic is still shown
-    return {**report.as_dict(), "_exit": EXIT_FAILED if report.unreadable else EXIT_OK}
+    return {**res, "_exit": EXIT_FAILED if report.unreadable else EXIT_OK}
 
 
 def _partial_text(p: dict[str, Any]) -> str:
@@ -174,6 +177,9 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         print(f"offloaded {res['offloaded']} ledger(s) of {res['topics']} topic(s), {mib(res['bytes'])} "
               f"in {res['seconds']}s; {res['failed']} failed")
         return
+    if res.get("attached"):
+        print(f"attached to Pulsar cluster {res['attached']['cluster']!r}: 'bk' is what only its BookKeeper holds "
+              "(not offloaded; Pulsar's brokers serve it)")
     if "namespaces" in res:
         _print_by_namespace(res)
     else:
@@ -216,8 +222,9 @@ def print_cache(c: dict[str, Any]) -> None:
 
 
 def _print_by_namespace(res: dict[str, Any]) -> None:
-    print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {'hot':>5} {'both':>5} {'cold':>5} "
-          f"{'hot MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8} {'objects':>8}")
+    hot = "bk" if res.get("attached") else "hot"
+    print(f"{'namespace':<28} {'topics':>6} {'ledgers':>7} {hot:>5} {'both':>5} {'cold':>5} "
+          f"{hot + ' MiB':>10} {'cold MiB':>10} {'segments':>8} {'seg MiB':>8} {'objects':>8}")
     for ns, a in sorted(res["namespaces"].items()):
         print(f"{ns:<28} {a['topics']:>6} {a['ledgers']:>7} {a['hot_only']:>5} {a['both']:>5} "
               f"{a['offloaded_only']:>5} {a['hot_bytes'] / 2**20:>10,.1f} {a['offloaded_bytes'] / 2**20:>10,.1f} "
@@ -228,7 +235,8 @@ def _print_by_namespace(res: dict[str, Any]) -> None:
 
 
 def _print_topics(res: dict[str, Any]) -> None:
-    hdr = (f"{'topic':<48} {'ledgers':>7} {'hot':>6} {'both':>5} {'cold':>5} {'hot bytes':>14} {'cold bytes':>14} "
+    hot = "bk" if res.get("attached") else "hot"
+    hdr = (f"{'topic':<48} {'ledgers':>7} {hot:>6} {'both':>5} {'cold':>5} {hot + ' bytes':>14} {'cold bytes':>14} "
            f"{'objects':>8}")
     print(hdr)
     for r in res["topics"]:
@@ -244,7 +252,10 @@ def _print_topics(res: dict[str, Any]) -> None:
                 print("    partially streamed: " + "; ".join(_partial_text(p) for p in r["partially_streamed"]))
         for d in r.get("ledger_detail", []):
             seg = (f" segments={len(d['segments'])} through={d['streamed_through']}" if d["segments"] else "")
-            print(f"    ledger {d['ledger']:>8} {d['state']:<6} {d['tier']:<9} entries={d['entries']:<8} "
+            if d["uuid"] and d["tier"] == "hot" and not d["segments"]:
+                seg += " (offload not complete)"
+            tier = "bookkeeper" if res.get("attached") and d["tier"] == "hot" else d["tier"]
+            print(f"    ledger {d['ledger']:>8} {d['state']:<6} {tier:<9} entries={d['entries']:<8} "
                   f"size={d['size']:<12,} uuid={d['uuid'] or '-'}{seg}")
 
 

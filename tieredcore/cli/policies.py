@@ -12,6 +12,7 @@ from tieredcore.formats.transform import TRANSFORMS
 from tieredcore.model import INT64_MAX, int64_or_none
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.policy import DRIVERS, OFFLOAD_MODES, READ_PRIORITIES, OffloadPolicy, PolicyStore, merge
+from tieredcore.pulsar_policies import brokers_own_policies
 from tieredcore.units import duration_ms, size_bytes
 from tieredcore.workspace import Workspace
 
@@ -153,6 +154,12 @@ def _check_key_ring(ws: Workspace, ps: PolicyStore, a: argparse.Namespace, updat
 def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str, Any]:
     ps = ws.policies  # the workspace configuration is the cluster default
     cmd = a.policies_cmd
+    if ws.attached and cmd in ("set", "delete"):  # Pulsar's brokers' policies: read, never written
+        raise brokers_own_policies(ws.config.cluster, f"{cmd} the policies of {a.target}")
+    if ws.attached and cmd == "get" and not a.topic:
+        ns = NamespaceName.parse(a.target).name
+        return {"namespace": ns, "pulsar": ws.pulsar.namespace_policies(ns), "overrides": ps.namespace_overrides(ns),
+                "effective": ps.for_namespace(ns).to_json()}
     if cmd == "list":
         rows = []
         for ns in sorted(set(ws.ml.list_policy_namespaces()) | set(ws.ml.list_namespaces())):

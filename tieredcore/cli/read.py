@@ -53,7 +53,11 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
         raise ValidationError(f"--from {start} is after --to {end}")
     if args.messages and args.show != "size":
         raise ValidationError("--messages prints a preview of each payload: --show does not apply")
-    reader = ws.reader(args.read_priority)
+    if ws.attached and args.read_priority != TIERED_FIRST:
+        raise ValidationError("an attached workspace reads what Pulsar's brokers offloaded, never BookKeeper: "
+                              "--read-priority does not apply")
+    # attached: ledgers only Pulsar's BookKeeper holds are skipped and named, never an error of ours
+    reader = ws.reader(args.read_priority, skip_in_bookkeeper=ws.attached)
     try:
         res = _read_messages(reader, t, start, end, args) if args.messages else _read_entries(
             reader, t, start, end, args)
@@ -61,7 +65,12 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
         reader.close()
     for note in reader.fallback_notes:
         err(f"tiered read: {note}")
-    return {**res, "tier_reads": reader.tier_reads, "fallbacks": reader.fallbacks, "_printed": True}
+    for lid in reader.in_bookkeeper:
+        err(f"tiered read: in BookKeeper (ledger {lid}): not offloaded; Pulsar's brokers serve its entries")
+    out = {**res, "tier_reads": reader.tier_reads, "fallbacks": reader.fallbacks, "_printed": True}
+    if ws.attached:
+        out["in_bookkeeper"] = list(reader.in_bookkeeper)
+    return out
 
 
 def _read_entries(reader: TopicReader, t: TopicName, start: Position | None, end: Position | None,

@@ -12,6 +12,7 @@ from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.compaction import CostModel, plan_topic
+from tieredcore.lifecycle.work import KIND_COMPACTION, brokers_job
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.batches import BLOCK_SIZE, Batch
 from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult, Compactor
@@ -88,6 +89,10 @@ def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: 
     left out with a note; a dry run may look at any topic (what would enabling it save?)."""
     ps = ws.policies
     notes: list[str] = []
+    skipped = brokers_job(ps.brokers, KIND_COMPACTION, [TopicName.parse(t).full for t in topics or ()]
+                          or [NamespaceName.parse(n).name for n in namespaces or ()])
+    if skipped is not None:  # an attached Pulsar cluster's objects are its brokers'
+        return [], [skipped]
     if topics:
         chosen = [TopicName.parse(t) for t in topics]
         for t in chosen:

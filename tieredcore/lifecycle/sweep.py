@@ -58,10 +58,12 @@ from tieredcore.lifecycle.planner import (
 )
 from tieredcore.lifecycle.work import (
     KIND_LAG_CLEANUP,
+    KIND_MANUAL_OFFLOAD,
     KIND_OFFLOAD,
     UNIT_SEGMENT,
     LedgerResult,
     TopicWork,
+    brokers_job,
     format_covers,
     held_topic_rows,
     resolve_namespaces,
@@ -166,8 +168,12 @@ def plan_streaming(hot: HotTier, t: TopicName, info, as_of_ms: int, dry_run: boo
 def plan_manual_offload(
     ml: ManagedLedgerStore, topic: str, as_of_ms: int, manual: ManualOffload, dry_run: bool = False,
 ) -> list[TopicWork]:
-    """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot."""
+    """`tiered_offload_topic`: a prefix up to a position, or keep at most N bytes hot. Nothing (one line
+    saying why) for a topic of an attached Pulsar cluster: its brokers offload."""
     t = TopicName.parse(topic)
+    if ml.read_only:
+        brokers_job("", KIND_MANUAL_OFFLOAD, [t.full])
+        return []
     info, _ = ml.get_topic(t)
     ids = manual.select(ledgers_as_of(info.ledgerInfo, as_of_ms))
     return [TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run)] if ids else []

@@ -5,6 +5,7 @@ retention, scrub; :func:`tieredcore.lifecycle.runner.run_work` runs their units 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,8 @@ KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
 KIND_RETENTION = "retention"  # tieredcore.lifecycle.retention
 KIND_SCRUB = "scrub"  # tieredcore.lifecycle.scrub
+KIND_COMPACTION = "compaction"  # tieredcore.lifecycle.compaction_run (not a TopicWork kind)
+KIND_MANUAL_OFFLOAD = "manual-offload"  # a manual offload's planning (tiered_offload_topic)
 
 # outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
 FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", Outcome.ABORTED,
@@ -147,10 +150,42 @@ def unreadable_rows(w: TopicWork) -> list[LedgerResult]:
                          error=f"UnreadableRecordError: the topic's record cannot be read: {why}")]
 
 
+log = logging.getLogger(__name__)
+
+# the jobs an attached Pulsar cluster's brokers do themselves: (the job, what it would do)
+BROKERS_JOBS = {
+    KIND_OFFLOAD: ("offload sweep", "offloading"),
+    KIND_MANUAL_OFFLOAD: ("manual offload", "offloading"),
+    KIND_LAG_CLEANUP: ("deletion-lag cleanup", "deleting BookKeeper copies after the offload deletion lag"),
+    KIND_RETENTION: ("retention", "retention"),
+    KIND_COMPACTION: ("compaction", "writing its offloaded objects"),
+}
+
+
+def brokers_job(brokers: str | None, kind: str, what: Iterable[str] | None = None) -> str | None:
+    """On a workspace attached to Pulsar cluster ``brokers`` (``PolicyStore.brokers``): the one line saying
+    that the job of ``kind`` skips ``what`` (namespaces or topics; None: every namespace) because it is the
+    brokers' job, logged as a warning (the CLI's stderr, a Spark driver's log, an Airflow task's log) and
+    returned for reports. None (nothing skipped) on a workspace that is not attached."""
+    if brokers is None:
+        return None
+    job, duty = BROKERS_JOBS[kind]
+    names = sorted(set(what or ()))
+    which = ", ".join(names) if names else "every namespace"
+    cluster = f"Pulsar cluster {brokers!r}" if brokers else "a Pulsar cluster"
+    line = f"{job}: skipped {which}: attached to {cluster}, whose brokers do {duty} (this workspace never does)"
+    log.warning("%s", line)
+    return line
+
+
 def resolve_namespaces(ml: ManagedLedgerStore, policies: PolicyStore, namespaces: Iterable[str] | None,
                        kind: str) -> list[str]:
-    """The namespaces named (validated), else every namespace: with offload enabled for an offload sweep."""
+    """The namespaces named (validated), else every namespace: with offload enabled for an offload sweep.
+    None on a workspace attached to a Pulsar cluster for the brokers' jobs (offload, deletion-lag cleanup,
+    retention), with one line saying so (:func:`brokers_job`)."""
     ps = policies
+    if kind in BROKERS_JOBS and brokers_job(ps.brokers, kind, namespaces) is not None:
+        return []
     if namespaces:
         return [NamespaceName.parse(n).name for n in namespaces]
     if kind == KIND_OFFLOAD:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from tieredcore.errors import (
     FormatError,
     NodeNotFoundError,
+    PulsarReadOnlyError,
     TopicNotFoundError,
     UnreadableRecordError,
     ValidationError,
@@ -32,7 +33,7 @@ from tieredcore.formats.mlinfo import (
     decode_managed_ledger_info,
     encode_managed_ledger_info,
 )
-from tieredcore.meta.store import MetadataStore
+from tieredcore.meta.store import MetadataStore, write_refusal
 from tieredcore.names import PERSISTENT, NamespaceName, TopicName
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,19 @@ class ManagedLedgerStore:
 
     def exists(self, topic: TopicLike) -> bool:
         return self.store.get(topic_path(topic)) is not None
+
+    @property
+    def read_only(self) -> bool:
+        """Are topic records read-only here (a store attached to a Pulsar cluster: its brokers own them)?"""
+        return write_refusal(self.store, MANAGED_LEDGERS_ROOT) is not None
+
+    def require_writable(self, topic: TopicLike) -> None:
+        """PulsarReadOnlyError when the topic's record belongs to an attached Pulsar cluster: every change
+        of a topic (and whatever it would record for deletion first) is refused before it starts."""
+        path = topic_path(topic)
+        why = write_refusal(self.store, path)
+        if why is not None:
+            raise PulsarReadOnlyError(why)
 
     def create_topic(self, topic: TopicLike, info: ManagedLedgerInfo | None = None) -> int:
         """Create the record (version 0); NodeExistsError if the topic exists."""

@@ -172,6 +172,13 @@ def join_path(*components: str) -> str:
     return validate_path("/" + "/".join(components))
 
 
+def write_refusal(store: object, path: str) -> str | None:
+    """Why ``store`` refuses to write ``path`` (a ZooKeeper store attached to a Pulsar cluster refuses
+    Pulsar's paths), or None. Stores without such a rule (SQLite) write every path."""
+    refusal = getattr(store, "write_refusal", None)
+    return refusal(path) if callable(refusal) else None
+
+
 def check_version(v: object, what: str = "expected_version") -> int:
     """A record version given by a caller: an int >= 0 (bools refused), else ValidationError."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -9,6 +9,12 @@ store identity) is placed under ``<root>``, a node Pulsar does not use: our ``/a
 ``<root>/admin/policies/t/ns`` and never Pulsar's namespace policies. ``chroot`` (optional) moves the whole
 tree, as Pulsar's own ``zk:host:port/chroot`` metadata URLs do.
 
+Attached to a Pulsar cluster (``?attached=true``, made by ``tiered init --pulsar-zk``): the store reads
+Pulsar's own ``/admin/policies``, ``/admin/partitioned-topics`` and ``/admin/clusters`` where Pulsar keeps
+them too (:data:`ATTACHED_PASS_THROUGH`), and refuses every write (create, put, set, delete, a transaction
+op) whose path lies under any of Pulsar's paths with :class:`PulsarReadOnlyError`, before it reaches
+ZooKeeper: whatever code runs on an attached workspace, it writes only under ``<root>``.
+
 Semantics (the protocol's table in :mod:`tieredcore.meta.store`): a record's version is the znode's
 ``dataVersion``; ``put`` is ``set(path, data, version)``; a transaction is one ZooKeeper ``multi``.
 Two differences from the embedded store, both ZooKeeper's: ancestors created on the way to a record are
@@ -40,6 +46,7 @@ from tieredcore.errors import (
     MetadataStoreError,
     NodeExistsError,
     NodeNotFoundError,
+    PulsarReadOnlyError,
     ValidationError,
     VersionConflictError,
 )
@@ -71,6 +78,8 @@ PULSAR_ROOTS = (
     "/stream", "/zookeeper", "/bookies", "/pulsar", "/topics",
 )
 PASS_THROUGH = "/managed-ledgers"  # kept at Pulsar's path
+# attached to a Pulsar cluster: also read where Pulsar keeps them (and never written)
+ATTACHED_PASS_THROUGH = (PASS_THROUGH, "/admin/policies", "/admin/partitioned-topics", "/admin/clusters")
 DEFAULT_ROOT = "/tiered-storage"
 #: ZooKeeper refuses packets above jute.maxbuffer (1 MiB by default) by dropping the connection, which
 #: would look like an unknown outcome: refuse such records up front, with the reason
@@ -88,6 +97,7 @@ class ZkLocation:
     chroot: str = ""
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
     timeout_s: float = DEFAULT_TIMEOUT_S
+    attached: bool = False  # a Pulsar cluster's ZooKeeper: its paths are read, never written
 
     @classmethod
     def parse(cls, url: str) -> ZkLocation:
@@ -112,10 +122,11 @@ class ZkLocation:
                     f"use, e.g. {DEFAULT_ROOT}"
                 )
         q = parse_qs(u.query, keep_blank_values=True)
-        unknown = sorted(set(q) - {"chroot", "session_timeout", "timeout"})
+        unknown = sorted(set(q) - {"chroot", "session_timeout", "timeout", "attached"})
         if unknown:
             raise ValidationError(
-                f"metadata_url {url!r}: unknown option(s) {', '.join(unknown)} (known: chroot, session_timeout, timeout)"
+                f"metadata_url {url!r}: unknown option(s) {', '.join(unknown)} (known: chroot, session_timeout, "
+                "timeout, attached)"
             )
         chroot = q.get("chroot", [""])[-1]
         if chroot:
@@ -127,19 +138,44 @@ class ZkLocation:
                 if ms <= 0:
                     raise ValidationError(f"metadata_url {url!r}: {name} must be positive")
                 kw[field] = ms / 1000
+        if "attached" in q:
+            flag = q["attached"][-1].lower()
+            if flag not in ("true", "false"):
+                raise ValidationError(f"metadata_url {url!r}: attached must be true or false, got {flag!r}")
+            kw["attached"] = flag == "true"
         return cls(hosts=hosts, root=root, chroot=chroot, **kw)
 
     @property
     def url(self) -> str:
-        q = f"?chroot={self.chroot}" if self.chroot else ""
-        return f"zk://{self.hosts}{self.root}{q}"
+        q = [f"chroot={self.chroot}"] if self.chroot else []
+        if self.attached:
+            q.append("attached=true")
+        return f"zk://{self.hosts}{self.root}" + (f"?{'&'.join(q)}" if q else "")
+
+    @property
+    def pass_through(self) -> tuple[str, ...]:
+        """The protocol paths kept where Pulsar keeps them (the rest lives under the root)."""
+        return ATTACHED_PASS_THROUGH if self.attached else (PASS_THROUGH,)
+
+    def pulsars(self, path: str) -> bool:
+        """Is ``path`` (a protocol path) one of Pulsar's, kept at Pulsar's own place?"""
+        return any(path == p or path.startswith(p + "/") for p in self.pass_through)
 
     def zk_path(self, path: str) -> str:
-        """Where a protocol path lives in ZooKeeper: Pulsar's managed-ledgers as they are, the rest under
-        the root; all of it under the chroot, if any."""
-        if path == PASS_THROUGH or path.startswith(PASS_THROUGH + "/"):
+        """Where a protocol path lives in ZooKeeper: Pulsar's managed-ledgers (attached: also its policies,
+        partitioned topics and clusters) as they are, the rest under the root; all of it under the
+        chroot, if any."""
+        if self.pulsars(path):
             return self.chroot + path
         return self.chroot + (self.root if path == "/" else self.root + path)
+
+    def write_refusal(self, path: str) -> str | None:
+        """Why a write of ``path`` is refused (attached: every path of Pulsar's), or None."""
+        if not self.attached or not self.pulsars(path):
+            return None
+        return (f"refused to write {self.chroot}{path}: it is the Pulsar cluster's (an attached workspace never "
+                f"creates, changes or deletes a znode under Pulsar's paths; its own records live under "
+                f"{self.chroot}{self.root})")
 
 
 class _Unknown(Exception):
@@ -288,6 +324,18 @@ class ZkMetadataStore:
     def _path(self, path: str, *, allow_root: bool = False) -> str:
         return self.location.zk_path(validate_path(path, allow_root=allow_root))
 
+    def _write_path(self, path: str) -> str:
+        """The ZooKeeper path of a write, refused before anything is sent when it is Pulsar's."""
+        zpath = self._path(path)
+        why = self.location.write_refusal(path)
+        if why is not None:
+            raise PulsarReadOnlyError(why)
+        return zpath
+
+    def write_refusal(self, path: str) -> str | None:
+        """Why this store would refuse to write ``path`` (an attached store: Pulsar's paths), or None."""
+        return self.location.write_refusal(validate_path(path))
+
     @staticmethod
     def _check_size(path: str, data: bytes) -> bytes:
         if len(data) > MAX_RECORD_BYTES:
@@ -326,7 +374,7 @@ class ZkMetadataStore:
     def create(self, path: str, value: Buffer) -> int:
         from kazoo.exceptions import NodeExistsError as ZkExists
 
-        zpath = self._path(path)
+        zpath = self._write_path(path)
         data = self._check_size(path, as_bytes(value, path))
 
         def apply(zk: Any) -> int:
@@ -349,7 +397,7 @@ class ZkMetadataStore:
     def put(self, path: str, value: Buffer, expected_version: int) -> int:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        zpath = self._path(path)
+        zpath = self._write_path(path)
         data = self._check_size(path, as_bytes(value, path))
         expected = check_version(expected_version)
 
@@ -381,7 +429,7 @@ class ZkMetadataStore:
         from kazoo.exceptions import NodeExistsError as ZkExists
         from kazoo.exceptions import NoNodeError
 
-        zpath = self._path(path)
+        zpath = self._write_path(path)
         data = self._check_size(path, as_bytes(value, path))
 
         def apply(zk: Any) -> int:
@@ -404,7 +452,7 @@ class ZkMetadataStore:
     def delete(self, path: str, expected_version: int | None = None) -> None:
         from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
-        zpath = self._path(path)
+        zpath = self._write_path(path)
         expected = None if expected_version is None else check_version(expected_version)
         seen: list[int] = []
 
@@ -449,8 +497,9 @@ class ZkMetadataStore:
         def run(zk: Any) -> list[str]:
             if path == "/":  # the protocol's top level: Pulsar's managed-ledgers beside our root's children
                 names = set(self._children(zk, self.location.zk_path("/")))
-                if zk.exists(self.location.zk_path(PASS_THROUGH)):
-                    names.add(PASS_THROUGH[1:])
+                for p in self.location.pass_through:
+                    if zk.exists(self.location.zk_path(p)):
+                        names.add(p[1:].split("/")[0])
                 return sorted(names)
             try:
                 return sorted(zk.get_children(self.location.zk_path(path)))
@@ -471,6 +520,11 @@ class ZkMetadataStore:
     def transaction(self, ops: Sequence[Op]) -> list[int | None]:
         checked: list[tuple[Op, str, bytes | None, int | None]] = []
         for op in ops:
+            # a check reads only: it may name Pulsar's records (a drain conditional on a topic's version)
+            writes = isinstance(op, CreateOp | PutOp | DeleteOp)
+            why = self.location.write_refusal(validate_path(op.path)) if writes else None
+            if why is not None:
+                raise PulsarReadOnlyError(f"transaction op {len(checked) + 1} of {len(ops)}: {why}; no op applied")
             if isinstance(op, CreateOp | PutOp):
                 data = self._check_size(op.path, as_bytes(op.value, validate_path(op.path)))
                 v = check_version(op.expected_version) if isinstance(op, PutOp) else None

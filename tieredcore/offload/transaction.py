@@ -197,6 +197,7 @@ class TopicTransaction:
     def cas(self, mutate: Mutation) -> Applied | Refused:
         """One read / mutate / compare-and-set (retried on lost races). Raises what the metadata store
         raises (TopicNotFoundError, VersionConflictError, MetadataStoreError) and :class:`Uncovered`."""
+        self.ml.require_writable(self.topic)  # an attached cluster's record: refused before anything
         changed = False
 
         def run(info: ManagedLedgerInfo) -> bool:
@@ -214,6 +215,8 @@ class TopicTransaction:
         """Append pending-deletion records durably (all or none) and remember them as covered."""
         records = list(records)
         if records:
+            # a change of an attached cluster's topic is refused before its deletion records exist
+            self.ml.require_writable(self.topic)
             self.deletion_log.append(records)
         self.covered.update((r.ledger_id, r.type, r.uuid) for r in records)
 

@@ -28,6 +28,7 @@ from tieredcore.errors import (
     CorruptEntryError,
     FormatError,
     HotLedgerNotFoundError,
+    InBookKeeperError,
     LedgerStateError,
     NotFoundError,
     TieredError,
@@ -64,6 +65,7 @@ class TopicReader:
         read_priority: str = TIERED_FIRST,
         batch_entries: int = 1000,
         offloader_for_driver: Callable[[Any], LedgerOffloader] | None = None,
+        skip_in_bookkeeper: bool = False,
     ) -> None:
         if read_priority not in READ_PRIORITIES:
             raise ValidationError(f"read priority must be one of {', '.join(READ_PRIORITIES)}, got {read_priority!r}")
@@ -78,6 +80,10 @@ class TopicReader:
         self.tier_reads = {TIER_HOT: 0, TIER_OFFLOADED: 0}  # ledgers read per tier (observability)
         self.fallbacks = 0  # times a read went on from the other copy because one could not be read
         self.fallback_notes: list[str] = []  # what happened, for reports (the first MAX_FALLBACK_NOTES)
+        # an attached Pulsar cluster's ledgers that only its BookKeeper holds: skipped by read() and
+        # read_batches() (listed here, oldest first) instead of raising InBookKeeperError
+        self.skip_in_bookkeeper = skip_in_bookkeeper
+        self.in_bookkeeper: list[int] = []
 
     def close(self) -> None:
         for h in self._offloaded.values():
@@ -175,7 +181,13 @@ class TopicReader:
                 break
             s = _LedgerSession(self, t, li)
             try:
-                h = s.open()
+                try:
+                    h = s.open()
+                except InBookKeeperError:
+                    if not self.skip_in_bookkeeper:
+                        raise
+                    self.in_bookkeeper.append(lid)
+                    continue
                 lac = h.last_add_confirmed
                 first = start.entry_id if start is not None and lid == start.ledger_id else 0
                 last = min(lac, end.entry_id) if end is not None and lid == end.ledger_id else lac
@@ -232,7 +244,7 @@ class _LedgerSession:
             except COPY_FAILURES as e:
                 self.tried.append((tier, e))
                 continue
-            if self.tried:
+            if self.tried and not isinstance(self.tried[-1][1], InBookKeeperError):  # BookKeeper's: not damage
                 failed, err = self.tried[-1]
                 self.r._note(f"{self.t.managed_ledger_name} ledger {self.li.ledgerId}: the {failed} copy cannot "
                              f"be read ({type(err).__name__}: {err}); reading the {tier} copy")
@@ -278,10 +290,17 @@ class _LedgerSession:
         return True
 
     def _raise(self):
-        tier, first = self.tried[0]
-        if len(self.tried) == 1:
+        tried = self.tried
+        in_bk = [e for _, e in tried if isinstance(e, InBookKeeperError)]
+        if in_bk:
+            if not is_offloaded(self.li):
+                raise in_bk[0]  # only Pulsar's BookKeeper holds it (a partial copy failing changes nothing)
+            # an offloaded copy that cannot be read is the failure; BookKeeper is named after it
+            tried = sorted(tried, key=lambda x: isinstance(x[1], InBookKeeperError))
+        tier, first = tried[0]
+        if len(tried) == 1:
             raise first
-        others = "; ".join(f"the {t} copy: {type(e).__name__}: {e}" for t, e in self.tried[1:])
+        others = "; ".join(f"the {t} copy: {type(e).__name__}: {e}" for t, e in tried[1:])
         raise type(first)(f"{first}; {others}") from first
 
     def _close_handle(self) -> None:
