@@ -201,3 +201,40 @@ class CostModel:
                 "one_time": round(once, 6)}
 
 
+
+
+# -- repair of damaged segments -------------------------------------------------------------------
+
+
+def repair_batch(info: pb.ManagedLedgerInfo, damaged: set[str], transform: str = "none") -> Batch | str:
+    """The batch that rewrites segments ``damaged`` (uuids) of the topic record ``info``: every ledger
+    holding a piece of one, and every ledger sharing an object with those (a segment spans ledgers, a
+    ledger spans segments), all of it written again into new segment(s) from the hot copies. A reason
+    (str) when that cannot be done by this protocol: a ledger in flight or not sealed (the open ledger's
+    segments are the streaming offload's), or none referencing the segments any more."""
+    lis = list(info.ledgerInfo)
+    members: dict[str, set[int]] = {}
+    for li in lis:
+        for u in referenced_uuids(li):
+            members.setdefault(u, set()).add(li.ledgerId)
+    todo, seen_u, lids = list(damaged), set(), set()
+    while todo:  # the closure: ledgers of the damaged objects, the objects of those ledgers, ...
+        u = todo.pop()
+        if u in seen_u:
+            continue
+        seen_u.add(u)
+        for lid in members.get(u, ()):
+            if lid not in lids:
+                lids.add(lid)
+                todo.extend(referenced_uuids(next(li for li in lis if li.ledgerId == lid)))
+    if not lids:
+        return "no ledger references the damaged segment(s) any more"
+    chosen = [li for li in lis if li.ledgerId in lids]
+    blocked = [li.ledgerId for li in chosen if not repackable(li)]
+    if blocked:
+        return (f"ledger(s) {', '.join(map(str, blocked))} are not sealed and fully offloaded with nothing in "
+                "flight (an open ledger's segments are rewritten by its streaming offload)")
+    units, _ = _units(chosen)
+    after = sum(compacted_bytes(li.entries, li.size) for li in chosen)
+    return Batch(tuple(li.ledgerId for li in chosen), tuple(units.values()), sum(li.entries for li in chosen),
+                 sum(li.size for li in chosen), sum(u.bytes for u in units.values()), after, 1, transform)
