@@ -325,14 +325,14 @@ def attached_details(ov: AttachedOverview) -> str:
         out += (f"<div id='unreadable' class='bad'><p>{len(bad)} topic record(s) cannot be read; those topics are "
                 f"in none of the numbers above:</p><ul>{''.join(bad)}</ul></div>")
     if notes:
-        out += f"<ul id='notes' class='muted'>{''.join(notes)}</ul>"
+        out += f"<h2>Notes</h2><ul id='notes' class='muted'>{''.join(notes)}</ul>"
     return out
 
 
 def attached_page(ov: AttachedOverview, config: Config, prefix: str) -> HTMLResponse:
     p = ov.prices
     body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; attached to "
-            f"Pulsar cluster <b id='cluster'>{_e(ov.cluster)}</b> (hot tier: {_e(ov.hot_tier)}, the brokers'); "
+            f"Pulsar cluster <b id='cluster'>{_e(ov.cluster)}</b> (hot tier: {_e(ov.hot_tier)}, run by the brokers); "
             f"bucket {_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
             + ", ".join(f"{k} ${v}" for k, v in p.per_1000.items()) + ".</p>"
             + attached_rows(ov) + attached_details(ov)
