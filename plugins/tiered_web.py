@@ -309,7 +309,7 @@ def attached_details(ov: AttachedOverview) -> str:
     """The damaged messages' positions (with why they stay damaged), the oldest overdue ledger per
     namespace, and what could not be read."""
     items = [f"<li data-ns='{_e(n.namespace)}' class='bad'>{_e(p)}: {_e(n.damaged['repair'])}</li>"
-             for n in ov.namespaces if n.damaged and n.damaged["count"] for p in n.damaged["positions"]]
+             for n in ov.namespaces if n.damaged for p in n.damaged["positions"]]
     out = ""
     if items:
         out += ("<h2>Damaged messages</h2><p>Found by the latest scrub that checked each namespace's messages "

@@ -174,8 +174,9 @@ def _damaged(name: str, scrubs: list[RunInfo]) -> dict[str, Any] | None:
         return None
     run = next(r for r in scrubs if r.run_id == m["run_id"] and r.as_of_ms == m["as_of_ms"])
     count = m["messages_damaged"]
-    return {"count": count, "positions": run.damaged.get(name, []) if count else [],
-            "repair": REPAIR_IMPOSSIBLE if count else None, "run_id": m["run_id"], "as_of_ms": m["as_of_ms"]}
+    positions = run.damaged.get(name, [])  # also copies damaged in their structure, no message named
+    return {"count": count, "positions": positions, "repair": REPAIR_IMPOSSIBLE if count or positions else None,
+            "run_id": m["run_id"], "as_of_ms": m["as_of_ms"]}
 
 
 def _orphans(name: str, last: RunInfo | None) -> dict[str, Any] | None:

@@ -119,15 +119,19 @@ class RunInfo:
 
 def _orphans(doc: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     """(bytes, objects) of object-store orphans (what costs, not hot-tier ones) per namespace of a
-    reconciliation report, "" = the run's total. ``by_namespace`` maps namespace -> kind -> {count,
-    objects, bytes}; entries that are not such maps are skipped, so fields added later do not break it."""
+    reconciliation report, "" = the run's total: its ``orphans_by_namespace`` (namespace -> {objects,
+    bytes}) when it has one, else ``by_namespace`` (namespace -> kind -> {count, objects, bytes}, the hot
+    tier's kind left out). Entries of another shape are skipped, so fields added later do not break it."""
     nbytes: dict[str, int] = {}
     objects: dict[str, int] = {}
-    by_ns = doc.get("by_namespace") if isinstance(doc.get("by_namespace"), dict) else {}
-    for n, kinds in by_ns.items():
-        if not isinstance(kinds, dict):
-            continue
-        groups = [d for k, d in kinds.items() if k != HOT_ORPHAN_KIND and isinstance(d, dict)]
+    flat = doc.get("orphans_by_namespace")
+    if isinstance(flat, dict):
+        groups_of = {n: [d] for n, d in flat.items() if isinstance(d, dict)}
+    else:
+        by_ns = doc.get("by_namespace") if isinstance(doc.get("by_namespace"), dict) else {}
+        groups_of = {n: [d for k, d in kinds.items() if k != HOT_ORPHAN_KIND and isinstance(d, dict)]
+                     for n, kinds in by_ns.items() if isinstance(kinds, dict)}
+    for n, groups in groups_of.items():
         nbytes[n] = sum(int(d.get("bytes", 0) or 0) for d in groups)
         objects[n] = sum(int(d.get("objects", 0) or 0) for d in groups)
     nbytes[""] = int(doc.get("orphan_bytes", 0) or 0)
@@ -135,12 +139,26 @@ def _orphans(doc: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     return nbytes, objects
 
 
+def _damage_items(entries: list) -> list[str]:
+    """A namespace's ``damage`` entries (damaged copies: topic, ledger, damaged_messages [{position,
+    reason}], problem) as "topic ledger:entry" per damaged message, "topic ledger N: problem" for a copy
+    damaged without a message named (its structure)."""
+    out = []
+    for d in entries:
+        if not isinstance(d, dict):
+            continue
+        msgs = [m for m in d.get("damaged_messages") or () if isinstance(m, dict) and m.get("position")]
+        out += [f"{d.get('topic', '?')} {m['position']}" for m in msgs] or [
+            f"{d.get('topic', '?')} ledger {d.get('ledger', '?')}: {d.get('problem') or 'damaged'}"]
+    return out
+
+
 def _damaged(doc: dict[str, Any], namespaces: dict[str, Any]) -> dict[str, list[str]]:
-    """Damaged messages per namespace of a scrub report: a namespace's own list when the report has one
-    (``damaged_messages`` under its totals), else the run's ``damaged_messages`` ("topic ledger:entry",
-    capped by the job) sorted by the topic's namespace."""
-    own = {n: [str(x) for x in d["damaged_messages"]] for n, d in namespaces.items()
-           if isinstance(d, dict) and isinstance(d.get("damaged_messages"), list)}
+    """What a scrub report names damaged, per namespace: its ``damage`` entries when the namespace's totals
+    have them, else the run's ``damaged_messages`` ("topic ledger:entry", capped by the job) sorted by the
+    topic's namespace."""
+    own = {n: _damage_items(d["damage"]) for n, d in namespaces.items()
+           if isinstance(d, dict) and isinstance(d.get("damage"), list)}
     listed: dict[str, list[str]] = {}
     for item in doc.get("damaged_messages") if isinstance(doc.get("damaged_messages"), list) else []:
         listed.setdefault(namespace_of(str(item).split(" ", 1)[0]), []).append(str(item))
