@@ -9,8 +9,8 @@ none):
 - BookKeeper ledgers / bytes: ledgers whose BookKeeper copy the brokers have not deleted
   (``offloadContext.bookkeeperDeleted`` unset), sizes from ``ManagedLedgerInfo``; the open ledger counts
   with size 0 (Pulsar records a ledger's size when it closes).
-- offloaded ledgers / bytes: complete offloads (``offloadContext.complete``), sizes summed as
-  ManagedLedgerImpl.getOffloadedSize does; objects: a data and an index object per complete offload
+- offloaded ledgers / bytes: complete offloads (``offloadContext.complete``), their ledger sizes from
+  ``ManagedLedgerInfo`` (not the objects' sizes); objects: a data and an index object per complete offload
   (BlobStoreManagedLedgerOffloader); offloads in progress: a uuid recorded, not complete.
 - offload lag: ManagedLedgerImpl.maybeOffload's rule over the namespace's thresholds as Pulsar resolves
   them (OffloadPoliciesImpl.oldPoliciesCompatible: ``offload_policies`` first, the older top-level fields
