@@ -15,6 +15,12 @@ hot copy, swapped in by compare-and-set; the damaged attempt goes to the deletio
 deletes it). Without a hot copy the damage is **data loss**: the run fails and names the ledgers;
 nothing is deleted.
 
+On a workspace **attached to a Pulsar cluster** nothing is repaired or deleted: BookKeeper is Pulsar's (the
+`repair` param is forced off with one line). A damaged copy is *unrepairable* ("repair impossible without
+BookKeeper"), reported per namespace and position (`DAMAGED acme/orders persistent://acme/orders/audit
+2001:4 CRC32C mismatch ...`) and under `damage` in the summary; the job exits 4 and the scrub task fails
+without a retry (docs/pulsar.md, Scrub).
+
 1. **preflight** — configuration loads, object store reachable (fails fast).
 2. **plan** — the job's arguments (`--as-of` = data-interval end, `--deep`, `--repair`, namespaces).
 3. **scrub** — `spark-submit spark_jobs/scrub.py`: one Spark task per group of topics.

@@ -40,7 +40,14 @@ from airflow.sdk import BaseOperatorLink
 from tiered_hooks import GCP_CONN_ID, WASB_CONN_ID, cloud_environment
 from tiered_hooks import TieredObjectStoreHook as TieredObjectStoreHook  # re-exported for the DAGs
 
-from tieredcore.reports import EXIT_DATA_LOSS, EXIT_USAGE, RunReports, attempt_dir_name, report_name
+from tieredcore.reports import (
+    EXIT_DATA_LOSS,
+    EXIT_UNREPAIRABLE,
+    EXIT_USAGE,
+    RunReports,
+    attempt_dir_name,
+    report_name,
+)
 
 PLUGIN_NAME = "tiered"
 ENV_REPORTS_URL = "TIERED_REPORTS_URL"
@@ -201,7 +208,12 @@ def aws_environment(aws_conn_id: str | None) -> dict[str, str]:
 
 
 # exit codes of spark_jobs/_jobkit.py after which a retry cannot succeed
-NO_RETRY_EXIT_CODES = {EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_LOSS: "DATA LOSS reported by the job"}
+NO_RETRY_EXIT_CODES = {
+    EXIT_USAGE: "bad input: nothing was started", EXIT_DATA_LOSS: "DATA LOSS reported by the job",
+    EXIT_UNREPAIRABLE: "DAMAGED offloaded copies on the attached Pulsar cluster, repair impossible without "
+                       "BookKeeper: the job reported them (namespace, topic, position) and changed nothing; an "
+                       "operator must act (docs/pulsar.md, Scrub)",
+}
 
 
 _EXIT_CODE = re.compile(r"Error code is: (-?\d+)")

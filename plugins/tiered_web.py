@@ -6,7 +6,10 @@
   run and the monthly cost estimate, the Pulsar messages the latest scrub checked (checked, damaged, not
   messages); the last run of each job; bytes per tier over recent runs (SVG).
   All from ``tieredcore.lifecycle.overview`` (the metadata store and the run reports), never Airflow's
-  database. ``?at=`` (ISO 8601 or epoch ms) computes the ages at another time; ``overview.json``: the data.
+  database. A workspace attached to a Pulsar cluster gets its own view (``tieredcore.lifecycle.attached_view``,
+  docs/pulsar.md): per namespace BookKeeper and offloaded ledgers and bytes, objects, orphans of the latest
+  reconciliation, damaged messages of the latest scrub (repair impossible without BookKeeper), offload
+  lag by Pulsar's own thresholds, the cost estimate; hot-tier figures are labelled BookKeeper. ``?at=`` (ISO 8601 or epoch ms) computes the ages at another time; ``overview.json``: the data.
 - ``/tiered/reports/``: jobs → runs → attempts; each attempt's summary rendered, and its raw JSON
   (``.../summary.json``). The "Run report" extra link of a Spark task opens its attempt's page.
 
@@ -31,7 +34,15 @@ from tieredcore.clock import iso_ms, now_ms, parse_time_ms
 from tieredcore.cold.requests import REQUEST_KINDS
 from tieredcore.config import Config
 from tieredcore.errors import FormatError, NotFoundError, TieredError
-from tieredcore.lifecycle.overview import TIERS, Overview, Prices, build_overview
+from tieredcore.lifecycle.attached_view import (
+    NOT_RECONCILED,
+    NOT_SCRUBBED,
+    TIER_LABELS,
+    AttachedNamespace,
+    AttachedOverview,
+    overview_of,
+)
+from tieredcore.lifecycle.overview import TIERS, Overview, Prices
 from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, RunReports, attempt_dir_name
 from tieredcore.workspace import Workspace
 
@@ -145,8 +156,11 @@ def overview_rows(ov: Overview) -> str:
     return f"<table id='namespaces'>{head}{''.join(rows)}<tr>{''.join(total)}</tr></table>"
 
 
-def tier_plot(history: list[dict[str, Any]], width: int = 720, height: int = 220) -> str:
-    """Bytes per tier over the recent runs (one point per run report) as an inline SVG."""
+def tier_plot(history: list[dict[str, Any]], width: int = 720, height: int = 220,
+              labels: dict[str, str] | None = None) -> str:
+    """Bytes per tier over the recent runs (one point per run report) as an inline SVG (``labels``: what
+    each tier is called; an attached cluster's: BookKeeper and its bucket)."""
+    labels = labels or {t: t for t in TIERS}
     if not history:
         return "<p class='muted'>No run report records tiers yet.</p>"
     colors = {"hot": "#dd6b20", "both": "#3182ce", "cold": "#38a169"}
@@ -168,14 +182,15 @@ def tier_plot(history: list[dict[str, Any]], width: int = 720, height: int = 220
         parts.append(f"<polyline data-tier='{t}' fill='none' stroke='{colors[t]}' stroke-width='2' points='{pts}'/>")
         for x, h in zip(xs, history, strict=True):
             parts.append(f"<circle cx='{x:.1f}' cy='{y(h[t]):.1f}' r='3' fill='{colors[t]}'><title>"
-                         f"{_e(h['job'])} {_e(h['run_id'])}: {t} {_e(num(h[t]))} bytes</title></circle>")
-        parts.append(f"<text x='{left + 10 + i * 90}' y='{height + 14}' font-size='12' fill='{colors[t]}'>"
-                     f"■ {t}</text>")
+                         f"{_e(h['job'])} {_e(h['run_id'])}: {_e(labels[t])} {_e(num(h[t]))} bytes</title></circle>")
+        step = max(90, 10 + 8 * max(len(v) for v in labels.values()))
+        parts.append(f"<text x='{left + 10 + i * step}' y='{height + 14}' font-size='12' fill='{colors[t]}'>"
+                     f"■ {_e(labels[t])}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def last_runs_table(ov: Overview, prefix: str) -> str:
+def last_runs_table(ov: Overview | AttachedOverview, prefix: str) -> str:
     if not ov.last_runs:
         return "<p class='muted'>No run reports yet.</p>"
     rows = []
@@ -199,7 +214,9 @@ def unreadable_list(ov: Overview) -> str:
             f"in none of the numbers above:</p><ul>{items}</ul></div>")
 
 
-def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
+def overview_page(ov: Overview | AttachedOverview, config: Config, prefix: str) -> HTMLResponse:
+    if isinstance(ov, AttachedOverview):
+        return attached_page(ov, config, prefix)
     p = ov.prices
     body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; store "
             f"{_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
@@ -218,6 +235,118 @@ def overview_page(ov: Overview, config: Config, prefix: str) -> HTMLResponse:
             + f"<h2>Bytes per tier over the last {len(ov.history)} run(s)</h2>" + tier_plot(ov.history)
             + "<h2>Last run of each job</h2>" + last_runs_table(ov, prefix))
     return _page("Tiered storage", body, prefix)
+
+
+# -- the view of an attached Pulsar cluster --------------------------------------------------------
+
+
+ATTACHED_HEAD = ("namespace", "BookKeeper ledgers", "BookKeeper bytes", "offloaded ledgers", "offloaded bytes",
+                 "objects", "offloads in progress", "orphan objects", "orphan bytes", "damaged messages", "repair",
+                 "offload lag", "offload threshold", "deletions in flight", "dead letters", "requests / month",
+                 "est. cost / month")
+
+
+def _threshold(t: dict[str, int | None]) -> str:
+    """The thresholds Pulsar's policies in ZooKeeper set ('broker.conf' when neither is)."""
+    parts = [f"{num(t['bytes'])} bytes" if t["bytes"] is not None and t["bytes"] >= 0 else "",
+             f"{age(t['seconds'] * 1000)}" if t["seconds"] is not None and t["seconds"] >= 0 else ""]
+    return " or ".join(p for p in parts if p) or "broker.conf"
+
+
+def _attached_cells(n: AttachedNamespace) -> list[str]:
+    ns = n.namespace
+    if n.orphans is None:
+        orphans = [_cell(NOT_RECONCILED, "orphan_objects", ns), _cell(NOT_RECONCILED, "orphan_bytes", ns)]
+    else:
+        orphans = [_cell(num(n.orphans["objects"]), "orphan_objects", ns, bad=n.orphans["objects"] > 0),
+                   _cell(num(n.orphans["bytes"]), "orphan_bytes", ns, bad=n.orphans["bytes"] > 0)]
+    d = n.damaged
+    damaged = ([_cell(NOT_SCRUBBED, "damaged_messages", ns), _cell("—", "repair", ns)] if d is None else
+               [_cell(num(d["count"]), "damaged_messages", ns, bad=d["count"] > 0),
+                _cell(d["repair"] or "—", "repair", ns, bad=bool(d["repair"]))])
+    lag = _cell(age(n.offload_lag_ms), "offload_lag", ns, n.offload_lag_ms, bad=n.offload_lag_ms is not None)
+    if n.offload_lag_ledger:
+        lag = lag.replace("<td ", f"<td title='oldest due, not offloaded: {_e(n.offload_lag_ledger)}' ", 1)
+    return [f"<td>{_e(ns)}</td>",
+            _cell(num(n.bookkeeper["ledgers"]), "bookkeeper_ledgers", ns),
+            _cell(num(n.bookkeeper["bytes"]), "bookkeeper_bytes", ns),
+            _cell(num(n.offloaded["ledgers"]), "offloaded_ledgers", ns),
+            _cell(num(n.offloaded["bytes"]), "offloaded_bytes", ns),
+            _cell(num(n.offloaded["objects"]), "objects", ns),
+            _cell(num(n.offloads_in_progress), "offloads_in_progress", ns),
+            *orphans, *damaged, lag, _cell(_threshold(n.thresholds), "offload_threshold", ns),
+            _cell(num(n.deletion_in_flight), "deletion_in_flight", ns),
+            _cell(num(n.deletion_dead_letter), "deletion_dead_letter", ns),
+            _cell(num(n.requests_per_month), "requests_per_month", ns),
+            _cell(money(n.cost_month), "cost_month", ns)]
+
+
+def attached_rows(ov: AttachedOverview) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in ATTACHED_HEAD) + "</tr>"
+    rows = "".join("<tr>" + "".join(_attached_cells(n)) + "</tr>" for n in ov.namespaces)
+    t = ov.totals
+    orphans = t["orphans"]
+    total = ["<td><b>all</b></td>",
+             _cell(num(t["bookkeeper"]["ledgers"]), "bookkeeper_ledgers", "*"),
+             _cell(num(t["bookkeeper"]["bytes"]), "bookkeeper_bytes", "*"),
+             _cell(num(t["offloaded"]["ledgers"]), "offloaded_ledgers", "*"),
+             _cell(num(t["offloaded"]["bytes"]), "offloaded_bytes", "*"),
+             _cell(num(t["offloaded"]["objects"]), "objects", "*"),
+             _cell(num(t["offloads_in_progress"]), "offloads_in_progress", "*"),
+             _cell(NOT_RECONCILED if orphans is None else num(orphans["objects"]), "orphan_objects", "*"),
+             _cell(NOT_RECONCILED if orphans is None else num(orphans["bytes"]), "orphan_bytes", "*"),
+             _cell(NOT_SCRUBBED if t["damaged"] is None else num(t["damaged"]), "damaged_messages", "*",
+                   bad=bool(t["damaged"])), "<td></td>",
+             _cell(age(t["offload_lag_ms"]), "offload_lag", "*", t["offload_lag_ms"]), "<td></td>",
+             _cell(num(t["deletion_in_flight"]), "deletion_in_flight", "*"),
+             _cell(num(t["deletion_dead_letter"]), "deletion_dead_letter", "*"),
+             _cell(num(t["requests_per_month"]), "requests_per_month", "*"),
+             _cell(money(t["cost_month"]), "cost_month", "*")]
+    return f"<table id='namespaces' data-attached='{_e(ov.cluster)}'>{head}{rows}<tr>{''.join(total)}</tr></table>"
+
+
+def attached_details(ov: AttachedOverview) -> str:
+    """The damaged messages' positions (with why they stay damaged), the oldest overdue ledger per
+    namespace, and what could not be read."""
+    items = [f"<li data-ns='{_e(n.namespace)}' class='bad'>{_e(p)}: {_e(n.damaged['repair'])}</li>"
+             for n in ov.namespaces if n.damaged for p in n.damaged["positions"]]
+    out = ""
+    if items:
+        out += ("<h2>Damaged messages</h2><p>Found by the latest scrub that checked each namespace's messages "
+                "(CRC32C); the project never deletes them and cannot rewrite them: the only other copy is in "
+                "BookKeeper, which belongs to the brokers.</p><ul id='damaged'>" + "".join(items) + "</ul>")
+    lagging = [f"<li data-ns='{_e(n.namespace)}'>{_e(n.namespace)}: {_e(n.offload_lag_ledger)}, due for "
+               f"{_e(age(n.offload_lag_ms))}</li>" for n in ov.namespaces if n.offload_lag_ledger]
+    if lagging:
+        out += ("<h2>Offload lag</h2><ul id='offload-lag'>" + "".join(lagging) + "</ul>")
+    notes = [f"<li>{_e(n.namespace)}: {_e(x)}</li>" for n in ov.namespaces for x in n.notes]
+    bad = [f"<li>{_e(u)}</li>" for n in ov.namespaces for u in n.unreadable_topics]
+    if bad:
+        out += (f"<div id='unreadable' class='bad'><p>{len(bad)} topic record(s) cannot be read; those topics are "
+                f"in none of the numbers above:</p><ul>{''.join(bad)}</ul></div>")
+    if notes:
+        out += f"<h2>Notes</h2><ul id='notes' class='muted'>{''.join(notes)}</ul>"
+    return out
+
+
+def attached_page(ov: AttachedOverview, config: Config, prefix: str) -> HTMLResponse:
+    p = ov.prices
+    body = (f"<p class='muted' id='as-of' data-now-ms='{ov.now_ms}'>As of {_e(iso_ms(ov.now_ms))}; attached to "
+            f"Pulsar cluster <b id='cluster'>{_e(ov.cluster)}</b> (hot tier: {_e(ov.hot_tier)}, run by the brokers); "
+            f"bucket {_e(config.store_url)}; prices: storage ${p.storage_gb_month}/GiB-month, per 1,000 requests "
+            + ", ".join(f"{k} ${v}" for k, v in p.per_1000.items()) + ".</p>"
+            + attached_rows(ov) + attached_details(ov)
+            + "<p class='muted'>From the cluster's ZooKeeper (ManagedLedgerInfo of every topic, namespace policies) "
+              "and this project's run reports; nothing is written. BookKeeper: ledgers whose BookKeeper copy the "
+              "brokers have not deleted (the open ledger counts with size 0 until it closes). Offloaded: complete "
+              "offloads, ledger sizes as Pulsar counts them; objects: data + index per offload. Orphans: the latest "
+              "reconciliation's candidates (this cluster's, past the grace period). Damaged messages: the latest "
+              "scrub that checked the namespace's messages. Offload lag: age of the oldest ledger Pulsar's "
+              "offload threshold makes due but that is not offloaded (a stuck offloader). Cost: offloaded and "
+              "orphan bytes and the project's requests at the configured prices.</p>"
+            + f"<h2>Bytes over the last {len(ov.history)} run(s)</h2>" + tier_plot(ov.history, labels=TIER_LABELS)
+            + "<h2>Last run of each job</h2>" + last_runs_table(ov, prefix))
+    return _page(f"Tiered storage · Pulsar cluster {ov.cluster}", body, prefix)
 
 
 # -- report pages ---------------------------------------------------------------------------------
@@ -330,7 +459,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
             raise HTTPException(status_code=500, detail="no reports_dir in the tiered configuration")
         return RunReports(c.reports_dir)
 
-    def overview(at: str | None) -> tuple[Overview, Config]:
+    def overview(at: str | None) -> tuple[Overview | AttachedOverview, Config]:
         c = config()
         try:
             when = parse_time_ms(at, "at") if at else now_ms()
@@ -338,7 +467,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
             raise HTTPException(status_code=400, detail=str(e)) from None
         try:
             with Workspace(c) as ws:
-                return build_overview(ws, c.reports_dir, when, Prices.of(c)), c
+                return overview_of(ws, c.reports_dir, when, Prices.of(c)), c
         except TieredError as e:
             raise HTTPException(status_code=500, detail=f"reading the tiered metadata: {e}") from None
 

@@ -18,7 +18,12 @@ Report: `<reports>/scrub/<run_id>/summary.json` (per namespace: units, bytes rea
 repaired / unrecoverable, and the message check's counters messages_checked / messages_unchecked /
 messages_damaged / not_messages where messages were checked; `data_loss` names the ledgers) +
 `detail.parquet` (one row per ledger, with its message counts).
-Exit 0 when every ledger is ok or repaired, 1 otherwise, 2 on bad input (nothing started).
+On a workspace attached to a Pulsar cluster nothing is repaired (docs/pulsar.md, Scrub): --repair is forced
+off with one line, a damaged copy is ``unrepairable`` (repair impossible without BookKeeper), listed per
+namespace under ``damage`` in the summary and logged as ``DAMAGED <namespace> <topic> <position> <reason>``.
+
+Exit 0 when every ledger is ok or repaired, 3 on data loss, 4 when every failure is an unrepairable copy
+(attached; not retried by the DAG), 1 otherwise, 2 on bad input (nothing started).
 """
 
 from __future__ import annotations

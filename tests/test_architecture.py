@@ -123,6 +123,7 @@ PACKAGE_LAYERS = {
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
         Layer("settings of a run", ("compaction_settings",)),
+        Layer("the attached cluster's view", ("attached_view",)),
     ),
     "tieredcore.lifecycle.reconcile": (
         Layer("listing and references", ("listing", "references")),

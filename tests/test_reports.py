@@ -271,3 +271,54 @@ def test_combined_totals_of_several_jobs_name_each_jobs_outcomes(tmp_path):
     # a job never planned (its plan failed) is a failed job of the run
     missing = combine_totals([sweep, RunTotals.not_run("deletion_drain")]).as_dict()
     assert missing["failed_jobs"] == [f"deletion_drain/{NOT_PLANNED}"] and missing["jobs"] == 1
+
+
+def _unrepairable_row(topic: str = "persistent://acme/orders/audit", lid: int = 2001, **kw) -> dict:
+    from dataclasses import asdict
+
+    from tieredcore.lifecycle.work import REPAIR_WITHOUT_BOOKKEEPER, LedgerResult
+
+    fields = {"bytes": 100, "uuid": "u-1", "error": "the offloaded copy u-1 is damaged (...)",
+              "repair": REPAIR_WITHOUT_BOOKKEEPER, **kw}
+    row = LedgerResult(topic, "acme/orders", lid, "scrub", "unrepairable", **fields)
+    return asdict(row)
+
+
+def test_unrepairable_copies_exit_4_only_when_nothing_else_failed():
+    from tieredcore.reports import EXIT_UNREPAIRABLE
+
+    only = RunSummary.of("scrub", "r", 0, False, [_unrepairable_row()], 0.0).totals()
+    assert only["failures"] == 1 and exit_code(only) == EXIT_UNREPAIRABLE
+    mixed = RunSummary.of("scrub", "r", 0, False, [_unrepairable_row(), _unrepairable_row(lid=2002) | {
+        "outcome": "failed", "repair": "", "error": "BlobStoreError: timeout"}], 0.0).totals()
+    assert exit_code(mixed) == EXIT_FAILED  # a store failure may go away on a retry
+    lost = totals(failures=2, data_loss=["t ledger 1"], outcomes={"unrepairable": 1, "unrecoverable": 1})
+    assert exit_code(lost) == EXIT_DATA_LOSS
+
+
+def test_damage_per_namespace_in_the_summary_the_dag_totals_and_the_log_lines():
+    from tieredcore.reports import RunTotals, message_level
+
+    rows = [_unrepairable_row(damaged_at="2001:4,2001:9", damage_reasons="CRC32C mismatch (a)\nCRC32C mismatch (b)",
+                              messages_checked=10, messages_damaged=2),
+            _unrepairable_row(lid=2003, error="CorruptObjectError: k: bytes 5-9 of block 0 are not padding")]
+    rep = LedgerRunReport(RunSummary.of("scrub", "r", 0, False, rows, 0.0), rows)
+    damage = rep.summary()["namespaces"]["acme/orders"]["damage"]
+    assert damage[0] == {"topic": "persistent://acme/orders/audit", "ledger": 2001, "uuid": "u-1",
+                         "outcome": "unrepairable", "repair": "impossible without BookKeeper",
+                         "damaged_messages": [{"position": "2001:4", "reason": "CRC32C mismatch (a)"},
+                                              {"position": "2001:9", "reason": "CRC32C mismatch (b)"}],
+                         "problem": "the offloaded copy u-1 is damaged (...)"}
+    assert damage[1]["damaged_messages"] == [] and damage[1]["ledger"] == 2003
+    lines = [ln for ln in rep.messages() if ln.startswith("DAMAGED")]
+    assert lines == [
+        "DAMAGED acme/orders persistent://acme/orders/audit 2001:4 CRC32C mismatch (a): repair impossible without BookKeeper",
+        "DAMAGED acme/orders persistent://acme/orders/audit 2001:9 CRC32C mismatch (b): repair impossible without BookKeeper",
+        "DAMAGED acme/orders persistent://acme/orders/audit ledger 2003: CorruptObjectError: k: bytes 5-9 of block 0 "
+        "are not padding"]
+    assert {message_level(ln) for ln in lines} == {"ERROR"}
+    run = RunTotals("scrub")
+    run.add(rep.totals(), "r")
+    run.add(rep.totals(), "r2")  # two reports: their damage added up
+    assert run.as_dict()["namespaces"]["acme/orders"]["damage"] == damage + damage
+    assert [ln for ln in run.summary_lines() if ln.startswith("DAMAGED")] == lines + lines

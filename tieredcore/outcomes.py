@@ -35,6 +35,10 @@ class Outcome(StrEnum):
     DAMAGED = "damaged"
     REPAIRED = "repaired"
     UNRECOVERABLE = "unrecoverable"  # damaged and no other copy: data loss
+    # damaged, on a workspace attached to a Pulsar cluster: BookKeeper may or may not still hold the ledger
+    # (the brokers delete it after their offload deletion lag), but it is Pulsar's, never read here: repair
+    # impossible without BookKeeper (reported, never deleted; not "data loss": that is not known here)
+    UNREPAIRABLE = "unrepairable"
     # deletion drain (phase 2)
     DELETED = "deleted"
     ALREADY_DELETED = "already_deleted"

@@ -31,6 +31,10 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # some unit failed: a retry may succeed
 EXIT_USAGE = 2  # bad input: nothing started
 EXIT_DATA_LOSS = 3  # a ledger no copy of which can be read: a retry cannot help
+# every failure is a damaged copy that cannot be repaired without BookKeeper (a scrub on a workspace attached
+# to a Pulsar cluster, outcome "unrepairable"): the damage stays until an operator acts; a retry cannot help
+EXIT_UNREPAIRABLE = 4
+UNREPAIRABLE = "unrepairable"  # tieredcore.outcomes.Outcome.UNREPAIRABLE (reports sit below outcomes)
 
 
 class Totals(TypedDict):
@@ -71,7 +75,7 @@ class JobReport(Protocol):
 
 
 # first words of report messages that name a failure / something an operator should look at
-ERROR_WORDS = ("ERROR", "FAILED", "DEAD-LETTERED", "DATA", "STOPPED")  # DATA: "DATA LOSS: ..."
+ERROR_WORDS = ("ERROR", "FAILED", "DEAD-LETTERED", "DATA", "STOPPED", "DAMAGED")  # DATA: "DATA LOSS: ..."
 WARNING_WORDS = ("BUSY", "CONFLICT")
 
 
@@ -87,7 +91,8 @@ def message_level(line: str) -> str:
 
 def outcome_line(t: Totals, code: int) -> str:
     """The one-line outcome of a run (the last line of a job's log): its verdict, what it did, failures."""
-    verdict = {EXIT_OK: "ok", EXIT_FAILED: "FAILED", EXIT_DATA_LOSS: "DATA LOSS"}.get(code, f"exit {code}")
+    verdict = {EXIT_OK: "ok", EXIT_FAILED: "FAILED", EXIT_DATA_LOSS: "DATA LOSS",
+               EXIT_UNREPAIRABLE: "DAMAGED (repair impossible without BookKeeper)"}.get(code, f"exit {code}")
     done = f"{t['topics']} topic(s), {t['ledgers']} unit(s), {t['bytes']:,} bytes"
     if t.get("segments") or t.get("segments_held"):
         done += f", {t['segments']} segment(s)"
@@ -112,9 +117,13 @@ def summary_document(report: JobReport, job: str, run_id: str, seconds: float) -
 
 
 def exit_code(t: Totals) -> int:
+    """Data loss first; then, when every failure is an unrepairable damaged copy, EXIT_UNREPAIRABLE (any
+    other failure may go away on a retry: EXIT_FAILED)."""
     if t["data_loss"]:
         return EXIT_DATA_LOSS
-    return EXIT_FAILED if t["failures"] else EXIT_OK
+    if not t["failures"]:
+        return EXIT_OK
+    return EXIT_UNREPAIRABLE if t["outcomes"].get(UNREPAIRABLE, 0) == t["failures"] else EXIT_FAILED
 
 
 def report_name(run_id: str, namespace: str | None = None) -> str:
@@ -344,6 +353,9 @@ class NamespaceTotals:
     outcomes: dict[str, int] = field(default_factory=dict)
     segments: dict[str, int] = field(default_factory=dict)  # the SEGMENT_KEYS its reports gave (streaming only)
     counters: dict[str, int] = field(default_factory=dict)  # a job's own counters (compaction's before/after)
+    # a scrub's damaged copies (tieredcore.lifecycle.work.damage_entry): topic, ledger, uuid, outcome,
+    # repair, damaged_messages [{position, reason}], problem
+    damage: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, d: Mapping[str, Any]) -> None:
         self.ledgers += int(d.get("ledgers", 0))
@@ -352,13 +364,17 @@ class NamespaceTotals:
         _add_counts(self.segments, {k: d[k] for k in SEGMENT_KEYS if k in d})
         _add_counts(self.counters, d.get("counters"))
         _add_counts(self.outcomes, d.get("outcomes"))
+        self.damage += list(d.get("damage") or ())
 
     def as_dict(self) -> dict[str, Any]:
-        """As the summary XCom shows it: segment keys for streaming namespaces only, counters when any."""
+        """As the summary XCom shows it: segment keys for streaming namespaces only, counters and damage
+        when any."""
         out: dict[str, Any] = {"ledgers": self.ledgers, "bytes": self.bytes, "failures": self.failures,
                                "outcomes": dict(self.outcomes), **self.segments}
         if self.counters:
             out["counters"] = dict(self.counters)
+        if self.damage:
+            out["damage"] = [dict(d) for d in self.damage]
         return out
 
 
@@ -431,8 +447,19 @@ class RunTotals:
             lines.append(f"  {ns}: {n['ledgers']} ledger(s), {n['bytes']:,} bytes, {n['failures']} failure(s)"
                          + (f"; {n['outcomes']}" if n.get("outcomes") else "") + counters_text(n.get("counters"))
                          + segments_text(n))
+        for ns, n in sorted(self.namespaces.items()):
+            lines += [line for d in n.damage for line in damage_text(ns, d)]
         lines += [f"DATA LOSS: {what}: no copy of it can be read" for what in self.data_loss]
         return lines
+
+
+def damage_text(namespace: str, d: Mapping[str, Any]) -> list[str]:
+    """A damaged copy of a summary's ``damage`` as log lines: one per damaged message, or one for the ledger."""
+    repair = f"repair {d['repair']}" if d.get("repair") else str(d.get("outcome", "damaged"))
+    msgs = d.get("damaged_messages") or []
+    if not msgs:
+        return [f"DAMAGED {namespace} {d['topic']} ledger {d['ledger']}: {d.get('problem', '')}"]
+    return [f"DAMAGED {namespace} {d['topic']} {m['position']} {m.get('reason') or 'damaged'}: {repair}" for m in msgs]
 
 
 @dataclass

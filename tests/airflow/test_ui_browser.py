@@ -106,6 +106,26 @@ def _chromium() -> str:
     return exe
 
 
+def open_view(page, base: str, menu_shot: str | None = None):
+    """Log in, then open the view from its nav entry (Browse → Tiered storage): the frame showing it."""
+    page.set_default_timeout(20_000)
+    page.goto(base)
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda u: "login" not in u)
+    page.get_by_role("button", name="Browse").click()
+    entry = page.get_by_role("menuitem", name="Tiered storage")
+    entry.wait_for()
+    if menu_shot:
+        page.screenshot(path=str(ARTIFACTS / menu_shot))
+    entry.click()
+    page.wait_for_url("**/plugin/tiered-storage")
+    frame = page.frame_locator("iframe")
+    frame.locator("#namespaces").wait_for()
+    return frame
+
+
 @pytest.mark.slow
 def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
     from playwright.sync_api import sync_playwright
@@ -147,22 +167,7 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
             browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1000})
-                page.set_default_timeout(20_000)
-                page.goto(base)
-                page.fill("input[name=username]", "admin")
-                page.fill("input[name=password]", PASSWORD)
-                page.click("button[type=submit]")
-                page.wait_for_url(lambda u: "login" not in u)
-
-                # the nav entry (Browse → Tiered storage) shows the view inside the UI
-                page.get_by_role("button", name="Browse").click()
-                entry = page.get_by_role("menuitem", name="Tiered storage")
-                entry.wait_for()
-                page.screenshot(path=str(ARTIFACTS / "browse-menu.png"))
-                entry.click()
-                page.wait_for_url("**/plugin/tiered-storage")
-                frame = page.frame_locator("iframe")
-                frame.locator("#namespaces").wait_for()
+                frame = open_view(page, base, "browse-menu.png")
                 page.screenshot(path=str(ARTIFACTS / "tiered-storage-in-ui.png"), full_page=True)
 
                 # its numbers are tieredcore's (computed at the time the page states)
@@ -211,3 +216,57 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
                 page.screenshot(path=str(ARTIFACTS / "run-report.png"), full_page=True)
             finally:
                 browser.close()
+
+
+@pytest.mark.slow
+def test_the_view_of_an_attached_pulsar_cluster_in_a_browser(tmp_path, pulsar_cluster):
+    """The same nav entry over a workspace attached to the fixture Pulsar cluster (after a real dry-run
+    reconciliation and a real deep scrub): the attached view, its columns labelled BookKeeper, its numbers
+    tieredcore's and the fixture's, the damaged message with "repair impossible without BookKeeper";
+    Pulsar's ZooKeeper paths and the bucket unchanged by serving it."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.attached_view import attach, bucket, expected, reconcile_report, scrub_report
+    from tests.support.pulsar_cluster import LOCAL
+    from tieredcore.lifecycle.attached_view import REPAIR_IMPOSSIBLE, build_attached_overview
+    from tieredcore.lifecycle.overview import Prices
+    from tieredcore.workspace import Workspace
+
+    chromium = _chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ["AIRFLOW_HOME"])
+    cfg_path = tmp_path / "ws" / "tiered.toml"
+    with api_server(home, cfg_path, tmp_path / "api-server.log") as starting:
+        cluster = pulsar_cluster(driver=LOCAL)
+        cfg = attach(tmp_path, cluster)
+        reconcile_report(cfg, cluster, "rc1")
+        scrub_report(cfg, cluster, "s1")
+        zk, objects = cluster.snapshot(), bucket(cluster)
+        base = starting.wait()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1700, "height": 1000})
+                frame = open_view(page, base)
+                page.screenshot(path=str(ARTIFACTS / "attached-cluster-in-ui.png"), full_page=True)
+                assert frame.locator("#namespaces").get_attribute("data-attached") == "pulsar-a"
+                heads = frame.locator("#namespaces th").all_inner_texts()
+                assert "BookKeeper bytes" in heads and not any("hot" in h for h in heads), heads
+                now = int(frame.locator("#as-of").get_attribute("data-now-ms"))
+                with Workspace(cfg) as ws:
+                    ov = build_attached_overview(ws, cfg.reports_dir, now, Prices.of(cfg))
+                shown = {(c.get_attribute("data-ns"), c.get_attribute("data-field")): c.inner_text()
+                         for c in frame.locator("#namespaces td[data-field]").all()}
+                want = expected(cluster)
+                for n in ov.namespaces:
+                    w = want[n.namespace]
+                    assert shown[(n.namespace, "bookkeeper_bytes")] == f"{w['bookkeeper']['bytes']:,}"
+                    assert shown[(n.namespace, "offloaded_bytes")] == f"{w['offloaded']['bytes']:,}"
+                    assert shown[(n.namespace, "orphan_bytes")] == f"{w['orphans']['bytes']:,}"
+                    assert shown[(n.namespace, "damaged_messages")] == f"{len(w['damaged']):,}"
+                    assert shown[(n.namespace, "cost_month")] == f"${n.cost_month:,.4f}"
+                assert frame.locator("#damaged li").all_inner_texts() == [
+                    f"persistent://acme/orders/audit 2001:4: {REPAIR_IMPOSSIBLE}"]
+            finally:
+                browser.close()
+    assert cluster.snapshot() == zk and bucket(cluster) == objects

@@ -158,3 +158,33 @@ def test_cold_after_the_lag_cleanup_and_its_deletion_in_flight(tmp_path: Path) -
     assert ns.deletion_lag_ms is None  # the one past its lag is handled; the other is within it
     assert ns.deletion_in_flight == 1 and ns.deletion_dead_letter == 0
     assert ns.offload_lag_ms == NOW - END_MS  # the newest sealed ledger (closed at END) is due, not offloaded
+
+
+def test_run_info_reads_orphans_and_damage_of_either_report_shape() -> None:
+    """Per-namespace orphan objects and bytes and damaged positions, from today's report fields
+    (by_namespace kinds; the run's damaged_messages) and from the per-namespace ones when a report has
+    them (orphans_by_namespace; a namespace's damage entries, structural damage included); fields of
+    another shape are skipped."""
+    from tieredcore.lifecycle.overview import run_info
+
+    old = run_info("reconcile_orphans", "o1", {
+        "orphan_bytes": 30, "orphan_objects": 3,
+        "by_namespace": {"a/b": {"offloaded": {"count": 1, "objects": 2, "bytes": 20},
+                                 "upload": {"count": 1, "objects": 1, "bytes": 10},
+                                 "ledger": {"count": 1, "objects": 0, "bytes": 999}, "note": 5}, "c/d": 7}})
+    assert old.orphan_bytes == {"a/b": 30, "": 30} and old.orphan_objects == {"a/b": 3, "": 3}
+    new = run_info("reconcile_orphans", "o2", {
+        "orphan_bytes": 30, "orphan_objects": 3, "by_namespace": {"a/b": {"offloaded": {"objects": 9, "bytes": 9}}},
+        "orphans_by_namespace": {"a/b": {"groups": 2, "objects": 3, "bytes": 30}}})
+    assert new.orphan_bytes == {"a/b": 30, "": 30} and new.orphan_objects == {"a/b": 3, "": 3}
+
+    listed = run_info("scrub", "s1", {"damaged_messages": ["persistent://a/b/t 5:4", "persistent://c/d/u 7:1"],
+                                      "totals": {"namespaces": {"a/b": {}, "c/d": {}}}})
+    assert listed.damaged == {"a/b": ["persistent://a/b/t 5:4"], "c/d": ["persistent://c/d/u 7:1"]}
+    entries = run_info("scrub", "s2", {"damaged_messages": ["persistent://a/b/t 5:4"], "totals": {"namespaces": {
+        "a/b": {"damage": [{"topic": "persistent://a/b/t", "ledger": 5, "damaged_messages": [
+                    {"position": "5:4", "reason": "CRC32C"}, {"position": "5:6", "reason": "CRC32C"}]},
+                {"topic": "persistent://a/b/t", "ledger": 6, "damaged_messages": [], "problem": "index truncated"},
+                "junk"]}}}})
+    assert entries.damaged == {"a/b": ["persistent://a/b/t 5:4", "persistent://a/b/t 5:6",
+                                       "persistent://a/b/t ledger 6: index truncated"]}

@@ -93,6 +93,7 @@ def test_a_damaged_message_without_a_hot_copy_is_data_loss_named_at_its_position
     assert f"1 damaged message(s) of {ENTRIES} entries: {lid}:4 (CRC32C mismatch (stored 0x" in r.error
     assert (r.messages_checked, r.messages_unchecked, r.messages_damaged, r.not_messages) == (ENTRIES - 1, 0, 1, 0)
     assert r.damaged_at == f"{lid}:4" and summary.damaged_messages == [f"{T} {lid}:4"]
+    assert r.repair == "impossible: no intact copy left" and r.damage_reasons.startswith("CRC32C mismatch (stored 0x")
     assert r.bytes >= ws.store.head(key).size and r.blocks >= 1
     others = [x for k, x in rows.items() if k != lid]
     assert all(x.outcome == "ok" and x.messages_checked == ENTRIES and not x.messages_damaged for x in others)

@@ -23,6 +23,7 @@ from tieredcore.cold.requests import REQUEST_KINDS, sum_kinds
 from tieredcore.errors import FormatError, NotFoundError, UnreadableRecordError
 from tieredcore.lifecycle.planner import deletion_lag_due, ledgers_as_of, select_by_threshold
 from tieredcore.lifecycle.work import MESSAGE_COUNTERS
+from tieredcore.names import namespace_of
 from tieredcore.offload.context import covering_offloaded_ms, is_offloaded
 from tieredcore.offload.copies import copy_uuids
 from tieredcore.policy import OffloadPolicy
@@ -111,26 +112,75 @@ class RunInfo:
     tiers: dict[str, Any]
     orphan_bytes: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
     counters: dict[str, dict[str, int]] = field(default_factory=dict)  # per namespace: its totals' counters
+    orphan_objects: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
+    # scrub: per namespace, the damaged messages the report names ("topic ledger:entry")
+    damaged: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _orphans(doc: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """(bytes, objects) of object-store orphans (what costs, not hot-tier ones) per namespace of a
+    reconciliation report, "" = the run's total: its ``orphans_by_namespace`` (namespace -> {objects,
+    bytes}) when it has one, else ``by_namespace`` (namespace -> kind -> {count, objects, bytes}, the hot
+    tier's kind left out). Entries of another shape are skipped, so fields added later do not break it."""
+    nbytes: dict[str, int] = {}
+    objects: dict[str, int] = {}
+    flat = doc.get("orphans_by_namespace")
+    if isinstance(flat, dict):
+        groups_of = {n: [d] for n, d in flat.items() if isinstance(d, dict)}
+    else:
+        by_ns = doc.get("by_namespace") if isinstance(doc.get("by_namespace"), dict) else {}
+        groups_of = {n: [d for k, d in kinds.items() if k != HOT_ORPHAN_KIND and isinstance(d, dict)]
+                     for n, kinds in by_ns.items() if isinstance(kinds, dict)}
+    for n, groups in groups_of.items():
+        nbytes[n] = sum(int(d.get("bytes", 0) or 0) for d in groups)
+        objects[n] = sum(int(d.get("objects", 0) or 0) for d in groups)
+    nbytes[""] = int(doc.get("orphan_bytes", 0) or 0)
+    objects[""] = int(doc.get("orphan_objects", 0) or 0)
+    return nbytes, objects
+
+
+def _damage_items(entries: list) -> list[str]:
+    """A namespace's ``damage`` entries (damaged copies: topic, ledger, damaged_messages [{position,
+    reason}], problem) as "topic ledger:entry" per damaged message, "topic ledger N: problem" for a copy
+    damaged without a message named (its structure)."""
+    out = []
+    for d in entries:
+        if not isinstance(d, dict):
+            continue
+        msgs = [m for m in d.get("damaged_messages") or () if isinstance(m, dict) and m.get("position")]
+        out += [f"{d.get('topic', '?')} {m['position']}" for m in msgs] or [
+            f"{d.get('topic', '?')} ledger {d.get('ledger', '?')}: {d.get('problem') or 'damaged'}"]
+    return out
+
+
+def _damaged(doc: dict[str, Any], namespaces: dict[str, Any]) -> dict[str, list[str]]:
+    """What a scrub report names damaged, per namespace: its ``damage`` entries when the namespace's totals
+    have them, else the run's ``damaged_messages`` ("topic ledger:entry", capped by the job) sorted by the
+    topic's namespace."""
+    own = {n: _damage_items(d["damage"]) for n, d in namespaces.items()
+           if isinstance(d, dict) and isinstance(d.get("damage"), list)}
+    listed: dict[str, list[str]] = {}
+    for item in doc.get("damaged_messages") if isinstance(doc.get("damaged_messages"), list) else []:
+        listed.setdefault(namespace_of(str(item).split(" ", 1)[0]), []).append(str(item))
+    return {**listed, **own}
 
 
 def run_info(job: str, run: str, doc: dict[str, Any]) -> RunInfo:
     """What the overview uses of a run's summary (``run``: its report name)."""
     totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
-    orphans: dict[str, int] = {}
-    if job == RECONCILE_JOB:  # object-store orphans (what costs), not hot-tier ones
-        for n, kinds in (doc.get("by_namespace") or {}).items():
-            orphans[n] = sum(int(d.get("bytes", 0)) for k, d in kinds.items() if k != HOT_ORPHAN_KIND)
-        orphans[""] = int(doc.get("orphan_bytes", 0) or 0)
+    orphans, orphan_objects = _orphans(doc) if job == RECONCILE_JOB else ({}, {})
+    ns_totals = totals.get("namespaces") if isinstance(totals.get("namespaces"), dict) else {}
     counters = {n: {k: int(v) for k, v in d["counters"].items() if isinstance(v, int)}
-                for n, d in (totals.get("namespaces") or {}).items()
+                for n, d in ns_totals.items()
                 if isinstance(d, dict) and isinstance(d.get("counters"), dict)}
     return RunInfo(
         job=job, run_id=str(doc.get("run_id", run)), attempt=int(doc.get("attempt", 1) or 1),
         as_of_ms=int(doc.get("as_of_ms", 0) or 0), written_ms=int(doc.get("written_ms", 0) or 0),
-        failures=int(totals.get("failures", 0) or 0), namespaces=sorted((totals.get("namespaces") or {}).keys()),
+        failures=int(totals.get("failures", 0) or 0), namespaces=sorted(ns_totals.keys()),
         requests=doc.get("requests") if isinstance(doc.get("requests"), dict) else {},
         tiers=doc.get("tiers") if isinstance(doc.get("tiers"), dict) else {}, orphan_bytes=orphans,
-        counters=counters,
+        counters=counters, orphan_objects=orphan_objects,
+        damaged=_damaged(doc, ns_totals) if job == SCRUB_JOB else {},
     )
 
 
@@ -262,7 +312,7 @@ def _scan_namespaces(ws: Workspace, now_ms: int) -> dict[str, _Scanned]:
     return rows
 
 
-def _deletion_records(ws: Workspace) -> tuple[dict[str, int], dict[str, int]]:
+def deletion_records(ws: Workspace) -> tuple[dict[str, int], dict[str, int]]:
     """(in flight, dead-lettered) deletion-log records per namespace ("" when a record names no topic)."""
     in_flight: dict[str, int] = {}
     dead: dict[str, int] = {}
@@ -273,7 +323,7 @@ def _deletion_records(ws: Workspace) -> tuple[dict[str, int], dict[str, int]]:
     return in_flight, dead
 
 
-def _namespace_requests(name: str, by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
+def namespace_requests(name: str, by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
     """(per run, per month) object-store requests of one namespace: each job's mean over the runs that
     name it, at the job's pace, summed over the jobs."""
     per_run: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
@@ -291,7 +341,7 @@ def _namespace_requests(name: str, by_job: dict[str, list[RunInfo]]) -> tuple[di
     return per_run, per_month
 
 
-def _store_requests(by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
+def store_requests(by_job: dict[str, list[RunInfo]]) -> tuple[dict[str, float], dict[str, float]]:
     """(per run, per month) requests of the whole store: every run's (attributed to a namespace or not)
     at each job's pace."""
     per_run_all: dict[str, float] = dict.fromkeys(REQUEST_KINDS, 0.0)
@@ -322,7 +372,7 @@ def scrub_messages(name: str, scrubs: list[RunInfo]) -> dict[str, Any] | None:
 def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dead: dict[str, int],
                         by_job: dict[str, list[RunInfo]], last_reconcile: RunInfo | None,
                         prices: Prices) -> NamespaceOverview:
-    per_run, per_month = _namespace_requests(name, by_job)
+    per_run, per_month = namespace_requests(name, by_job)
     stored = acc.tiers["both"]["bytes"] + acc.tiers["cold"]["bytes"]
     orphan = last_reconcile.orphan_bytes.get(name) if last_reconcile is not None else None
     if last_reconcile is not None and orphan is None:
@@ -342,7 +392,7 @@ def _namespace_overview(name: str, acc: _Scanned, in_flight: dict[str, int], dea
 
 def _totals(namespaces: list[NamespaceOverview], in_flight: dict[str, int], dead: dict[str, int],
             by_job: dict[str, list[RunInfo]], last_reconcile: RunInfo | None, prices: Prices) -> dict[str, Any]:
-    per_run_all, month_all = _store_requests(by_job)
+    per_run_all, month_all = store_requests(by_job)
     stored_all = sum(n.tiers["both"]["bytes"] + n.tiers["cold"]["bytes"] for n in namespaces)
     orphan_all = last_reconcile.orphan_bytes.get("", 0) if last_reconcile is not None else None
     totals: dict[str, Any] = {
@@ -363,7 +413,7 @@ def _totals(namespaces: list[NamespaceOverview], in_flight: dict[str, int], dead
     return totals
 
 
-def _history(runs: list[RunInfo], history_runs: int) -> list[dict[str, Any]]:
+def tier_history(runs: list[RunInfo], history_runs: int) -> list[dict[str, Any]]:
     """Bytes per tier of the recent runs that recorded a tier snapshot."""
     return [{"job": r.job, "run_id": r.run_id, "as_of_ms": r.as_of_ms,
              **{t: sum(int(d.get(t, {}).get("bytes", 0)) for d in r.tiers.values() if isinstance(d, dict))
@@ -374,7 +424,7 @@ def _history(runs: list[RunInfo], history_runs: int) -> list[dict[str, Any]]:
 def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices, history_runs: int = 20) -> Overview:
     """The overview at ``now_ms`` (a clock given, so a page and a test agree)."""
     rows = _scan_namespaces(ws, now_ms)
-    in_flight, dead = _deletion_records(ws)
+    in_flight, dead = deletion_records(ws)
     runs = run_infos(reports_dir)
     last_reconcile = next((r for r in reversed(runs) if r.job == RECONCILE_JOB), None)
     by_job: dict[str, list[RunInfo]] = {}
@@ -385,4 +435,4 @@ def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices,
                                       prices) for name in names]
     totals = _totals(namespaces, in_flight, dead, by_job, last_reconcile, prices)
     last_runs = [job_runs[-1] for _, job_runs in sorted(by_job.items())]
-    return Overview(now_ms, namespaces, totals, last_runs, _history(runs, history_runs), prices)
+    return Overview(now_ms, namespaces, totals, last_runs, tier_history(runs, history_runs), prices)

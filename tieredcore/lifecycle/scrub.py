@@ -32,15 +32,24 @@ fully held by segments, its size); deep, its blocks in each segment are read bac
 Segments are shared by several ledgers and are not repaired here: a damaged one is reported (damaged
 while a hot copy exists, unrecoverable without one).
 
+**Attached to a Pulsar cluster** (docs/pulsar.md, Scrub) the same checks run (the hot tier is Pulsar's
+BookKeeper, never read: structure and every message's CRC32C, which are the only proof there), but
+nothing can be repaired: BookKeeper may still hold a damaged ledger (the brokers delete it after their
+offload deletion lag; ``bookkeeperDeleted`` says when they did) yet it is Pulsar's, and the project never
+writes Pulsar's records or its bucket. A damaged copy's outcome is then ``unrepairable`` (not data loss,
+which is not known here), its row's ``repair`` "impossible without BookKeeper"; ``repair`` is forced off
+with one line saying why (:func:`repair_allowed`); nothing is replaced or deleted.
+
 Outcomes per ledger: ok, damaged (found, not repaired: no ``repair``, or the repair did not land),
-repaired, unrecoverable, failed (the store failed: nothing could be decided), skipped (no longer complete
-or listed), busy (another runner holds the topic's lease), aborted (the store kept failing). Row ``bytes``
-are the bytes read to check the ledger.
+repaired, unrecoverable, unrepairable (attached), failed (the store failed: nothing could be decided),
+skipped (no longer complete or listed), busy (another runner holds the topic's lease), aborted (the store
+kept failing). Row ``bytes`` are the bytes read to check the ledger.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +66,9 @@ from tieredcore.errors import (
 from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.work import (
     KIND_SCRUB,
+    REPAIR_FROM_HOT,
+    REPAIR_NO_COPY,
+    REPAIR_WITHOUT_BOOKKEEPER,
     LedgerResult,
     TopicWork,
     held_topic_rows,
@@ -75,6 +87,8 @@ from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
 
+log = logging.getLogger(__name__)
+
 DEEP_WEEKDAY = 6  # "auto": deep on Sundays (UTC) of the logical date, shallow on the other days
 DEEP_MODES = ("auto", "always", "never")
 # which objects a deep scrub checks the Pulsar messages of: those without chunk checksums, or all
@@ -90,6 +104,20 @@ def deep_for(mode: str, as_of_ms: int, weekday: int = DEEP_WEEKDAY) -> bool:
     return dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).weekday() == weekday
 
 
+def repair_allowed(ws: Workspace, repair: bool, *, announce: bool = True) -> tuple[bool, str | None]:
+    """(repair, why it is off): on a workspace attached to a Pulsar cluster a repair asked for is forced
+    off, with one line saying why (``announce``: logged as a warning, e.g. in the Spark driver's log; the
+    CLI prints it on stderr itself)."""
+    if not (repair and ws.attached):
+        return repair, None
+    cluster = ws.policies.brokers
+    line = (f"scrub: repair off: attached to Pulsar cluster {cluster!r}: repair impossible without BookKeeper "
+            "(damaged copies are reported, never replaced or deleted)")
+    if announce:
+        log.warning("%s", line)
+    return False, line
+
+
 def plan_scrub(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, *, topics: Iterable[str] | None = None,
     deep: bool = False, repair: bool = True, dry_run: bool = False, messages: str = "auto",
@@ -98,6 +126,7 @@ def plan_scrub(
     completed segments. ``messages`` (MESSAGE_MODES): whose messages a deep scrub checks."""
     if messages not in MESSAGE_MODES:
         raise ValidationError(f"messages {messages!r}: one of {', '.join(MESSAGE_MODES)}")
+    repair, _ = repair_allowed(ws, repair and not dry_run)
     if topics:
         names = [TopicName.parse(t) for t in topics]
     else:
@@ -121,7 +150,8 @@ def plan_scrub(
 def scrub_work(ws: Workspace, pol: OffloadPolicy, t: TopicName, w: TopicWork,
                budget: StoreFailureBudget | None = None) -> list[LedgerResult]:
     """run_work's branch for KIND_SCRUB units. Repairs hold the topic's lease; checks do not need it."""
-    deep, repair = bool(w.options.get("deep")), bool(w.options.get("repair")) and not w.dry_run
+    deep = bool(w.options.get("deep"))
+    repair = bool(w.options.get("repair")) and not w.dry_run and not ws.attached  # attached: never
     check = _Check(deep, True if w.options.get("messages") == "all" else None)
     check_only = TopicWork(w.topic, w.kind, w.ledgers, w.as_of_ms, dry_run=True, options=w.options)
     return held_topic_rows(ws.leases, t, w if repair else check_only, "scrub-repair", budget,
@@ -171,13 +201,17 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
     if found.failed or found.problem is None:
         return found.failed
     problem = found.problem
+    if ws.attached:
+        _unrepairable(row, li, f"the offloaded copy {uuid}", problem)
+        return ""
     if not ws.hot.exists(lid):
-        row.outcome = Outcome.UNRECOVERABLE
+        row.outcome, row.repair = Outcome.UNRECOVERABLE, REPAIR_NO_COPY
         row.error = f"DATA LOSS: the offloaded copy {uuid} is damaged ({problem}) and there is no hot copy"
         return ""
     if found.same_as_hot:
         _beyond_repair(row, f"the offloaded copy {uuid}", problem)
         return ""
+    row.repair = REPAIR_FROM_HOT
     if not repair:
         row.outcome = Outcome.DAMAGED
         row.error = f"{problem}; repairable from the hot copy (repair it: --repair)"
@@ -188,14 +222,27 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.outcome, row.error = Outcome.REPAIRED, f"{problem}; replaced by {r.uuid}, verified against the hot copy"
     elif r.outcome == Outcome.NO_HOT_COPY:
         row.outcome, row.error = Outcome.UNRECOVERABLE, f"DATA LOSS: {problem}; {r.error}"
+        row.repair = REPAIR_NO_COPY
     else:
         row.outcome, row.error = Outcome.DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
         return r.error_type
     return ""
 
 
+def _unrepairable(row: LedgerResult, li, what: str, problem: str) -> None:
+    """A damaged copy on a workspace attached to a Pulsar cluster: reported, nothing changed (module
+    docstring); the row says what the brokers' record tells of the BookKeeper copy."""
+    if li.offloadContext.bookkeeperDeleted:
+        bk = "the brokers have deleted (or are deleting) its BookKeeper ledger (bookkeeperDeleted)"
+    else:
+        bk = (f"BookKeeper may still hold ledger {li.ledgerId} until the brokers' offload deletion lag passes, "
+              "but this workspace cannot read BookKeeper")
+    row.outcome, row.repair = Outcome.UNREPAIRABLE, REPAIR_WITHOUT_BOOKKEEPER
+    row.error = f"{what} is damaged ({problem}); repair {REPAIR_WITHOUT_BOOKKEEPER}: {bk}; nothing was changed"
+
+
 def _beyond_repair(row: LedgerResult, what: str, problem: str) -> None:
-    row.outcome = Outcome.UNRECOVERABLE
+    row.outcome, row.repair = Outcome.UNRECOVERABLE, REPAIR_NO_COPY
     row.error = (f"DATA LOSS: {what} holds damaged messages ({problem}); every frame matches the hot copy, "
                  "which holds the same damaged bytes (damaged before the offload): no copy can repair them")
 
@@ -236,6 +283,8 @@ def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
         row.messages_checked, row.messages_unchecked = tally.checked, tally.unchecked
         row.messages_damaged, row.not_messages = tally.damaged, tally.not_messages
         row.damaged_at = ",".join(str(b.position) for b in tally.damaged_at)
+        row.damage_reasons = "\n".join(
+            b.reason.removeprefix(f"entry {b.position}: ").replace("\n", " ") for b in tally.damaged_at)
 
 
 def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check) -> str:
@@ -259,14 +308,17 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _
     if found.failed or found.problem is None:
         return found.failed
     problem = found.problem
+    if ws.attached:
+        _unrepairable(row, li, f"the segments of ledger {lid}", problem)
+        return ""
     if not ws.hot.exists(lid):
-        row.outcome = Outcome.UNRECOVERABLE
+        row.outcome, row.repair = Outcome.UNRECOVERABLE, REPAIR_NO_COPY
         row.error = f"DATA LOSS: the segments of ledger {lid} are damaged ({problem}) and there is no hot copy"
         return ""
     if found.same_as_hot:
         _beyond_repair(row, f"the segments of ledger {lid}", problem)
         return ""
-    row.outcome = Outcome.DAMAGED
+    row.outcome, row.repair = Outcome.DAMAGED, REPAIR_FROM_HOT
     row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"
     return ""
 

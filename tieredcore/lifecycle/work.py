@@ -18,7 +18,7 @@ from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import PolicyStore
-from tieredcore.reports import Totals, totals
+from tieredcore.reports import Totals, damage_text, totals
 
 KIND_OFFLOAD = "offload"
 KIND_LAG_CLEANUP = "lag-cleanup"
@@ -29,9 +29,9 @@ KIND_MANUAL_OFFLOAD = "manual-offload"  # a manual offload's planning (tiered_of
 
 # outcomes that fail a run (a busy topic is not a failure: its lease holder is doing the work)
 FAILED_OUTCOMES = frozenset({"failed", "unknown", "verify-failed", Outcome.ABORTED,
-                             "damaged", "unrecoverable"})
+                             "damaged", "unrecoverable", Outcome.UNREPAIRABLE})
 # outcomes whose bytes a run report counts (offloaded; hot copies handed to the drain; bytes a scrub read)
-BYTES_OUTCOMES = ("offloaded", "marked", "ok", "damaged", "repaired", "unrecoverable")
+BYTES_OUTCOMES = ("offloaded", "marked", "ok", "damaged", "repaired", "unrecoverable", Outcome.UNREPAIRABLE)
 # what a row is about: one ledger (every job), or one streaming segment (PIP-76 offload sweep)
 UNIT_LEDGER = "ledger"
 UNIT_SEGMENT = "segment"
@@ -63,12 +63,19 @@ class TopicWork:
 DETAIL_SCHEMA = (
     "topic string, namespace string, ledger long, kind string, outcome string, bytes long, blocks long, "
     "entries long, seconds double, uuid string, error string, unit string, covers string, "
-    "messages_checked long, messages_unchecked long, messages_damaged long, not_messages long, damaged_at string"
+    "messages_checked long, messages_unchecked long, messages_damaged long, not_messages long, damaged_at string, "
+    "repair string, damage_reasons string"
 )
 # LedgerResult's message counts (a deep scrub's message check, tieredcore.offload.message_audit): counters
 # of a namespace in a run's summary when any of its rows checked messages
 MESSAGE_COUNTERS = ("messages_checked", "messages_unchecked", "messages_damaged", "not_messages")
 MAX_DAMAGED_LISTED = 100  # damaged message positions a run summary names (the counters count them all)
+# LedgerResult.repair of a damaged copy (a scrub's): whether and how it can be repaired
+REPAIR_FROM_HOT = "possible from the hot copy"  # outcome damaged (or repaired, with repair on)
+REPAIR_NO_COPY = "impossible: no intact copy left"  # outcome unrecoverable (data loss)
+REPAIR_WITHOUT_BOOKKEEPER = "impossible without BookKeeper"  # outcome unrepairable (attached to Pulsar)
+# the outcomes of a damaged copy that stays damaged: a run summary lists them per namespace under "damage"
+DAMAGE_OUTCOMES = ("damaged", "unrecoverable", Outcome.UNREPAIRABLE)
 
 
 @dataclass
@@ -78,7 +85,8 @@ class LedgerResult:
     range in it (``"LEDGER:FIRST-LAST,..."``, topic order), ``bytes`` its data object's size. The
     ``messages_*`` / ``not_messages`` counts: what a deep scrub's message check found, in entries (one
     CRC32C covers a whole batch); all 0 when no message was checked; ``damaged_at`` the damaged ones'
-    positions, ``"LEDGER:ENTRY,..."`` (the first 20; ``error`` gives their reasons)."""
+    positions, ``"LEDGER:ENTRY,..."`` (the first 20), ``damage_reasons`` their reasons, one line each in
+    the same order. ``repair``: for a damaged copy, whether it can be repaired (REPAIR_* below); '' else."""
 
     topic: str
     namespace: str
@@ -98,6 +106,8 @@ class LedgerResult:
     messages_damaged: int = 0
     not_messages: int = 0
     damaged_at: str = ""
+    repair: str = ""
+    damage_reasons: str = ""
 
     @property
     def is_segment(self) -> bool:
@@ -296,6 +306,8 @@ class RunSummary:
                         into[k] = into.get(k, 0) + getattr(row, k)
                 room = MAX_DAMAGED_LISTED - len(s.damaged_messages)
                 s.damaged_messages += [f"{row.topic} {p}" for p in filter(None, row.damaged_at.split(","))][:room]
+            if r["outcome"] in DAMAGE_OUTCOMES and len(ns.setdefault("damage", [])) < MAX_DAMAGED_LISTED:
+                ns["damage"].append(damage_entry(row))
         return s
 
     def as_dict(self) -> dict:
@@ -308,6 +320,19 @@ class RunSummary:
                       outcomes=dict(self.outcomes), namespaces=self.namespaces, counters=counters,
                       data_loss=list(self.data_loss), segments=self.segments, segment_bytes=self.segment_bytes,
                       segments_held=self.segments_held)
+
+
+def damaged_messages(row: LedgerResult) -> list[dict[str, str]]:
+    """The damaged messages a row names: ``[{"position": "L:E", "reason": ...}]`` (reason '' if unknown)."""
+    positions = [p for p in row.damaged_at.split(",") if p]
+    reasons = row.damage_reasons.split("\n") if row.damage_reasons else []
+    return [{"position": p, "reason": reasons[i] if i < len(reasons) else ""} for i, p in enumerate(positions)]
+
+
+def damage_entry(row: LedgerResult) -> dict[str, Any]:
+    """A damaged copy as a run summary lists it under its namespace's ``damage`` (docs/pulsar.md, Scrub)."""
+    return {"topic": row.topic, "ledger": row.ledger, "uuid": row.uuid, "outcome": str(row.outcome),
+            "repair": row.repair, "damaged_messages": damaged_messages(row), "problem": row.error}
 
 
 @dataclass
@@ -331,7 +356,9 @@ class LedgerRunReport:
         out = []
         for r in self.rows:
             row = LedgerResult(**r)
-            if row.failed:
+            if r["outcome"] == Outcome.UNREPAIRABLE:
+                out += damage_text(row.namespace, damage_entry(row))
+            elif row.failed:
                 out.append(f"FAILED {r['topic']} {row.what}: {r['outcome']}: {r['error']}")
             elif r["outcome"] == Outcome.BUSY:
                 out.append(f"BUSY {r['topic']} {row.what}: {r['error']}")
