@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tieredcore.cli.common import OneLineParser
 from tieredcore.clock import parse_time_ms
 from tieredcore.cold.requests import (
     RequestCounts,
@@ -44,6 +43,7 @@ from tieredcore.reports import (
     report_name,
     summary_document,
 )
+from tieredcore.usage import OneLineParser
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
 LEVELS = ("ERROR", "WARNING", "INFO")

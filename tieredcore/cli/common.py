@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tieredcore.config import Config
@@ -20,17 +20,6 @@ from tieredcore.workspace import Workspace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line naming the command, plus a hint where to look, not the whole usage (a
-    command line with a dozen options buries its one mistake under it)."""
-
-    def error(self, message: str) -> NoReturn:
-        hint = f"see `{self.prog} --help`"
-        if "expected one argument" in message:  # `--deletion-lag -5h`: the value looks like an option
-            opt = message.split()[1].rstrip(":") if message.startswith("argument ") else "--option"
-            hint = f"a value starting with '-' is written {opt.split('/')[-1]}=VALUE; {hint}"
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} ({hint})\n")
 
 
 @dataclass(frozen=True)

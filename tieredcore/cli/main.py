@@ -20,7 +20,6 @@ from tieredcore.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandGroup,
-    OneLineParser,
     Progress,
     err,
     sqlite_path,
@@ -34,6 +33,7 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
+from tieredcore.usage import OneLineParser
 from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,

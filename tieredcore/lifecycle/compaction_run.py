@@ -10,15 +10,11 @@ from typing import Any
 
 from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
-from tieredcore.errors import HotLedgerNotFoundError, TieredError, ValidationError
-from tieredcore.lifecycle.compaction import CostModel, plan_topic, repair_batch
+from tieredcore.errors import TieredError, ValidationError
+from tieredcore.lifecycle.compaction import CostModel, compactor_for
 from tieredcore.lifecycle.work import KIND_COMPACTION, brokers_job
-from tieredcore.meta.reasons import Reason
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.batches import BLOCK_SIZE, Batch
-from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult, Compactor
-from tieredcore.offload.copies import open_offloaded
-from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.reports import Totals, totals
@@ -28,9 +24,7 @@ __all__ = [
     "DETAIL_SCHEMA",
     "CompactionReport",
     "Thresholds",
-    "compactor_for",
     "plan_topics",
-    "repair_segments",
     "run_topics",
 ]
 
@@ -60,71 +54,6 @@ class Thresholds:
     def as_dict(self) -> dict[str, int | None]:
         return {"min_object_size": self.min_object_size, "target_size": self.target_size,
                 "delete_delay_ms": self.delete_delay_ms}
-
-
-def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[], int],
-                  on_step: Callable[[str, str], None] | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> Compactor:
-    """A Compactor writing into the store the policy names, reading old objects wherever they lie."""
-    segments = SegmentOffloader(ws.offloader_for_policy(policy), block_size=BLOCK_SIZE)
-
-    def open_copy(li, topic: str):
-        return open_offloaded(li, ws.offloader, topic, ws.offloader_for_driver)
-
-    def planner(info, block_size: int) -> list[Batch]:
-        return plan_topic(info, min_object_size=policy.compaction_min_object_size,
-                          target_size=policy.compaction_target_size, block_size=block_size,
-                          transform=policy.transform)
-
-    return Compactor(ws.ml, segments, open_copy, planner=planner, deletion_log=ws.deletion_log, leases=ws.leases,
-                     clock_ms=clock_ms,
-                     min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
-                     delete_delay_ms=policy.compaction_delete_delay_ms, transform=policy.transform,
-                     on_step=on_step, progress=progress)
-
-
-class _HotCopy:
-    """A ledger's hot copy read as a copy handle: the source a segment repair rewrites from (every frame
-    CRC-checked as the hot tier reads it)."""
-
-    requests = bytes_fetched = index_bytes = 0
-
-    def __init__(self, h: Any) -> None:
-        self._h = h
-
-    def object_handles(self) -> list:
-        return []
-
-    def read_batch(self, first: int, last: int):
-        return self._h.read_batch(first, last)
-
-    def close(self) -> None:
-        self._h.close()
-
-
-def repair_segments(ws: Workspace, policy: OffloadPolicy, topic: TopicName, damaged: set[str], *,
-                    clock_ms: Callable[[], int]) -> CompactionResult | str:
-    """Rewrite damaged segments (uuids) of ``topic`` from the hot copies of every ledger they hold (and
-    of the ledgers sharing objects with those), through the compaction executor's protocol: new
-    segment(s) written and verified, the damaged objects recorded for deletion (reason
-    ``scrub-repair``), one compare-and-set switching the ledgers over. The caller holds the topic's
-    lease. A reason (str) when it cannot be done; then nothing was written."""
-    info, _ = ws.ml.get_topic(topic)
-    batch = repair_batch(info, damaged, policy.transform)
-    if isinstance(batch, str):
-        return batch
-    gone = []
-    for lid in batch.ledgers:
-        try:
-            ws.hot.open_ledger(lid).close()
-        except HotLedgerNotFoundError:
-            gone.append(lid)
-    if gone:
-        return f"no hot copy of ledger(s) {', '.join(map(str, gone))} to rewrite the segment(s) from"
-    c = compactor_for(ws, policy, clock_ms=clock_ms)
-    c.open_copy = lambda li, _topic: _HotCopy(ws.hot.open_ledger(li.ledgerId))
-    c.reason = Reason.SCRUB_REPAIR
-    return c.compact_batch(topic, batch)
 
 
 def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: Sequence[str] | None = None, *,

@@ -186,7 +186,7 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.outcome = "skipped"  # trimmed or replaced since planned
         return ""
     if not is_complete(li):
-        return _scrub_segments(ws, t, li, row, check)
+        return _scrub_segments(ws, t, li, row, check, w, repair)
     uuid = context_uuid(li)
     assert uuid is not None
     row.uuid, row.entries = uuid, li.entries
@@ -287,8 +287,11 @@ def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
             b.reason.removeprefix(f"entry {b.position}: ").replace("\n", " ") for b in tally.damaged_at)
 
 
-def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check) -> str:
-    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
+def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check, w: TopicWork,
+                    repair: bool) -> str:
+    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix). A
+    damaged one is repaired (``repair``) by rewriting its segments, with every ledger sharing them, from
+    the hot copies (tieredcore.lifecycle.compaction_run.repair_segments)."""
     lid = li.ledgerId
     uuids = copy_uuids(li)
     row.uuid = ",".join(uuids)
@@ -318,9 +321,24 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _
     if found.same_as_hot:
         _beyond_repair(row, f"the segments of ledger {lid}", problem)
         return ""
-    row.outcome, row.repair = Outcome.DAMAGED, REPAIR_FROM_HOT
-    row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"
-    return ""
+    row.repair = REPAIR_FROM_HOT
+    if not repair:
+        row.outcome = Outcome.DAMAGED
+        row.error = f"{problem}; repairable from the hot copies (repair it: --repair)"
+        return ""
+    from tieredcore.lifecycle.compaction import repair_segments
+
+    r = repair_segments(ws, ws.policies.for_topic(t), t, set(uuids), clock_ms=lambda: w.as_of_ms)
+    if isinstance(r, str):  # nothing written: the hot copy of this ledger is intact and kept
+        row.outcome, row.error = Outcome.DAMAGED, f"{problem}; not repaired: {r}; this ledger's hot copy is kept"
+        return ""
+    if r.outcome == Outcome.COMPACTED:
+        row.outcome = Outcome.REPAIRED
+        row.error = (f"{problem}; rewritten from the hot copies of ledger(s) {', '.join(map(str, r.ledgers))} "
+                     f"as {', '.join(r.segments)}, verified")
+        return ""
+    row.outcome, row.error = Outcome.DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
+    return r.error_type
 
 
 def _hot_record(hot: HotTier, lid: int):
