@@ -233,3 +233,13 @@ def test_the_report_json_has_the_figures_the_view_reads(pulsar_cluster, tmp_path
     rep = json.loads(out)
     assert code == 0 and set(rep["orphans_by_namespace"]) == {"acme/orders"}
     assert sum(c["size"] for c in rep["candidates"]) == rep["orphans_by_namespace"]["acme/orders"]["bytes"]
+
+
+def test_the_help_states_the_default_grace_and_why(capsys):
+    from tieredcore.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["reconcile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "attached to a Pulsar cluster 7d: well above the brokers' offload deletion lag" in text
+    assert "managedLedgerOffloadDeletionLagMs 4h by default" in text and "--apply" in text
