@@ -236,7 +236,12 @@ def test_the_report_json_has_the_figures_the_view_reads(pulsar_cluster, tmp_path
 
 
 def test_the_help_states_the_default_grace_and_why(capsys):
+    """The brokers' default offload deletion lag: managedLedgerOffloadDeletionLagMs = 4 h in Pulsar's
+    pulsar-broker-common/src/main/java/org/apache/pulsar/broker/ServiceConfiguration.java; the week is
+    well above it."""
     from tieredcore.cli.main import main
+
+    assert WEEK == 7 * 24 * HOUR_MS > 4 * HOUR_MS * 10
 
     with pytest.raises(SystemExit):
         main(["reconcile", "--help"])
