@@ -618,8 +618,10 @@ class _Drain:
             by_data_key.setdefault(j.data_key, []).append(j)
         failed: dict[int, str] = {}  # id(job) -> error
         try:
-            uploads = [u for p in sorted(batch.prefixes) for u in store.list_multipart_uploads(p)
-                       if u.key in by_data_key]
+            # attached to a Pulsar cluster: the brokers' uploads are neither listed nor aborted (the bucket
+            # grants list, get and delete only; docs/pulsar.md)
+            uploads = [] if self.ws.attached else [u for p in sorted(batch.prefixes)
+                                                   for u in store.list_multipart_uploads(p) if u.key in by_data_key]
         except Exception as e:
             for j in batch.jobs:
                 self._fail(j.entry, j.row, f"listing multipart uploads: {type(e).__name__}: {e}")

@@ -18,8 +18,8 @@ The pieces are separate so that a Spark job can run them per key prefix:
 
 Attached to a Pulsar cluster (docs/pulsar.md): no owner marker is read or written (the brokers write none),
 the default grace period is ATTACHED_DEFAULT_GRACE_MS (a week), a run only plans unless asked to apply
-(:func:`resolve_dry_run`), one unreadable topic record withholds every orphan, and stale uploads are listed,
-never aborted. The report lists every candidate object (key, size, age, why) and what was withheld and why.
+(:func:`resolve_dry_run`), one unreadable topic record withholds every orphan, and multipart uploads are
+neither listed nor aborted (the bucket grants list, get and delete only). The report lists every candidate object (key, size, age, why) and what was withheld and why.
 
 Ownership (tieredcore.offload.ownership): every location is claimed (or checked, in a dry run) before it is
 listed, and a store whose owner marker names another metadata store for this cluster is skipped with an

@@ -31,7 +31,6 @@ WITHHELD_OTHER_CLUSTER = "other-cluster"  # its metadata names another cluster (
 WITHHELD_YOUNG = "young"  # unreferenced, but within the grace period
 WITHHELD_FOREIGN_KEY = "foreign-key"  # not an offload key ({uuid}-ledger-{id}[-index]): not Pulsar's
 WITHHELD_UNREADABLE = "unreadable-topics"  # a topic record cannot be read: it may reference the uuid
-WITHHELD_UPLOAD = "upload"  # an incomplete multipart upload in an attached cluster's bucket: never aborted
 
 
 def namespace_of(topic: str) -> str:

@@ -33,7 +33,6 @@ from tieredcore.lifecycle.reconcile.report import (
     MAX_SAMPLE_KEYS,
     WITHHELD_OTHER_CLUSTER,
     WITHHELD_UNREADABLE,
-    WITHHELD_UPLOAD,
     ReconcileReport,
     namespace_of,
 )
@@ -352,10 +351,13 @@ def _abort_stale_uploads_in(rep: ReconcileReport, locs: list[Location], as_of_ms
     """Stale multipart uploads of every location aborted (listed only in a dry run); counted, sampled and
     one detail row each in `rep`. A location whose uploads cannot be listed is reported and skipped."""
     emit = rep.detail_rows.append
+    if rep.attached:
+        # the brokers' uploads are neither listed nor aborted: the bucket grants list, get and delete only,
+        # and an AbortIncompleteMultipartUpload lifecycle rule on the bucket is the place for them
+        return
     for loc in locs:
         try:
-            # attached: Pulsar's uploads are listed, never aborted (the bucket's lifecycle rule's job)
-            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run or rep.attached,
+            up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
                                      exclude_prefixes=loc.exclude_prefixes)
         except TieredError as e:
             rep.errors.append(f"{loc.label}: listing multipart uploads failed: {e}")
@@ -367,11 +369,6 @@ def _abort_stale_uploads_in(rep: ReconcileReport, locs: list[Location], as_of_ms
         rep.errors.extend(up.errors)
         for u in up.stale:
             initiated = int(u.initiated * 1000)
-            if rep.attached:
-                rep.withhold(WITHHELD_UPLOAD, u.key, 0, initiated, "incomplete multipart upload in the Pulsar "
-                             "cluster's bucket: never aborted here (an AbortIncompleteMultipartUpload lifecycle "
-                             "rule on the bucket does it)")
-                continue
             rep.add(UNKNOWN_NAMESPACE, KIND_UPLOAD, 1, 0, 0)
             oldest.append(as_of_ms - initiated)
             rep.sample(f"upload:{u.key}")
