@@ -8,7 +8,7 @@ grace period before the run's logical time.
 
 1. **preflight** — the configuration loads and the object store is reachable (fails fast, no retry).
 2. **plan** — the job's arguments (the grace period validated before Spark starts): `--as-of` = the
-   data-interval end, `--run-id` from the run id, `--grace`.
+   data-interval end, `--run-id` from the run id, `--grace`, `--apply`.
 3. **reconcile** — `spark-submit spark_jobs/reconcile_orphans.py`: Spark lists the store (split by key
    prefix), anti-joins it with the referenced uuids, and appends one `offloaded` record (reason
    `orphan`) per orphan group and one `ledger` record per hot orphan; stale uploads are aborted. Keys
@@ -21,7 +21,11 @@ grace period before the run's logical time.
    for: the `tiered_deletion_drain` DAG runs on them.
 
 Params: `config`, `dry_run` (write the report only: no record appended, no upload aborted),
-`grace` (e.g. `1h`, `90m`, `3600s` or milliseconds; default 1h).
+`grace` (e.g. `1h`, `90m`, `3600s` or milliseconds; empty: the workspace's default, 1h, or 7d when
+attached to a Pulsar cluster), `apply` (attached to a Pulsar cluster, docs/pulsar.md: append the records;
+without it such a run only plans; elsewhere runs apply unless `dry_run`). `apply` and `dry_run` together
+fail the run in **plan**, before Spark starts. The report lists every candidate (key, size, age, why) and
+what was withheld and why.
 """
 
 from __future__ import annotations
@@ -54,9 +58,17 @@ with tiered_dag(
     tags=["deletion", "reconciliation"],
     doc_md=__doc__,
     params={
-        "grace": Param("1h", type="string", title="Grace period",
+        "grace": Param("", type="string", title="Grace period",
                        description="Only orphans older than this before the logical time are reported "
-                                   "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads."),
+                                   "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads. Empty: "
+                                   "the workspace's default, 1h, or 7d on a workspace attached to a Pulsar "
+                                   "cluster (well above the brokers' offload deletion lag, 4h by default, and "
+                                   "the longest offload)."),
+        "apply": Param(False, type="boolean", title="Apply (attached to a Pulsar cluster)",
+                       description="On a workspace attached to a Pulsar cluster, append the deletion records "
+                                   "(the drain then deletes the orphans from the brokers' bucket); off, the run "
+                                   "only plans and reports. Other workspaces apply unless Dry run is set. "
+                                   "Not together with Dry run."),
     },
 ) as dag:
 
@@ -72,11 +84,14 @@ with tiered_dag(
         params = ctx["params"]
         load_config(params)
         grace = str(params.get("grace") or "").strip()
+        if params.get("apply") and params.get("dry_run"):
+            raise AirflowFailException("apply and dry_run params contradict each other: set one")
         try:
-            non_negative_duration_ms(grace, "grace")
+            if grace:
+                non_negative_duration_ms(grace, "grace")
         except ValidationError as e:
             raise AirflowFailException(f"grace param: {e}") from None
-        return job_args(ctx, extra=["--grace", grace])
+        return job_args(ctx, extra=(["--grace", grace] if grace else []) + (["--apply"] if params.get("apply") else []))
 
     standard_pipeline(plan, lambda planned: spark_task("reconcile", JOB, planned), JOB,
                       announce=Announcement(DELETION_EVENTS, DELETIONS_PENDING, orphans_recorded))

@@ -2,6 +2,9 @@
 
     spark-submit spark_jobs/reconcile_orphans.py --config tiered.toml --as-of 2026-11-22T03:00:00Z --grace 1h
 
+On a workspace attached to a Pulsar cluster (docs/pulsar.md) the job only plans unless ``--apply``
+(``--apply`` with ``--dry-run``: bad input, exit 2), and ``--grace`` defaults to a week (elsewhere 1h).
+
 Same result as tieredcore.lifecycle.reconcile.reconcile() on the same input, with the listing and the
 anti-join in Spark:
 
@@ -19,7 +22,8 @@ anti-join in Spark:
    aborts stale multipart uploads unless --dry-run.
 
 Report: `<reports>/reconcile_orphans/<run_id>/summary.json` (the ReconcileReport: counts and bytes per
-namespace and kind, oldest orphan age, sample keys, the records) + `detail.parquet` (one row per orphan
+namespace and kind, every candidate with key, size, age and why, what was withheld and why, orphans per
+namespace, oldest orphan age, sample keys, the records) + `detail.parquet` (one row per orphan
 object, hot ledger or stale upload). Exit 0, 1 when anything failed (a listing, an append, an abort),
 2 on bad input.
 """
@@ -35,12 +39,14 @@ from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, list_objects, list_rest, listing_prefixes
 from tieredcore.lifecycle.reconcile.orphans import (
+    ATTACHED_DEFAULT_GRACE_MS,
     DEFAULT_GRACE_MS,
+    MAX_WITHHELD_LISTED,
     ObjectOrphans,
     find_object_orphans,
 )
 from tieredcore.lifecycle.reconcile.report import ReconcileReport
-from tieredcore.lifecycle.reconcile.run import plan_and_apply, read_references, start
+from tieredcore.lifecycle.reconcile.run import plan_and_apply, read_references, resolve_dry_run, start
 from tieredcore.offload.context import driver_metadata_from_dict
 from tieredcore.units import non_negative_duration_ms
 from tieredcore.workspace import Workspace
@@ -127,8 +133,14 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
     young = {r["loc"]: r for r in unref.where(F.col("newest") >= cutoff).groupBy("loc").agg(
         F.count(F.lit(1)).alias("objects"), F.sum("size").alias("bytes")).collect()}
     candidates: dict[int, list[ObjectRow]] = {}
-    for r in unref.where(F.col("newest") < cutoff).select(
-            "loc", "key", "size", "last_modified_ms", "uuid", "ledger_id", "is_index").collect():
+    cols = ("loc", "key", "size", "last_modified_ms", "uuid", "ledger_id", "is_index")
+    # the old unreferenced rows (candidates), and for the report's withheld list the young ones and the
+    # first foreign keys (grouped again on the driver by find_object_orphans)
+    # (in key order, as reconcile() lists them: the same report)
+    wanted = unref.where(F.col("newest") < cutoff).select(*cols).unionByName(
+        unref.where(F.col("newest") >= cutoff).select(*cols).orderBy("key").limit(MAX_WITHHELD_LISTED)).unionByName(
+        listed.where(is_foreign).select(*cols).orderBy("key").limit(MAX_WITHHELD_LISTED))
+    for r in sorted(wanted.collect(), key=lambda r: (r["loc"], r["key"])):
         candidates.setdefault(r["loc"], []).append(
             ObjectRow(r["key"], r["size"], r["last_modified_ms"], r["uuid"], r["ledger_id"], r["is_index"]))
     found: list[tuple[int, ObjectOrphans]] = []
@@ -136,6 +148,7 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
         if i in failed:
             continue
         orph = find_object_orphans(candidates.get(i, []), frozenset(), as_of_ms, grace_ms)
+        # (its counters come from the aggregates: the rows collected are a part of the listing)
         st = stats.get(i)
         orph.rows, orph.bytes_listed = (_n(st["rows"]), _n(st["bytes"])) if st else (0, 0)
         orph.foreign_keys, orph.foreign_bytes = (_n(st["foreign"]), _n(st["foreign_bytes"])) if st else (0, 0)
@@ -154,13 +167,20 @@ def reconcile_with_spark(spark, ws: Workspace, as_of_ms: int, grace_ms: int, dry
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--grace", default=str(DEFAULT_GRACE_MS),
-                   help="only objects/ledgers/uploads older than this are orphans (ms or 90m, 1h...; default 1h)")
+    p.add_argument("--grace", default=None,
+                   help="only objects/ledgers/uploads older than this are orphans (ms or 90m, 1h...; default 1h, "
+                        f"attached to a Pulsar cluster {ATTACHED_DEFAULT_GRACE_MS // 86_400_000}d)")
+    p.add_argument("--apply", action="store_true",
+                   help="append the records (attached to a Pulsar cluster the job only plans without it)")
     args = p.parse_args(argv)
 
     def plan(run: Run) -> int:
         if args.namespace:
             raise ValidationError("--namespace is not supported by orphan reconciliation (it covers every store)")
+        # the run's dry run as resolved (Run.dry_run reads it: the summary and the log lines say it)
+        args.dry_run = resolve_dry_run(run.config.attached, args.dry_run, args.apply)
+        if args.grace is None:
+            return ATTACHED_DEFAULT_GRACE_MS if run.config.attached else DEFAULT_GRACE_MS
         return non_negative_duration_ms(args.grace, "--grace")
 
     def execute(spark, run: Run, grace: int) -> ReconcileReport:

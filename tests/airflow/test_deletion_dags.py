@@ -61,7 +61,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
         "tiered_deletion_drain": ("*/10 * * * *", {"config", "dry_run", "max_attempts", "retry_delay_ms"},
                                   ["preflight", "plan", "drain", "summary", "verdict"],
                                   {"drain": "deletion_drain"}),
-        "tiered_orphan_reconciliation": ("0 0 * * *", {"config", "dry_run", "grace"},
+        "tiered_orphan_reconciliation": ("0 0 * * *", {"config", "dry_run", "grace", "apply"},
                                          ["preflight", "plan", "reconcile", "summary", "verdict"],
                                          {"reconcile": "reconcile_orphans"}),
     }
@@ -108,7 +108,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
     assert "plan" in retention.get_task("drain").upstream_task_ids
     assert retention.params["namespaces"] == []
     recon = bag.get_dag("tiered_orphan_reconciliation")
-    assert recon.params["grace"] == "1h"
+    assert recon.params["grace"] == "" and recon.params["apply"] is False  # the job's default grace: 1h, 7d attached
     # the drain DAG's param defaults are the job's defaults
     from tieredcore.meta.deletion_log import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_DELAY_MS
 

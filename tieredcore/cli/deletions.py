@@ -19,8 +19,9 @@ from tieredcore.cli.common import CommandGroup, require_namespaces
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, TieredError, ValidationError
 from tieredcore.lifecycle.drain import drain
-from tieredcore.lifecycle.reconcile.orphans import DEFAULT_GRACE_MS
-from tieredcore.lifecycle.reconcile.run import reconcile
+from tieredcore.lifecycle.reconcile.orphans import ATTACHED_DEFAULT_GRACE_MS, DEFAULT_GRACE_MS
+from tieredcore.lifecycle.reconcile.report import ReconcileReport
+from tieredcore.lifecycle.reconcile.run import reconcile, resolve_dry_run
 from tieredcore.lifecycle.retention import plan_retention, trim_topic
 from tieredcore.meta.deletion_log import (
     DEFAULT_MAX_ATTEMPTS,
@@ -80,13 +81,21 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
         help="find orphaned storage in both tiers and append deletion records for it",
         description="List every object-store location and the hot tier, anti-join with the topic records "
                     "and the deletion log, and append one record per orphan older than --grace (the drain "
-                    "deletes them). Exit status: 0; 1 if a location or an append failed (see errors); "
-                    "2 on bad input.",
+                    "deletes them). The report lists every candidate (key, size, age, why) and what was "
+                    "left alone and why. On a workspace attached to a Pulsar cluster (tiered init "
+                    "--pulsar-zk) it only plans unless --apply. Exit status: 0; 1 if a location, a topic "
+                    "record or an append failed (see errors); 2 on bad input.",
     )
     rc.add_argument("--as-of", help=_AS_OF_HELP)
-    rc.add_argument("--grace", default=f"{DEFAULT_GRACE_MS}ms",
-                    help="ignore storage younger than this (in-flight offloads; default 1h)")
+    rc.add_argument("--grace", default=None,
+                    help="ignore storage younger than this (default 1h: in-flight offloads; attached to a Pulsar "
+                         "cluster 7d: well above the brokers' offload deletion lag, managedLedgerOffloadDeletionLagMs "
+                         "4h by default, above the longest offload and the brokers' own cleanup retries, and "
+                         "time for an operator to notice a broker that lost metadata)")
     rc.add_argument("--dry-run", action="store_true", help="report, append and abort nothing")
+    rc.add_argument("--apply", action="store_true",
+                    help="append the deletion records (attached to a Pulsar cluster a run only plans without "
+                         "it; elsewhere the default)")
 
     rt = sub.add_parser(
         "retention", parents=parents,
@@ -227,31 +236,44 @@ def _drain(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
 
 def _reconcile(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:
     as_of = _as_of(a)
-    grace = non_negative_duration_ms(a.grace, "--grace")
-    rep = reconcile(ws, as_of, grace, dry_run=a.dry_run)
+    dry_run = resolve_dry_run(ws.attached, a.dry_run, a.apply)
+    default = ATTACHED_DEFAULT_GRACE_MS if ws.attached else DEFAULT_GRACE_MS
+    grace = non_negative_duration_ms(a.grace, "--grace") if a.grace is not None else default
+    rep = reconcile(ws, as_of, grace, dry_run=dry_run)
     res = rep.as_dict()
     res["_exit"] = EXIT_FAILED if rep.errors else EXIT_OK
     if not a.json:
-        verb = "would append" if a.dry_run else "appended"
-        n = rep.orphan_groups + rep.hot_orphans
-        print(f"reconcile as of {as_of} (grace {_age(grace)}){' (dry run)' if a.dry_run else ''}: "
-              f"{rep.objects_listed:,} objects listed in {len(rep.locations)} location(s), "
-              f"{rep.hot_ledgers:,} hot ledgers")
-        for ns, kinds in sorted(rep.by_namespace.items()):
-            for kind, d in sorted(kinds.items()):
-                print(f"  {ns:<28} {kind:<10} {d['count']:>6} orphan(s) {d['objects']:>7} object(s) "
-                      f"{d['bytes']:>14,} bytes")
-        print(f"orphans: {rep.orphan_groups} offloaded group(s) ({rep.orphan_objects} objects, "
-              f"{rep.orphan_bytes:,} bytes), {rep.hot_orphans} hot ledger(s) ({rep.hot_orphan_bytes:,} bytes), "
-              f"{rep.stale_uploads} stale upload(s); oldest {_age(rep.oldest_orphan_age_ms)}")
-        print(f"{verb} {n if a.dry_run else rep.records_appended} deletion record(s)"
-              + ("; run `tiered deletions drain`" if rep.records_appended else ""))
-        for k in rep.sample_keys:
-            print(f"  sample {k}")
-        for e in rep.errors:
-            print(f"  error: {e}")
+        _print_reconcile(rep, as_of, grace)
         res["_printed"] = True
     return res
+
+
+def _print_reconcile(rep: ReconcileReport, as_of: int, grace: int) -> None:
+    dry_run = rep.dry_run
+    verb = "would append" if dry_run else "appended"
+    n = rep.orphan_groups + rep.hot_orphans
+    print(f"reconcile as of {as_of} (grace {_age(grace)}){' (dry run)' if dry_run else ''}: "
+          f"{rep.objects_listed:,} objects listed in {len(rep.locations)} location(s), "
+          f"{rep.hot_ledgers:,} hot ledgers")
+    for ns, kinds in sorted(rep.by_namespace.items()):
+        for kind, d in sorted(kinds.items()):
+            print(f"  {ns:<28} {kind:<10} {d['count']:>6} orphan(s) {d['objects']:>7} object(s) "
+                  f"{d['bytes']:>14,} bytes")
+    print(f"orphans: {rep.orphan_groups} offloaded group(s) ({rep.orphan_objects} objects, "
+          f"{rep.orphan_bytes:,} bytes), {rep.hot_orphans} hot ledger(s) ({rep.hot_orphan_bytes:,} bytes), "
+          f"{rep.stale_uploads} stale upload(s); oldest {_age(rep.oldest_orphan_age_ms)}")
+    for c in rep.candidates:
+        print(f"  orphan   {c['key']}  {c['size']:,} bytes  age {c['age']}: {c['why']}")
+    for w in rep.withheld:
+        print(f"  withheld {w['key']}  {w['size']:,} bytes  age {w['age']} ({w['reason']}): {w['why']}")
+    if rep.withheld_not_listed:
+        print(f"  withheld {rep.withheld_not_listed:,} more object(s) not listed")
+    print(f"{verb} {n if dry_run else rep.records_appended} deletion record(s)"
+          + ("; run `tiered deletions drain`" if rep.records_appended else ""))
+    for note in rep.notes:
+        print(f"note: {note}")
+    for e in rep.errors:
+        print(f"  error: {e}")
 
 
 def _retention(a: argparse.Namespace, ws: Workspace) -> dict[str, Any]:

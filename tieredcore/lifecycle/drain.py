@@ -37,6 +37,14 @@ For each due record, in this order:
    then **one** ``store.delete(keys)`` call holding every key of the batch (S3 splits it into
    DeleteObjects requests of 1000). A BlobStoreError that names keys fails only the records owning
    them; one that names none (or is truncated) fails the whole batch.
+   Records of orphan reconciliation (reason ``orphan``) are checked once more right before their objects
+   go (before any upload is aborted): the topic's ManagedLedgerInfo is read again from the metadata store
+   (not the copy read in step 2), and for a record naming no topic (objects without ``managedledgername``)
+   every topic's; a uuid referenced again (any ledger's offload context, complete or not, its segments,
+   abandoned or replacement attempts) → nothing deleted, acknowledged as ``still_in_use`` with "referenced
+   again" (counter ``referenced_again`` of the report); a record that cannot be read → kept
+   (``unreadable_topic``). On a workspace attached to a Pulsar cluster this is what stands between a
+   broker that re-referenced an object and its deletion.
 5. Success → acknowledge (``deleted_hot`` / ``deleted_offloaded``). Failure → :meth:`DeletionLog.retry`
    (exponential backoff from ``delay_ms``; dead-letter once ``max_attempts`` is reached), counting
    ``delete_failures_hot`` / ``delete_failures_offloaded``.
@@ -88,8 +96,10 @@ from tieredcore.meta.deletion_log import (
     Entry,
 )
 from tieredcore.meta.managed_ledgers import find_ledger
+from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName, namespace_of
 from tieredcore.offload.context import (
+    add_referenced_uuids,
     context_uuid,
     driver_dict,
     driver_metadata_from_dict,
@@ -125,6 +135,8 @@ OUTCOMES = (
 OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
 # the PIP-186 counters a drain adds to the log's statistics
 COUNTERS = ("deleted_hot", "deleted_offloaded", "delete_failures_hot", "delete_failures_offloaded", "acknowledged")
+# tieredcore.lifecycle.reconcile.orphans.UNKNOWN_TOPIC: an orphan record whose objects named no topic
+UNKNOWN_TOPIC = "__orphan__/unknown/persistent/unknown"
 # one row per record (the run report's detail.parquet; Spark DDL)
 DETAIL_SCHEMA = "id string, topic string, ledger long, type string, reason string, outcome string, error string"
 
@@ -160,6 +172,7 @@ class DrainReport:
     dead_lettered: int = 0
     lost_race: int = 0
     would_delete: int = 0
+    referenced_again: int = 0  # orphan records whose uuid the re-read before deleting found referenced (in still_in_use)
     # PIP-186 counters this run added to the log (only changes that landed)
     deleted_hot: int = 0
     deleted_offloaded: int = 0
@@ -539,15 +552,76 @@ class _Drain:
             self._run_batch(batch)
         self._batches.clear()
 
+    def _recheck_orphans(self, jobs: list[_ObjectJob]) -> list[_ObjectJob]:
+        """The jobs whose objects may go now: orphan records' uuids checked against the metadata store read
+        again now, record by record (module docstring, step 4); the others are acknowledged or kept."""
+        keep: list[_ObjectJob] = []
+        every_topic: set[str] | None = None  # for records naming no topic: read once, right now
+        for j in jobs:
+            rec = j.entry.record
+            if rec is None or rec.reason != Reason.ORPHAN:
+                keep.append(j)
+                continue
+            uuid = str(uuidlib.UUID(rec.uuid))
+            try:
+                if rec.topic == UNKNOWN_TOPIC:
+                    if every_topic is None:
+                        every_topic = self._every_reference()
+                    where = "a topic's ManagedLedgerInfo" if uuid in every_topic else None
+                else:
+                    t = TopicName.parse(rec.topic)
+                    info = self.ws.ml.get_topic(t)[0]  # fresh: not the copy _topic_info keeps
+                    refs: set[str] = set()
+                    for li in info.ledgerInfo:
+                        add_referenced_uuids(li, refs)
+                    where = f"the ManagedLedgerInfo of {t.managed_ledger_name}" if uuid in refs else None
+            except TopicNotFoundError:
+                where = None
+            except UnreadableRecordError as e:
+                self._set(j.row, Outcome.UNREADABLE_TOPIC, f"{e}: re-read before deleting; taken as still in use, "
+                                                           "nothing deleted, record kept")
+                continue
+            except Exception as e:
+                self._fail(j.entry, j.row, f"re-reading topic records before deleting: {type(e).__name__}: {e}")
+                continue
+            if where is None:
+                keep.append(j)
+                continue
+            self.report.referenced_again += 1
+            log.warning("deletion %s skipped: uuid %s referenced again by %s", j.entry.id, uuid, where)
+            self._ack(j.entry, j.row, Outcome.STILL_IN_USE, f"referenced again: uuid {uuid} by {where} (re-read "
+                                                             "right before deleting); nothing deleted")
+        return keep
+
+    def _every_reference(self) -> set[str]:
+        """Every uuid any topic's record references, read now (UnreadableRecordError if one cannot be read:
+        it may reference the uuid)."""
+        out: set[str] = set()
+        ml = self.ws.ml
+        for ns in ml.list_namespaces():
+            for t in ml.list_topics(ns):
+                try:
+                    info = ml.get_topic(t)[0]
+                except TopicNotFoundError:
+                    continue
+                for li in info.ledgerInfo:
+                    add_referenced_uuids(li, out)
+        return out
+
     def _run_batch(self, batch: _Batch) -> None:
         store = batch.store
+        batch.jobs = self._recheck_orphans(batch.jobs)
+        if not batch.jobs:
+            return
         by_data_key: dict[str, list[_ObjectJob]] = {}
         for j in batch.jobs:
             by_data_key.setdefault(j.data_key, []).append(j)
         failed: dict[int, str] = {}  # id(job) -> error
         try:
-            uploads = [u for p in sorted(batch.prefixes) for u in store.list_multipart_uploads(p)
-                       if u.key in by_data_key]
+            # attached to a Pulsar cluster: the brokers' uploads are neither listed nor aborted (the bucket
+            # grants list, get and delete only; docs/pulsar.md)
+            uploads = [] if self.ws.attached else [u for p in sorted(batch.prefixes)
+                                                   for u in store.list_multipart_uploads(p) if u.key in by_data_key]
         except Exception as e:
             for j in batch.jobs:
                 self._fail(j.entry, j.row, f"listing multipart uploads: {type(e).__name__}: {e}")

@@ -16,6 +16,11 @@ The pieces are separate so that a Spark job can run them per key prefix:
 - ``run``: the locations, the records planned and appended (:func:`plan_and_apply`, shared with the
   Spark job), and :func:`reconcile` wiring it all together.
 
+Attached to a Pulsar cluster (docs/pulsar.md): no owner marker is read or written (the brokers write none),
+the default grace period is ATTACHED_DEFAULT_GRACE_MS (a week), a run only plans unless asked to apply
+(:func:`resolve_dry_run`), one unreadable topic record withholds every orphan, and multipart uploads are
+neither listed nor aborted (the bucket grants list, get and delete only). The report lists every candidate object (key, size, age, why) and what was withheld and why.
+
 Ownership (tieredcore.offload.ownership): every location is claimed (or checked, in a dry run) before it is
 listed, and a store whose owner marker names another metadata store for this cluster is skipped with an
 error. Every orphan candidate is HEADed (candidates are few) and never recorded when its metadata names
@@ -43,6 +48,7 @@ from tieredcore.lifecycle.reconcile.listing import (
     parse_row,
 )
 from tieredcore.lifecycle.reconcile.orphans import (
+    ATTACHED_DEFAULT_GRACE_MS,
     DEFAULT_GRACE_MS,
     HOT_NOT_LISTED,
     HOT_TOPIC_MISSING,
@@ -65,10 +71,12 @@ from tieredcore.lifecycle.reconcile.run import (
     plan_and_apply,
     plan_object_records,
     reconcile,
+    resolve_dry_run,
     store_locations,
 )
 
 __all__ = [
+    "ATTACHED_DEFAULT_GRACE_MS",
     "DEFAULT_GRACE_MS",
     "HOT_NOT_LISTED",
     "HOT_TOPIC_MISSING",
@@ -92,5 +100,6 @@ __all__ = [
     "plan_object_records",
     "reconcile",
     "referenced_uuids",
+    "resolve_dry_run",
     "store_locations",
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from tieredcore.cold.blob import BlobStore, MultipartUploadInfo
 from tieredcore.errors import NotFoundError, TieredError, UnreadableRecordError, ValidationError
+from tieredcore.formats.constants import METADATA_CLUSTER_NAME_KEY
 from tieredcore.formats.keys import INDEX_SUFFIX, MANIFEST_SUFFIX, OFFSETS_SUFFIX, normalize_prefix, parse_key
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, excluded
 from tieredcore.lifecycle.reconcile.references import deletion_log_references
@@ -19,6 +20,14 @@ from tieredcore.offload.ownership import foreign_reason
 from tieredcore.workspace import Workspace
 
 DEFAULT_GRACE_MS = 3600 * 1000
+# The default on a workspace attached to a Pulsar cluster (docs/pulsar.md, "Orphan reconciliation"): a week,
+# well above the brokers' offload deletion lag (managedLedgerOffloadDeletionLagMs, 4 h by default in Pulsar's
+# ServiceConfiguration; namespaces may set more), above the longest offload of a ledger (hours for the
+# biggest) and the brokers' own retried cleanup of a replaced attempt, and long enough for an operator to
+# notice a broker that lost metadata before the data it names goes.
+ATTACHED_DEFAULT_GRACE_MS = 7 * 24 * 3600 * 1000
+# most withheld objects (young, foreign keys) a report names one by one; the rest are counted
+MAX_WITHHELD_LISTED = 10_000
 # Topic of an orphaned object whose user metadata does not name its managed ledger (a lone data object
 # written without metadata, a lone index...). It has the four components DeletionRecord.validate wants,
 # and no real topic is expected under the tenant "__orphan__"; even if one existed, the drain's
@@ -51,6 +60,7 @@ class OrphanGroup:
     has_offsets: bool = False  # the entry-offsets sidecar of a ledger pair (it goes with its pair)
     sizes: dict[str, int] = field(default_factory=dict)  # per key, for report detail rows
     modified: dict[str, int] = field(default_factory=dict)
+    writer: str | None = None  # the cluster its objects' metadata names (known once HEADed when planning)
 
     @property
     def is_segment(self) -> bool:
@@ -71,6 +81,8 @@ class ObjectOrphans:
     segment_keys: int = 0  # `{uuid}[-index]` keys (streaming segments), referenced or not
     young_unreferenced: int = 0  # unreferenced objects within the grace period
     young_bytes: int = 0
+    young_groups: list[OrphanGroup] = field(default_factory=list)  # those objects, grouped (for the report)
+    foreign_rows: list[ObjectRow] = field(default_factory=list)  # the first MAX_WITHHELD_LISTED foreign keys
 
     @property
     def objects(self) -> int:
@@ -102,6 +114,8 @@ def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozen
         if u is None:
             out.foreign_keys += 1
             out.foreign_bytes += r.size
+            if len(out.foreign_rows) < MAX_WITHHELD_LISTED:
+                out.foreign_rows.append(r)
             continue
         if r.ledger_id is None:
             out.segment_keys += 1
@@ -134,6 +148,8 @@ def find_object_orphans(rows: Iterable[ObjectRow], referenced: set[str] | frozen
         else:
             out.young_unreferenced += len(g.keys)
             out.young_bytes += g.bytes
+            g.keys.sort()
+            out.young_groups.append(g)
     return out
 
 # -- hot tier -----------------------------------------------------------------------------------
@@ -290,6 +306,7 @@ def abort_stale_uploads(store: BlobStore, prefix: str, as_of_ms: int, grace_ms: 
 class GroupOwner:
     topic: str  # managed-ledger name from the objects' metadata, or UNKNOWN_TOPIC
     foreign: str | None  # why the group is not ours (another cluster or workspace), None when it is
+    writer: str | None = None  # the cluster its objects' metadata names (pulsarclustername)
 
 
 def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: str) -> GroupOwner:
@@ -297,6 +314,7 @@ def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: 
     whose every object vanished meanwhile is reported foreign ("gone"): nothing to record."""
     topic = UNKNOWN_TOPIC
     seen = False
+    writer: str | None = None
     for key in sorted(group.keys, key=lambda k: not k.endswith(INDEX_SUFFIX)):
         try:
             md = store.head(key).metadata
@@ -305,9 +323,10 @@ def inspect_group(store: BlobStore, group: OrphanGroup, cluster: str, identity: 
         seen = True
         why = foreign_reason(md, cluster, identity)
         if why is not None:
-            return GroupOwner(topic, f"{key}: {why}")
+            return GroupOwner(topic, f"{key}: {why}", md.get(METADATA_CLUSTER_NAME_KEY))
+        writer = md.get(METADATA_CLUSTER_NAME_KEY)
         name = md.get(_MANAGED_LEDGER_METADATA_KEY)
         if name and topic == UNKNOWN_TOPIC:
             with suppress(ValidationError):
                 topic = TopicName.parse(name).managed_ledger_name
-    return GroupOwner(topic, None if seen else "no longer exists")
+    return GroupOwner(topic, None if seen else "no longer exists", writer)

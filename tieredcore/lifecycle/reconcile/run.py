@@ -11,7 +11,7 @@ from typing import Any
 
 from tieredcore.cold.blob import BlobStore
 from tieredcore.cold.location import StoreLocation
-from tieredcore.errors import StoreOwnershipError, TieredError, UnreadableRecordError
+from tieredcore.errors import StoreOwnershipError, TieredError, UnreadableRecordError, ValidationError
 from tieredcore.lifecycle.reconcile.listing import ObjectRow, gc_paused, list_objects
 from tieredcore.lifecycle.reconcile.orphans import (
     DEFAULT_GRACE_MS,
@@ -31,6 +31,8 @@ from tieredcore.lifecycle.reconcile.report import (
     KIND_SEGMENT,
     KIND_UPLOAD,
     MAX_SAMPLE_KEYS,
+    WITHHELD_OTHER_CLUSTER,
+    WITHHELD_UNREADABLE,
     ReconcileReport,
     namespace_of,
 )
@@ -144,6 +146,7 @@ def plan_object_records(
     skipped: list[tuple[OrphanGroup, str]] = []
     for g in orphans.groups:
         owner = inspect_group(loc.store, g, cluster, identity)
+        g.writer = owner.writer
         if owner.foreign is not None:
             skipped.append((g, owner.foreign))
             continue
@@ -158,7 +161,12 @@ def plan_object_records(
 
 def owned_locations(ws: Workspace, locs: list[Location], errors: list[str], dry_run: bool) -> list[Location]:
     """The locations this workspace may reconcile: claimed for its cluster (created when missing, except
-    in a dry run, which only checks). A location another metadata store claimed is skipped (an error)."""
+    in a dry run, which only checks). A location another metadata store claimed is skipped (an error).
+    Attached to a Pulsar cluster: every location, unclaimed. Its brokers write no owner marker and the
+    workspace writes none into their bucket; each object's ``pulsarClusterName`` (and a ``tieredowner``,
+    should an object carry one) decides whose it is, object by object."""
+    if ws.attached:
+        return list(locs)
     out = []
     for loc in locs:
         try:
@@ -225,33 +233,29 @@ def _plan_object_orphans(
     identity: str,
     oldest: list[int],
 ) -> list[DeletionRecord]:
-    """Deletion records for the orphan objects of every location (counted, sampled and one detail row
-    per object in `rep`); groups of another cluster's objects are only counted."""
+    """Deletion records for the orphan objects of every location (counted, sampled, one detail row and one
+    ``candidates`` row per object in `rep`); groups of another cluster's objects are only counted, and
+    with what else was left alone (young, foreign keys, unreadable topic records) listed in ``withheld``."""
     emit = rep.detail_rows.append
     records: list[DeletionRecord] = []
     for loc, orph in found:
-        rep.objects_listed += orph.rows
-        rep.bytes_listed += orph.bytes_listed
-        rep.referenced_objects += orph.referenced_objects
-        rep.foreign_keys += orph.foreign_keys
-        rep.foreign_bytes += orph.foreign_bytes
-        rep.segment_keys += orph.segment_keys
-        rep.young_unreferenced += orph.young_unreferenced
+        _count_listing(rep, orph)
         pairs, skipped = plan_object_records(loc, orph, as_of_ms, cluster, identity)
         for g, why in skipped:
             rep.foreign_cluster_groups += 1
             rep.foreign_cluster_objects += len(g.keys)
             rep.foreign_cluster_bytes += g.bytes
+            rep.withhold_group(WITHHELD_OTHER_CLUSTER, g, why)
             if len(rep.foreign_cluster_samples) < MAX_SAMPLE_KEYS:
                 rep.foreign_cluster_samples.append(why)
         if rep.unreadable_topics:
             blocked = {namespace_of(t) for t in rep.unreadable_topics}
-            for g, _r in (p for p in pairs if _withheld(blocked, p[1].topic)):
+            for g, _r in (p for p in pairs if _withheld(blocked, p[1].topic, rep.attached)):
                 rep.withheld_groups += 1
                 rep.withheld_objects += len(g.keys)
                 rep.withheld_bytes += g.bytes
-            pairs = [(g, r) for g, r in pairs if not _withheld(blocked, r.topic)]
-        recs = [r for _, r in pairs]
+                rep.withhold_group(WITHHELD_UNREADABLE, g, _unreadable_why(rep))
+            pairs = [(g, r) for g, r in pairs if not _withheld(blocked, r.topic, rep.attached)]
         for g, r in pairs:
             ns = namespace_of(r.topic)
             kind = KIND_SEGMENT if g.is_segment else KIND_OFFLOADED
@@ -263,13 +267,37 @@ def _plan_object_orphans(
             oldest.append(g.age_ms(as_of_ms))
             for k in g.keys:
                 rep.sample(k)
+                rep.candidate(loc.label, kind, g, k, r.topic)
                 emit((loc.label, kind, k, g.sizes.get(k, 0), g.modified.get(k, 0), g.uuid, g.ledger_id,
                       r.topic, ns))
-        records.extend(recs)
+            records.append(r)
     return records
 
 
-def _withheld(blocked: set[str], topic: str) -> bool:
+def _count_listing(rep: ReconcileReport, orph: ObjectOrphans) -> None:
+    """A location's listing counters, and its young groups and foreign keys listed as withheld."""
+    rep.objects_listed += orph.rows
+    rep.bytes_listed += orph.bytes_listed
+    rep.referenced_objects += orph.referenced_objects
+    rep.foreign_keys += orph.foreign_keys
+    rep.foreign_bytes += orph.foreign_bytes
+    rep.segment_keys += orph.segment_keys
+    rep.young_unreferenced += orph.young_unreferenced
+    for g in orph.young_groups:
+        rep.withhold_young(g)
+    for row in orph.foreign_rows:
+        rep.withhold_foreign_key(row)
+    rep.withheld_not_listed += max(0, orph.foreign_keys - len(orph.foreign_rows))
+
+
+def _unreadable_why(rep: ReconcileReport) -> str:
+    scope = "any topic's" if rep.attached else "an unreadable namespace's (or an unnamed topic's)"
+    return (f"old enough and unreferenced, but {len(rep.unreadable_topics)} topic record(s) cannot be read "
+            f"({', '.join(rep.unreadable_topics[:3])}{', ...' if len(rep.unreadable_topics) > 3 else ''}): it may "
+            f"be {scope} data; nothing of it is recorded until they can be read")
+
+
+def _withheld(blocked: set[str], topic: str, everything: bool = False) -> bool:
     """Whether an unreferenced group whose objects name ``topic`` stays out of the deletion log while the
     namespaces ``blocked`` hold topic records that cannot be read.
 
@@ -277,8 +305,10 @@ def _withheld(blocked: set[str], topic: str) -> bool:
     unknown, so an unreferenced group might be its only copy of data. Withheld: every group naming a
     topic of such a namespace, and every group naming no topic (Pulsar's objects carry none). Groups
     naming a topic of another namespace are still recorded: the offloader names its own topic on its
-    objects, and the drain refuses a record whose objects name another topic."""
-    return topic == UNKNOWN_TOPIC or namespace_of(topic) in blocked
+    objects, and the drain refuses a record whose objects name another topic. ``everything`` (attached to
+    a Pulsar cluster, with any topic unreadable): every group, since an unreadable ManagedLedgerInfo may
+    reference any uuid and a broker's object names a topic only in recent Pulsar versions."""
+    return everything or topic == UNKNOWN_TOPIC or namespace_of(topic) in blocked
 
 
 def _plan_hot_orphans(rep: ReconcileReport, hot: HotOrphans, as_of_ms: int, oldest: list[int]) -> list[DeletionRecord]:
@@ -321,6 +351,10 @@ def _abort_stale_uploads_in(rep: ReconcileReport, locs: list[Location], as_of_ms
     """Stale multipart uploads of every location aborted (listed only in a dry run); counted, sampled and
     one detail row each in `rep`. A location whose uploads cannot be listed is reported and skipped."""
     emit = rep.detail_rows.append
+    if rep.attached:
+        # the brokers' uploads are neither listed nor aborted: the bucket grants list, get and delete only,
+        # and an AbortIncompleteMultipartUpload lifecycle rule on the bucket is the place for them
+        return
     for loc in locs:
         try:
             up = abort_stale_uploads(loc.store, loc.prefix, as_of_ms, grace_ms, dry_run,
@@ -343,7 +377,10 @@ def _abort_stale_uploads_in(rep: ReconcileReport, locs: list[Location], as_of_ms
 
 def start(ws: Workspace, as_of_ms: int, grace_ms: int, dry_run: bool) -> tuple[ReconcileReport, list[Location]]:
     """A run's report and the locations it may reconcile (claimed, or checked in a dry run)."""
-    rep = ReconcileReport(as_of_ms, grace_ms, dry_run)
+    rep = ReconcileReport(as_of_ms, grace_ms, dry_run, attached=ws.attached, cluster=ws.config.cluster)
+    if ws.attached and dry_run:
+        rep.notes.append("dry run: nothing recorded (an attached workspace only plans unless --apply / the DAG's "
+                         "apply param)")
     t0 = time.perf_counter()
     locs = owned_locations(ws, store_locations(ws, rep.errors), rep.errors, dry_run)
     rep.locations = [loc.label for loc in locs]
@@ -367,6 +404,15 @@ def read_references(ws: Workspace, rep: ReconcileReport, as_of_ms: int, grace_ms
     return hot, referenced
 
 
+def resolve_dry_run(attached: bool, dry_run: bool, apply: bool) -> bool:
+    """Whether a reconciliation only plans. Attached to a Pulsar cluster: unless ``apply`` (the brokers'
+    bucket is deleted from only when asked for); otherwise as before: unless ``dry_run``. Both at once:
+    ValidationError (one line)."""
+    if dry_run and apply:
+        raise ValidationError("--apply and --dry-run contradict each other: give one")
+    return not apply if attached else dry_run
+
+
 def note_unreadable(rep: ReconcileReport, unreadable: list[UnreadableRecordError]) -> None:
     """Each unreadable topic record: one error of the run (a failure of its namespace), and its namespace's
     unreferenced objects withheld from the deletion log (:func:`plan_and_apply`)."""
@@ -374,9 +420,16 @@ def note_unreadable(rep: ReconcileReport, unreadable: list[UnreadableRecordError
         if e.topic in rep.unreadable_topics:
             continue
         rep.unreadable_topics.append(e.topic)
+        if rep.attached:
+            rep.errors.append(f"{e}; what it references is unknown: no orphan at all is recorded for deletion "
+                              "until it can be read")
+            continue
         rep.errors.append(f"{e}; what it references is unknown: no unreferenced object of namespace "
                           f"{namespace_of(e.topic)} (nor any naming no topic) and no hot ledger of the topic is "
                           "recorded for deletion until it can be read")
+    if unreadable and rep.attached and not any(n.startswith("unreadable") for n in rep.notes):
+        rep.notes.append(f"unreadable topic records ({len(rep.unreadable_topics)}): NO orphan is recorded for "
+                         "deletion this run (any record may reference any uuid)")
 
 
 def reconcile(ws: Workspace, as_of_ms: int, grace_ms: int = DEFAULT_GRACE_MS, dry_run: bool = False,
