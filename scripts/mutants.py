@@ -47,6 +47,18 @@ MUTANTS = (
            "    failed = _prove(ws, t, li, w, row)\n    if failed is not None:\n        return failed\n",
            "    failed = _prove(ws, t, li, w, row)\n",
            ("tests/lifecycle/test_scrub_messages.py", "tests/lifecycle/test_sweep.py")),
+    Mutant("reconciliation: the owner of a group checked only when it has an index object",
+           "tieredcore/lifecycle/reconcile/orphans.py",
+           "    for key in sorted(group.keys, key=lambda k: not k.endswith(INDEX_SUFFIX)):\n",
+           "    for key in sorted(group.keys, key=lambda k: not k.endswith(INDEX_SUFFIX)):\n"
+           "        if not any(k.endswith(INDEX_SUFFIX) for k in group.keys):\n"
+           "            return GroupOwner(topic, None)  # taken as ours unchecked\n",
+           ("tests/lifecycle/test_reconcile.py",)),
+    Mutant("drain: an orphan record deleted without re-reading the topic's record",
+           "tieredcore/lifecycle/drain.py",
+           "            if where is None:\n                keep.append(j)\n                continue\n",
+           "            if True:\n                keep.append(j)\n                continue\n",
+           ("tests/attach/test_attached_reconcile.py",)),
 )
 
 
