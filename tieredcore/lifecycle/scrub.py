@@ -4,7 +4,8 @@ copy, and report loudly what cannot be repaired.
 For every ledger of the chosen topics whose offload is complete, or with entries in completed PIP-76
 segments (one unit each):
 
-- **shallow** (every run): both objects exist (HEAD), the index object is read and parsed, its checksum
+- **shallow** (every run): both objects exist (HEAD; a compressed or encrypted object's stored chunks too,
+  with the size its manifest gives them), the index object is read and parsed, its checksum
   holds (this project's objects), its structure is sound, its data length is the data object's size, and
   it describes this ledger of this topic (entries, size, ledger id, topic name: the topic's LedgerInfo).
   A store that lost its objects (a bucket restored empty) is found here;
@@ -63,6 +64,7 @@ from tieredcore.errors import (
     UnreadableRecordError,
     ValidationError,
 )
+from tieredcore.formats.keys import INDEX_SUFFIX
 from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.work import (
     KIND_SCRUB,
@@ -255,6 +257,8 @@ def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_c
     try:
         h = open_copy()
         try:
+            if not check.deep:  # shallow: the stored bytes behind manifests exist and have their size
+                _check_stored(h)
             if check.deep:
                 crcs, sizes = _hot_record(hot, lid)
                 rep = verify_offloaded(h, crcs, expected_sizes=sizes, messages=check.messages)
@@ -276,6 +280,17 @@ def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_c
         return _Found(f"{type(e).__name__}: {e}")
     row.outcome = Outcome.OK
     return _Found(None)
+
+
+def _check_stored(h: Any) -> None:
+    """Each object pair of a copy in a transformed store: its chunks exist and have the manifest's size
+    (a HEAD each). Plain objects: opening the copy already compared the data object's size with the
+    index."""
+    for x in h.object_handles():
+        check = getattr(x.store, "check_stored", None)
+        if check is not None:
+            check(x.key)
+            check(x.key + INDEX_SUFFIX)
 
 
 def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
