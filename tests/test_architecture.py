@@ -92,6 +92,7 @@ PACKAGE_LAYERS = {
         Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "drivers", "failures",
                                          "keyring", "requests")),
         Layer("locations and the store factory", ("location",)),
+        Layer("the liveness guard over opened stores", ("liveness",)),
         Layer("the transformed store", ("transformed",)),
         # backends use the seam; the seam never imports a backend (one exception: ALLOWED)
         Layer("backends", ("backends", "backends.azure", "backends.cloud", "backends.fs",
