@@ -77,6 +77,11 @@ class StoreLiveness:
     def dead(self) -> bool:
         return bool(self._dead)
 
+    @property
+    def reason(self) -> str:
+        """Why the store is dead ('' while it is not)."""
+        return self._dead
+
     def now(self) -> float:
         return self._clock()
 
@@ -134,8 +139,8 @@ def _guard(operation: str) -> Callable[..., Any]:
         except Exception as e:
             if no_answer(e):
                 live.unanswered(started, e)
-                if live.dead and not isinstance(e, StoreUnavailableError):
-                    live.check()  # this failure made it dead: say so (StoreUnavailableError from e)
+                if live.dead and not isinstance(e, StoreUnavailableError):  # this failure made it dead
+                    raise StoreUnavailableError(live.reason) from e
             else:
                 live.answered()  # the server answered, with an error
             raise

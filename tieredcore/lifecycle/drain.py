@@ -63,6 +63,7 @@ from tieredcore.errors import (
     BlobStoreError,
     HotLedgerNotFoundError,
     NoSuchObjectError,
+    StoreUnavailableError,
     TopicNotFoundError,
     UnreadableRecordError,
     ValidationError,
@@ -119,7 +120,7 @@ __all__ = [
 OUTCOMES = (
     Outcome.DELETED, Outcome.ALREADY_DELETED, Outcome.STILL_IN_USE, Outcome.UNREADABLE_TOPIC,
     Outcome.REFUSED_MISMATCH, Outcome.REFUSED_FOREIGN, Outcome.MALFORMED,
-    Outcome.RETRYING, Outcome.DEAD_LETTERED, Outcome.LOST_RACE, Outcome.WOULD_DELETE,
+    Outcome.RETRYING, Outcome.DEAD_LETTERED, Outcome.LOST_RACE, Outcome.WOULD_DELETE, Outcome.ABORTED,
 )
 
 OWNER_METADATA_KEY = "managedledgername"  # user metadata the offloader writes on its objects
@@ -160,6 +161,9 @@ class DrainReport:
     dead_lettered: int = 0
     lost_race: int = 0
     would_delete: int = 0
+    # not attempted, the record left as it is (no attempt counted): the object store kept failing (the run's
+    # failure budget spent) or was declared dead (tieredcore.cold.liveness); the run exits non-zero
+    aborted: int = 0
     # PIP-186 counters this run added to the log (only changes that landed)
     deleted_hot: int = 0
     deleted_offloaded: int = 0
@@ -187,7 +191,7 @@ class DrainReport:
     def failed(self) -> int:
         """Records an operator must look at: dead ones, and those kept because their topic's record cannot
         be read (a dry run too: the record is unreadable whatever the run changes)."""
-        return self.dead() + self.unreadable_topic
+        return self.dead() + self.unreadable_topic + self.aborted
 
     # -- tieredcore.reports.JobReport ---------------------------------------------------------------
 
@@ -201,7 +205,7 @@ class DrainReport:
             ns["ledgers"] += 1
             ns["outcomes"][r.outcome] = ns["outcomes"].get(r.outcome, 0) + 1
             ns["failures"] += int((not self.dry_run and r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED))
-                                  or r.outcome == Outcome.UNREADABLE_TOPIC)
+                                  or r.outcome in (Outcome.UNREADABLE_TOPIC, Outcome.ABORTED))
         return totals(
             topics=len({r.topic for r in self.rows if r.topic}), ledgers=self.entries,
             failures=self.failed() + len(self.task_errors),
@@ -221,6 +225,9 @@ class DrainReport:
                 for r in self.rows if r.outcome in (Outcome.DEAD_LETTERED, Outcome.MALFORMED)]
         out += [f"KEPT {r.id} ({r.type} ledger {r.ledger} of {r.topic}): {r.error}"
                 for r in self.rows if r.outcome == Outcome.UNREADABLE_TOPIC]
+        aborted = [r for r in self.rows if r.outcome == Outcome.ABORTED]
+        if aborted:  # one line: the same reason for every one
+            out.append(f"ABORTED {len(aborted)} record(s), kept for the next run: {aborted[-1].error}")
         return out
 
     def merge(self, other: DrainReport) -> DrainReport:
@@ -349,6 +356,8 @@ class _Drain:
         self._topics: dict[str, Any] = {}
         self._unreadable: dict[str, UnreadableRecordError] = {}
         self._batches: dict[int, _Batch] = {}
+        # consecutive object-store failures: once spent, the rest of the object records are not attempted
+        self.budget = ws.failure_budget()
 
     # -- outcomes
 
@@ -449,6 +458,8 @@ class _Drain:
             return
         if rec.type == TYPE_LEDGER:
             self._hot(entry, row, rec, t)
+        elif self.budget.exhausted:
+            self._set(row, Outcome.ABORTED, self.budget.reason)
         else:
             self._plan_objects(entry, row, rec, t, uuid)
 
@@ -503,8 +514,13 @@ class _Drain:
             self._ack(entry, row, Outcome.REFUSED_MISMATCH, str(e))
             return
         except Exception as e:
-            self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
+            self.budget.record(type(e).__name__, str(e))
+            if isinstance(e, StoreUnavailableError):  # dead: not an attempt of this record
+                self._set(row, Outcome.ABORTED, str(e))
+            else:
+                self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
             return
+        self.budget.record("")
         if self.dry_run:
             self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
             return
@@ -550,7 +566,10 @@ class _Drain:
                        if u.key in by_data_key]
         except Exception as e:
             for j in batch.jobs:
-                self._fail(j.entry, j.row, f"listing multipart uploads: {type(e).__name__}: {e}")
+                if isinstance(e, StoreUnavailableError):  # dead: not an attempt of these records
+                    self._set(j.row, Outcome.ABORTED, str(e))
+                else:
+                    self._fail(j.entry, j.row, f"listing multipart uploads: {type(e).__name__}: {e}")
             return
         aborted: set[str] = set()
         for up in uploads:
