@@ -23,6 +23,10 @@ bodies framed by Content-Length or chunked transfer encoding (chunk framing and 
 server's status line, headers and body. Each request goes to the server on a fresh connection; the
 client's connection is kept alive as HTTP/1.1 allows. Bodies are held in memory (test-sized objects).
 
+``blackhole = True`` turns the proxy into a dead store: from then on it reads each request and never
+answers (the connection stays open until the proxy stops), as an endpoint whose server hangs; connections
+are still accepted. (A store that refuses connections: stop the proxy, its port is then closed.)
+
 Besides the random faults, :meth:`inject` targets one request: the first one (from now on) that a
 predicate over (method, target) accepts gets the given fault, whatever the rate (for tests that need
 one exact call to fail, e.g. the second UploadPart of an upload or a CompleteMultipartUpload).
@@ -202,6 +206,9 @@ class FaultyS3Proxy:
         self.faults: Counter[str] = Counter()
         self.events: list[tuple[str, str, str]] = []
         self._targeted: list[tuple[Callable[[str, str], bool], str]] = []
+        self.blackhole = False  # read requests, never answer (see the module docstring)
+        self.blackholed = 0  # requests left unanswered
+        self._stopping = threading.Event()
         self._clients: set[socket.socket] = set()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
@@ -227,6 +234,7 @@ class FaultyS3Proxy:
             allow_reuse_address = True
             block_on_close = False
 
+        self._stopping.clear()
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="faulty-s3-proxy", daemon=True)
@@ -236,6 +244,7 @@ class FaultyS3Proxy:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._stopping.set()  # releases blackholed connections
         self._server.shutdown()
         self._server.server_close()
         with self._lock:
@@ -317,6 +326,11 @@ class FaultyS3Proxy:
         if b"100-continue" in head.tokens(b"expect"):
             client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = _read_body(rfile, head)
+        if self.blackhole:
+            with self._lock:
+                self.blackholed += 1
+            self._stopping.wait()  # never answered: the client times out
+            return False
         fault, delay = self._decide(method, target)
         if fault == RESET:
             # RST instead of FIN: what a crashed server or a dropped load-balancer connection looks like
