@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKSPACE ?= workspace
 
-.PHONY: setup demo test test-fast lint proto bench clean
+.PHONY: setup demo test test-fast lint proto bench clean mutants
 
 setup:
 	./scripts/setup.sh
@@ -23,6 +23,10 @@ test-fast: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
+
+# Planted bugs in the deletion paths, each expected to be caught (scripts/mutants.py prints the score).
+mutants: setup
+	$(PY) scripts/mutants.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -426,16 +426,18 @@ def summary_body(prefix: str, job: str, run_id: str, doc: dict[str, Any], attemp
 
 async def require_ui_user(request: Request) -> None:
     """Airflow's own check for its UI pages, per request: the user from the session cookie (or a bearer
-    token) as the core API resolves it, authorized by the auth manager for the website view; 401 / 403
-    otherwise. (A plugin's app is mounted without the core API's dependencies: it must check itself.)
-    Airflow's API modules are imported here, in the API server, not where the plugin is only loaded."""
+    token) as the core API resolves it, authorized by the auth manager for the website view and for
+    reading DAGs (the view shows every DAG's runs and reports); 401 / 403 otherwise. (A plugin's app is
+    mounted without the core API's dependencies: it must check itself.) Airflow's API modules are
+    imported here, in the API server, not where the plugin is only loaded."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import get_user, requires_access_view
+    from airflow.api_fastapi.core_api.security import get_user, requires_access_dag, requires_access_view
     from fastapi.security import HTTPBearer
 
     bearer = await HTTPBearer(auto_error=False)(request)
     user = await get_user(request, None, bearer)
     requires_access_view(AccessView.WEBSITE)(request, user)
+    requires_access_dag("GET")(request, user)
 
 
 def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool = True) -> FastAPI:

@@ -43,6 +43,7 @@ from tieredcore.reports import (
     report_name,
     summary_document,
 )
+from tieredcore.usage import OneLineParser
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
 LEVELS = ("ERROR", "WARNING", "INFO")
@@ -78,7 +79,7 @@ def parse_as_of(text: str | None) -> int:
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+    p = OneLineParser(description=description)
     p.add_argument("--config", help="tiered.toml (default: $TIERED_CONFIG / ./tiered.toml; env overrides)")
     p.add_argument("--namespace", action="append", help="tenant/namespace (repeatable; default: all eligible)")
     p.add_argument("--as-of", required=True, help="the run's logical time, its only clock")
@@ -256,8 +257,10 @@ def run_job(
             config = Config.load(args.config)
             as_of = parse_as_of(args.as_of)
             run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
-            RunReports(run.report_dir).attempt_number(job, run.run_id, os.environ)  # a bad $TIERED_ATTEMPT: exit 2
-            planned = plan(run)
+            reports = RunReports(run.report_dir)
+            reports.attempt_number(job, run.run_id, os.environ)  # a bad $TIERED_ATTEMPT: exit 2
+            planned = plan(run)  # reads only
+            reports.check_writable(job)  # before any work: exit 2, nothing started
         except TieredError as e:
             code = EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
             say(job, "ERROR", f"{e}")

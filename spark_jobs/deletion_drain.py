@@ -14,7 +14,9 @@ Exit status: 0 when every record was acknowledged (deleted, already deleted, sti
 is retrying within its attempt limit (a retry is the protocol working, the next run picks it up);
 1 when anything was dead-lettered this run (malformed, unsupported, or out of attempts: an operator is
 needed; not in a dry run, which changes nothing), a record was kept because its topic's record cannot be
-read (taken as in use: nothing deleted), or a task failed; 2 on bad input (nothing started).
+read (taken as in use: nothing deleted), records were ``aborted`` (the object store kept failing or was
+declared dead: not attempted, kept as they were for the next run), or a task failed; 2 on bad input
+(nothing started).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ AREAS = {
 CORE_LAYERS = (
     Layer("base", ("tieredcore", "tieredcore.errors", "tieredcore.model", "tieredcore.names",
                    "tieredcore.units", "tieredcore.clock", "tieredcore.fileio", "tieredcore.outcomes",
-                   "tieredcore.reports")),
+                   "tieredcore.reports", "tieredcore.usage")),
     Layer("formats", ("tieredcore.formats.*",)),
     # the three stores do not know each other
     Layer("stores", ("tieredcore.hot.*", "tieredcore.cold.*", "tieredcore.meta.*"), peers=True),
@@ -92,6 +92,7 @@ PACKAGE_LAYERS = {
         Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "drivers", "failures",
                                          "keyring", "requests")),
         Layer("locations and the store factory", ("location",)),
+        Layer("the liveness guard over opened stores", ("liveness",)),
         Layer("the transformed store", ("transformed",)),
         # backends use the seam; the seam never imports a backend (one exception: ALLOWED)
         Layer("backends", ("backends", "backends.azure", "backends.cloud", "backends.fs",
@@ -119,7 +120,7 @@ PACKAGE_LAYERS = {
         Layer("jobs that write", ("compaction", "deletion", "managed", "streaming"), peers=True),
     ),
     "tieredcore.lifecycle": (
-        Layer("plans and work items", ("planner", "work")),
+        Layer("plans and work items", ("drain_report", "planner", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
         Layer("settings of a run", ("compaction_settings",)),

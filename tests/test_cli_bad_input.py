@@ -323,3 +323,66 @@ def test_metadata_open_error_in_a_read_only_workspace(tmp_path: Path, monkeypatc
         SqliteMetadataStore(f)
     assert str(e.value) == (f"cannot open metadata store {f}: unable to open database file ("
                             + why.format(d=d, f=f) + ")")
+
+
+# --- inputs that gave tracebacks, were silently accepted, or dumped the whole usage ----------------
+
+
+@pytest.mark.parametrize(("value", "fragment"), [("nan", "must be a positive number of seconds"),
+                                                 ("inf", "must be a positive number of seconds"),
+                                                 ("-60", "must be a positive number of seconds"),
+                                                 ("0", "must be a positive number of seconds"),
+                                                 ("1e300", "would start before 1970")])
+def test_generate_refuses_a_ledger_interval_that_is_not_a_forward_spacing(cli: Cli, value: str, fragment: str):
+    """nan / inf were tracebacks, 1e300 an internal message, -60 made close times run backwards."""
+    before = snapshot(cli.root)
+    assert_usage_error(cli("generate", "--namespace", "acme/new", "--ledger-interval", value), "generate",
+                       f"--ledger-interval {float(value):g}"[:22], fragment)
+    assert snapshot(cli.root) == before
+
+
+def test_init_refuses_an_empty_cluster_name(tmp_path: Path, capsys):
+    """It used to become `standalone` silently."""
+    c = Cli(tmp_path / "ws", capsys)
+    assert_usage_error(c("init", str(c.root), "--cluster", "", workspace=False), "init", "--cluster ''")
+    assert not c.root.exists()
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["topics", "delete", T0, "--yes"]])
+def test_workspace_and_a_config_of_another_workspace_are_refused(cli: Cli, tmp_path: Path, capsys, cmd):
+    """`--workspace A --config B/tiered.toml` used B and ignored A (for `topics delete` too: the wrong
+    workspace's topic would go)."""
+    other = Cli(tmp_path / "other", capsys)
+    assert other("init", str(other.root), workspace=False)[0] == 0
+    before, before_other = snapshot(cli.root), snapshot(other.root)
+    assert_usage_error(cli("--config", str(other.root / CONFIG_FILE_NAME), *cmd), cmd[0],
+                       f"--workspace {cli.root}", "name different workspaces")
+    assert (snapshot(cli.root), snapshot(other.root)) == (before, before_other)
+    # the same workspace named both ways is fine
+    assert cli("--config", str(cli.root / CONFIG_FILE_NAME), "status")[0] == 0
+
+
+@pytest.mark.parametrize(("argv", "cmd", "fragments"), [
+    (["policies", "set", NS, "--deletion-lag", "-5h"], "policies set",
+     ["--deletion-lag: expected one argument", "written --deletion-lag=VALUE", "`tiered policies set --help`"]),
+    (["status", "--bogus"], "", ["unrecognized arguments: --bogus", "`tiered --help`"]),
+    (["read", T0, "--show", "sideways"], "read", ["--show", "invalid choice", "`tiered read --help`"]),
+    (["nosuchcommand"], "", ["invalid choice: 'nosuchcommand'"]),
+])
+def test_usage_errors_are_one_line_with_a_hint(cli: Cli, argv, cmd, fragments):
+    """argparse printed its whole usage (dozens of lines) above the one that mattered."""
+    with pytest.raises(SystemExit) as e:
+        cli(*argv)
+    assert e.value.code == 2
+    out, err = cli.capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "usage:" not in err, err
+    assert err.startswith(f"tiered {cmd}: " if cmd else "tiered: "), err
+    for f in fragments:
+        assert f in err, (f, err)
+
+
+def test_a_negative_lag_written_with_equals_is_refused_in_one_line(cli: Cli):
+    before = snapshot(cli.root)
+    code, out, err = cli("policies", "set", NS, "--deletion-lag=-5h")
+    assert code == 2 and err.count("\n") == 1 and "-5h" in err, err
+    assert snapshot(cli.root) == before

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlparse
 
+from tieredcore.cold.liveness import DEFAULT_STORE_DEAD_AFTER, guarded
 from tieredcore.cold.location import StoreLocation, parse_store_url
 from tieredcore.errors import ValidationError
 from tieredcore.formats.constants import (
@@ -64,6 +65,7 @@ ENV_OVERRIDES = {
     "TIERED_CHECKSUM_CHUNK": "checksum_chunk",
     "TIERED_VERIFY_READS": "verify_reads",
     "TIERED_STORE_FAILURE_LIMIT": "store_failure_limit",
+    "TIERED_STORE_DEAD_AFTER": "store_dead_after",
     "TIERED_LEASE_TTL_MS": "lease_ttl_ms",
     "TIERED_KEY_RING": "key_ring",
     "TIERED_CHUNK_CACHE": "chunk_cache",
@@ -103,6 +105,10 @@ class Config:
     verify_reads: bool = True
     # a run stops after this many consecutive object-store failures (the rest: "aborted"); 0 never stops
     store_failure_limit: int = 5
+    # an object store whose requests have failed without any answer (timeouts, refused or reset connections)
+    # for this many seconds in a row is dead for the rest of the run: every later request fails at once
+    # (tieredcore.cold.liveness); 0 never declares it dead
+    store_dead_after: float = DEFAULT_STORE_DEAD_AFTER
     # how long a runner's per-topic lease lasts without renewal (a crashed holder's lease then expires)
     lease_ttl_ms: int = 15 * 60 * 1000
     # fsync of cold-tier objects before they become visible (off only for throwaway benchmarks)
@@ -162,6 +168,9 @@ class Config:
             raise ValidationError("configuration: checkpoint_interval must be >= 0 (0: none)")
         if self.store_failure_limit < 0:
             raise ValidationError("configuration: store_failure_limit must be >= 0 (0: never stop)")
+        if not (math.isfinite(self.store_dead_after) and 0 <= self.store_dead_after <= 3600):
+            raise ValidationError(f"configuration: store_dead_after must be 0 (never) to 3600 seconds, "
+                                  f"got {self.store_dead_after!r}")
         if self.lease_ttl_ms <= 0:
             raise ValidationError("configuration: lease_ttl_ms must be positive")
         if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:
@@ -256,9 +265,10 @@ class Config:
         return is_attached_url(self.metadata_url)
 
     def open_store(self) -> tuple[BlobStore, str]:
-        """The object store and the key prefix offloaded objects go under."""
+        """The object store (watched for answers: tieredcore.cold.liveness) and the key prefix offloaded
+        objects go under."""
         loc = self.store_location
-        return loc.open(self.store_fsync), loc.prefix
+        return guarded(loc, loc.open(self.store_fsync), self.store_dead_after), loc.prefix
 
     @property
     def store_location(self) -> StoreLocation:

@@ -158,6 +158,11 @@ class BlobStoreError(TieredError):
         self.failed_keys: frozenset[str] | None = None if failed_keys is None else frozenset(failed_keys)
 
 
+class StoreUnavailableError(BlobStoreError):
+    """The object store has answered nothing for longer than the run's ``store_dead_after``: declared dead
+    for the rest of the run, every later request fails at once (tieredcore.cold.liveness)."""
+
+
 class ObjectExistsError(TieredError):
     """A create-if-absent write found the key already there (nothing was written)."""
 

@@ -15,6 +15,7 @@ overview read through it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -223,6 +224,21 @@ class RunReports:
 
     def detail_path(self, job: str, run_id: str, attempt: int | None = None) -> Path:
         return self._dir(job, run_id, attempt) / DETAIL_DIR
+
+    def check_writable(self, job: str) -> Path:
+        """Make the job's reports directory and prove a file can be written there, before any work: a
+        run that deletes what is due and only then finds it cannot report would be retried with no
+        trace of what it did. ValidationError (bad input) naming the location otherwise."""
+        d = self.job_dir(job)
+        probe = d / f".write-check-{os.getpid()}"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ValidationError(f"reports location {self.root} is not writable ({d}: "
+                                  f"{e.strerror or type(e).__name__}): nothing was started") from None
+        return d
 
     # listings
 

@@ -12,10 +12,11 @@ from tieredcore.cold.blob import BlobStore
 from tieredcore.cold.chunk_cache import ChunkCache, open_chunk_cache
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.cold.keyring import KeyRing
+from tieredcore.cold.liveness import StoreLiveness, describe, guarded, server_of
 from tieredcore.cold.location import StoreLocation
 from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import Config
-from tieredcore.errors import PulsarReadOnlyError, ValidationError
+from tieredcore.errors import BlobStoreError, PulsarReadOnlyError, StoreOwnershipError, ValidationError
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.transform import TransformSpec
@@ -40,6 +41,10 @@ class Workspace:
         self.config = config
         self._offloaders: dict[tuple, LedgerOffloader] = {}
         self._key_rings: dict[str, KeyRing] = {}
+        # one liveness per store server this workspace (this run) talks to: a dead store is dead everywhere
+        self._liveness: dict[tuple[str, str, str], StoreLiveness] = {}
+        # claims of (store, prefix) already made by this run: the marker answer, or the error it failed with
+        self._claims: dict[tuple, BaseException | None] = {}
 
     @cached_property
     def metadata(self) -> MetadataStore:
@@ -125,9 +130,37 @@ class Workspace:
 
     def claim(self, store: BlobStore, prefix: str) -> None:
         """Claim (store, prefix) for this workspace's cluster, or StoreOwnershipError (attached:
-        PulsarReadOnlyError, no marker is written to the cluster's bucket)."""
+        PulsarReadOnlyError, no marker is written to the cluster's bucket). Once per run: a claim that
+        failed on the store fails again at once (every ledger of a run against a dead store would otherwise
+        repeat the marker's GET with its timeouts and retries)."""
         self.refuse_bucket_writes("write the store's owner marker")
-        claim_store(store, normalize_prefix(prefix), self.config.cluster, self.identity, self.config.metadata_url)
+        key = (store.driver, tuple(sorted(store.driver_properties().items())), normalize_prefix(prefix))
+        if key in self._claims:
+            failed = self._claims[key]
+            if failed is None:
+                return
+            live = getattr(store, "liveness", None)
+            if isinstance(live, StoreLiveness):
+                live.check()  # dead since: say that rather than the old error
+            raise type(failed)(*failed.args)
+        try:
+            claim_store(store, key[2], self.config.cluster, self.identity, self.config.metadata_url)
+        except (BlobStoreError, StoreOwnershipError) as e:
+            self._claims[key] = e
+            raise
+        self._claims[key] = None
+
+    def open_location(self, location: StoreLocation) -> BlobStore:
+        """The store at ``location``, opened for this run: watched for answers (tieredcore.cold.liveness),
+        with one liveness per store server shared by every store of it this workspace opens."""
+        store = location.open(self.config.store_fsync)
+        if location.scheme == "file":
+            return store
+        live = self._liveness.get(server_of(location))
+        if live is None:
+            live = self._liveness[server_of(location)] = StoreLiveness(describe(location),
+                                                                        self.config.store_dead_after)
+        return guarded(location, store, liveness=live)
 
     def _new_offloader(self, store: BlobStore, prefix: str, max_block_size: int, read_buffer: int) -> LedgerOffloader:
         """An offloader with this workspace's settings. Before its first write it claims the store (once)
@@ -210,7 +243,7 @@ class Workspace:
              active, key_ring)
         off = self._offloaders.get(k)
         if off is None:
-            store = location.open(self.config.store_fsync)
+            store = self.open_location(location)
             if active is not None or location.chunked:
                 ring = None
                 ring_path = key_ring or location.key_ring or self.config.key_ring

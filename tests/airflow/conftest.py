@@ -171,6 +171,16 @@ def xcom(dr, task_id: str, key: str = "return_value", map_index: int = -1):
         return None if row is None else XComModel.deserialize_value(row)
 
 
+def all_xcom_text(dr) -> str:
+    """Every XCom value the DAG run stored, serialized: for greps (no secret may be in them)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id).all()
+        return "\n".join(repr(r.value) for r in rows)
+
+
 def asset_events(dr) -> list[tuple[str, dict]]:
     """(asset name, extra) of the asset events a DAG run emitted, oldest first."""
     from airflow.models.asset import AssetEvent, AssetModel

@@ -13,7 +13,17 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import SWEEP_AT, asset_events, make_workspace, run_dag, set_policy, topic_ledgers, verify, xcom
+from .conftest import (
+    SWEEP_AT,
+    all_xcom_text,
+    asset_events,
+    make_workspace,
+    run_dag,
+    set_policy,
+    topic_ledgers,
+    verify,
+    xcom,
+)
 
 HOUR_MS = 3600 * 1000
 
@@ -169,9 +179,19 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert "INFO SparkContext:" not in out + err and "Running Spark version" not in out + err
     assert secret not in out + err
     logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
-    for f in logs.rglob("*") if logs.exists() else []:
-        if f.is_file():
-            assert secret not in f.read_text(errors="replace"), f
+    for f in [*(logs.rglob("*") if logs.exists() else []), *(tmp_path / "ws" / "reports").rglob("*")]:
+        if f.is_file():  # task logs, and every report (summaries, details) of both runs
+            assert secret.encode() not in f.read_bytes(), f
+    for run in (dr, dr2):
+        xcoms = all_xcom_text(run)
+        assert xcoms and secret not in xcoms and "AKIAMOTOE2E" not in xcoms
+    from fastapi.testclient import TestClient
+    from tiered_web import create_app
+
+    view = TestClient(create_app(lambda: Config.load(cfg), secured=False))  # the view: its page and data
+    for page in ("/overview", "/overview.json", "/reports/offload_sweep/"):
+        r = view.get(page)
+        assert r.status_code == 200 and secret not in r.text, page
     print(f"timings: sweep DAG {sweep_s:.1f}s (2 Spark jobs), lag cleanup DAG {lag_s:.1f}s")
 
 

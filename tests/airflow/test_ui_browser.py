@@ -38,9 +38,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _status(url: str) -> int | None:
+def _status(url: str, token: str | None = None) -> int | None:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        with urllib.request.urlopen(req, timeout=2) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -155,6 +156,13 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
         # the plugin's pages are behind Airflow's auth: no session, no report
         assert _status(f"{base}/tiered/overview") == 401
         assert _status(f"{base}/tiered/reports/") == 401
+        assert _status(f"{base}/tiered/overview.json", "not-a-token") == 403  # as the core API answers it
+        # a user's API token (the auth manager's login endpoint) opens the JSON as the session does
+        login = urllib.request.Request(f"{base}/auth/token", method="POST", headers={"Content-Type": "application/json"},
+                                       data=json.dumps({"username": "admin", "password": PASSWORD}).encode())
+        with urllib.request.urlopen(login, timeout=10) as r:
+            token = json.loads(r.read())["access_token"]
+        assert _status(f"{base}/tiered/overview.json", token) == 200
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
             try:

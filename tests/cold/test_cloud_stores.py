@@ -1,6 +1,6 @@
 """The Azure Blob (on Azurite) and GCS (on gcp-storage-emulator) stores: the BlobStore contract
-(tests/support/blob_contract.py; the cases the GCS emulator cannot serve are skipped there only, with
-the reason), then what they do beyond it: GCS compose rounds beyond 32 parts, Azure metadata names,
+(tests/support/blob_contract.py; GCS behind tests/support/gcs_proxy.py, which enforces the generation
+preconditions and the paging the emulator ignores, so no contract case is skipped), then what they do beyond it: GCS compose rounds beyond 32 parts, Azure metadata names,
 abort next to a committed blob, the reserved upload area, keys that need escaping; and the emulator
 lookup's error."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.blob_contract import BlobStoreContract
-from tests.support.object_stores import GCS_EMULATOR_LIMITS
+from tests.support.gcs_proxy import GcsConformingProxy
 from tieredcore.errors import NoSuchUploadError, ValidationError
 
 
@@ -20,11 +20,33 @@ class TestAzureStoreContract(BlobStoreContract):
 
 
 class TestGcsStoreContract(BlobStoreContract):
-    emulator_limits = GCS_EMULATOR_LIMITS
-
     @pytest.fixture
-    def store(self, gcs_store):
-        return gcs_store
+    def store(self, gcs_store, gcs_emulator):
+        """The store through a proxy that answers as GCS does where the emulator does not."""
+        from tieredcore.cold.backends.gcs import GcsBlobStore
+
+        with GcsConformingProxy(gcs_emulator.endpoint) as proxy:
+            yield GcsBlobStore(gcs_store.bucket_name, endpoint=proxy.url, max_attempts=2, env={})
+
+
+def test_the_gcs_proxy_refuses_a_conditional_create_and_pages_listings(gcs_store, gcs_emulator) -> None:
+    """The proxy does what GCS does (so the contract above runs the store's 412 and paging paths)."""
+    from tieredcore.cold.backends.gcs import GcsBlobStore
+    from tieredcore.errors import ObjectExistsError
+
+    with GcsConformingProxy(gcs_emulator.endpoint) as proxy:
+        store = GcsBlobStore(gcs_store.bucket_name, endpoint=proxy.url, max_attempts=1, env={})
+        store.put("k", b"1", if_absent=True)
+        with pytest.raises(ObjectExistsError):
+            store.put("k", b"2", if_absent=True)
+        assert store.get("k") == b"1" and proxy.refused == 1
+        for i in range(5):
+            store.put(f"p/{i}", b"x")
+        first = store.list("p/", page_size=2)
+        assert [o.key for o in first.objects] == ["p/0", "p/1"] and first.next_token
+        assert [o.key for o in store.list("p/", first.next_token, page_size=2).objects] == ["p/2", "p/3"]
+        assert [o.key for o in store.list("p/", page_size=10, start_after="p/2").objects] == ["p/3", "p/4"]
+        assert proxy.pages >= 2
 
 
 @pytest.fixture(params=["azure", "gcs"])
@@ -131,7 +153,8 @@ def test_gcs_requests_carry_the_preconditions_and_paging_the_emulator_ignores(gc
         page = store.list("p/", page_size=2, start_after="p/k1")
         assert [o.key for o in page.objects] == ["p/k2", "p/k3"]  # the emulator: one page, filtered here
         listing = [t for m, t, _ in proxy.events if m == "GET" and "/o?" in t][-1]
-        assert "maxResults=2" in listing and "startOffset=p%2Fk1" in listing and "prefix=p%2F" in listing
+        # startOffset is inclusive in GCS: one name more is asked for (p/k1 itself may come back)
+        assert "maxResults=3" in listing and "startOffset=p%2Fk1" in listing and "prefix=p%2F" in listing
         from tieredcore.cold.backends.cloud import encode_token
 
         token = encode_token("opaque-token", "p/k1")

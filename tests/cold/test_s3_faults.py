@@ -24,6 +24,7 @@ from tieredcore.cli import main as cli
 from tieredcore.cli.workload import PROP_MAX, PROP_MIN, PROP_SEED, PayloadGenerator
 from tieredcore.clock import now_ms
 from tieredcore.cold.backends.s3 import S3BlobStore
+from tieredcore.cold.liveness import GuardedStore
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
@@ -145,7 +146,7 @@ def test_lifecycle_survives_s3_faults(tmp_path: Path, moto_endpoint: str, faulty
     log: list[str] = []
 
     with Workspace(config) as ws:
-        assert isinstance(ws.store, S3BlobStore)
+        assert isinstance(ws.store, GuardedStore) and isinstance(ws.store.inner, S3BlobStore)  # watched for answers
         assert ws.store.client.meta.config.retries["total_max_attempts"] == attempts
         topics = [t.full for t in ws.ml.list_topics(NAMESPACE)]
         assert len(topics) == TOPICS

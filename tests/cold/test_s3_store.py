@@ -40,8 +40,8 @@ def test_driver_properties(moto_endpoint):
     assert store.client.meta.config.s3["addressing_style"] == "path"
     # batch-job defaults (tieredcore.config), not botocore's 60 s timeouts and legacy retries
     cfg = store.client.meta.config
-    assert cfg.retries == {"total_max_attempts": 4, "mode": "adaptive"}
-    assert (cfg.connect_timeout, cfg.read_timeout) == (5.0, 30.0)
+    assert cfg.retries == {"total_max_attempts": 3, "mode": "adaptive"}
+    assert (cfg.connect_timeout, cfg.read_timeout) == (5.0, 10.0)  # one request <= 3 x 10 s + backoff
     assert S3BlobStore("bkt", region="us-west-2").driver_properties() == {  # AWS: no endpoint, '' as Pulsar's
         "managedLedgerOffloadDriver": "AWS_S3",
         "bucket": "bkt",

@@ -82,10 +82,10 @@ def run_child(tmp_path: Path, cfg: Path, point: str) -> str:
 
 
 @pytest.fixture
-def topic(tmp_path, monkeypatch):
-    """(config, tiered.toml, the entries per ledger, the batches' ledgers, the layout before)."""
+def topic(tmp_path, monkeypatch, store_url):
+    """(config, tiered.toml, the entries per ledger, the batches' ledgers, the layout before); on each store."""
     monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
-    cfg_path, before = mixed_topic(tmp_path / "ws")
+    cfg_path, before = mixed_topic(tmp_path / "ws", store_url)
     config = Config.load(cfg_path, env={})
     with Workspace(config) as ws:
         batches = [b.ledgers for b in compactor(ws, min_object_size=MIN_SIZE, target_size=TARGET).plan(TOPIC)]

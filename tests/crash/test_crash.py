@@ -1,5 +1,5 @@
-"""Crash tests of two-phase deletion (docs/deletion.md, the crash tests of two-phase deletion): a real process running one phase-1
-producer (or the phase-2 drain) is SIGKILLed at an exact step, then the next drain + reconciliation
+"""Crash tests of two-phase deletion (docs/deletion.md, the crash tests of two-phase deletion), on the
+filesystem store and on moto's S3 server: a real process running one phase-1 producer (or the phase-2 drain) is SIGKILLed at an exact step, then the next drain + reconciliation
 must leave zero orphans in both tiers, nothing stuck in the deletion log, and every retained entry
 reading back identical.
 
@@ -61,10 +61,10 @@ Key = tuple[str, int]  # (persistent://topic, ledger id)
 # -- workspace ------------------------------------------------------------------------------------
 
 
-def build(root: Path, topics: int) -> Config:
+def build(root: Path, topics: int, store_url: str | None = None) -> Config:
     """4 sealed ledgers of 10 entries per topic (closed 10 min apart, the last at END) plus the open
-    newest ledger."""
-    return Config.load(build_workspace(root, [NS], topics=topics, ledgers=4), env={})
+    newest ledger; the object store: the embedded filesystem store, or ``store_url``."""
+    return Config.load(build_workspace(root, [NS], topics=topics, ledgers=4, store_url=store_url), env={})
 
 
 def set_ns(ws: Workspace, **fields) -> None:
@@ -334,10 +334,10 @@ CASES = [pytest.param(p, k, id=f"{p}-{k}") for p, (_s, _n, a, acks) in SETUPS.it
 
 
 @pytest.mark.parametrize("producer, point", CASES)
-def test_kill_then_drain_and_reconcile_leave_nothing_behind(tmp_path, monkeypatch, producer, point):
+def test_kill_then_drain_and_reconcile_leave_nothing_behind(tmp_path, monkeypatch, store_url, producer, point):
     monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
     setup, ntopics, _append, _acks = SETUPS[producer]
-    config = build(tmp_path / "ws", ntopics)
+    config = build(tmp_path / "ws", ntopics, store_url)
     cfg_path = tmp_path / "ws" / CONFIG_FILE_NAME
     with Workspace(config) as ws:
         before = read_all(ws, HOT_FIRST)

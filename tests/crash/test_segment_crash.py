@@ -109,10 +109,10 @@ def done_results(line: str) -> list[list]:
 
 
 @pytest.fixture
-def topic_ws(tmp_path, monkeypatch):
-    """(config, tiered.toml path, the hot tier's entries per ledger before any offload)."""
+def topic_ws(tmp_path, monkeypatch, store_url):
+    """(config, tiered.toml path, the hot tier's entries per ledger before any offload); on each store."""
     monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
-    cfg_path = build_topic(tmp_path / "ws")
+    cfg_path = build_topic(tmp_path / "ws", store_url)
     config = Config.load(cfg_path, env={})
     with Workspace(config) as ws:
         before = hot_snapshot(ws)

@@ -146,6 +146,12 @@ def seeded(make_ws):
         u = str(uuidlib.uuid4())
         other.offload(ws.hot.open_ledger(a2), u, {"managedledgername": A})
         s.foreign[(u, a2)] = why
+    # 3d. a crashed offload of another cluster: its data object alone, no index (a group without an index
+    # must be checked for its owner too: a planted bug that looked only at groups with an index survived)
+    u3d = str(uuidlib.uuid4())
+    o3d = LedgerOffloader(ws.store, cluster="east").offload(ws.hot.open_ledger(a2), u3d, {"managedledgername": A})
+    ws.store.delete([o3d.index_key])
+    s.foreign[(u3d, a2)] = "written by cluster 'east'"
     # 4. multipart uploads: stale (ours), young (ours), stale foreign
     u4 = str(uuidlib.uuid4())
     k4 = data_key("", u4, 4343)
@@ -236,7 +242,7 @@ def test_finds_exactly_the_seeded_orphans(seeded):
     assert rep.orphan_groups == len(s.groups)
     assert rep.orphan_objects == len(expected_keys) == 2 * len(s.groups) - 1  # the lone index
     # what another cluster or workspace wrote is counted and never recorded
-    assert rep.foreign_cluster_groups == len(s.foreign) == 3 and rep.foreign_cluster_objects == 5
+    assert rep.foreign_cluster_groups == len(s.foreign) == 4 and rep.foreign_cluster_objects == 6
     assert all(any(why in x for x in rep.foreign_cluster_samples) for why in s.foreign.values())
     assert not {u for u, _ in s.foreign} & {r.uuid for r in new}
     assert rep.orphan_bytes == sum((s.cold / k).stat().st_size for k in expected_keys)
@@ -292,7 +298,7 @@ def test_as_of_and_grace_decide_age(seeded):
     # an earlier logical date sees every seeded object as young: nothing is flagged
     rep = reconcile(ws, s.as_of - 2 * GRACE, GRACE, dry_run=True)
     assert rep.orphan_groups == 0 and rep.stale_uploads == 0
-    assert rep.young_unreferenced == len(group_keys(s)) + 2 + 5  # + the 5 objects written by others
+    assert rep.young_unreferenced == len(group_keys(s)) + 2 + 6  # + the 6 objects written by others
     # a longer grace period makes the in-flight offload and everything else young too
     assert reconcile(ws, s.as_of, 10 * GRACE, dry_run=True).orphan_groups == 0
     # grace 0 at a later date flags the in-flight attempt as well
@@ -309,7 +315,8 @@ def test_drain_deletes_every_orphan_and_nothing_else(seeded):
     drain(ws, s.as_of)
     assert not any((s.cold / k).exists() for k in group_keys(s))
     assert all((s.cold / k).exists() for k in s.valid_keys)
-    assert all((s.cold / index_key("", u, lid)).exists() for u, lid in s.foreign)  # never touched
+    assert all((s.cold / index_key("", u, lid)).exists() or (s.cold / data_key("", u, lid)).exists()
+               for u, lid in s.foreign)  # never touched
     assert not any(ws.hot.exists(lid) for lid in s.hot)
     left = [e.record for e in DeletionLog(ws.metadata).pending()]
     assert not [r for r in left if r is not None and r.reason == "orphan"]
@@ -325,7 +332,7 @@ def test_drain_deletes_every_orphan_and_nothing_else(seeded):
     # and a later run finds nothing to do in the object store
     after = reconcile(ws, s.as_of, GRACE, dry_run=True)
     assert after.orphan_groups == 0 and after.hot_orphans == 0 and after.foreign_keys == 1
-    assert after.foreign_cluster_groups == 3
+    assert after.foreign_cluster_groups == 4
 
 
 def test_referenced_uuids_cover_contexts_abandoned_and_log(seeded):

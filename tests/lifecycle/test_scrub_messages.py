@@ -223,3 +223,22 @@ def test_the_lag_proof_without_a_hot_copy_rests_on_the_messages(make_ws):
     assert bad.outcome == "verify-failed" and bad.failed
     assert f"{b.ledgerId}:17 (CRC32C mismatch" in bad.error and "no hot copy either" in bad.error
     assert not find_ledger(ws.ml.get_topic(T)[0], b.ledgerId).offloadContext.bookkeeperDeleted
+
+
+def test_the_lag_proof_compares_a_copy_without_checksums_with_the_hot_copy(make_ws):
+    """A ledger-mode (V1) copy as Pulsar writes it (no chunk checksums; opaque entries, so no message CRC
+    either) that differs from the hot copy in one byte: only the comparison with the hot copy's CRCs can
+    see it. The cleanup must fail the proof and keep the hot copy (a planted bug that skipped that
+    comparison for V1 copies survived 131 tests: the project's own copies are caught by their chunk
+    checksums first)."""
+    ws = offloaded(make_ws, messages=False, ledgers=2)
+    a, b = ledgers(ws)
+    damage(ws, b, 11)  # a flipped bit inside entry 11's bytes: frames, blocks and index still hold
+    res = {r.ledger: r for r in (LedgerResult(**x) for x in run_work(
+        ws.config, [w.as_dict() for w in plan_lag_cleanup(ws, None, END_MS + HOUR + 1)]))}
+    assert res[a.ledgerId].outcome == "marked"
+    bad = res[b.ledgerId]
+    assert bad.outcome == "verify-failed" and "hot copy kept" in bad.error, bad
+    li = find_ledger(ws.ml.get_topic(T)[0], b.ledgerId)
+    assert not li.offloadContext.bookkeeperDeleted
+    assert ws.hot.open_ledger(b.ledgerId).read(11, 11)  # the hot copy is still there

@@ -28,6 +28,7 @@ from tieredcore.lifecycle.work import KIND_OFFLOAD, LedgerResult, TopicWork
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.model import Position
+from tieredcore.names import TopicName
 from tieredcore.offload.context import covered_through, is_complete, is_offloaded, segment_pieces
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentOffloader, SegmentSource
@@ -440,12 +441,16 @@ def test_scrub_checks_segment_held_ledgers_and_a_streamed_prefix(make_ws):
         w.close(seal=False)
 
 
-def test_scrub_reports_damaged_segments_and_data_loss_without_deleting_anything(make_ws):
+def test_scrub_reports_damaged_segments_repairs_them_from_the_hot_copies_and_reports_data_loss(make_ws):
+    """Without repair: damage reported, nothing changed. With repair: each damaged segment rewritten from
+    the hot copies (the damaged objects to the deletion log); a segment whose ledger has no hot copy left
+    is data loss, reported and never deleted."""
     ws = make_ws(["t/a"], entries=50, entry_size="1000-1100", config_overrides={"checksum_chunk": 0})
     stream(ws, T, max_segment_size=64 * 1024)  # one segment per ledger
     lis = ledger_infos(ws)
     lost, flipped, gone_hot = lis[0], lis[1], lis[2]
     (p_lost,), (p_flipped,), (p_gone,) = (segment_pieces(li) for li in (lost, flipped, gone_hot))
+    expected = read_all(ws, priority=HOT_FIRST)
     ws.store.delete([segment_index_key("", p_lost.uuid)])
     flip(ws.store, segment_data_key("", p_flipped.uuid), first_block(ws, p_flipped.uuid, flipped.ledgerId) + 200)
     ws.hot.delete_ledger(gone_hot.ledgerId)
@@ -454,15 +459,91 @@ def test_scrub_reports_damaged_segments_and_data_loss_without_deleting_anything(
     shallow = scrub(ws)  # a lost index shows; flipped payload bytes (no chunk checksums) do not
     assert shallow[lost.ledgerId].outcome == "damaged" and "OffloadedLedgerNotFoundError" in shallow[lost.ledgerId].error
     assert [shallow[li.ledgerId].outcome for li in (flipped, gone_hot, lis[3])] == ["ok"] * 3
-    deep = scrub(ws, deep=True, repair=True)
-    assert deep[lost.ledgerId].outcome == "damaged" and "not repaired" in deep[lost.ledgerId].error
+    deep = scrub(ws, deep=True)
+    assert deep[lost.ledgerId].outcome == "damaged" and "repair it: --repair" in deep[lost.ledgerId].error
     assert deep[flipped.ledgerId].outcome == "damaged" and "differs from the hot copy" in deep[flipped.ledgerId].error
     r = deep[gone_hot.ledgerId]  # read back whole (no hot copy to compare with)
     assert r.outcome == "ok" and r.blocks >= 1 and r.bytes > shallow[gone_hot.ledgerId].bytes
     assert deep[lis[3].ledgerId].outcome == "ok"
+    assert object_keys(ws.store) == before and DeletionLog(ws.metadata).pending() == []
+
+    repaired = scrub(ws, deep=True, repair=True)
+    for li in (lost, flipped):
+        assert repaired[li.ledgerId].outcome == "repaired", repaired[li.ledgerId]
+        assert "rewritten from the hot copies of ledger(s)" in repaired[li.ledgerId].error
+    assert {r.uuid for r in pending(ws)} == {p_lost.uuid, p_flipped.uuid}
+    assert {r.reason for r in pending(ws)} == {"scrub-repair"}
+    assert {r.outcome for r in scrub(ws, deep=True).values()} == {"ok"}
+    assert read_all(ws, priority=TIERED_FIRST)[:100] == expected[:100]  # the two repaired ledgers' entries
+
     ws.store.delete([segment_data_key("", p_gone.uuid)])
-    r = scrub(ws)[gone_hot.ledgerId]
+    r = scrub(ws, repair=True)[gone_hot.ledgerId]
     assert r.outcome == "unrecoverable" and r.failed and r.error.startswith("DATA LOSS")
-    assert DeletionLog(ws.metadata).pending() == []
-    assert object_keys(ws.store) == before - {segment_data_key("", p_gone.uuid)}
-    assert [segment_pieces(li) for li in ledger_infos(ws)] == [segment_pieces(li) for li in lis]
+    assert p_gone.uuid not in {x.uuid for x in pending(ws)}  # reported, never deleted
+    assert segment_index_key("", p_gone.uuid) in object_keys(ws.store)
+
+
+# -- segment repair -------------------------------------------------------------------------------
+
+
+def test_a_damaged_segment_is_rewritten_from_the_hot_copies_of_every_ledger_it_holds(make_ws):
+    """Segments spanning ledgers (small segments: a ledger spans several, a segment holds the end of one
+    and the start of the next): one damaged segment is rewritten, with every ledger it shares objects
+    with, into new segment(s) from the hot copies; the damaged objects (and the replaced ones) go to the
+    deletion log; every entry reads back from the object store alone; the drain then removes them."""
+    from tieredcore.lifecycle.compaction import repair_segments
+
+    ws = make_ws(["t/a"], ledgers=3, entries=30, entry_size="1000-1100", config_overrides={"checksum_chunk": 0})
+    stream(ws, T, max_segment_size=20 * 1024)
+    lis = ledger_infos(ws)
+    sealed_lis = [li for li in lis if li.HasField("entries") and li.entries > 0][:3]
+    victim = segment_pieces(sealed_lis[1])[0]
+    flip(ws.store, segment_data_key("", victim.uuid), first_block(ws, victim.uuid, sealed_lis[1].ledgerId) + 300)
+    expected = read_all(ws, priority=HOT_FIRST)
+    pol = ws.policies.for_topic(T)
+    res = repair_segments(ws, pol, TopicName.parse(T), {victim.uuid}, clock_ms=lambda: END_MS + HOUR)
+    assert not isinstance(res, str) and res.outcome == "compacted", res
+    # the damaged segment holds the end of ledger 0 and the start of ledger 1: both, with all their segments
+    assert victim.uuid in {p.uuid for p in segment_pieces(sealed_lis[0])}
+    assert res.ledgers == [sealed_lis[0].ledgerId, sealed_lis[1].ledgerId] and res.units >= 3
+    after = ledger_infos(ws)
+    refs = {p.uuid for li in after for p in segment_pieces(li)}
+    assert victim.uuid not in refs and set(res.segments) <= refs
+    for li in after:
+        if li.ledgerId in res.ledgers:
+            assert li.offloadContext.bookkeeperDeleted is False
+    assert read_all(ws, priority=TIERED_FIRST) == expected
+    recorded = {r.uuid for r in pending(ws)}
+    assert victim.uuid in recorded and all(r.reason == "scrub-repair" for r in pending(ws))
+    deep = scrub(ws, deep=True)
+    assert {r.outcome for r in deep.values()} == {"ok"}, deep
+    drain_ok(ws, END_MS + 30 * 24 * HOUR)
+    assert not any(victim.uuid in k for k in object_keys(ws.store))
+    assert read_all(ws, priority=TIERED_FIRST) == expected
+
+
+def test_a_segment_repair_needs_every_hot_copy_and_sealed_ledgers(make_ws):
+    """Without a hot copy of a ledger the damaged segment holds, or with the open ledger in it, nothing is
+    written: the reason names the ledgers."""
+    from tieredcore.lifecycle.compaction import repair_segments
+
+    ws = make_ws(["t/a"], ledgers=2, entries=30, entry_size="1000-1100")
+    w = TopicWriter(ws.ml, ws.hot, T, clock_ms=lambda: END_MS + 1)
+    try:
+        w.append_many([b"open-%d-" % i * 100 for i in range(20)])
+        stream(ws, T, max_segment_size=512 * 1024, as_of=END_MS + 2)
+    finally:
+        w.close(seal=False)
+    lis = ledger_infos(ws)
+    before, keys = [segment_pieces(li) for li in lis], object_keys(ws.store)
+    pol = ws.policies.for_topic(T)
+    open_seg = segment_pieces(lis[-1])[0].uuid
+    why = repair_segments(ws, pol, TopicName.parse(T), {open_seg}, clock_ms=lambda: END_MS + HOUR)
+    assert isinstance(why, str) and "not sealed" in why and str(lis[-1].ledgerId) in why
+    first = segment_pieces(lis[0])[0].uuid
+    if first != open_seg:
+        ws.hot.delete_ledger(lis[0].ledgerId)
+        why = repair_segments(ws, pol, TopicName.parse(T), {first}, clock_ms=lambda: END_MS + HOUR)
+        assert isinstance(why, str) and f"no hot copy of ledger(s) {lis[0].ledgerId}" in why, why
+    assert [segment_pieces(li) for li in ledger_infos(ws)] == before and object_keys(ws.store) == keys
+    assert pending(ws) == []

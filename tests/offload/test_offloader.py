@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.cold.blob import iter_objects
 from tieredcore.errors import (
+    CorruptEntryError,
     LedgerStateError,
     NoSuchObjectError,
     OffloadedLedgerNotFoundError,
@@ -459,7 +460,7 @@ def test_a_corrupt_hot_frame_commits_nothing_while_its_block_is_copied(blob_stor
     flip_byte(tmp_path / "hot" / f"{h.ledger_id}.log", off_in_log, 0x5A)
     h = hot.open_ledger(h.ledger_id)
     off = LedgerOffloader(blob_store, max_block_size=4096, offset_cache=OffsetCache())
-    with pytest.raises(Exception, match=rf"(?i)crc.*entry {entry}|entry {entry}.*crc"):
+    with pytest.raises(CorruptEntryError, match=rf"(?i)crc.*entry {entry}|entry {entry}.*crc"):
         off.offload(h, UUID)
     h.close()
     assert_nothing_written(blob_store)
@@ -494,7 +495,7 @@ def test_frames_are_checked_in_windows_smaller_than_a_block(blob_store, tmp_path
     bad.close()
     flip_byte(tmp_path / "hot" / f"{bad.ledger_id}.log", at, 0x01)
     bad = hot.open_ledger(bad.ledger_id)
-    with pytest.raises(Exception, match=rf"(?i)entry {bad_entry}\b"):
+    with pytest.raises(CorruptEntryError, match=rf"(?i)entry {bad_entry}\b"):
         off.offload(bad, uuidlib.uuid4())
     bad.close()
     assert_nothing_written(blob_store)

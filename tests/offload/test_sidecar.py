@@ -317,3 +317,22 @@ def test_deleting_the_pair_deletes_its_sidecar(fs_store) -> None:
     assert len(fs_store.list().objects) == 3
     off.delete_offloaded(LID, pair.uuid)
     assert fs_store.list().objects == []
+
+
+@pytest.mark.parametrize("delta", [-20, 4, 1000])
+def test_an_index_length_field_pulsar_ignores_does_not_stop_a_read(tmp_path: Path, delta: int) -> None:
+    """Pulsar's reader (OffloadIndexBlockImpl) ignores the index-length field's value; so does this
+    reader's offloaded-index check (the parser's tolerance alone is tested in tests/fuzz): a pair whose
+    field is off reads back and verifies. A planted bug that made the check strict again survived."""
+    store = FilesystemBlobStore(tmp_path / "cold")
+    pair = pulsar_objects.build(PAYLOADS[:300], 64 * KIB, ledger_id=LID)
+    index = bytearray(pair.index)
+    struct.pack_into(">i", index, 4, len(pair.index) + delta)
+    pair = pulsar_objects.PulsarPair(**{**pair.__dict__, "index": bytes(index)})
+    pulsar_objects.write(store, pair)
+    h = LedgerOffloader(store, read_buffer=READ_BUFFER).read_offloaded(LID, pair.uuid)
+    try:
+        assert [bytes(e.data) for e in h.read(0, 299)] == PAYLOADS[:300]
+        verify_offloaded(h, None, messages=False)
+    finally:
+        h.close()

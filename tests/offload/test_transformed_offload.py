@@ -13,6 +13,7 @@ from tieredcore.clock import now_ms
 from tieredcore.cold.blob import iter_objects
 from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.transformed import TransformedBlobStore
+from tieredcore.errors import ValidationError
 from tieredcore.formats import constants as C
 from tieredcore.formats.keys import parse_key
 from tieredcore.formats.manifest import TRANSFORMED_FORMAT_VERSION, Manifest
@@ -82,7 +83,7 @@ def test_deleting_transformed_objects_removes_their_manifests(make_ws, ring_dir)
     ws = make_ws(["t/a"], ledgers=3, entries=50, config_overrides={"key_ring": str(ring_dir)})
     ws.policies.set_namespace("t/a", {"offload_threshold_bytes": 0, "transform": "zstd+aes",
                                            "retention_time_minutes": 0, "transform_chunk_size": 4096})
-    with pytest.raises(Exception, match="below the retention"):  # sanity: the policy validates as a whole
+    with pytest.raises(ValidationError, match="below the retention"):  # sanity: the policy validates as a whole
         ws.policies.set_namespace("t/a", {"offload_threshold_seconds": 10})
     _offload(ws)
     store, keys = _raw_keys(ws)
@@ -103,11 +104,11 @@ def test_deleting_transformed_objects_removes_their_manifests(make_ws, ring_dir)
 
 def test_encrypting_policy_without_a_key_ring_is_refused(make_ws):
     ws = make_ws(["t/a"], ledgers=2)
-    with pytest.raises(Exception, match="needs a key ring"):
+    with pytest.raises(ValidationError, match="needs a key ring"):
         ws.policies.set_namespace("t/a", {"transform": "aes"})
-    with pytest.raises(Exception, match="is not one of none, zstd, aes, zstd\\+aes"):
+    with pytest.raises(ValidationError, match="is not one of none, zstd, aes, zstd\\+aes"):
         ws.policies.set_namespace("t/a", {"transform": "gzip"})
-    with pytest.raises(Exception, match="chunk size"):
+    with pytest.raises(ValidationError, match="chunk size"):
         ws.policies.set_namespace("t/a", {"transform": "zstd", "transform_chunk_size": 10})
     assert ws.policies.for_namespace("t/a").transform == "none"
 

@@ -13,7 +13,7 @@ The class name does not start with ``Test``: pytest collects only the subclasses
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -45,9 +45,6 @@ class BlobStoreContract:
 
     # --- capability flags: where a store legitimately differs from a plain object store ----------
 
-    # what the emulator the store runs on does not implement: {limit: reason}; a test needing it is
-    # skipped there only, with the reason (the store's code path for it is the one the real service runs)
-    emulator_limits: ClassVar[Mapping[str, str]] = {}
     # each object K is kept as K plus its manifest K.manifest, and listings pass the physical objects
     # through (reconciliation sees both; docs/formats.md "Chunked objects")
     keeps_manifests: ClassVar[bool] = False
@@ -64,10 +61,6 @@ class BlobStoreContract:
         raise NotImplementedError(f"{type(self).__name__} must override the `store` fixture")
 
     # --- hooks the flags call for --------------------------------------------------------------
-
-    def emulator_cannot(self, limit: str) -> None:
-        if limit in self.emulator_limits:
-            pytest.skip(self.emulator_limits[limit])
 
     def listed(self, keys: Iterable[str]) -> list[str]:
         """The keys a listing shows for these objects, in key order."""
@@ -134,7 +127,6 @@ class BlobStoreContract:
 
     def test_create_if_absent(self, store):
         """The conditional write the owner markers use: the first creator wins, the rest change nothing."""
-        self.emulator_cannot("generation")
         store.put("marker", b"first", {"who": "a"}, if_absent=True)
         with pytest.raises(ObjectExistsError):
             store.put("marker", b"second", {"who": "b"}, if_absent=True)
@@ -208,7 +200,6 @@ class BlobStoreContract:
         assert page.objects == [] and page.next_token is None
 
     def test_list_pagination(self, store):
-        self.emulator_cannot("paging")
         keys = [f"p/k{i}" for i in range(7)] + ["q/other"]
         for k in keys:
             store.put(k, b"x")
@@ -229,7 +220,6 @@ class BlobStoreContract:
         assert [o.key for o in iter_objects(store, "p/", page_size=3)] == self.listed(keys[:7])
 
     def test_list_start_after(self, store):
-        self.emulator_cannot("paging")
         keys = [f"p/k{i}" for i in range(7)] + ["p/j", "p/z", "q/other"]
         for k in keys:
             store.put(k, b"x")

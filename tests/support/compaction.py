@@ -40,7 +40,8 @@ from tests.support.workspaces import END_MS, build_workspace, offload, sealed, s
 from tieredcore.clock import now_ms
 from tieredcore.config import Config
 from tieredcore.formats.keys import data_key, index_key, segment_data_key, segment_index_key
-from tieredcore.lifecycle.compaction_run import Thresholds, compactor_for
+from tieredcore.lifecycle.compaction import compactor_for
+from tieredcore.lifecycle.compaction_run import Thresholds
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup

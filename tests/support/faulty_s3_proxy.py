@@ -7,7 +7,14 @@ even in a short run:
 - ``delay``: wait a few hundred milliseconds, then forward;
 - ``reset``: read the request, then close the connection with a TCP reset, answering nothing;
 - ``internal-error``: answer HTTP 500 with an S3 ``InternalError`` XML body;
-- ``slow-down``: answer HTTP 503 with an S3 ``SlowDown`` XML body (throttling).
+- ``slow-down``: answer HTTP 503 with an S3 ``SlowDown`` XML body (throttling);
+- ``truncate`` (GET only): forward, then send the server's head (its Content-Length intact) and only
+  half of the body, and close the connection: a response cut off mid-body;
+- ``reset-body`` (GET only): the same, but end with a TCP reset after the partial body;
+- ``drop-length`` (HEAD only): forward, and drop the answer's Content-Length header (a misbehaving
+  proxy or gateway).
+
+A drawn kind that does not apply to the request's method goes back into the bag for a later request.
 
 Reset and error faults happen *before* forwarding: the request never reaches the server, so a retried
 non-idempotent call (CreateMultipartUpload, CompleteMultipartUpload, a conditional PUT) is applied at
@@ -15,6 +22,10 @@ most once. Everything else is forwarded byte for byte: request line, headers (or
 bodies framed by Content-Length or chunked transfer encoding (chunk framing and trailers kept), and the
 server's status line, headers and body. Each request goes to the server on a fresh connection; the
 client's connection is kept alive as HTTP/1.1 allows. Bodies are held in memory (test-sized objects).
+
+``blackhole = True`` turns the proxy into a dead store: from then on it reads each request and never
+answers (the connection stays open until the proxy stops), as an endpoint whose server hangs; connections
+are still accepted. (A store that refuses connections: stop the proxy, its port is then closed.)
 
 Besides the random faults, :meth:`inject` targets one request: the first one (from now on) that a
 predicate over (method, target) accepts gets the given fault, whatever the rate (for tests that need
@@ -43,7 +54,13 @@ DELAY = "delay"
 RESET = "reset"
 INTERNAL_ERROR = "internal-error"
 SLOW_DOWN = "slow-down"
-FAULT_KINDS = (DELAY, RESET, INTERNAL_ERROR, SLOW_DOWN)
+TRUNCATE = "truncate"
+RESET_BODY = "reset-body"
+DROP_LENGTH = "drop-length"
+REQUEST_FAULT_KINDS = (DELAY, RESET, INTERNAL_ERROR, SLOW_DOWN)  # botocore itself retries these
+RESPONSE_FAULT_KINDS = (TRUNCATE, RESET_BODY, DROP_LENGTH)  # after the server answered: the store retries
+FAULT_KINDS = REQUEST_FAULT_KINDS + RESPONSE_FAULT_KINDS
+_ONLY_FOR = {TRUNCATE: "GET", RESET_BODY: "GET", DROP_LENGTH: "HEAD"}  # the method a kind applies to
 
 MAX_HEAD = 64 * 1024  # bytes of request line + headers (or status line + headers)
 _ERRORS = {
@@ -189,6 +206,9 @@ class FaultyS3Proxy:
         self.faults: Counter[str] = Counter()
         self.events: list[tuple[str, str, str]] = []
         self._targeted: list[tuple[Callable[[str, str], bool], str]] = []
+        self.blackhole = False  # read requests, never answer (see the module docstring)
+        self.blackholed = 0  # requests left unanswered
+        self._stopping = threading.Event()
         self._clients: set[socket.socket] = set()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._thread: threading.Thread | None = None
@@ -214,6 +234,7 @@ class FaultyS3Proxy:
             allow_reuse_address = True
             block_on_close = False
 
+        self._stopping.clear()
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="faulty-s3-proxy", daemon=True)
@@ -223,6 +244,7 @@ class FaultyS3Proxy:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._stopping.set()  # releases blackholed connections
         self._server.shutdown()
         self._server.server_close()
         with self._lock:
@@ -268,7 +290,11 @@ class FaultyS3Proxy:
                 if not self._bag:
                     self._bag = list(self.kinds)
                     self._rng.shuffle(self._bag)
-                fault = self._bag.pop()
+                fits = [i for i, k in enumerate(self._bag) if _ONLY_FOR.get(k, method) == method]
+                if not fits:
+                    self.events.append((method, target, ""))
+                    return "", 0.0
+                fault = self._bag.pop(fits[-1])
                 self.faults[fault] += 1
                 if fault == DELAY:
                     delay = self._rng.uniform(*self.delay_range)
@@ -300,6 +326,11 @@ class FaultyS3Proxy:
         if b"100-continue" in head.tokens(b"expect"):
             client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = _read_body(rfile, head)
+        if self.blackhole:
+            with self._lock:
+                self.blackholed += 1
+            self._stopping.wait()  # never answered: the client times out
+            return False
         fault, delay = self._decide(method, target)
         if fault == RESET:
             # RST instead of FIN: what a crashed server or a dropped load-balancer connection looks like
@@ -313,6 +344,14 @@ class FaultyS3Proxy:
         if fault == DELAY:
             time.sleep(delay)
         status_head, resp_body, until_close = self._forward(head, body, method)
+        if fault == DROP_LENGTH:
+            status_head = _without_header(status_head, b"content-length")
+        if fault in (TRUNCATE, RESET_BODY) and len(resp_body) > 1:
+            client.sendall(status_head.raw + resp_body[: len(resp_body) // 2])
+            if fault == RESET_BODY:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            return False
         client.sendall(status_head.raw + resp_body)
         return keep_alive and not until_close and b"close" not in status_head.tokens(b"connection")
 
@@ -358,6 +397,14 @@ class FaultyS3Proxy:
                 return resp, f.read(), True  # no framing: the body ends when the server closes
             finally:
                 f.close()
+
+
+def _without_header(head: _Head, name: bytes) -> _Head:
+    """``head`` with every ``name`` header line removed (raw bytes rebuilt, order and case kept)."""
+    lines = head.raw.split(b"\r\n")
+    kept = [ln for ln in lines[1:] if ln.partition(b":")[0].strip().lower() != name]
+    raw = b"\r\n".join([lines[0], *kept])
+    return _Head(raw, head.start, [(k, v) for k, v in head.headers if k != name])
 
 
 def s3_request(method: str, target: str) -> tuple[str, str, int]:

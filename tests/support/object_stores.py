@@ -25,13 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 # Azurite's fixed development account (public, documented by Microsoft; not a secret)
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-# what gcp-storage-emulator does not implement: the BlobStore contract skips these cases on it, with the reason
-GCS_EMULATOR_LIMITS = {
-    "generation": "gcp-storage-emulator ignores generation preconditions (ifGenerationMatch=0), so it cannot "
-                  "refuse a conditional create (the request is checked in test_cloud_stores.py)",
-    "paging": "gcp-storage-emulator ignores list paging (maxResults/pageToken) and startOffset: every listing "
-              "is one page (the requests are checked in test_cloud_stores.py)",
-}
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tieredcore.cold.backends.fs import FilesystemBlobStore
 from tieredcore.cold.blob import iter_objects
+from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import BlobStoreError, MetadataStoreError, ValidationError
 from tieredcore.formats.keys import data_key, index_key, parse_ledger_key
 from tieredcore.hot.local import LocalLedgerStore
@@ -294,6 +295,9 @@ class _DrainWorkspace:
 
     def identity_if_any(self) -> str | None:
         return None  # the env's offloaders write no owner identity
+
+    def failure_budget(self) -> StoreFailureBudget:
+        return StoreFailureBudget()  # a workspace's default
 
     def offloader_for_driver(self, dm) -> LedgerOffloader:
         if dm.name != "tiered-local":

@@ -21,6 +21,7 @@ from tieredcore.workspace import Workspace
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+
 @dataclass(frozen=True)
 class CommandGroup:
     """A group of `tiered` commands (one module under ``tieredcore/cli``): its command names, how it adds

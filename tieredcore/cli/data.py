@@ -5,6 +5,7 @@ ledger, from wherever each ledger lives."""
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Any
 
@@ -117,6 +118,17 @@ def _message_shape(args: argparse.Namespace, start_ms: int, interval_ms: int) ->
                         bool(args.broker_entry_metadata))
 
 
+def _ledger_interval_ms(seconds: float, ledgers: int, end_ms: int) -> int:
+    """--ledger-interval in ms: positive and finite, and the oldest ledger's close time not before 1970
+    (close times run forwards, ledger by ledger)."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValidationError(f"--ledger-interval {seconds}: must be a positive number of seconds")
+    if seconds * 1000 * ledgers > end_ms:
+        raise ValidationError(f"--ledger-interval {seconds:g}: {ledgers} ledger(s) that far apart would start "
+                              f"before 1970 (end time {end_ms} ms); give a smaller interval or fewer ledgers")
+    return max(int(seconds * 1000), 1)
+
+
 def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str, Any]:
     from tieredcore.topic.writer import TopicWriter
 
@@ -126,7 +138,7 @@ def cmd_generate(args: argparse.Namespace, ws: Workspace, progress: Progress) ->
     if args.open_entries < 0:
         raise ValidationError(f"--open-entries {args.open_entries}: must be 0 or more")
     end_ms = parse_time_ms(args.end_time, '--end-time') if args.end_time else now_ms()
-    interval = int(args.ledger_interval * 1000)
+    interval = _ledger_interval_ms(args.ledger_interval, args.ledgers, end_ms)
     shape = _message_shape(args, end_ms - args.ledgers * interval, interval)
     namespaces = [NamespaceName.parse(n).name for n in args.namespace]
     topics = [TopicName.parse(f"{ns}/{args.prefix}-{i:04d}") for ns in namespaces for i in range(args.topics)]

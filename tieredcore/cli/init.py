@@ -15,6 +15,7 @@ from tieredcore.cli.common import (
 )
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import ValidationError
+from tieredcore.names import check_cluster_name
 from tieredcore.workspace import Workspace
 
 
@@ -75,6 +76,10 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.dir and args.workspace and Path(args.dir).resolve() != Path(args.workspace).resolve():
+        raise ValidationError(f"init names two workspaces: DIR {args.dir} and --workspace {args.workspace}; give one")
+    if args.cluster is not None:
+        check_cluster_name(args.cluster, "--cluster")
     root = Path(args.dir or args.workspace or "workspace").resolve()
     cfg_path = root / CONFIG_FILE_NAME
     if root.exists() and not root.is_dir():
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return _run_attached(args, root, cfg_path, created)
     if created:
         overrides: dict[str, Any] = {"store_url": args.store_url} if args.store_url else {}
-        if args.cluster:
+        if args.cluster is not None:  # an empty name is refused, not read as "the default"
             overrides["cluster"] = args.cluster
         if args.metadata_url:
             overrides["metadata_url"] = args.metadata_url

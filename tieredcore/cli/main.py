@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from tieredcore.cli import compact, data, deletions, init, keys, offload, policies, read, scrub, topics
-from tieredcore.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandGroup, Progress, err, sqlite_path
+from tieredcore.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandGroup,
+    Progress,
+    err,
+    sqlite_path,
+)
 from tieredcore.config import CONFIG_FILE_NAME, Config
 from tieredcore.errors import (
     InBookKeeperError,
@@ -25,6 +33,7 @@ from tieredcore.errors import (
     TopicNotFoundError,
     ValidationError,
 )
+from tieredcore.usage import OneLineParser
 from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
@@ -33,7 +42,7 @@ COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tiered", description="Tiered storage for segmented logs (Pulsar-compatible).")
+    p = OneLineParser(prog="tiered", description="Tiered storage for segmented logs (Pulsar-compatible).")
     p.add_argument("--config", help=f"configuration file (default: $TIERED_CONFIG or ./{CONFIG_FILE_NAME})")
     p.add_argument("--workspace", help=f"workspace directory (its {CONFIG_FILE_NAME})")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -49,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_config(args: argparse.Namespace) -> Config:
+    if args.config and args.workspace:
+        own = Path(args.workspace) / CONFIG_FILE_NAME
+        if Path(args.config).resolve() != own.resolve():
+            raise ValidationError(f"--workspace {args.workspace} and --config {args.config} name different "
+                                  f"workspaces (the workspace's configuration is {own}); give one of them")
     if args.config:
         return Config.load(args.config)
     if args.workspace:

@@ -85,8 +85,9 @@ def cmd_offload(args: argparse.Namespace, ws: Workspace, progress: Progress) -> 
                   for t in topics]
     results = []
     started = time.monotonic()
+    budget = ws.failure_budget()  # one for the whole run: a failing store stops it, the rest "aborted"
     for t, tof in zip(topics, offloaders, strict=True):
-        res = tof.offload_ledgers(t, manual.select(ws.ml.get_topic(t)[0].ledgerInfo))
+        res = tof.offload_ledgers(t, manual.select(ws.ml.get_topic(t)[0].ledgerInfo), budget)
         for r in res:
             totals["bytes"] += r.bytes
             progress(f"offload: {r.topic} ledger {r.ledger_id}: {r.outcome} {mib(r.bytes)} in {r.seconds:.2f}s"

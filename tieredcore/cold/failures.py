@@ -12,12 +12,14 @@ from tieredcore.errors import (
     BlobStoreError,
     NoSuchUploadError,
     StoreOwnershipError,
+    StoreUnavailableError,
     ValidationError,
 )
 
 DEFAULT_STORE_FAILURE_LIMIT = 5
 # exception class names that mean "the object store is failing", not "this ledger is bad"
-STORE_ERROR_TYPES = frozenset(c.__name__ for c in (BlobStoreError, NoSuchUploadError, StoreOwnershipError))
+STORE_ERROR_TYPES = frozenset(c.__name__ for c in (BlobStoreError, NoSuchUploadError, StoreOwnershipError,
+                                                                StoreUnavailableError))
 
 
 class StoreFailureBudget:

@@ -3,11 +3,11 @@ every OffloadContext, and opening the store — one home for the conversions bet
 
     file:///abs/dir[?prefix=p]                          filesystem object store
     s3://bucket[/prefix][?endpoint=http(s)://host[:port]&region=us-east-1&connect_timeout=5s
-         &read_timeout=30s&max_attempts=4&retry_mode=adaptive]
+         &read_timeout=10s&max_attempts=3&retry_mode=adaptive]
     azure://container[/prefix][?endpoint=http(s)://host[:port][/account]&connect_timeout=5s
-            &read_timeout=30s&max_attempts=4]        Azure Blob Storage (block blobs)
-    gs://bucket[/prefix][?endpoint=http(s)://host[:port]&connect_timeout=5s&read_timeout=30s
-         &max_attempts=4]                            Google Cloud Storage
+            &read_timeout=10s&max_attempts=3]        Azure Blob Storage (block blobs)
+    gs://bucket[/prefix][?endpoint=http(s)://host[:port]&connect_timeout=5s&read_timeout=10s
+         &max_attempts=3]                            Google Cloud Storage
 
 Credentials never appear in URLs: S3 from the AWS credential chain, Azure from
 AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT + AZURE_STORAGE_KEY, GCS from
@@ -349,7 +349,7 @@ def parse_store_url(url: str, what: str = "store_url") -> StoreLocation:
 
     - ``file:///absolute/dir[?prefix=p]``: not the filesystem root, no '..', no host but localhost;
     - ``s3://bucket[/prefix][?endpoint=http(s)://host[:port]&region=us-east-1&connect_timeout=5s
-      &read_timeout=30s&max_attempts=4&retry_mode=adaptive]``: S3 bucket naming rules, known parameters
+      &read_timeout=10s&max_attempts=3&retry_mode=adaptive]``: S3 bucket naming rules, known parameters
       only, each given once;
     - ``azure://container[/prefix][?endpoint=http(s)://host[:port][/account]&connect_timeout=..&read_timeout=..
       &max_attempts=..]``: Azure container naming rules;

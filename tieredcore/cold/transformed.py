@@ -42,9 +42,11 @@ from tieredcore.cold.chunk_cache import ChunkCache
 from tieredcore.cold.keyring import KeyRing
 from tieredcore.errors import (
     BadRangeError,
+    CorruptObjectError,
     FormatError,
     NoSuchObjectError,
     NoSuchUploadError,
+    NotFoundError,
     ValidationError,
 )
 from tieredcore.formats import constants as C
@@ -338,6 +340,19 @@ class TransformedBlobStore:
     def head(self, key: str) -> ObjectInfo:
         o = self.open(key)
         return ObjectInfo(key, o.manifest.size, o.last_modified, dict(o.manifest.metadata))
+
+    def check_stored(self, key: str) -> None:
+        """The object's chunks exist and have the size its manifest gives them (a HEAD of the stored
+        object): what a check that does not read the data sees of it. The manifest alone answers
+        ``head``, so a chunks object deleted or cut short behind it shows only here or on a read.
+        NoSuchObjectError / CorruptObjectError naming the key otherwise."""
+        want = self.open(key).manifest.index.transformed_size
+        try:
+            got = self.inner.head(key).size
+        except NotFoundError:
+            raise NoSuchObjectError(f"{key}: its chunks are missing (the manifest {manifest_key(key)} remains)") from None
+        if got != want:
+            raise CorruptObjectError(f"{key}: {got} bytes of chunks stored, its manifest says {want}")
 
     def get(self, key: str) -> bytes:
         o = self.open(key)

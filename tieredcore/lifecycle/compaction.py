@@ -1,6 +1,8 @@
 """Compaction planning (docs/compaction.md): which runs of small offloaded objects of a topic are worth
-repacking into large PIP-76 segments, and what that costs. Reads the topic record only, no store request;
-the executor that writes the new segments is :mod:`tieredcore.offload.compaction`.
+repacking into large PIP-76 segments, and what that costs. Planning reads the topic record only, no store
+request; the executor that writes the new segments is :mod:`tieredcore.offload.compaction`, configured
+for a workspace here (:func:`compactor_for`), and used by the scrub too: a damaged segment is repaired
+as a batch rewritten from the hot copies (:func:`repair_segments`).
 
 A topic's sealed, fully offloaded ledgers are grouped by the objects holding them (a segment spanning
 ledgers joins them into one group). A group is *small* when each of its objects (a V1 ``{uuid}-ledger-{id}``
@@ -13,13 +15,15 @@ flight (an incomplete segment, a replacement being written, an abandoned attempt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tieredcore.cold.location import CHUNKED_PROPERTY, TRANSFORM_PROPERTY
-from tieredcore.errors import ValidationError
+from tieredcore.errors import HotLedgerNotFoundError, ValidationError
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
+from tieredcore.meta.reasons import Reason
+from tieredcore.names import TopicName
 from tieredcore.offload.batches import (
     BLOCK_SIZE,
     KIND_LEDGER,
@@ -31,7 +35,12 @@ from tieredcore.offload.batches import (
     repackable,
     v1_bytes,
 )
-from tieredcore.offload.compaction import DEFAULT_MIN_OBJECT_SIZE, DEFAULT_TARGET_SIZE
+from tieredcore.offload.compaction import (
+    DEFAULT_MIN_OBJECT_SIZE,
+    DEFAULT_TARGET_SIZE,
+    CompactionResult,
+    Compactor,
+)
 from tieredcore.offload.context import (
     LedgerInfo,
     context_uuid,
@@ -41,9 +50,12 @@ from tieredcore.offload.context import (
     segment_drivers,
     segment_pieces,
 )
-from tieredcore.offload.segments import S3_MIN_PART_SIZE
+from tieredcore.offload.copies import open_offloaded
+from tieredcore.offload.segments import S3_MIN_PART_SIZE, SegmentOffloader
+from tieredcore.policy import OffloadPolicy
+from tieredcore.workspace import Workspace
 
-__all__ = ["CostModel", "plan_topic"]
+__all__ = ["CostModel", "compactor_for", "plan_topic", "repair_batch", "repair_segments"]
 
 
 def _units(lis: Sequence[LedgerInfo]) -> tuple[dict[str, Unit], dict[int, list[str]]]:
@@ -201,3 +213,105 @@ class CostModel:
                 "one_time": round(once, 6)}
 
 
+
+
+# -- repair of damaged segments -------------------------------------------------------------------
+
+
+def repair_batch(info: pb.ManagedLedgerInfo, damaged: set[str], transform: str = "none") -> Batch | str:
+    """The batch that rewrites segments ``damaged`` (uuids) of the topic record ``info``: every ledger
+    holding a piece of one, and every ledger sharing an object with those (a segment spans ledgers, a
+    ledger spans segments), all of it written again into new segment(s) from the hot copies. A reason
+    (str) when that cannot be done by this protocol: a ledger in flight or not sealed (the open ledger's
+    segments are the streaming offload's), or none referencing the segments any more."""
+    lis = list(info.ledgerInfo)
+    members: dict[str, set[int]] = {}
+    for li in lis:
+        for u in referenced_uuids(li):
+            members.setdefault(u, set()).add(li.ledgerId)
+    todo, seen_u, lids = list(damaged), set(), set()
+    while todo:  # the closure: ledgers of the damaged objects, the objects of those ledgers, ...
+        u = todo.pop()
+        if u in seen_u:
+            continue
+        seen_u.add(u)
+        for lid in members.get(u, ()):
+            if lid not in lids:
+                lids.add(lid)
+                todo.extend(referenced_uuids(next(li for li in lis if li.ledgerId == lid)))
+    if not lids:
+        return "no ledger references the damaged segment(s) any more"
+    chosen = [li for li in lis if li.ledgerId in lids]
+    blocked = [li.ledgerId for li in chosen if not repackable(li)]
+    if blocked:
+        return (f"ledger(s) {', '.join(map(str, blocked))} are not sealed and fully offloaded with nothing in "
+                "flight (an open ledger's segments are rewritten by its streaming offload)")
+    units, _ = _units(chosen)
+    after = sum(compacted_bytes(li.entries, li.size) for li in chosen)
+    return Batch(tuple(li.ledgerId for li in chosen), tuple(units.values()), sum(li.entries for li in chosen),
+                 sum(li.size for li in chosen), sum(u.bytes for u in units.values()), after, 1, transform)
+
+
+def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[], int],
+                  on_step: Callable[[str, str], None] | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> Compactor:
+    """A Compactor writing into the store the policy names, reading old objects wherever they lie."""
+    segments = SegmentOffloader(ws.offloader_for_policy(policy), block_size=BLOCK_SIZE)
+
+    def open_copy(li, topic: str):
+        return open_offloaded(li, ws.offloader, topic, ws.offloader_for_driver)
+
+    def planner(info, block_size: int) -> list[Batch]:
+        return plan_topic(info, min_object_size=policy.compaction_min_object_size,
+                          target_size=policy.compaction_target_size, block_size=block_size,
+                          transform=policy.transform)
+
+    return Compactor(ws.ml, segments, open_copy, planner=planner, deletion_log=ws.deletion_log, leases=ws.leases,
+                     clock_ms=clock_ms,
+                     min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
+                     delete_delay_ms=policy.compaction_delete_delay_ms, transform=policy.transform,
+                     on_step=on_step, progress=progress)
+
+
+class _HotCopy:
+    """A ledger's hot copy read as a copy handle: the source a segment repair rewrites from (every frame
+    CRC-checked as the hot tier reads it)."""
+
+    requests = bytes_fetched = index_bytes = 0
+
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def object_handles(self) -> list:
+        return []
+
+    def read_batch(self, first: int, last: int):
+        return self._h.read_batch(first, last)
+
+    def close(self) -> None:
+        self._h.close()
+
+
+def repair_segments(ws: Workspace, policy: OffloadPolicy, topic: TopicName, damaged: set[str], *,
+                    clock_ms: Callable[[], int]) -> CompactionResult | str:
+    """Rewrite damaged segments (uuids) of ``topic`` from the hot copies of every ledger they hold (and
+    of the ledgers sharing objects with those), through the compaction executor's protocol: new
+    segment(s) written and verified, the damaged objects recorded for deletion (reason
+    ``scrub-repair``), one compare-and-set switching the ledgers over. The caller holds the topic's
+    lease. A reason (str) when it cannot be done; then nothing was written."""
+    info, _ = ws.ml.get_topic(topic)
+    batch = repair_batch(info, damaged, policy.transform)
+    if isinstance(batch, str):
+        return batch
+    gone = []
+    for lid in batch.ledgers:
+        try:
+            ws.hot.open_ledger(lid).close()
+        except HotLedgerNotFoundError:
+            gone.append(lid)
+    if gone:
+        return f"no hot copy of ledger(s) {', '.join(map(str, gone))} to rewrite the segment(s) from"
+    c = compactor_for(ws, policy, clock_ms=clock_ms)
+    c.open_copy = lambda li, _topic: _HotCopy(ws.hot.open_ledger(li.ledgerId))
+    c.reason = Reason.SCRUB_REPAIR
+    return c.compact_batch(topic, batch)

@@ -11,13 +11,10 @@ from typing import Any
 from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
-from tieredcore.lifecycle.compaction import CostModel, plan_topic
+from tieredcore.lifecycle.compaction import CostModel, compactor_for
 from tieredcore.lifecycle.work import KIND_COMPACTION, brokers_job
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.batches import BLOCK_SIZE, Batch
-from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult, Compactor
-from tieredcore.offload.copies import open_offloaded
-from tieredcore.offload.segments import SegmentOffloader
+from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.reports import Totals, totals
@@ -27,7 +24,6 @@ __all__ = [
     "DETAIL_SCHEMA",
     "CompactionReport",
     "Thresholds",
-    "compactor_for",
     "plan_topics",
     "run_topics",
 ]
@@ -58,27 +54,6 @@ class Thresholds:
     def as_dict(self) -> dict[str, int | None]:
         return {"min_object_size": self.min_object_size, "target_size": self.target_size,
                 "delete_delay_ms": self.delete_delay_ms}
-
-
-def compactor_for(ws: Workspace, policy: OffloadPolicy, *, clock_ms: Callable[[], int],
-                  on_step: Callable[[str, str], None] | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> Compactor:
-    """A Compactor writing into the store the policy names, reading old objects wherever they lie."""
-    segments = SegmentOffloader(ws.offloader_for_policy(policy), block_size=BLOCK_SIZE)
-
-    def open_copy(li, topic: str):
-        return open_offloaded(li, ws.offloader, topic, ws.offloader_for_driver)
-
-    def planner(info, block_size: int) -> list[Batch]:
-        return plan_topic(info, min_object_size=policy.compaction_min_object_size,
-                          target_size=policy.compaction_target_size, block_size=block_size,
-                          transform=policy.transform)
-
-    return Compactor(ws.ml, segments, open_copy, planner=planner, deletion_log=ws.deletion_log, leases=ws.leases,
-                     clock_ms=clock_ms,
-                     min_object_size=policy.compaction_min_object_size, target_size=policy.compaction_target_size,
-                     delete_delay_ms=policy.compaction_delete_delay_ms, transform=policy.transform,
-                     on_step=on_step, progress=progress)
 
 
 def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: Sequence[str] | None = None, *,

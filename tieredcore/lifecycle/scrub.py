@@ -4,7 +4,8 @@ copy, and report loudly what cannot be repaired.
 For every ledger of the chosen topics whose offload is complete, or with entries in completed PIP-76
 segments (one unit each):
 
-- **shallow** (every run): both objects exist (HEAD), the index object is read and parsed, its checksum
+- **shallow** (every run): both objects exist (HEAD; a compressed or encrypted object's stored chunks too,
+  with the size its manifest gives them), the index object is read and parsed, its checksum
   holds (this project's objects), its structure is sound, its data length is the data object's size, and
   it describes this ledger of this topic (entries, size, ledger id, topic name: the topic's LedgerInfo).
   A store that lost its objects (a bucket restored empty) is found here;
@@ -63,6 +64,7 @@ from tieredcore.errors import (
     UnreadableRecordError,
     ValidationError,
 )
+from tieredcore.formats.keys import INDEX_SUFFIX
 from tieredcore.hot.tier import HotTier
 from tieredcore.lifecycle.work import (
     KIND_SCRUB,
@@ -186,7 +188,7 @@ def _scrub_one(ws: Workspace, t: TopicName, lid: int, w: TopicWork, row: LedgerR
         row.outcome = "skipped"  # trimmed or replaced since planned
         return ""
     if not is_complete(li):
-        return _scrub_segments(ws, t, li, row, check)
+        return _scrub_segments(ws, t, li, row, check, w, repair)
     uuid = context_uuid(li)
     assert uuid is not None
     row.uuid, row.entries = uuid, li.entries
@@ -255,6 +257,8 @@ def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_c
     try:
         h = open_copy()
         try:
+            if not check.deep:  # shallow: the stored bytes behind manifests exist and have their size
+                _check_stored(h)
             if check.deep:
                 crcs, sizes = _hot_record(hot, lid)
                 rep = verify_offloaded(h, crcs, expected_sizes=sizes, messages=check.messages)
@@ -278,6 +282,17 @@ def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_c
     return _Found(None)
 
 
+def _check_stored(h: Any) -> None:
+    """Each object pair of a copy in a transformed store: its chunks exist and have the manifest's size
+    (a HEAD each). Plain objects: opening the copy already compared the data object's size with the
+    index."""
+    for x in h.object_handles():
+        check = getattr(x.store, "check_stored", None)
+        if check is not None:
+            check(x.key)
+            check(x.key + INDEX_SUFFIX)
+
+
 def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
     if tally is not None:
         row.messages_checked, row.messages_unchecked = tally.checked, tally.unchecked
@@ -287,8 +302,11 @@ def _count_messages(row: LedgerResult, tally: MessageTally | None) -> None:
             b.reason.removeprefix(f"entry {b.position}: ").replace("\n", " ") for b in tally.damaged_at)
 
 
-def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check) -> str:
-    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix)."""
+def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _Check, w: TopicWork,
+                    repair: bool) -> str:
+    """A ledger whose object-store copy is its completed segments (all its entries, or a prefix). A
+    damaged one is repaired (``repair``) by rewriting its segments, with every ledger sharing them, from
+    the hot copies (tieredcore.lifecycle.compaction_run.repair_segments)."""
     lid = li.ledgerId
     uuids = copy_uuids(li)
     row.uuid = ",".join(uuids)
@@ -318,9 +336,24 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _
     if found.same_as_hot:
         _beyond_repair(row, f"the segments of ledger {lid}", problem)
         return ""
-    row.outcome, row.repair = Outcome.DAMAGED, REPAIR_FROM_HOT
-    row.error = f"{problem}; the hot copy is intact and kept (damaged segments are not repaired yet)"
-    return ""
+    row.repair = REPAIR_FROM_HOT
+    if not repair:
+        row.outcome = Outcome.DAMAGED
+        row.error = f"{problem}; repairable from the hot copies (repair it: --repair)"
+        return ""
+    from tieredcore.lifecycle.compaction import repair_segments
+
+    r = repair_segments(ws, ws.policies.for_topic(t), t, set(uuids), clock_ms=lambda: w.as_of_ms)
+    if isinstance(r, str):  # nothing written: the hot copy of this ledger is intact and kept
+        row.outcome, row.error = Outcome.DAMAGED, f"{problem}; not repaired: {r}; this ledger's hot copy is kept"
+        return ""
+    if r.outcome == Outcome.COMPACTED:
+        row.outcome = Outcome.REPAIRED
+        row.error = (f"{problem}; rewritten from the hot copies of ledger(s) {', '.join(map(str, r.ledgers))} "
+                     f"as {', '.join(r.segments)}, verified")
+        return ""
+    row.outcome, row.error = Outcome.DAMAGED, f"{problem}; repair {r.outcome}: {r.error}"
+    return r.error_type
 
 
 def _hot_record(hot: HotTier, lid: int):

@@ -370,7 +370,7 @@ def transformed_bytes(ws: Workspace, topics: list[TopicName]) -> tuple[dict[str,
                     loc = ws.config.store_location
                 opened = stores.get(loc.objects)
                 if opened is None:
-                    opened = stores[loc.objects] = (loc.open(ws.config.store_fsync), normalize_prefix(loc.prefix))
+                    opened = stores[loc.objects] = (ws.open_location(loc), normalize_prefix(loc.prefix))
                 store, prefix = opened
                 for name in names:
                     for key in (prefix + name, prefix + name + INDEX_SUFFIX):

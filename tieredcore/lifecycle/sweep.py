@@ -320,7 +320,7 @@ def _prove(ws: Workspace, t: TopicName, li, w: TopicWork, row: LedgerResult) -> 
         if w.dry_run:
             return ""
         if not v1:  # segments are shared by several ledgers: no re-offload here
-            row.error += " (damaged segments are not repaired yet: see `tiered scrub`)"
+            row.error += " (segments are shared: `tiered scrub --deep --repair` rewrites them from the hot copies)"
             return ""
         hot.close()
         hot = None

@@ -188,8 +188,10 @@ class Compactor:
                  min_object_size: int = DEFAULT_MIN_OBJECT_SIZE, target_size: int = DEFAULT_TARGET_SIZE,
                  delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS, transform: str = "none",
                  on_step: Callable[[str, str], None] | None = None,
-                 progress: Callable[[str, int, int], None] | None = None) -> None:
+                 progress: Callable[[str, int, int], None] | None = None,
+                 reason: Reason = Reason.COMPACTION) -> None:
         self.ml = ml
+        self.reason = reason  # why the old objects go (a repair: the damaged segments)
         self.segments = segments
         self.open_copy = open_copy
         self.planner = planner
@@ -309,7 +311,7 @@ class Compactor:
         # phase 1 of two-phase deletion, before the switch: the old objects, due after the delay
         now = self.clock_ms()
         try:
-            txn.record([u.group().record(txn.name, Reason.COMPACTION, now, now + self.delete_delay_ms)
+            txn.record([u.group().record(txn.name, self.reason, now, now + self.delete_delay_ms)
                         for u in batch.units])
         except TieredError as e:
             row.outcome, row.error, row.error_type = Outcome.FAILED, f"recording the old objects: {e}", type(e).__name__

@@ -283,8 +283,11 @@ class GcsBlobStore:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise ValidationError(f"list: page_size must be a positive int, got {page_size!r}")
         page_token, after = decode_token(token) if token else (None, start_after)
+        # GCS's startOffset is inclusive: a first page from `after` asks one name more (`after` itself may
+        # come back and is dropped), so the page still holds page_size names after it
+        restart = page_token is None and bool(after)
         try:
-            it = self.client.list_blobs(self.bucket, prefix=prefix or None, page_size=page_size,
+            it = self.client.list_blobs(self.bucket, prefix=prefix or None, page_size=page_size + restart,
                                         page_token=page_token, start_offset=after or None, **self._kw())
             page = next(it.pages, None)
             items = list(page) if page is not None else []
@@ -296,6 +299,10 @@ class GcsBlobStore:
                    if not is_internal(b.name) and (after is None or b.name > after)
                    and b.name.startswith(prefix)]
         objects.sort(key=lambda o: o.key.encode())  # the service's order (UTF-8 bytes)
+        if len(objects) > page_size:  # `after` was not a name (or the server ignored maxResults): the
+            # next page starts from this page's last name, which then comes back first and is dropped
+            objects = objects[:page_size]
+            return ListPage(objects, encode_token(None, objects[-1].key))
         return ListPage(objects, encode_token(next_page, after) if next_page else None)
 
     def _delete_quietly(self, name: str) -> str | None:

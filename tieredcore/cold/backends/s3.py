@@ -20,6 +20,8 @@ adds client-side rate limiting when the server throttles, e.g. 503 SlowDown).
 from __future__ import annotations
 
 import io
+import random
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +29,14 @@ import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.client import BaseClient
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    IncompleteReadError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
 
 from tieredcore.cold.blob import (
     CompletedPart,
@@ -126,6 +135,14 @@ def _no_retry_on_bare_500(response: Any = None, **_: Any) -> bool | None:
     return False if _is_bare_500(response) else None
 
 
+# a response whose body broke off: retried as a whole request (botocore retries only before the body)
+_BODY_ERRORS = (ResponseStreamingError, IncompleteReadError, ReadTimeoutError, ConnectionClosedError)
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.2 * 2 ** (attempt - 1), 5.0) * random.uniform(0.75, 1.25)
+
+
 @counted
 class S3BlobStore:
     """BlobStore on one S3 bucket."""
@@ -158,6 +175,7 @@ class S3BlobStore:
             raise ValidationError(f"retry_mode must be one of {', '.join(S3_RETRY_MODES)}, got {retry_mode!r}")
         self.bucket = bucket
         self.endpoint_url = endpoint_url or None
+        self.max_attempts = max_attempts
         if client is None:
             config_kwargs: dict[str, Any] = {
                 "connect_timeout": connect_timeout,
@@ -260,23 +278,32 @@ class S3BlobStore:
             raise self._error(e, "put", key) from e
 
     def get(self, key: str) -> bytes:
-        resp = self._call("get", key, self.client.get_object, Key=key)
-        return self._read_body(resp, "get", key)
+        return self._get_body("get", key)[1]
 
-    def _read_body(self, resp: dict, op: str, key: str) -> bytes:
-        body = resp["Body"]
-        try:
-            return body.read()
-        except (ClientError, BotoCoreError) as e:
-            raise self._error(e, op, key) from e
-        finally:
-            body.close()
+    def _get_body(self, op: str, key: str, **kwargs: Any) -> tuple[dict, bytes]:
+        """GET and read the body. botocore retries a request that fails before its body, never a body
+        cut off (a reset or a short read mid-body): that is retried here, the whole request again, with
+        the same attempt budget and a jittered backoff (0.2 s doubling)."""
+        for attempt in range(1, self.max_attempts + 1):
+            resp = self._call(op, key, self.client.get_object, Key=key, **kwargs)
+            body = resp["Body"]
+            try:
+                return resp, body.read()
+            except _BODY_ERRORS as e:
+                if attempt == self.max_attempts:
+                    raise BlobStoreError(f"{self._where(key)}: {op}: the response body was cut off "
+                                         f"{self.max_attempts} time(s) (last: {type(e).__name__}: {e})") from e
+            except (ClientError, BotoCoreError) as e:
+                raise self._error(e, op, key) from e
+            finally:
+                body.close()
+            time.sleep(_backoff(attempt))
+        raise AssertionError("unreachable")
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if start < 0 or end < start:
             raise BadRangeError(f"bad range {start}-{end} for {self._where(key)}")
-        resp = self._call("get_range", key, self.client.get_object, Key=key, Range=f"bytes={start}-{end}")
-        data = self._read_body(resp, "get_range", key)
+        resp, data = self._get_body("get_range", key, Range=f"bytes={start}-{end}")
         if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200 and not resp.get("ContentRange"):
             # a server that ignored the Range header sent the whole object
             if start >= len(data):
@@ -287,13 +314,17 @@ class S3BlobStore:
         return data
 
     def head(self, key: str) -> ObjectInfo:
-        resp = self._call("head", key, self.client.head_object, Key=key)
-        return ObjectInfo(
-            key=key,
-            size=int(resp["ContentLength"]),
-            last_modified=resp["LastModified"].timestamp(),
-            metadata={k.lower(): v for k, v in (resp.get("Metadata") or {}).items()},
-        )
+        for attempt in range(1, self.max_attempts + 1):
+            resp = self._call("head", key, self.client.head_object, Key=key)
+            size, modified = resp.get("ContentLength"), resp.get("LastModified")
+            if size is not None and modified is not None:
+                return ObjectInfo(key=key, size=int(size), last_modified=modified.timestamp(),
+                                  metadata={k.lower(): v for k, v in (resp.get("Metadata") or {}).items()})
+            if attempt < self.max_attempts:  # a proxy that dropped a header: ask again
+                time.sleep(_backoff(attempt))
+        missing = " and ".join(h for h, v in (("Content-Length", size), ("Last-Modified", modified)) if v is None)
+        raise BlobStoreError(f"{self._where(key)}: head: the response has no {missing} header "
+                             f"({self.max_attempts} attempt(s)): not an S3-conforming answer")
 
     def list(self, prefix: str = "", token: str | None = None, page_size: int = 1000, *,
              start_after: str | None = None) -> ListPage:
