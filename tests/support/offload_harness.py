@@ -292,6 +292,7 @@ class _DrainWorkspace:
         self.hot = env.hot
         self._offloader = LedgerOffloader(env.store, max_block_size=env.max_block_size)
         self.config = types.SimpleNamespace(cluster=self._offloader.cluster)  # the offloaders' cluster
+        self.attached = False  # a workspace of its own (not attached to a Pulsar cluster)
 
     def identity_if_any(self) -> str | None:
         return None  # the env's offloaders write no owner identity
