@@ -32,10 +32,12 @@ mutants: setup
 # with a seed of its own, printed first: rerun a failure with SOAK_SEED=<seed> (the failure also prints
 # its shrunk schedule and a @reproduce_failure blob).
 SOAK_EXAMPLES ?= 10000
-SOAK_SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+ifndef SOAK_SEED
+SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 soak: setup
 	@echo "soak: $(SOAK_EXAMPLES) schedules, seed $(SOAK_SEED)"
-	TIERED_MODEL_EXAMPLES=$(SOAK_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider -s \
+	TIERED_MODEL_EXAMPLES=$(SOAK_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider -s --timeout=0 \
 	  --hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics \
 	  tests/model/test_system_model.py::test_system_model
 

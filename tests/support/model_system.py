@@ -24,7 +24,8 @@ from tieredcore.offload.context import is_complete
 from tieredcore.offload.copies import copy_uuids
 
 KINDS = ("fault", "crash")
-WHEN = ("before", "after")  # the call not made / made (it landed, then the error or the crash)
+WHEN = ("before", "after")
+TARGETS = ("store", "metadata")  # whose calls are counted  # the call not made / made (it landed, then the error or the crash)
 
 _STORE_CALLS = ("put", "get", "get_range", "head", "list", "delete", "initiate_multipart", "upload_part",
                 "complete_multipart", "abort_multipart", "list_multipart_uploads")
@@ -39,11 +40,12 @@ class SimulatedCrash(BaseException):  # noqa: N818 - not an error the product ma
 @dataclass(frozen=True)
 class Fault:
     kind: str  # KINDS
-    call: int  # the Nth store or metadata call (counted from 1) of the operation
+    target: str  # TARGETS
+    call: int  # the Nth call (counted from 1) of the operation to the target
     when: str  # WHEN
 
     def __str__(self) -> str:
-        return f"{self.kind} at call {self.call} ({self.when} it)"
+        return f"{self.kind} at {self.target} call {self.call} ({self.when} it)"
 
 
 class Injector:
@@ -62,13 +64,13 @@ class Injector:
 
     def call(self, where: str, name: str, fn: Callable[[], Any], error: type[Exception]) -> Any:
         f = self.fault
-        if f is None:
+        if f is None or f.target != where:
             return fn()
         self.calls += 1
         if self.calls != f.call:
             return fn()
         self.fault = None  # once
-        self.fired = f"{f} = {where}.{name}"
+        self.fired = f"{f}: {where}.{name}"
         if f.when == "after":
             fn()
         if f.kind == "crash":
