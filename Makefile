@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKSPACE ?= workspace
 
-.PHONY: setup demo test test-fast lint proto bench clean mutants
+.PHONY: setup demo test test-fast lint proto bench clean mutants soak
 
 setup:
 	./scripts/setup.sh
@@ -27,6 +27,19 @@ test-fast: setup
 # Planted bugs in the deletion paths, each expected to be caught (scripts/mutants.py prints the score).
 mutants: setup
 	$(PY) scripts/mutants.py
+
+# The model-based test of the whole system (tests/model/test_system_model.py) on SOAK_EXAMPLES schedules
+# with a seed of its own, printed first: rerun a failure with SOAK_SEED=<seed> (the failure also prints
+# its shrunk schedule and a @reproduce_failure blob).
+SOAK_EXAMPLES ?= 10000
+ifndef SOAK_SEED
+SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+soak: setup
+	@echo "soak: $(SOAK_EXAMPLES) schedules, seed $(SOAK_SEED)"
+	TIERED_MODEL_EXAMPLES=$(SOAK_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider -s --timeout=0 \
+	  --hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics \
+	  tests/model/test_system_model.py::test_system_model
 
 lint: setup
 	$(VENV)/bin/ruff check .

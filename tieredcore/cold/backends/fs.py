@@ -32,6 +32,7 @@ import secrets
 import stat
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -155,6 +156,7 @@ class FilesystemBlobStore:
         self._thread_lock = threading.Lock()
         self._lock_fd: int | None = None
         self._lock_pid = 0
+        self._lock_closer: weakref.finalize | None = None
         self._cache_lock = threading.Lock()
         self._dir_cache: OrderedDict[bytes, _DirListing] = OrderedDict()
         self._multipart = MultipartUploads(self.root, uploads, trash)
@@ -195,9 +197,14 @@ class FilesystemBlobStore:
     def _locked(self) -> Iterator[None]:
         with self._thread_lock:
             if self._lock_fd is None or self._lock_pid != os.getpid():
-                # after fork the inherited descriptor shares its lock with the parent: reopen
+                # after fork the inherited descriptor shares its lock with the parent: reopen (closing
+                # the inherited copy releases nothing of the parent's); the descriptor is closed when
+                # the store is collected, else every store a long-lived process opens leaks one
+                if self._lock_closer is not None:
+                    self._lock_closer()
                 self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
                 self._lock_pid = os.getpid()
+                self._lock_closer = weakref.finalize(self, os.close, self._lock_fd)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 yield
