@@ -8,7 +8,11 @@ plugin's TieredObjectStoreHook, the Spark jobs' run-time environment the plugin'
 TieredSparkSubmitOperator; the summary only adds up the totals the jobs' reports carry
 (tieredcore.reports.RunReports).
 
-Parse time reads only the process environment (TIERED_CONFIG, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
+The configuration is the deployment's: ``TIERED_CONFIG`` in the workers' environment; an admin may allow
+a run to choose among more files (``TIERED_CONFIG_ALLOWED``, separated like PATH: the forms' `config`
+drop-down); a run cannot name any other file (``load_config``).
+
+Parse time reads only the process environment (TIERED_CONFIG_ALLOWED, TIERED_SPARK_JOBS_DIR, TIERED_PY_FILES,
 TIERED_SPARK_UI, TIERED_SPARK_LOG_LEVEL, PYSPARK_PYTHON, schedules): no Airflow connection, Variable or
 metadata-store access.
 Everything else (the configuration file, the AWS connection, the metadata store) is read when a task
@@ -23,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tiered_airflow import on_failure
+from tiered_airflow import ConfigNotAllowed, on_failure, run_config_path
 from tiered_params import config_param, dry_run_param
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +67,8 @@ def tiered_dag(
     dagrun_timeout: dt.timedelta | None = None,
 ):
     """The project's DAG conventions in one place: start date, no catchup, one run at a time (sweeps),
-    shared default args (owner, retries with backoff, the failure hook), base tags, the `config` /
-    `dry_run` params; a scheduled DAG must say how long a run may take (``dagrun_timeout``: a run stuck
+    shared default args (owner, retries with backoff, the failure hook), base tags, the `dry_run` param
+    (and `config` when an admin allows a choice); a scheduled DAG must say how long a run may take (``dagrun_timeout``: a run stuck
     longer fails, and the next scheduled run can start)."""
     from airflow.sdk import DAG
 
@@ -82,18 +86,28 @@ def tiered_dag(
         default_args=DEFAULT_ARGS,
         tags=[*TAGS, *tags],
         doc_md=doc_md,
-        params={"config": config_param(), "dry_run": dry_run_param(), **(params or {})},
+        params={**shared_params(), **(params or {})},
     )
 
 
+def shared_params() -> dict[str, Any]:
+    """Every DAG's params: ``dry_run``, and ``config`` only when an admin allows a choice of files."""
+    config = config_param()
+    return {**({"config": config} if config is not None else {}), "dry_run": dry_run_param()}
+
+
 def load_config(params: dict[str, Any]):
-    """The run's configuration; a clear, non-retried failure when it cannot be loaded."""
+    """The run's configuration: the deployment's ($TIERED_CONFIG of the worker), or the allowed file the
+    run's ``config`` param names (tiered_airflow.run_config_path: any other value fails the task before
+    a file is read); a clear, non-retried failure when it cannot be loaded."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from tieredcore.config import Config
     from tieredcore.errors import ValidationError
 
     try:
-        return Config.load(params.get("config") or None)
+        return Config.load(run_config_path(params))
+    except ConfigNotAllowed as e:
+        raise AirflowFailException(str(e)) from None
     except ValidationError as e:
         raise AirflowFailException(f"tiered configuration: {e}") from None

@@ -39,24 +39,22 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
+from tiered_airflow import DURATION_FORMAT, SIZE_FORMAT
 from tiered_assets import schedule_from_env
 from tiered_common import QUICK_TASK, load_config, tiered_dag
-from tiered_params import job_args, namespaces_param, planned_namespaces
+from tiered_params import job_args, namespaces_param, optional_param, planned_namespaces
 from tiered_pipeline import standard_pipeline
 from tiered_spark import spark_task_per_namespace
 
 JOB = "compact_segments"
-# the trigger form's own checks; `plan` parses the values again (the CLI's and the job's parser,
-# tieredcore.lifecycle.compaction_settings.parse_thresholds)
-SIZE_PATTERN = r"^\s*([0-9]+[KMGkmg]?)?\s*$"
-DURATION_PATTERN = r"^\s*([0-9]+(ms|s|m|h|d)?)?\s*$"
 # the threshold params, in the order the parser takes them, and the job's options for them
 THRESHOLDS = {"min_object_size": "--min-object-size", "target_size": "--target-size", "delete_delay": "--delete-delay"}
 
 
-def threshold_param(title: str, description: str, pattern: str) -> Param:
-    return Param(None, type=["null", "string"], pattern=pattern, title=title,
-                 description=description + " Empty: each namespace's policy.")
+def threshold_param(title: str, description: str, fmt: str) -> Param:
+    """Checked by the trigger form (``fmt``); `plan` parses the value again (the CLI's and the job's parser,
+    tieredcore.lifecycle.compaction_settings.parse_thresholds)."""
+    return optional_param(fmt, title, description + " Empty: each namespace's policy.")
 
 
 with tiered_dag(
@@ -70,14 +68,14 @@ with tiered_dag(
         "namespaces": namespaces_param("tenant/namespace list; empty: every namespace with compaction enabled."),
         "min_object_size": threshold_param(
             "Min object size (e.g. 8M)", "Objects smaller than this are repacked: bytes, or a size with K, M or G "
-                                         "(1024-based).", SIZE_PATTERN),
+                                         "(1024-based).", SIZE_FORMAT),
         "target_size": threshold_param(
             "Target size (e.g. 256M)", "New segments of up to this size: bytes, or a size with K, M or G.",
-            SIZE_PATTERN),
+            SIZE_FORMAT),
         "delete_delay": threshold_param(
             "Delete delay (e.g. 1h)", "Old objects are deleted this long after the switch (readers that "
                                       "opened them finish): ms, or a duration like 90m, 1h, 3600s.",
-            DURATION_PATTERN),
+            DURATION_FORMAT),
     },
 ) as dag:
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, get_current_context, task
+from airflow.sdk import get_current_context, task
+from tiered_airflow import KEY_ID_FORMAT
 from tiered_common import QUICK_TASK, load_config, tiered_dag
-from tiered_params import job_args
+from tiered_params import job_args, optional_param
 from tiered_pipeline import standard_pipeline
 from tiered_spark import spark_task
 
@@ -41,8 +42,8 @@ with tiered_dag(
     tags=["encryption", "keys"],
     doc_md=__doc__,
     params={
-        "target": Param("", type="string", pattern=r"^[A-Za-z0-9_.-]{0,64}$", title="Target key",
-                        description="Key id of the ring to re-wrap under; empty: the ring's active key."),
+        "target": optional_param(KEY_ID_FORMAT, "Target key",
+                                 "Key id of the ring to re-wrap under; empty: the ring's active key."),
     },
 ) as dag:
 

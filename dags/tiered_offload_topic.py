@@ -4,18 +4,19 @@
 Triggered by hand (no schedule) with params:
 
 - `topic` — `tenant/namespace/topic` or `persistent://tenant/namespace/topic`;
-- exactly one of `up_to` (`LEDGER:ENTRY`: offload the sealed ledgers before that position) or
-  `keep_bytes` (keep at most that many bytes in the hot tier, like `topics offload -s`: an integer or a
-  size like `64M`, `512K`, `1G`; `0` offloads every sealed ledger);
+- `mode` — one of `up_to` (offload the sealed ledgers before a position) or `keep_bytes` (keep at most
+  that many bytes in the hot tier, like `topics offload -s`); one choice, so both can never be given;
+- `value` — for `up_to` a position `LEDGER:ENTRY` (e.g. `12:0`); for `keep_bytes` a size: bytes or a
+  number with K, M or G (`64M`, `512K`, `1G`; `0` offloads every sealed ledger);
 - `dry_run`.
 
-The trigger form already refuses a malformed topic name, position or size (the params' patterns). That
-exactly one of `up_to` / `keep_bytes` is given cannot be said in a param's schema (Airflow validates each
-param on its own), so it is the first check of:
+The trigger form refuses a malformed topic name or value before a run exists (the params' formats, in
+words). Whether the value fits the mode (a position for `up_to`, a size for `keep_bytes`) involves two
+params, which Airflow validates one by one, so it is the first check of:
 
-1. **validate** — fails before Spark starts on bad params: both or neither of up_to / keep_bytes, a
-   malformed or out-of-range position or size, a bad or path-like topic name, an unknown topic, an
-   unreachable object store.
+1. **validate** — fails before Spark starts on bad params: a value that does not fit the mode, an
+   out-of-range position or size, a bad or path-like topic name, an unknown topic, an unreachable
+   object store.
 2. **offload** — `spark-submit spark_jobs/offload_sweep.py --topic ... --up-to/--keep-bytes`,
    `--as-of` = the run's logical date (its run_after when triggered without one).
 3. **summary** — totals from the run report as XCom and log; **verdict** fails the run when the
@@ -27,16 +28,33 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
-from tiered_airflow import TieredObjectStoreHook
+from tiered_airflow import POSITION_OR_SIZE_FORMAT, TOPIC_FORMAT, TieredObjectStoreHook
 from tiered_common import AWS_CONN_ID, QUICK_TASK, load_config, tiered_dag
-from tiered_params import TOPIC_PATTERN, job_args
+from tiered_params import job_args
 from tiered_pipeline import standard_pipeline
 from tiered_spark import spark_task
 
 JOB = "offload_sweep"
-# the trigger form's own check; `validate` parses the value again (the same parser as the CLI and the job)
-SIZE_PATTERN = r"^\s*([0-9]+[KMGkmg]?)?\s*$"
-POSITION_PATTERN = r"^\s*([0-9]+:[0-9]+)?\s*$"  # LEDGER:ENTRY, or empty
+MODES = {"up_to": "Up to a position (LEDGER:ENTRY)", "keep_bytes": "Keep at most this size hot"}
+
+
+
+def manual_offload(mode: Any, value: Any):
+    """The ManualOffload of the ``mode`` and ``value`` params (tieredcore's parsers); ValidationError
+    naming the mode when the value does not fit it."""
+    from tieredcore.errors import ValidationError
+    from tieredcore.lifecycle.planner import ManualOffload
+
+    if mode not in MODES:
+        raise ValidationError(f"mode param {mode!r}: one of {', '.join(MODES)}")
+    text = str(value if value is not None else "").strip()
+    if not text:
+        raise ValidationError(f"value param: empty; mode {mode} needs "
+                              + ("a position LEDGER:ENTRY" if mode == "up_to" else "a size such as 64M"))
+    if mode == "up_to":
+        return ManualOffload.parse(text, None, names=("value (mode up_to)", "value (mode keep_bytes)"))
+    return ManualOffload.parse(None, text, names=("value (mode up_to)", "value (mode keep_bytes)"))
+
 
 with tiered_dag(
     "tiered_offload_topic",
@@ -46,16 +64,16 @@ with tiered_dag(
     tags=["offload", "manual"],
     doc_md=__doc__,
     params={
-        "topic": Param("", type="string", pattern=TOPIC_PATTERN, title="Topic",
+        # the trigger form's own checks (formats); `validate` parses them again (the CLI's and the job's parsers)
+        "topic": Param("", type="string", format=TOPIC_FORMAT, title="Topic",
                        description="tenant/namespace/topic (or persistent://tenant/namespace/topic)"),
-        "up_to": Param("", type=["null", "string"], pattern=POSITION_PATTERN, title="Up to (LEDGER:ENTRY)",
-                       description="Offload sealed ledgers before this position, e.g. 12:0. Give exactly one "
-                                   "of up_to and keep_bytes: leave this empty when keep_bytes is set."),
-        "keep_bytes": Param(None, type=["null", "integer", "string"], minimum=0, maximum=2**63 - 1,
-                            pattern=SIZE_PATTERN, title="Keep bytes (e.g. 0, 1048576, 64M, 1G)",
-                            description="Keep at most this much in the hot tier, like `topics offload -s`: "
-                                        "bytes, or a size with K, M or G (1024-based); 0 offloads every "
-                                        "sealed ledger. Empty when up_to is set."),
+        "mode": Param("up_to", type="string", enum=list(MODES), values_display=MODES, title="Mode",
+                      description="up_to: offload the sealed ledgers before a position; keep_bytes: keep at most "
+                                  "a size in the hot tier, like `topics offload -s`."),
+        "value": Param("", type="string", format=POSITION_OR_SIZE_FORMAT, title="Position or size",
+                       description="For up_to a position LEDGER:ENTRY, e.g. 12:0; for keep_bytes a size: bytes, "
+                                   "or a number with K, M or G (1024-based), e.g. 64M; 0 offloads every sealed "
+                                   "ledger."),
     },
 ) as dag:
 
@@ -65,14 +83,13 @@ with tiered_dag(
         from airflow.sdk.exceptions import AirflowFailException
 
         from tieredcore.errors import TieredError, ValidationError
-        from tieredcore.lifecycle.planner import ManualOffload
         from tieredcore.names import TopicName
         from tieredcore.workspace import Workspace
 
         ctx: Any = get_current_context()
         params = ctx["params"]
         try:
-            manual = ManualOffload.parse(params.get("up_to"), params.get("keep_bytes"), names=("up_to", "keep_bytes"))
+            manual = manual_offload(params.get("mode"), params.get("value"))
         except ValidationError as e:
             raise AirflowFailException(str(e)) from None
         config = load_config(params)

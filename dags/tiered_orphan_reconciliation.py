@@ -34,9 +34,10 @@ import datetime as dt
 from typing import Any
 
 from airflow.sdk import Param, get_current_context, task
+from tiered_airflow import DURATION_FORMAT
 from tiered_assets import DELETION_EVENTS, DELETIONS_PENDING, Announcement, schedule_from_env
 from tiered_common import QUICK_TASK, load_config, tiered_dag
-from tiered_params import job_args
+from tiered_params import job_args, optional_param
 from tiered_pipeline import standard_pipeline
 from tiered_spark import spark_task
 
@@ -58,12 +59,12 @@ with tiered_dag(
     tags=["deletion", "reconciliation"],
     doc_md=__doc__,
     params={
-        "grace": Param("", type="string", title="Grace period",
-                       description="Only orphans older than this before the logical time are reported "
-                                   "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads. Empty: "
-                                   "the workspace's default, 1h, or 7d on a workspace attached to a Pulsar "
-                                   "cluster (well above the brokers' offload deletion lag, 4h by default, and "
-                                   "the longest offload)."),
+        "grace": optional_param(DURATION_FORMAT, "Grace period",
+                               "Only orphans older than this before the logical time are reported "
+                               "(e.g. 1h, 90m, 3600s, or milliseconds); protects in-flight offloads. Empty: "
+                               "the workspace's default, 1h, or 7d on a workspace attached to a Pulsar "
+                               "cluster (well above the brokers' offload deletion lag, 4h by default, and "
+                               "the longest offload)."),
         "apply": Param(False, type="boolean", title="Apply (attached to a Pulsar cluster)",
                        description="On a workspace attached to a Pulsar cluster, append the deletion records "
                                    "(the drain then deletes the orphans from the brokers' bucket); off, the run "

@@ -1,39 +1,43 @@
-"""The DAGs' params and what a run makes of them: the shared params (`config`, `dry_run`, `namespaces`),
-the trigger form's name patterns, the run's clock, and the Spark jobs' argument lists (``--namespace``,
+"""The DAGs' params and what a run makes of them: the shared params (`config` from the admin's allow-list,
+`dry_run`, `namespaces`), nullable single-line fields checked by the formats of tiered_airflow (words, not
+regexes, when the trigger refuses a value), the run's clock, and the Spark jobs' argument lists (``--namespace``,
 ``--as-of``, ``--run-id``, ``--dry-run``). Names are parsed again by tieredcore.names when a task runs."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import Param
-from tiered_airflow import tiered_run_id
+from tiered_airflow import NAMESPACE_FORMAT, allowed_configs, tiered_run_id
 
 
-def config_param() -> Param:
-    return Param(
-        os.environ.get("TIERED_CONFIG", ""),
-        type="string",
-        title="Configuration file",
-        description="Path of tiered.toml on the workers (default: $TIERED_CONFIG when the DAG was parsed; "
-                    "TIERED_* environment variables of the workers override its values).",
-    )
+def config_param() -> Param | None:
+    """The run's configuration, chosen from the admin's allow-list (``TIERED_CONFIG_ALLOWED`` when the DAG
+    is parsed: a drop-down, never free text); empty: the deployment's (``TIERED_CONFIG`` of the workers).
+    None without an allow-list: every run uses the deployment's. The task checks the value again
+    (tiered_airflow.run_config_path) before it reads anything."""
+    allowed = allowed_configs()
+    if not allowed:
+        return None
+    return Param(None, type=["null", "string"], enum=[None, *allowed], title="Configuration",
+                 values_display={"None": "the deployment's configuration"},
+                 description="Empty: the deployment's configuration ($TIERED_CONFIG of the workers); or one "
+                             "of the files an admin allowed (TIERED_CONFIG_ALLOWED).")
 
 
 def dry_run_param() -> Param:
     return Param(False, type="boolean", title="Dry run", description="Plan and report; change nothing.")
 
 
-# the trigger form's own checks of names (tieredcore.names parses them again in the plan tasks)
-NAME_PART = r"[A-Za-z0-9_.=:%-]+"
-NAMESPACE_PATTERN = rf"^\s*{NAME_PART}/{NAME_PART}\s*$"
-TOPIC_PATTERN = rf"^\s*(persistent://)?{NAME_PART}/{NAME_PART}/{NAME_PART}\s*$"
+def optional_param(fmt: str, title: str, description: str) -> Param:
+    """A single-line text field that may stay empty (empty: the documented default), checked against one
+    of tiered_airflow's formats when given: the trigger refuses a bad value before a run exists."""
+    return Param(None, type=["null", "string"], format=fmt, title=title, description=description)
 
 
 def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
-    return Param([], type="array", items={"type": "string", "pattern": NAMESPACE_PATTERN}, title="Namespaces",
+    return Param([], type="array", items={"type": "string", "format": NAMESPACE_FORMAT}, title="Namespaces",
                  description=description)
 
 

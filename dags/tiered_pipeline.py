@@ -125,17 +125,25 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
         parts: list[RunTotals] = []
         reports: RunReports | None = None
         idle = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
+        unplanned: list[str] = []
         for j in jobs:
             if isinstance(job, str):
                 planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
             else:
                 planned = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=j)
             if planned is None:  # an upstream task failed
+                unplanned.append(j)
                 parts.append(RunTotals.not_run(j))
                 continue
             reports = reports or RunReports(load_config(ctx["params"]).reports_dir)
             parts.append(reports.totals(j, run_ids(planned)))
         totals = combine_totals(parts)
+        if len(unplanned) == len(jobs):
+            # the plan task failed (bad params, an unreachable store): nothing ran, nothing to add up; a
+            # green summary would read as a clean run (the run itself fails: the verdict is upstream_failed)
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{plan_task_id} failed: no job ran, nothing to add up (see its log)")
         if idle:
             print(f"{totals.job}: nothing due, no Spark job: {', '.join(idle)}")
         for line in totals.summary_lines():

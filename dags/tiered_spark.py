@@ -55,8 +55,8 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
                                                  f"-Dtiered.spark.log.level={level}")
     conf.update(kw.pop("conf", None) or {})
     env_vars = {
-        # the configuration the job loads; secrets (AWS, Azure, GCS) are added at submit time by the operator
-        "TIERED_CONFIG": "{{ params.config }}",
+        # the configuration the job loads (TIERED_CONFIG: the run's, checked against the allow-list) and the
+        # secrets (AWS, Azure, GCS) are added at submit time by the operator
         # the job keeps each try's report apart (attempt-<n>); the "Run report" link opens this try's
         "TIERED_ATTEMPT": "{{ ti.try_number }}",
         "PYSPARK_PYTHON": python,

@@ -13,6 +13,12 @@
 - ``on_failure``: the DAGs' ``on_failure_callback`` (task and DAG-run level): one ERROR line naming what
   failed, then the callable named by ``TIERED_ON_FAILURE_CALLBACK`` (``package.module:function``), the
   hook point for alerting (a notifier, a pager).
+- The run's configuration (:func:`run_config_path`): the deployment's (``TIERED_CONFIG`` in the workers'
+  environment), or, when the DAGs' ``config`` param names one, a file of the admin's allow-list
+  ``TIERED_CONFIG_ALLOWED``; anything else fails the task before a file is read.
+- The trigger forms' value formats (:data:`PARAM_FORMATS`): jsonschema ``format`` checkers registered
+  at import (the API server imports this module through the plugin, the workers through the DAGs), so a
+  bad value is refused when the run is triggered, with a message in words instead of a regex.
 - ``TieredReportLink``: the operator extra link "Run report" from each Spark task to the page of its
   attempt's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
   ``/tiered/reports/<job>/<run_id>/attempt-<try_number>/`` (Airflow 3's UI shows only http(s), mailto and
@@ -25,12 +31,13 @@ the plugin share one operator class. No I/O at import time.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -55,6 +62,119 @@ WEB_PREFIX = "/tiered"  # where the plugin's FastAPI app (tiered_web.py) is moun
 REPORTS_PATH = f"{WEB_PREFIX}/reports"
 ENV_ON_FAILURE = "TIERED_ON_FAILURE_CALLBACK"
 log = logging.getLogger(__name__)
+
+
+# -- the run's configuration ------------------------------------------------------------------------
+
+ENV_CONFIG = "TIERED_CONFIG"  # the deployment's configuration file (the workers' environment)
+ENV_CONFIG_ALLOWED = "TIERED_CONFIG_ALLOWED"  # further files a run may choose, os.pathsep-separated
+
+
+class ConfigNotAllowed(ValueError):
+    """A run asked for a configuration file the deployment does not allow (nothing was read)."""
+
+
+def allowed_configs(env: Mapping[str, str] | None = None) -> list[str]:
+    """The files an admin allows a run to choose (``TIERED_CONFIG_ALLOWED``, separated like PATH)."""
+    raw = (os.environ if env is None else env).get(ENV_CONFIG_ALLOWED, "")
+    return [p.strip() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def run_config_path(params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> str | None:
+    """The configuration file of a run: the deployment's (``$TIERED_CONFIG``; None: tieredcore's own
+    default) unless its ``config`` param names the deployment's or one of :func:`allowed_configs`,
+    compared as given (no path resolution: ``/allowed/../other`` is another file). Any other value
+    raises ConfigNotAllowed, before anything is read."""
+    env = os.environ if env is None else env
+    deployment = env.get(ENV_CONFIG) or None
+    requested = params.get("config")
+    if requested is None or (isinstance(requested, str) and not requested.strip()):
+        return deployment
+    allowed = allowed_configs(env)
+    if isinstance(requested, str) and (requested == deployment or requested in allowed):
+        return requested
+    choices = ", ".join(allowed) if allowed else f"none ({ENV_CONFIG_ALLOWED} is not set)"
+    raise ConfigNotAllowed(f"config param {requested!r}: not a configuration this deployment allows; leave it "
+                           f"empty for the deployment's (${ENV_CONFIG}) or choose one of the files an admin "
+                           f"allowed in ${ENV_CONFIG_ALLOWED}: {choices}")
+
+
+# -- the trigger forms' value formats ---------------------------------------------------------------
+# Airflow validates a trigger's params with jsonschema before it creates the run; a failed "pattern"
+# shows the raw regex, a failed "format" its name: so each format's name is its description in words.
+
+SIZE_FORMAT = "size: bytes, or a number with K, M or G (e.g. 0, 1048576, 64M, 1G)"
+DURATION_FORMAT = "duration: milliseconds, or a number with ms, s, m, h or d (e.g. 90m, 1h, 3600s)"
+NAMESPACE_FORMAT = "namespace name: tenant/namespace (e.g. public/default)"
+TOPIC_FORMAT = "topic name: tenant/namespace/topic or persistent://tenant/namespace/topic"
+POSITION_OR_SIZE_FORMAT = ("position LEDGER:ENTRY (e.g. 12:0) for mode up_to, or a size (bytes, or a number "
+                           "with K, M or G, e.g. 64M) for mode keep_bytes")
+KEY_ID_FORMAT = "key id: 1-64 characters of A-Z a-z 0-9 _ . - (e.g. kek-2026)"
+_KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_POSITION = re.compile(r"^[0-9]{1,19}:[0-9]{1,19}$")
+
+
+def _size(text: str) -> bool:
+    from tieredcore.units import parse_keep_bytes
+
+    parse_keep_bytes(text.strip())
+    return True
+
+
+def _duration(text: str) -> bool:
+    from tieredcore.units import non_negative_duration_ms
+
+    non_negative_duration_ms(text.strip(), "duration")
+    return True
+
+
+def _namespace(text: str) -> bool:
+    from tieredcore.names import NamespaceName
+
+    NamespaceName.parse(text)  # as the tasks parse it: exact
+    return True
+
+
+def _topic(text: str) -> bool:
+    from tieredcore.names import TopicName
+
+    TopicName.parse(text)  # as the tasks parse it: exact
+    return True
+
+
+PARAM_FORMATS: dict[str, Callable[[str], bool]] = {
+    SIZE_FORMAT: _size,
+    DURATION_FORMAT: _duration,
+    NAMESPACE_FORMAT: _namespace,
+    TOPIC_FORMAT: _topic,
+    POSITION_OR_SIZE_FORMAT: lambda t: bool(_POSITION.match(t.strip())) or _size(t),
+    KEY_ID_FORMAT: lambda t: bool(_KEY_ID.match(t)) and t not in (".", ".."),
+}
+
+
+def check_param_format(fmt: str, value: Any) -> bool:
+    """Does ``value`` have format ``fmt``? Only strings are checked (null and other types pass: the
+    schema's ``type`` says which are allowed); an empty string does not have any of these formats."""
+    if not isinstance(value, str):
+        return True
+    from tieredcore.errors import ValidationError
+
+    try:
+        return bool(value.strip()) and PARAM_FORMATS[fmt](value)
+    except ValidationError:
+        return False
+
+
+def register_param_formats() -> None:
+    """Registers :data:`PARAM_FORMATS` with jsonschema's FormatChecker (the checker Airflow's params
+    validate with, on the API server and in tasks). Idempotent."""
+    from jsonschema import FormatChecker
+
+    for fmt in PARAM_FORMATS:
+        FormatChecker.checkers[fmt] = (functools.partial(check_param_format, fmt), ())
+
+
+register_param_formats()
 
 
 # -- macros ---------------------------------------------------------------------------------------
@@ -270,28 +390,82 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         env.update(cloud_environment(self.wasb_conn_id, self.gcp_conn_id))
         return env
 
+    def _get_hook(self):
+        """The provider's SparkSubmitHook, its log wrapped so the job's lines keep their level."""
+        hook = super()._get_hook()
+        hook._log = JobLineLevels(hook.log)
+        return hook
+
     def execute(self, context: Any) -> None:
         """As SparkSubmitOperator, with the run-time environment added to ``env_vars`` while the job is
         submitted (the parent's execute builds its SparkSubmitHook from ``env_vars``; the declared value
-        is restored afterwards, so rendered template fields never hold it); empty ``application_args``
-        (the plan found nothing due) skip the task without submitting anything; a job that exits 2 (bad
-        input) or 3 (data loss) fails the task without retries: running it again cannot help
-        (spark_jobs/_jobkit.py, exit codes)."""
+        is restored afterwards, so rendered template fields never hold it): the run's configuration
+        (``TIERED_CONFIG``, :func:`run_config_path`: a file outside the allow-list fails the task before
+        anything starts), the connections' secrets. Empty ``application_args`` (the plan found nothing due)
+        skip the task without submitting anything; a job that exits 2 (bad input) or 3 (data loss) fails
+        the task without retries: running it again cannot help (spark_jobs/_jobkit.py, exit codes). The
+        failure names the exit code only: the job's lines (each failure once) are in the log above it."""
         from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
         if not self.application_args:  # the plan task found nothing due
             raise AirflowSkipException(f"spark job {self.job}: nothing due, no spark-submit")
+        try:
+            config = run_config_path(context["params"])
+        except ConfigNotAllowed as e:
+            raise AirflowFailException(str(e)) from None
         declared = self.env_vars
         runtime = self.runtime_env()
+        if config:
+            runtime[ENV_CONFIG] = config
         self.log.info("spark job %s: run-time environment adds %s", self.job, ", ".join(sorted(runtime)))
-        # declared env_vars (TIERED_CONFIG, PYSPARK_PYTHON...) win over run-time defaults
+        # declared env_vars (PYSPARK_PYTHON...) win over run-time defaults
         self.env_vars = {**runtime, **(declared or {})}
         try:
             super().execute(context)
         except AirflowException as e:
             code = submit_exit_code(e)
+            what = f"spark job {self.job} failed (spark-submit exit {code}); its ERROR lines are above"
             if code in NO_RETRY_EXIT_CODES:
-                raise AirflowFailException(f"{NO_RETRY_EXIT_CODES[code]} (exit {code}); not retried: {e}") from e
-            raise
+                raise AirflowFailException(f"{what}: {NO_RETRY_EXIT_CODES[code]}; not retried") from None
+            raise AirflowException(what if code is not None else first_line(e)) from None
         finally:
             self.env_vars = declared
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (the Spark hook appends spark-submit's last output lines,
+    already in the log)."""
+    return str(error).split("\n", 1)[0]
+
+
+# a line of spark-submit's output: the job's own (spark_jobs/_jobkit.py `say`: "ERROR <job>: ...") or
+# Spark's log4j lines (spark_jobs/log4j2.properties: "26/01/01 12:00:00 WARN <logger>: ...")
+_JOB_LINE = re.compile(r"^(ERROR|WARNING|INFO|DEBUG) [A-Za-z0-9_.+-]+: ")
+_LOG4J_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (FATAL|ERROR|WARN|INFO|DEBUG|TRACE) ")
+_LEVELS = {"FATAL": "error", "ERROR": "error", "WARN": "warning", "WARNING": "warning", "INFO": "info",
+           "DEBUG": "debug", "TRACE": "debug"}
+
+
+def line_level(line: str) -> str:
+    """The logger method for one line of spark-submit's output: its own level when it states one (the
+    job's lines, Spark's log4j lines), else info."""
+    m = _JOB_LINE.match(line) or _LOG4J_LINE.match(line)
+    return _LEVELS[m.group(1)] if m else "info"
+
+
+class JobLineLevels:
+    """The Spark hook's logger, but the lines of spark-submit's output at their own level: the provider
+    logs each line with ``log.info(line)`` (SparkSubmitHook._process_spark_submit_log), so an ERROR
+    line of the job would show at INFO and the UI's level filter would hide it. Everything else is the
+    wrapped logger's."""
+
+    def __init__(self, logger: Any) -> None:
+        self._logger = logger
+
+    def info(self, msg: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(msg, str) and not args and not kw:
+            return getattr(self._logger, line_level(msg))(msg)
+        return self._logger.info(msg, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)

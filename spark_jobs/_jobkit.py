@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tieredcore.clock import parse_time_ms
+from tieredcore.clock import iso_ms, parse_time_ms
 from tieredcore.cold.requests import (
     RequestCounts,
     RequestCountsParam,
@@ -47,7 +47,8 @@ from tieredcore.usage import OneLineParser
 
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
 LEVELS = ("ERROR", "WARNING", "INFO")
-LOG_OMITS = ("records", "tiers")  # bulky parts stay in summary.json, out of the log line
+LOG_OMITS = ("records", "tiers")
+LOG_TIMES = ("as_of_ms", "written_ms")  # instants of a summary, logged as ISO 8601 UTC  # bulky parts stay in summary.json, out of the log line
 P = TypeVar("P")
 
 
@@ -69,6 +70,13 @@ def say(job: str, level: str, message: str) -> None:
     (and a grep for ERROR) finds it. Errors go to stderr (spark-submit's caller merges both)."""
     assert level in LEVELS
     print(f"{level} {job}: {message}", file=sys.stderr if level == "ERROR" else sys.stdout, flush=True)
+
+
+def log_times(doc: dict[str, Any]) -> dict[str, Any]:
+    """A summary as the log shows it: its instants (LOG_TIMES, epoch ms in summary.json) as ISO 8601 UTC
+    under the name without ``_ms`` (``as_of_ms`` → ``as_of``)."""
+    return {(k[:-3] if k in LOG_TIMES else k): (iso_ms(v) if k in LOG_TIMES and isinstance(v, int) else v)
+            for k, v in doc.items()}
 
 
 def parse_as_of(text: str | None) -> int:
@@ -266,7 +274,7 @@ def run_job(
             say(job, "ERROR", f"{e}")
             say(job, "ERROR", f"outcome {'bad input, nothing started' if code == EXIT_USAGE else 'FAILED'}: exit {code}")
             return code
-        say(job, "INFO", f"run {run.run_id} as of {as_of} ms: {describe(planned)}{' (dry run)' if run.dry_run else ''}")
+        say(job, "INFO", f"run {run.run_id} as of {iso_ms(as_of)}: {describe(planned)}{' (dry run)' if run.dry_run else ''}")
         planned_at = time.monotonic()
         spark = session(f"tiered-{job}", config)
         try:
@@ -289,7 +297,7 @@ def run_job(
     for line in report.messages():
         say(job, message_level(line), line)
     say(job, "INFO", f"report {out}")
-    logged = {k: v for k, v in summary.items() if k not in LOG_OMITS}
+    logged = log_times({k: v for k, v in summary.items() if k not in LOG_OMITS})
     print(SUMMARY_PREFIX + json.dumps(logged, sort_keys=True, default=str), flush=True)
     # the last line of the task log: the outcome in words
     code = exit_code(report.totals())
