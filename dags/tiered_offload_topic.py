@@ -65,12 +65,12 @@ with tiered_dag(
     doc_md=__doc__,
     params={
         # the trigger form's own checks (formats); `validate` parses them again (the CLI's and the job's parsers)
-        "topic": Param("", type="string", format=TOPIC_FORMAT, title="Topic",
+        "topic": Param("", type="string", minLength=1, format=TOPIC_FORMAT, title="Topic",
                        description="tenant/namespace/topic (or persistent://tenant/namespace/topic)"),
         "mode": Param("up_to", type="string", enum=list(MODES), values_display=MODES, title="Mode",
                       description="up_to: offload the sealed ledgers before a position; keep_bytes: keep at most "
                                   "a size in the hot tier, like `topics offload -s`."),
-        "value": Param("", type="string", format=POSITION_OR_SIZE_FORMAT, title="Position or size",
+        "value": Param("", type="string", minLength=1, format=POSITION_OR_SIZE_FORMAT, title="Position or size",
                        description="For up_to a position LEDGER:ENTRY, e.g. 12:0; for keep_bytes a size: bytes, "
                                    "or a number with K, M or G (1024-based), e.g. 64M; 0 offloads every sealed "
                                    "ledger."),

@@ -153,14 +153,15 @@ PARAM_FORMATS: dict[str, Callable[[str], bool]] = {
 
 
 def check_param_format(fmt: str, value: Any) -> bool:
-    """Does ``value`` have format ``fmt``? Only strings are checked (null and other types pass: the
-    schema's ``type`` says which are allowed); an empty string does not have any of these formats."""
-    if not isinstance(value, str):
+    """Does ``value`` have format ``fmt``? Only non-empty strings are checked (null, "" and other types
+    pass: an optional field left empty means its default; the schema's ``type`` and ``minLength`` say
+    what a required field needs)."""
+    if not isinstance(value, str) or value == "":
         return True
     from tieredcore.errors import ValidationError
 
     try:
-        return bool(value.strip()) and PARAM_FORMATS[fmt](value)
+        return PARAM_FORMATS[fmt](value)
     except ValidationError:
         return False
 

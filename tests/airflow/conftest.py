@@ -7,6 +7,7 @@ Helpers build embedded workspaces (`tiered init` + `tiered generate`) and run DA
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -45,7 +46,7 @@ def airflow_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     }
     for k, v in env.items():
         mp.setenv(k, v)
-    for k in ("TIERED_CONFIG", "TIERED_SWEEP_SCHEDULE", "TIERED_LAG_CLEANUP_SCHEDULE", "TIERED_RETENTION_SCHEDULE",
+    for k in ("TIERED_CONFIG", "TIERED_CONFIG_ALLOWED", "TIERED_SWEEP_SCHEDULE", "TIERED_LAG_CLEANUP_SCHEDULE", "TIERED_RETENTION_SCHEDULE",
               "TIERED_DRAIN_SCHEDULE", "TIERED_RECONCILE_SCHEDULE", "TIERED_SCRUB_SCHEDULE",
               "TIERED_COMPACTION_SCHEDULE", "TIERED_PY_FILES",
               "TIERED_SPARK_JOBS_DIR", "TIERED_REPORTS_URL", "AIRFLOW_CONN_AWS_DEFAULT"):
@@ -139,6 +140,21 @@ def asset_of(dag):
 
 
 
+@contextlib.contextmanager
+def allowed_configs(*paths: str) -> Iterator[None]:
+    """TIERED_CONFIG_ALLOWED (the admin's allow-list of configuration files) set to ``paths`` meanwhile."""
+    saved = os.environ.get("TIERED_CONFIG_ALLOWED")
+    if paths:
+        os.environ["TIERED_CONFIG_ALLOWED"] = os.pathsep.join(paths)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TIERED_CONFIG_ALLOWED", None)
+        else:
+            os.environ["TIERED_CONFIG_ALLOWED"] = saved
+
+
 def get_dag(dag_id: str):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -148,9 +164,12 @@ def get_dag(dag_id: str):
 
 
 def run_dag(dag_id: str, logical_date: dt.datetime, conf: dict[str, Any]):
-    """dag.test() of one run; returns (dag_run, {task_id or task_id[map_index]: state})."""
-    dag = get_dag(dag_id)
-    dr = dag.test(logical_date=logical_date, run_conf=conf)
+    """dag.test() of one run; returns (dag_run, {task_id or task_id[map_index]: state}). A ``config`` in
+    ``conf`` (the test's workspace) is on the admin's allow-list (TIERED_CONFIG_ALLOWED) while the DAG is
+    parsed and run, as a deployment that lets runs choose it would have it."""
+    with allowed_configs(*([str(conf["config"])] if conf.get("config") else [])):
+        dag = get_dag(dag_id)
+        dr = dag.test(logical_date=logical_date, run_conf=conf)
     states = {}
     for ti in dr.get_task_instances():
         key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"

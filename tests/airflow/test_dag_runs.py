@@ -211,9 +211,9 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=20)
     bad = [
-        {"topic": "public/default/topic-0000", "up_to": "1:0", "keep_bytes": 0},  # both
-        {"topic": "public/default/..", "up_to": "", "keep_bytes": 0},  # path-like
-        {"topic": "public/default/nope", "up_to": "", "keep_bytes": 0},  # unknown
+        {"topic": "public/default/topic-0000", "mode": "keep_bytes", "value": "1:0"},  # a position, not a size
+        {"topic": "public/default/topic-0000", "mode": "up_to", "value": "64M"},  # a size, not a position
+        {"topic": "public/default/nope", "mode": "keep_bytes", "value": "0"},  # unknown
     ]
     for i, params in enumerate(bad):
         dr, states = run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=i),
@@ -221,12 +221,17 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
         assert dr.state == DagRunState.FAILED, (params, states)
         assert states["validate"] == TaskInstanceState.FAILED, (params, states)
         assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED, (params, states)
-    # what the params' schemas can check is refused before a run exists
+        # nothing ran: the summary is skipped, never green in a failed run
+        assert states["summary"] == TaskInstanceState.SKIPPED, (params, states)
+        assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED, (params, states)
+    # what the params' schemas can check is refused before a run exists, in words (no regex)
     from airflow.sdk.exceptions import ParamValidationError
 
-    with pytest.raises(ParamValidationError, match="topic"):
-        run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9),
-                {"config": str(cfg), "topic": "public/default/../etc", "up_to": "", "keep_bytes": 0})
+    for params, words in (({"topic": "public/default/../etc", "value": "0"}, "is not a 'topic name"),
+                          ({"topic": "public/default/topic-0000", "value": "64Q"}, "is not a 'position"),
+                          ({"topic": "public/default/topic-0000", "mode": "both", "value": "0"}, "is not one of")):
+        with pytest.raises(ParamValidationError, match=words):
+            run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9), {"config": str(cfg), **params})
     assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
     assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
 
@@ -238,7 +243,8 @@ def test_offload_topic_keep_bytes_zero_offloads_only_that_topic(tmp_path: Path, 
     cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=2, ledgers=3, entries=50)
     topic = "persistent://public/default/topic-0001"
     dr, states = run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(days=2),
-                         {"config": str(cfg), "topic": "public/default/topic-0001", "keep_bytes": "0K", "up_to": ""})
+                         {"config": str(cfg), "topic": "public/default/topic-0001", "mode": "keep_bytes",
+                          "value": "0K"})
     assert dr.state == DagRunState.SUCCESS, states
     args = xcom(dr, "validate")
     assert args[args.index("--as-of") + 1] == (SWEEP_AT + dt.timedelta(days=2)).isoformat()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,16 +52,16 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert bag.get_dag("tiered_offload_topic").schedule is None
     assert sweep.schedule == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
     assert asset_of(lag).name == "tiered_offloaded"  # ... or on the sweep's events
-    assert set(sweep.params.keys()) == {"config", "dry_run", "max_topics", "namespaces"}
-    assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"config", "topic", "up_to", "keep_bytes",
-                                                                      "dry_run"}
+    # no `config` param: without an allow-list (TIERED_CONFIG_ALLOWED) every run uses the deployment's
+    assert set(sweep.params.keys()) == {"dry_run", "max_topics", "namespaces"}
+    assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"topic", "mode", "value", "dry_run"}
     scrub = bag.get_dag("tiered_scrub")
     assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
-    assert set(scrub.params.keys()) == {"config", "dry_run", "deep", "messages", "repair", "namespaces"}
+    assert set(scrub.params.keys()) == {"dry_run", "deep", "messages", "repair", "namespaces"}
     assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
     compaction = bag.get_dag("tiered_compaction")
     assert compaction.max_active_runs == 1 and compaction.schedule == "@daily"
-    assert set(compaction.params.keys()) == {"config", "dry_run", "namespaces", "min_object_size", "target_size",
+    assert set(compaction.params.keys()) == {"dry_run", "namespaces", "min_object_size", "target_size",
                                              "delete_delay"}
     compact = compaction.get_task("compact")
     assert compact.partial_kwargs["application"].endswith("spark_jobs/compact_segments.py")
@@ -69,7 +70,7 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
                                                                   "verdict"]
     keys = bag.get_dag("tiered_key_rotation")
     assert keys.schedule is None and keys.max_active_runs == 1  # manual trigger only
-    assert set(keys.params.keys()) == {"config", "dry_run", "target"}
+    assert set(keys.params.keys()) == {"dry_run", "target"}
     assert keys.get_task("rotate").application.endswith("spark_jobs/rotate_keys.py")
 
 
@@ -82,7 +83,7 @@ def test_spark_task_is_built_in_one_place() -> None:
     assert op._conn_id == "spark_default"
     assert op.conf["spark.ui.enabled"] == "false"
     assert op.conf["spark.pyspark.python"]
-    assert op.env_vars["TIERED_CONFIG"] == "{{ params.config }}"
+    assert "TIERED_CONFIG" not in op.env_vars  # the run's (checked against the allow-list) at submit time
     assert not any(k.startswith("AWS_") for k in op.env_vars)  # secrets only at submit time
     sweep = _bag().get_dag("tiered_offload_sweep").get_task("offload")
     assert sweep.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
@@ -107,7 +108,7 @@ def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch
         op = bag.get_dag("tiered_deletion_lag_cleanup").get_task("cleanup")
         assert op.application == str(jobs / "deletion_lag_cleanup.py")
         assert op.py_files == str(tmp_path / "tiered.zip")
-        assert bag.get_dag("tiered_offload_sweep").params["config"] == "/etc/tiered/tiered.toml"
+        assert "config" not in bag.get_dag("tiered_offload_sweep").params  # the deployment's: no choice
     finally:
         sys.modules["tiered_common"] = saved
 
@@ -292,17 +293,39 @@ def test_no_retry_exit_code_fails_task_and_restores_declared_env(monkeypatch: py
     assert op.env_vars == declared
 
 
-def test_offload_topic_keep_bytes_param_takes_integers_and_sizes() -> None:
-    """The trigger form accepts what the CLI and the Spark job accept (`validate` parses it again)."""
+def test_offload_topic_takes_one_mode_and_one_single_line_value() -> None:
+    """One `mode` drop-down (up_to | keep_bytes: both can never be given) and one single-line `value`
+    (type string, not the multi-type JSON editor) taking a position or a size like 64M; a bad value is
+    refused with the format's words, never a regex (`validate` parses it again, against the mode)."""
     from airflow.sdk.exceptions import ParamValidationError
 
-    param = _bag().get_dag("tiered_offload_topic").params.get_param("keep_bytes")
-    assert "64M" in param.schema["title"]  # the form says what it takes
-    for good in (None, "", 0, 1048576, "0", "64M", "512k", " 1G "):
-        assert param.resolve(good) == good
-    for bad in (-1, "-1", "64Q", "1.5M", "64 MB", 2**63, True, 1.5):
-        with pytest.raises(ParamValidationError):
-            param.resolve(bad)
+    params = _bag().get_dag("tiered_offload_topic").params
+    mode, value = params.get_param("mode"), params.get_param("value")
+    assert mode.schema["enum"] == ["up_to", "keep_bytes"] and mode.value == "up_to"
+    assert value.schema["type"] == "string" and "pattern" not in value.schema
+    for good in ("12:0", " 3:41 ", "0", "1048576", "64M", "512k", " 1G "):
+        assert value.resolve(good) == good
+    for bad in ("", "12", "12:", "-1:0", "-1", "64Q", "1.5M", "64 MB", str(2**63), 0, None):
+        with pytest.raises(ParamValidationError) as e:
+            value.resolve(bad)
+        assert "^" not in str(e.value).splitlines()[0]
+    with pytest.raises(ParamValidationError) as e:
+        value.resolve("64Q")
+    assert str(e.value).startswith("'64Q' is not a 'position LEDGER:ENTRY (e.g. 12:0) for mode up_to, or a size")
+
+
+def test_offload_topic_value_must_fit_its_mode() -> None:
+    from tiered_offload_topic import manual_offload
+
+    from tieredcore.errors import ValidationError
+
+    assert manual_offload("up_to", " 12:0 ").job_args() == ["--up-to", "12:0"]
+    assert manual_offload("keep_bytes", "64M").job_args() == ["--keep-bytes", str(64 * 2**20)]
+    for mode, value, why in (("keep_bytes", "12:0", "value (mode keep_bytes): size '12:0'"),
+                             ("up_to", "64M", "value (mode up_to) '64M'"), ("up_to", "", "needs a position"),
+                             ("both", "1:0", "mode param 'both'")):
+        with pytest.raises(ValidationError, match=re.escape(why)):
+            manual_offload(mode, value)
 
 
 def test_airflow_conventions_pool_timeouts_and_failure_hook() -> None:
@@ -349,23 +372,17 @@ def test_failure_hook_setting_is_checked_and_called(monkeypatch: pytest.MonkeyPa
     assert "cannot import" in caplog.text
 
 
-def test_param_schemas_refuse_malformed_names_and_positions() -> None:
-    """The trigger form checks what a param's own schema can say; that exactly one of up_to / keep_bytes
-    is given cannot be said per param (the validate task checks it first)."""
+def test_param_schemas_refuse_malformed_names() -> None:
+    """The trigger form checks names with tieredcore's own parser (the format named in words)."""
     from airflow.sdk.exceptions import ParamValidationError
 
     topic_dag = _bag().get_dag("tiered_offload_topic")
-    topic, up_to = topic_dag.params.get_param("topic"), topic_dag.params.get_param("up_to")
-    for good in ("public/default/t-1", "persistent://acme/orders/t.v2", " a/b/c "):
+    topic = topic_dag.params.get_param("topic")
+    for good in ("public/default/t-1", "persistent://acme/orders/t.v2"):
         assert topic.resolve(good) == good
-    for bad in ("", "public/default", "public/default/../etc", "a b/c/d", "http://a/b/c", 7):
+    for bad in ("", " a/b/c ", "public/default", "public/default/../etc", "a b/c/d", "http://a/b/c", 7):
         with pytest.raises(ParamValidationError):
             topic.resolve(bad)
-    for good in ("", None, "12:0", " 3:41 "):
-        assert up_to.resolve(good) == good
-    for bad in ("12", "12:", "-1:0", "a:b", "1:2:3", "1.5:0"):
-        with pytest.raises(ParamValidationError):
-            up_to.resolve(bad)
     for dag_id in ("tiered_offload_sweep", "tiered_deletion_lag_cleanup", "tiered_scrub", "tiered_compaction",
                    "tiered_retention"):
         ns = _bag().get_dag(dag_id).params.get_param("namespaces")

@@ -55,13 +55,13 @@ def test_deletion_dags_structure_and_conventions() -> None:
 
     bag = _bag()
     expected = {
-        "tiered_retention": ("0 * * * *", {"config", "dry_run", "namespaces"},
+        "tiered_retention": ("0 * * * *", {"dry_run", "namespaces"},
                              ["preflight", "plan", "retention", "drain", "summary", "verdict"],
                              {"retention": "retention_sweep", "drain": "deletion_drain"}),
-        "tiered_deletion_drain": ("*/10 * * * *", {"config", "dry_run", "max_attempts", "retry_delay_ms"},
+        "tiered_deletion_drain": ("*/10 * * * *", {"dry_run", "max_attempts", "retry_delay_ms"},
                                   ["preflight", "plan", "drain", "summary", "verdict"],
                                   {"drain": "deletion_drain"}),
-        "tiered_orphan_reconciliation": ("0 0 * * *", {"config", "dry_run", "grace", "apply"},
+        "tiered_orphan_reconciliation": ("0 0 * * *", {"dry_run", "grace", "apply"},
                                          ["preflight", "plan", "reconcile", "summary", "verdict"],
                                          {"reconcile": "reconcile_orphans"}),
     }
@@ -95,7 +95,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
                 assert t.application == str(REPO / "spark_jobs" / f"{t.job}.py")
                 assert Path(t.application).is_file(), t.application
                 assert t.name.startswith(f"tiered-{t.job}-")
-                assert t.env_vars["TIERED_CONFIG"] == "{{ params.config }}"
+                assert "TIERED_CONFIG" not in t.env_vars  # the run's, added when it submits
             elif t.task_id in ("preflight", "plan", "summary", "verdict"):
                 assert t.retries == 0, (dag_id, t.task_id)  # quick Python tasks fail fast
         assert {t.task_id for t in dag.tasks if isinstance(t, TieredSparkSubmitOperator)} == set(spark), dag_id
@@ -108,7 +108,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
     assert "plan" in retention.get_task("drain").upstream_task_ids
     assert retention.params["namespaces"] == []
     recon = bag.get_dag("tiered_orphan_reconciliation")
-    assert recon.params["grace"] == "" and recon.params["apply"] is False  # the job's default grace: 1h, 7d attached
+    assert recon.params["grace"] is None and recon.params["apply"] is False  # the job's default grace: 1h, 7d attached
     # the drain DAG's param defaults are the job's defaults
     from tieredcore.meta.deletion_log import DEFAULT_MAX_ATTEMPTS, DEFAULT_RETRY_DELAY_MS
 

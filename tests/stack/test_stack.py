@@ -203,7 +203,9 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
     password = json.loads((stack_dir / "airflow" / "passwords.json").read_text())["admin"]
     api = Api(stack_env["AIRFLOW_API_URL"], password)
     logs = stack_dir / "airflow" / "logs"
-    conf = {"config": str(cfg_path)}
+    # no `config` in the runs' conf: the stack's workers use the deployment's configuration (its TIERED_*
+    # environment, the same stores as cfg_path's overrides); a run cannot name another file
+    conf: dict = {}
     phase("workspace")
     for dag_id in ("tiered_offload_sweep", "tiered_deletion_lag_cleanup"):
         api.wait_for_dag(dag_id, deadline)
