@@ -3,13 +3,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKSPACE ?= workspace
 
-.PHONY: setup demo test test-fast lint proto bench clean mutants soak
+.PHONY: setup setup-demo demo test test-fast lint proto bench clean mutants soak
 
+# Set-up by need (scripts/setup.sh): `setup` is everything the tests need (ZooKeeper, Redis, PostgreSQL,
+# Chromium, Azurite besides the venv and a JDK); `setup-demo` only what the demo uses (the venv, a JDK).
 setup:
-	./scripts/setup.sh
+	./scripts/setup.sh test
+
+setup-demo:
+	./scripts/setup.sh demo
 
 # The main job on embedded defaults: a workspace, a workload, an offload, a verification.
-demo: setup
+demo: setup-demo
 	./scripts/demo.sh $(WORKSPACE)
 
 # Lint, then every test. Pytest's exit code 5 (no tests collected) is a failure here.

@@ -411,7 +411,7 @@ class TieredSparkSubmitOperator(SparkSubmitOperator):
         if not self.application_args:  # the plan task found nothing due
             raise AirflowSkipException(f"spark job {self.job}: nothing due, no spark-submit")
         try:
-            config = run_config_path(context["params"])
+            config = run_config_path(context.get("params") or {})
         except ConfigNotAllowed as e:
             raise AirflowFailException(str(e)) from None
         declared = self.env_vars

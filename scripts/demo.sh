@@ -3,7 +3,8 @@
 # Spark local[2], Airflow on SQLite. Generates a workload of Pulsar messages (batched or not, each
 # compression codec) in five namespaces with different policies (one in PIP-76 streaming mode, whose
 # topics' open ledgers hold entries), shows the messages of two topics, runs the offload-sweep DAG and then
-# the deletion-lag-cleanup DAG with `airflow dags test`, prints the tiers before and after, reads the
+# the deletion-lag-cleanup DAG with `airflow dags test` (their task logs: $WS/sweep.log, $WS/cleanup.log; the
+# end says how to see task logs in the UI), prints the tiers before and after, reads the
 # streaming namespace back from the object store alone, and every entry through the cross-tier reader; a
 # deep scrub checks every copy and every message's own CRC32C (message-level counts per namespace).
 # Then a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and after, the
@@ -155,6 +156,15 @@ for ns in sys.argv[1:]:
 tiered keys status
 tiered verify --offloaded-only --namespace $LOGS
 tiered verify --offloaded-only --namespace $VAULT
-printf '\ndone in %ss; DAG logs: %s/sweep.log, %s/cleanup.log; reports under %s/reports\n' \
-    "$((SECONDS - started))" "$WS" "$WS" "$WS"
-echo "see the DAGs in the UI: . scripts/airflow-env.sh $WS && airflow standalone"
+printf '\ndone in %ss; reports under %s/reports\n' "$((SECONDS - started))" "$WS"
+cat <<EOF
+
+Task logs of the demo's two DAG runs: $WS/sweep.log and $WS/cleanup.log
+(\`airflow dags test\` runs the tasks inside that command and prints their logs there: the UI lists these
+runs, their states, XComs and "Run report" links, but its Logs tab stays empty for them).
+To see task logs in the UI, have the scheduler run a DAG:
+  1. . scripts/airflow-env.sh $WS && airflow standalone
+  2. open http://127.0.0.1:8080 (user admin; password in $WS/airflow/simple_auth_manager_passwords.json.generated)
+  3. Dags -> tiered_offload_sweep -> unpause it -> Trigger (the form's defaults)
+  4. the new run -> a task (plan, offload...) -> Logs (the Level filter shows the job's ERROR lines as errors)
+EOF

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The scale-out topology of docker-compose.yaml without Docker, on loopback, from Debian packages
-# (postgresql 15, redis-server, zookeeper, openjdk-17) and the project's .venv:
+# (postgresql 15, redis-server, zookeeper, openjdk-17) and the project's .venv (`scripts/setup.sh stack`
+# installs them):
 #
 #   PostgreSQL (Airflow's database and Celery result backend), Redis (Celery broker), Airflow
 #   api-server + scheduler + dag-processor + one Celery worker (CeleryExecutor), a Spark standalone
@@ -265,7 +266,7 @@ choose_ports() {
 }
 
 check_installed() {
-    [ -x "$VENV/bin/python" ] || die "no virtualenv at $VENV (run scripts/setup.sh, or set TIERED_VENV)"
+    [ -x "$VENV/bin/python" ] || die "no virtualenv at $VENV (run scripts/setup.sh stack, or set TIERED_VENV)"
     [ -x "$PG_BIN/initdb" ] || die "PostgreSQL $TOPOLOGY_POSTGRES_VERSION is not installed ($PG_BIN/initdb): apt-get install postgresql"
     "$PG_BIN/postgres" --version | grep -q " $TOPOLOGY_POSTGRES_VERSION\." \
         || die "PostgreSQL $("$PG_BIN/postgres" --version) is not version $TOPOLOGY_POSTGRES_VERSION (docker/topology.env)"

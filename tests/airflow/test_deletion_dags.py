@@ -23,6 +23,7 @@ from .conftest import (
     asset_events,
     asset_of,
     cron_of,
+    get_dag,
     make_workspace,
     run_dag,
     set_policy,
@@ -192,22 +193,29 @@ def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.Monkey
     alerts = tmp_path / "alerts.jsonl"  # the failure hook point (TIERED_ON_FAILURE_CALLBACK) is called
     monkeypatch.setenv("TIERED_ON_FAILURE_CALLBACK", "tests.support.alerts:record")
     monkeypatch.setenv("TIERED_TEST_ALERTS", str(alerts))
-    dr, states = run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "grace": "soon"})
+    # params that contradict each other fail the plan (each is valid on its own: the form takes them)
+    dr, states = run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "apply": True, "dry_run": True})
     assert dr.state == DagRunState.FAILED
     assert states["plan"] == TaskInstanceState.FAILED
     assert states["reconcile"] == TaskInstanceState.UPSTREAM_FAILED
     called = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert {"task_id": "plan", "dag_id": "tiered_orphan_reconciliation"}.items() <= called[0].items(), called
-    assert "grace" in called[0]["exception"]
+    assert "apply and dry_run" in called[0]["exception"]
     monkeypatch.delenv("TIERED_ON_FAILURE_CALLBACK")
 
     from airflow.sdk.exceptions import ParamValidationError
 
-    with pytest.raises(ParamValidationError, match="namespaces"):  # the trigger form's own check
-        run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["not-a-namespace"]})
-    dr, states = run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": ["public/.."]})
+    # what a param's own format can check is refused by the trigger, before a run exists
+    with pytest.raises(ParamValidationError, match="grace: 'soon' is not a 'duration"):
+        run_dag("tiered_orphan_reconciliation", at, {"config": str(cfg), "grace": "soon"})
+    for bad in (["not-a-namespace"], ["public/.."]):
+        with pytest.raises(ParamValidationError, match="namespaces"):
+            run_dag("tiered_retention", at, {"config": str(cfg), "namespaces": bad})
+    # a run naming a configuration the deployment does not allow: the preflight fails, and no phase runs
+    dr = get_dag("tiered_retention").test(logical_date=at, run_conf={"config": str(cfg)})
+    states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert dr.state == DagRunState.FAILED
-    assert states["plan"] == TaskInstanceState.FAILED
+    assert states["preflight"] == TaskInstanceState.FAILED and states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["retention"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED  # never without a plan
     assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
