@@ -37,7 +37,7 @@ def optional_param(fmt: str, title: str, description: str) -> Param:
 
 
 def namespaces_param(description: str = "tenant/namespace list; empty: every namespace.") -> Param:
-    return Param([], type="array", items={"type": "string", "format": NAMESPACE_FORMAT}, title="Namespaces",
+    return Param([], type=["null", "array"], items={"type": "string", "format": NAMESPACE_FORMAT}, title="Namespaces",
                  description=description)
 
 
