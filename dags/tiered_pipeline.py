@@ -163,7 +163,8 @@ def verdict_task():
         if totals.get("failures") or totals.get("failed_jobs"):
             lost = totals.get("data_loss") or []
             raise AirflowFailException(
-                (f"DATA LOSS in {len(lost)} ledger(s): {', '.join(lost[:10])}; " if lost else "")
+                # counts only: the summary task's log names each ledger (each failure once per log)
+                (f"DATA LOSS in {len(lost)} ledger(s) (named in the summary's log); " if lost else "")
                 + f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
                 f"{totals.get('failed_jobs') or 'none'}; see the run reports {totals.get('reports')}"
             )

@@ -48,7 +48,8 @@ from tieredcore.usage import OneLineParser
 SUMMARY_PREFIX = "TIERED_RUN_SUMMARY "  # the run summary as one log line (grep-able in task logs)
 LEVELS = ("ERROR", "WARNING", "INFO")
 LOG_OMITS = ("records", "tiers")
-LOG_TIMES = ("as_of_ms", "written_ms")  # instants of a summary, logged as ISO 8601 UTC  # bulky parts stay in summary.json, out of the log line
+LOG_TIMES = ("as_of_ms", "written_ms")  # instants of a summary, logged as ISO 8601 UTC
+LOG_COUNTED = ("data_loss", "damage")  # per-ledger lists of a summary, logged as counts  # bulky parts stay in summary.json, out of the log line
 P = TypeVar("P")
 
 
@@ -72,11 +73,23 @@ def say(job: str, level: str, message: str) -> None:
     print(f"{level} {job}: {message}", file=sys.stderr if level == "ERROR" else sys.stdout, flush=True)
 
 
-def log_times(doc: dict[str, Any]) -> dict[str, Any]:
-    """A summary as the log shows it: its instants (LOG_TIMES, epoch ms in summary.json) as ISO 8601 UTC
-    under the name without ``_ms`` (``as_of_ms`` → ``as_of``)."""
-    return {(k[:-3] if k in LOG_TIMES else k): (iso_ms(v) if k in LOG_TIMES and isinstance(v, int) else v)
-            for k, v in doc.items()}
+def log_view(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary as its log line shows it: instants (LOG_TIMES, epoch ms in summary.json) as ISO 8601 UTC
+    under the name without ``_ms`` (``as_of_ms`` → ``as_of``); per-ledger lists (LOG_COUNTED: ``data_loss``,
+    a namespace's ``damage``) as their counts, the ledgers themselves being in the job's own lines above
+    (each failure once in a task's log)."""
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if k in LOG_TIMES and isinstance(v, int):
+            out[k[:-3]] = iso_ms(v)
+        elif k in LOG_COUNTED and isinstance(v, list):
+            out[k] = len(v)
+        elif isinstance(v, Mapping) and k in ("totals", "namespaces"):
+            out[k] = {n: log_view(sub) if isinstance(sub, Mapping) else sub for n, sub in v.items()} \
+                if k == "namespaces" else log_view(v)
+        else:
+            out[k] = v
+    return out
 
 
 def parse_as_of(text: str | None) -> int:
@@ -297,7 +310,7 @@ def run_job(
     for line in report.messages():
         say(job, message_level(line), line)
     say(job, "INFO", f"report {out}")
-    logged = log_times({k: v for k, v in summary.items() if k not in LOG_OMITS})
+    logged = log_view({k: v for k, v in summary.items() if k not in LOG_OMITS})
     print(SUMMARY_PREFIX + json.dumps(logged, sort_keys=True, default=str), flush=True)
     # the last line of the task log: the outcome in words
     code = exit_code(report.totals())

@@ -220,13 +220,22 @@ def test_line_levels() -> None:
     assert line_level("ERRORS everywhere") == "info"  # not a level word followed by a job name
 
 
-def test_job_summary_line_gives_instants_in_iso(tmp_path: Path) -> None:
-    from spark_jobs._jobkit import log_times
+def test_job_summary_line_gives_instants_in_iso_and_counts_of_failures() -> None:
+    """The TIERED_RUN_SUMMARY log line: instants as ISO 8601 UTC (summary.json keeps epoch ms); the
+    ledgers lost or damaged as counts (the job's DATA LOSS / DAMAGED lines name them, once)."""
+    from spark_jobs._jobkit import log_view
 
-    doc = {"as_of_ms": 1772367300000, "written_ms": 1772367301500, "seconds": 1.5, "deletion_lag_ms": 3600000}
-    assert log_times(doc) == {"as_of": "2026-03-01T12:15:00+00:00", "written": "2026-03-01T12:15:01+00:00",
-                              "seconds": 1.5, "deletion_lag_ms": 3600000}  # durations stay as they are
-    assert json.dumps(log_times(doc))  # still one JSON line
+    lost = "persistent://a/b/t ledger 7"
+    damage = {"topic": "persistent://a/b/t", "ledger": 8, "outcome": "damaged"}
+    doc = {"as_of_ms": 1772367300000, "written_ms": 1772367301500, "seconds": 1.5, "deletion_lag_ms": 3600000,
+           "data_loss": [lost], "totals": {"data_loss": [lost], "failures": 2},
+           "namespaces": {"a/b": {"ledgers": 3, "damage": [damage]}}}
+    logged = log_view(doc)
+    assert logged == {"as_of": "2026-03-01T12:15:00+00:00", "written": "2026-03-01T12:15:01+00:00",
+                      "seconds": 1.5, "deletion_lag_ms": 3600000,  # durations stay as they are
+                      "data_loss": 1, "totals": {"data_loss": 1, "failures": 2},
+                      "namespaces": {"a/b": {"ledgers": 3, "damage": 1}}}
+    assert lost not in json.dumps(logged) and "ledger\": 8" not in json.dumps(logged)
 
 
 def test_summary_is_skipped_not_green_when_the_plan_failed(tmp_path: Path) -> None:

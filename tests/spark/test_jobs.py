@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs import _jobkit, deletion_lag_cleanup, offload_sweep
-from spark_jobs._jobkit import SUMMARY_PREFIX, log_times, parse_as_of, run_id_for
+from spark_jobs._jobkit import SUMMARY_PREFIX, log_view, parse_as_of, run_id_for
 from tests.support.workspaces import END_ISO, END_MS, build_workspace
 from tieredcore.cli import main as cli
 from tieredcore.cold.blob import iter_objects
@@ -260,8 +260,8 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     assert log.rstrip().splitlines()[-1].startswith("ERROR offload_sweep: outcome FAILED: "), log[-2000:]
     assert " INFO " not in log and "Running Spark version" not in log
     summary, rows = load_report(report_dir, "offload_sweep", "r1")
-    # tiers: in the file only; instants as ISO 8601 UTC in the log
-    assert summary_line(log) == log_times({k: v for k, v in summary.items() if k != "tiers"})
+    # tiers: in the file only; instants as ISO 8601 UTC, per-ledger lists as counts in the log
+    assert summary_line(log) == log_view({k: v for k, v in summary.items() if k != "tiers"})
     with Workspace(Config.load(cfg_path, env={})) as ws:
         on_topics = [t.full for t in ws.ml.list_topics("t/on")]
         on_uuids = {}
@@ -483,8 +483,8 @@ def test_streaming_sweep_job_reports_segments_and_fails_after_finishing_the_rest
     for t in ("persistent://t/bad/topic-0000", "persistent://t/bad/topic-0001"):
         assert f"FAILED {t} segment" in log
     summary, rows = load_report(tmp_path / "ws" / "reports", "offload_sweep", "s1")
-    # tiers: in the file only; instants as ISO 8601 UTC in the log
-    assert summary_line(log) == log_times({k: v for k, v in summary.items() if k != "tiers"})
+    # tiers: in the file only; instants as ISO 8601 UTC, per-ledger lists as counts in the log
+    assert summary_line(log) == log_view({k: v for k, v in summary.items() if k != "tiers"})
     good = [r for r in rows if r["namespace"] == "t/s"]
     assert {r["unit"] for r in rows} == {"segment"}
     assert {r["outcome"] for r in good} == {"offloaded", "held"}
