@@ -28,7 +28,7 @@ monthly storage and listing cost change. A **dry run** writes nothing and report
 estimated from the topic records; with the `namespaces` param it also plans topics whose compaction is
 off (what would enabling it save?), which a real run leaves out with a note.
 
-Params: `config`, `dry_run`, `namespaces` (empty: every namespace with compaction enabled),
+Params: `config` (only with an allow-list), `dry_run`, `namespaces` (empty: every namespace with compaction enabled),
 `min_object_size`, `target_size` (sizes like `8M`, `256M`, `1G`), `delete_delay` (a duration like `1h`,
 `90m`); empty thresholds keep each namespace's policy.
 """

@@ -19,7 +19,7 @@ deletion-lag cleanup, offload retries, topic deletion and orphan reconciliation.
    needed: `tiered deletions dlq list`) or a Spark task failed. A record that will be retried is not a
    failure.
 
-Safe to run next to the `tiered_retention` DAG's drain (several consumers are safe). Params: `config`,
+Safe to run next to the `tiered_retention` DAG's drain (several consumers are safe). Params: `config` (only with an allow-list),
 `dry_run` (report what would be deleted, change nothing), `max_attempts`, `retry_delay_ms`.
 """
 

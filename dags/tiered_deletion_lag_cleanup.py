@@ -18,7 +18,7 @@ deleted (it is reported as a failure).
    **verdict** fails the run on failures.
 
 Idempotent: a rerun redoes only what is left; an older logical date never deletes early.
-Params: `config`, `dry_run`, `namespaces` (override list; empty: every namespace, or on asset events
+Params: `config` (only with an allow-list), `dry_run`, `namespaces` (override list; empty: every namespace, or on asset events
 the namespaces they name).
 """
 

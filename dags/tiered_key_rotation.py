@@ -18,7 +18,7 @@ shows nothing needs the old key, and `tiered keys retire OLD` takes it off the r
 4. **summary** (runs even when the job failed) — objects rewrapped / skipped / failed as XCom and log
    (per location in the run report); **verdict** fails the run when any object failed.
 
-Params: `config`, `target` (key id; empty = the active key), `dry_run` (unwrap every data key to prove it
+Params: `config` (only with an allow-list), `target` (key id; empty = the active key), `dry_run` (unwrap every data key to prove it
 could be re-wrapped; write nothing).
 """
 

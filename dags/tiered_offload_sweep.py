@@ -23,7 +23,7 @@ written as PIP-76 segments: full ones at once, the last, smaller one once its ro
    done, none in a dry run. `tiered_deletion_lag_cleanup` runs on them.
 
 Idempotent: a retry or a rerun for the same logical date offloads only what is left; an older logical
-date never offloads more (the job's only clock is `--as-of`). Params: `config` (tiered.toml),
+date never offloads more (the job's only clock is `--as-of`). Params: `config` (only with an allow-list),
 `dry_run`, `max_topics` (per namespace job), `namespaces` (override list).
 """
 

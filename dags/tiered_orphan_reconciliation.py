@@ -20,7 +20,7 @@ grace period before the run's logical time.
 5. **announce** — one `tiered_deletions_pending` asset event per namespace orphan records were appended
    for: the `tiered_deletion_drain` DAG runs on them.
 
-Params: `config`, `dry_run` (write the report only: no record appended, no upload aborted),
+Params: `config` (only with an allow-list), `dry_run` (write the report only: no record appended, no upload aborted),
 `grace` (e.g. `1h`, `90m`, `3600s` or milliseconds; empty: the workspace's default, 1h, or 7d when
 attached to a Pulsar cluster), `apply` (attached to a Pulsar cluster, docs/pulsar.md: append the records;
 without it such a run only plans; elsewhere runs apply unless `dry_run`). `apply` and `dry_run` together

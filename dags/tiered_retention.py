@@ -23,7 +23,7 @@ namespaces' retention and deletion-lag policies at the run's logical time, then 
 
 Idempotent: a rerun for the same logical date trims and drains only what is left; an older logical date
 never deletes more (the jobs' only clock is `--as-of`). The `tiered_deletion_drain` DAG drains the same
-log more often (records retried later, records of other producers). Params: `config` (tiered.toml),
+log more often (records retried later, records of other producers). Params: `config` (only with an allow-list),
 `dry_run` (both jobs report what they would do and change nothing), `namespaces` (override list;
 empty: every namespace).
 """

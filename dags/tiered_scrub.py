@@ -28,7 +28,7 @@ without a retry (docs/pulsar.md, Scrub).
    / repaired / unrecoverable, messages checked / damaged / not messages; **verdict** fails the run when
    anything is damaged or lost.
 
-Params: `config`, `dry_run` (check and report only), `deep` (`auto` | `always` | `never`), `messages`
+Params: `config` (only with an allow-list), `dry_run` (check and report only), `deep` (`auto` | `always` | `never`), `messages`
 (`auto` | `all`), `repair` (default on), `namespaces` (empty: every namespace).
 """
 

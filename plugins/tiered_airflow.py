@@ -111,7 +111,6 @@ POSITION_OR_SIZE_FORMAT = ("position LEDGER:ENTRY (e.g. 12:0) for mode up_to, or
                            "with K, M or G, e.g. 64M) for mode keep_bytes")
 KEY_ID_FORMAT = "key id: 1-64 characters of A-Z a-z 0-9 _ . - (e.g. kek-2026)"
 _KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_POSITION = re.compile(r"^[0-9]{1,19}:[0-9]{1,19}$")
 
 
 def _size(text: str) -> bool:
@@ -125,6 +124,17 @@ def _duration(text: str) -> bool:
     from tieredcore.units import non_negative_duration_ms
 
     non_negative_duration_ms(text.strip(), "duration")
+    return True
+
+
+def _position_or_size(text: str) -> bool:
+    from tieredcore.errors import ValidationError
+    from tieredcore.model import Position
+
+    try:
+        Position.parse(text.strip(), require_entry=True)  # as `validate` parses it (ManualOffload.parse)
+    except ValidationError:
+        return _size(text)
     return True
 
 
@@ -147,7 +157,7 @@ PARAM_FORMATS: dict[str, Callable[[str], bool]] = {
     DURATION_FORMAT: _duration,
     NAMESPACE_FORMAT: _namespace,
     TOPIC_FORMAT: _topic,
-    POSITION_OR_SIZE_FORMAT: lambda t: bool(_POSITION.match(t.strip())) or _size(t),
+    POSITION_OR_SIZE_FORMAT: _position_or_size,
     KEY_ID_FORMAT: lambda t: bool(_KEY_ID.match(t)) and t not in (".", ".."),
 }
 
