@@ -44,6 +44,7 @@ from tieredcore.lifecycle.sweep import plan_offload_due  # noqa: E402
 from tieredcore.reports import RunReports  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
+os.environ.setdefault("TIERED_NO_PROGRESS", "1")  # generate's progress lines
 VENV_BIN = Path(sys.executable).parent
 AS_OF = "2026-01-01T01:00:00Z"
 AS_OF_MS = 1767229200000
