@@ -114,6 +114,9 @@ with tiered_dag(
             ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=[])
             print("compaction plan: no namespace with compaction enabled: no Spark job")
             return []
-        return shard_plan(ctx, config, lambda ws: plan_compaction_due(ws, namespaces), "compaction", extra)
+        # a dry run also plans topics whose compaction is off (what would enabling it save?), as the job does
+        dry = bool(params.get("dry_run"))
+        return shard_plan(ctx, config, lambda ws: plan_compaction_due(ws, namespaces, require_enabled=not dry),
+                          "compaction", extra)
 
     standard_pipeline(plan, lambda planned: spark_task_per_shard("compact", JOB, planned), JOB)

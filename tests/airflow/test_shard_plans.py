@@ -84,6 +84,11 @@ def test_compaction_plans_shards_with_reasons(tmp_path: Path) -> None:
     assert sorted(ns for a in planned for ns in a[1:a.index("--as-of"):2]) == ["acme/a", "acme/b", "acme/c"]
     assert xcom(dr, "plan", key="nothing_due") == [
         {"namespace": "acme/empty", "reason": "compaction is off in the policy of its 1 topic(s)"}]
+    # a dry run plans it too: what would enabling compaction save there?
+    dry = get_dag("tiered_compaction").test(
+        logical_date=SWEEP_AT + dt.timedelta(days=1),
+        run_conf={"config": str(cfg), "dry_run": True, "namespaces": ["acme/empty"]}, mark_success_pattern=AFTER_PLAN)
+    assert [a[:2] for a in xcom(dry, "plan")] == [["--namespace", "acme/empty"]] and xcom(dry, "plan", key="nothing_due") == []
 
 
 @pytest.mark.parametrize("shards", [0, -2, 5000, "two"])

@@ -91,10 +91,12 @@ def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: 
     return out, notes
 
 
-def plan_compaction_due(ws: Workspace, namespaces: Sequence[str] | None) -> list[NamespaceDue]:
+def plan_compaction_due(ws: Workspace, namespaces: Sequence[str] | None, *,
+                        require_enabled: bool = True) -> list[NamespaceDue]:
     """Per namespace (the named ones, else every one with compaction enabled): its topics with
-    compaction on and their offloaded bytes (what the job may rewrite), or why there is nothing to
-    compact (one line) — the plan task's input to :func:`tieredcore.lifecycle.shards.assign_shards`.
+    compaction on (every topic without ``require_enabled``: a dry run may plan them, as
+    :func:`plan_topics`) and their offloaded bytes (what the job may rewrite), or why there is nothing
+    to compact (one line) — the plan task's input to :func:`tieredcore.lifecycle.shards.assign_shards`.
     Batches are planned by the job; this only weighs the namespaces."""
     ps = ws.policies
     if brokers_job(ps.brokers, KIND_COMPACTION, [NamespaceName.parse(n).name for n in namespaces or ()]) is not None:
@@ -103,7 +105,7 @@ def plan_compaction_due(ws: Workspace, namespaces: Sequence[str] | None) -> list
     out: list[NamespaceDue] = []
     for ns in nss:
         topics = ws.ml.list_topics(ns)
-        on = [t for t in topics if ps.for_topic(t).compaction_enabled]
+        on = [t for t in topics if not require_enabled or ps.for_topic(t).compaction_enabled]
         if not on:
             out.append(NamespaceDue.idle(ns, f"compaction is off in the policy of its {len(topics)} topic(s)"
                                          if topics else "no topics"))
