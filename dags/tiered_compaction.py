@@ -15,21 +15,23 @@ log, nothing else changes, and the next run tries again.
 
 1. **preflight** — configuration loads, object store reachable (fails fast, no retry).
 2. **plan** — the namespaces with compaction enabled (or the `namespaces` param) and the threshold
-   params checked; one argument list per namespace (`--as-of` = data-interval end, `--run-id` = run id
-   plus namespace).
-3. **compact** — one mapped `spark-submit spark_jobs/compact_segments.py` per namespace (labelled by
-   it): one Spark task per group of topics, each topic under its lease.
+   params checked; the namespaces with topics to compact spread by offloaded bytes over at most
+   `spark_shards` shards (configuration, default 2; the `shards` param overrides it for a run), one
+   argument list per shard (`--namespace` repeated, `--as-of` = data-interval end, `--run-id` = run id,
+   plus `.shard-<i>` when several); namespaces with nothing to compact, and why, under `nothing_due`.
+3. **compact** — one mapped `spark-submit spark_jobs/compact_segments.py` per shard (labelled by its
+   namespaces): one Spark task per group of topics, each topic under its lease.
 4. **summary** (runs even when jobs failed) — per namespace: ledgers repacked, objects and bytes
    before → after, outcomes (compacted, conflict, failed, busy); **verdict** fails the run when a
    batch failed or lost its switch (retried by the next run) or a job wrote no report.
 
-The report `<reports_dir>/compact_segments/<run id>.<tenant>+<namespace>/summary.json` also estimates the
+The report `<reports_dir>/compact_segments/<run id>[.shard-<i>]/summary.json` also estimates the
 monthly storage and listing cost change. A **dry run** writes nothing and reports the same numbers,
 estimated from the topic records; with the `namespaces` param it also plans topics whose compaction is
 off (what would enabling it save?), which a real run leaves out with a note.
 
 Params: `config` (only with an allow-list), `dry_run`, `namespaces` (empty: every namespace with compaction enabled),
-`min_object_size`, `target_size` (sizes like `8M`, `256M`, `1G`), `delete_delay` (a duration like `1h`,
+`shards` (Spark applications this run), `min_object_size`, `target_size` (sizes like `8M`, `256M`, `1G`), `delete_delay` (a duration like `1h`,
 `90m`); empty thresholds keep each namespace's policy.
 """
 
@@ -42,9 +44,9 @@ from airflow.sdk import Param, get_current_context, task
 from tiered_airflow import DURATION_FORMAT, SIZE_FORMAT
 from tiered_assets import schedule_from_env
 from tiered_common import QUICK_TASK, load_config, tiered_dag
-from tiered_params import job_args, namespaces_param, optional_param, planned_namespaces
-from tiered_pipeline import standard_pipeline
-from tiered_spark import spark_task_per_namespace
+from tiered_params import namespaces_param, optional_param, planned_namespaces, shards_param
+from tiered_pipeline import NOTHING_DUE_KEY, shard_plan, standard_pipeline
+from tiered_spark import spark_task_per_shard
 
 JOB = "compact_segments"
 # the threshold params, in the order the parser takes them, and the job's options for them
@@ -66,6 +68,7 @@ with tiered_dag(
     doc_md=__doc__,
     params={
         "namespaces": namespaces_param("tenant/namespace list; empty: every namespace with compaction enabled."),
+        "shards": shards_param(),
         "min_object_size": threshold_param(
             "Min object size (e.g. 8M)", "Objects smaller than this are repacked: bytes, or a size with K, M or G "
                                          "(1024-based).", SIZE_FORMAT),
@@ -81,10 +84,12 @@ with tiered_dag(
 
     @task(task_id="plan", **QUICK_TASK)
     def plan() -> list[list[str]]:
-        """One job argument list per namespace to compact (params checked and policies read now)."""
+        """One job argument list per shard: the namespaces to compact (params checked, policies and topics
+        read now) spread over the run's Spark applications by offloaded bytes."""
         from airflow.sdk.exceptions import AirflowFailException
 
         from tieredcore.errors import ValidationError
+        from tieredcore.lifecycle.compaction_run import plan_compaction_due
         from tieredcore.lifecycle.compaction_settings import parse_thresholds
         from tieredcore.lifecycle.work import KIND_COMPACTION
         from tieredcore.policy import PolicyStore
@@ -101,8 +106,15 @@ with tiered_dag(
         extra = [arg for name, option in THRESHOLDS.items() if given[name] for arg in (option, given[name])]
         namespaces = planned_namespaces(params, config, PolicyStore.namespaces_with_compaction, "compaction",
                                         KIND_COMPACTION)
-        print(f"compaction plan: {len(namespaces)} namespace(s): {', '.join(namespaces) or '-'}"
-              + (f"; thresholds {' '.join(extra)}" if extra else "; thresholds of each namespace's policy"))
-        return [job_args(ctx, namespace=ns, extra=extra) for ns in namespaces]
+        print("compaction plan: " + (f"thresholds {' '.join(extra)}" if extra else "thresholds of each namespace's policy"))
+        if not namespaces:
+            ctx["ti"].xcom_push(key="shards", value=[])
+            ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=[])
+            print("compaction plan: no namespace with compaction enabled: no Spark job")
+            return []
+        # a dry run also plans topics whose compaction is off (what would enabling it save?), as the job does
+        dry = bool(params.get("dry_run"))
+        return shard_plan(ctx, config, lambda ws: plan_compaction_due(ws, namespaces, require_enabled=not dry),
+                          "compaction", extra)
 
-    standard_pipeline(plan, lambda planned: spark_task_per_namespace("compact", JOB, planned), JOB)
+    standard_pipeline(plan, lambda planned: spark_task_per_shard("compact", JOB, planned), JOB)

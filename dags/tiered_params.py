@@ -98,11 +98,25 @@ def as_of_ms(context: dict[str, Any], field: str = "data_interval_end") -> int:
     return parse_time_ms(as_of(context, field), "--as-of")
 
 
+def shards_param() -> Param:
+    """This run's number of Spark applications (shards); empty: the configuration's ``spark_shards``."""
+    from tieredcore.config import MAX_SPARK_SHARDS
+
+    return Param(None, type=["null", "integer"], minimum=1, maximum=MAX_SPARK_SHARDS, title="Spark applications",
+                 description="At most this many spark-submits this run, the namespaces with work spread over them "
+                             "by bytes; empty: the configuration's spark_shards (default 2, the spark pool's slots).")
+
+
 def job_args(context: dict[str, Any], *, as_of_field: str = "data_interval_end", namespace: str | None = None,
-             extra: Sequence[str] = ()) -> list[str]:
+             extra: Sequence[str] = (), namespaces: Sequence[str] = (), shard: int | None = None) -> list[str]:
+    """A Spark job's arguments: ``--namespace`` (one, or the shard's ``namespaces``), ``--as-of``,
+    ``--run-id`` (the run id; ``.<tenant>+<ns>`` for one namespace's job, ``.shard-<i>`` for shard i of
+    several, so the shards' reports stay apart), ``--dry-run``, then ``extra``."""
     params = context["params"]
-    args = ["--namespace", namespace] if namespace else []
-    args += ["--as-of", as_of(context, as_of_field), "--run-id", tiered_run_id(context["run_id"], namespace)]
+    names = [namespace] if namespace else list(namespaces)
+    args = [a for ns in names for a in ("--namespace", ns)]
+    rid = tiered_run_id(context["run_id"], namespace) + (f".shard-{shard}" if shard is not None else "")
+    args += ["--as-of", as_of(context, as_of_field), "--run-id", rid]
     if params.get("dry_run"):
         args.append("--dry-run")
     return args + list(extra)

@@ -17,12 +17,14 @@ from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_airflow import TieredObjectStoreHook
 from tiered_assets import Announcement, announce_task
 from tiered_common import AWS_CONN_ID, GCP_CONN_ID, QUICK_TASK, WASB_CONN_ID, load_config
-from tiered_params import run_ids
+from tiered_params import job_args, run_ids
 
 from tieredcore.reports import RunReports, RunTotals, combine_totals
 
 # XCom key of a plan task: what it left out because nothing was due (no Spark job for it)
 NOTHING_DUE_KEY = "nothing_due"
+# XCom key of a sharded plan task: per shard (Spark application) its namespaces, bytes and units
+SHARDS_KEY = "shards"
 
 
 def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs: str | Sequence[str], *,
@@ -64,6 +66,46 @@ def split_due(config: Any, names: Sequence[str], has_work: Any, what: str) -> tu
     except TieredError as e:
         raise AirflowFailException(f"planning the {what}: {e}") from None
     return due, idle
+
+
+def shard_plan(ctx: Any, config: Any, plan_due: Callable[[Any], list[Any]], what: str,
+               extra: Sequence[str] = ()) -> list[list[str]]:
+    """The plan task of a per-namespace DAG: ``plan_due(ws)`` (tieredcore's planning on ONE Workspace: a
+    NamespaceDue per namespace) spread over the run's shards by bytes (tieredcore.lifecycle.shards: the
+    ``shards`` param, else the configuration's ``spark_shards``); one job argument list per shard
+    (``--namespace a --namespace b ... --as-of ...``), [] when nothing is due anywhere (no Spark job).
+    XComs: ``shards`` (per shard its namespaces, bytes, units) and ``nothing_due`` (namespace, reason)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tieredcore.config import check_spark_shards
+    from tieredcore.errors import TieredError
+    from tieredcore.lifecycle.shards import assign_shards, nothing_due
+    from tieredcore.workspace import Workspace
+
+    override = ctx["params"].get("shards")
+    try:
+        n = config.spark_shards if override is None else check_spark_shards(override, "shards param")
+        with Workspace(config) as ws:
+            due = plan_due(ws)
+        shards = assign_shards(due, n)
+    except TieredError as e:
+        raise AirflowFailException(f"planning the {what}: {e}") from None
+    idle = nothing_due(due)
+    ctx["ti"].xcom_push(key=NOTHING_DUE_KEY, value=idle)
+    ctx["ti"].xcom_push(key=SHARDS_KEY, value=[s.as_dict() for s in shards])
+    busy = len(due) - len(idle)
+    print(f"{what} plan: {len(due)} namespace(s); work due in {busy}, on {len(shards)} Spark application(s) "
+          f"(at most {n}); nothing due (no Spark job) in {len(idle)}")
+    for i, s in enumerate(shards):
+        print(f"{what} plan: shard {i}: {len(s.namespaces)} namespace(s), {s.units} unit(s), {s.bytes} bytes: "
+              f"{', '.join(s.namespaces[:20])}{f' +{len(s.namespaces) - 20} more' if len(s.namespaces) > 20 else ''}")
+    for d in idle[:20]:
+        print(f"{what} plan: nothing due in {d['namespace']}: {d['reason']}")
+    if len(idle) > 20:
+        print(f"{what} plan: nothing due in {len(idle) - 20} more namespace(s) (XCom nothing_due lists them all)")
+    several = len(shards) > 1
+    return [job_args(ctx, namespaces=s.namespaces, shard=i if several else None, extra=extra)
+            for i, s in enumerate(shards)]
 
 
 def deletions_due(ws: Any, at_ms: int) -> bool:
@@ -145,7 +187,8 @@ def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
 
             raise AirflowSkipException(f"{plan_task_id} failed: no job ran, nothing to add up (see its log)")
         if idle:
-            print(f"{totals.job}: nothing due, no Spark job: {', '.join(idle)}")
+            names = [i["namespace"] if isinstance(i, dict) else str(i) for i in idle]  # sharded plans: with reasons
+            print(f"{totals.job}: nothing due, no Spark job: {', '.join(names)}")
         for line in totals.summary_lines():
             print(line)
         return {**totals.as_dict(), "nothing_due": list(idle)}

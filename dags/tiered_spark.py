@@ -97,8 +97,17 @@ def spark_task_mapped(task_id: str, job: str, application_args: Any, **kw: Any):
     )
 
 
-def spark_task_per_namespace(task_id: str, job: str, planned: Any, **kw: Any):
-    """One Spark task per namespace planned (argument lists starting ``--namespace <ns>``), each mapped
-    task labelled by its namespace; a namespace the plan left out (nothing due) gets no task, and an
-    empty plan skips the task altogether."""
-    return spark_task_mapped(task_id, job, planned, map_index_template="{{ task.application_args[1] }}", **kw)
+# a shard's mapped task label: its namespaces (the arguments before --as-of), comma separated when they fit
+# in 40 characters, else "first +N more" (tieredcore.lifecycle.shards.shard_label, the same rule)
+SHARD_LABEL_TEMPLATE = (
+    "{%- set a = task.application_args -%}{%- set ns = a[1:a.index('--as-of'):2] -%}"
+    "{%- set joined = ns | join(', ') -%}"
+    "{{ joined if joined | length <= 40 else ns[0] ~ ' +' ~ (ns | length - 1) ~ ' more' }}"
+)
+
+
+def spark_task_per_shard(task_id: str, job: str, planned: Any, **kw: Any):
+    """One Spark task per shard planned (argument lists starting ``--namespace a --namespace b ...``,
+    tieredcore.lifecycle.shards), each mapped task labelled by its shard's namespaces; namespaces the plan
+    left out (nothing due) are in no shard, and an empty plan skips the task altogether."""
+    return spark_task_mapped(task_id, job, planned, map_index_template=SHARD_LABEL_TEMPLATE, **kw)

@@ -24,7 +24,7 @@ JOB = "offload_sweep"
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--max-topics", type=int, help="at most this many topics this run (the rest next run)")
+    p.add_argument("--max-topics", type=int, help="at most this many topics per namespace this run (the rest next run)")
     p.add_argument("--topic", help="manual offload of one topic (with --up-to or --keep-bytes)")
     p.add_argument("--up-to", help="manual: offload sealed ledgers before LEDGER:ENTRY")
     p.add_argument("--keep-bytes", metavar="SIZE",

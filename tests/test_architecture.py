@@ -120,7 +120,7 @@ PACKAGE_LAYERS = {
         Layer("jobs that write", ("compaction", "deletion", "managed", "streaming"), peers=True),
     ),
     "tieredcore.lifecycle": (
-        Layer("plans and work items", ("drain_report", "planner", "work")),
+        Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
         Layer("settings of a run", ("compaction_settings",)),

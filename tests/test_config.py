@@ -130,6 +130,7 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_CLUSTER": "env",
         "TIERED_REPORTS_DIR": "/reports",
         "TIERED_SPARK_MASTER": "spark://x:7077",
+        "TIERED_SPARK_SHARDS": "5",
         "TIERED_MAX_BLOCK_SIZE": str(16 * MIB),
         "TIERED_READ_BUFFER": "4096",
         "TIERED_CHECKPOINT_INTERVAL": "0",
@@ -157,7 +158,7 @@ def test_env_overrides(tmp_path: Path) -> None:
     cfg = Config.load(p, env=env)
     assert cfg == Config(metadata_url="sqlite:///env.db", hot_url="file:///env-hot",
                          store_url="s3://bkt/pre?region=eu-west-1", cluster="env", reports_dir="/reports",
-                         spark_master="spark://x:7077", max_block_size=16 * MIB, read_buffer=4096,
+                         spark_master="spark://x:7077", spark_shards=5, max_block_size=16 * MIB, read_buffer=4096,
                          checkpoint_interval=0, checksum_chunk=4096, verify_reads=False, store_failure_limit=2, store_dead_after=7.5,
                          lease_ttl_ms=60000, key_ring="/keys/ring", chunk_cache="disk:/var/cache/tiered",
                          chunk_cache_size=1048576, chunk_cache_prefetch=0, chunk_cache_ttl_ms=5000,

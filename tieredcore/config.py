@@ -51,6 +51,18 @@ if TYPE_CHECKING:
 
 CONFIG_FILE_NAME = "tiered.toml"
 ENV_CONFIG = "TIERED_CONFIG"
+DEFAULT_SPARK_SHARDS = 2  # the `spark` pool's slots as scripts/airflow-init.sh and docker-compose create it
+MAX_SPARK_SHARDS = 1024  # more Spark applications than this per run is a configuration mistake
+
+
+def check_spark_shards(value: object, what: str = "spark_shards") -> int:
+    """A number of shards (Spark applications per run): an integer 1..MAX_SPARK_SHARDS, else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{what} must be a whole number of Spark applications (1..{MAX_SPARK_SHARDS}), "
+                              f"got {value!r}")
+    if not 1 <= value <= MAX_SPARK_SHARDS:
+        raise ValidationError(f"{what} must be 1..{MAX_SPARK_SHARDS} Spark applications per run, got {value}")
+    return value
 # environment variable -> Config field
 ENV_OVERRIDES = {
     "TIERED_METADATA_URL": "metadata_url",
@@ -59,6 +71,7 @@ ENV_OVERRIDES = {
     "TIERED_CLUSTER": "cluster",
     "TIERED_REPORTS_DIR": "reports_dir",
     "TIERED_SPARK_MASTER": "spark_master",
+    "TIERED_SPARK_SHARDS": "spark_shards",
     "TIERED_MAX_BLOCK_SIZE": "max_block_size",
     "TIERED_READ_BUFFER": "read_buffer",
     "TIERED_CHECKPOINT_INTERVAL": "checkpoint_interval",
@@ -93,6 +106,10 @@ class Config:
     cluster: str = "standalone"
     reports_dir: str = ""
     spark_master: str = "local[*]"
+    # at most this many Spark applications (shards) per run of a per-namespace DAG (offload sweep,
+    # compaction): namespaces with work are spread over them by bytes (tieredcore.lifecycle.shards);
+    # default 2, the slots of the `spark` pool scripts/airflow-init.sh and docker-compose create
+    spark_shards: int = DEFAULT_SPARK_SHARDS
     max_block_size: int = DEFAULT_MAX_BLOCK_SIZE
     read_buffer: int = DEFAULT_READ_BUFFER_SIZE
     # exact entry offsets every N data bytes in the index trailer (docs/formats.md); 0 writes an index
@@ -156,6 +173,7 @@ class Config:
             raise ValidationError(
                 f"configuration: max_block_size {self.max_block_size} is below S3's 5 MiB minimum part size"
             )
+        check_spark_shards(self.spark_shards, "configuration: spark_shards")
         if self.read_buffer <= 0:
             raise ValidationError("configuration: read_buffer must be positive")
         if not 1 <= self.upload_concurrency <= 64:

@@ -132,7 +132,7 @@ def test_compaction_dag_repacks_a_namespace_and_its_summary_shows_before_and_aft
     (line,) = [x for x in (out + err).splitlines() if x.startswith("  acme/small: ")]  # the summary's
     assert f"12 ledger(s), {small['bytes']:,} bytes, 0 failure(s); {{'compacted': 2}}; " in line
     assert "objects 24 → 4" in line and f"bytes {c['bytes_before']:,} → {c['bytes_after']:,}" in line
-    report = tmp_path / "ws" / "reports" / "compact_segments" / tiered_run_id(dr.run_id, "acme/small") / "summary.json"
+    report = tmp_path / "ws" / "reports" / "compact_segments" / tiered_run_id(dr.run_id) / "summary.json"
     assert json.loads(report.read_text())["namespaces"]["acme/small"]["objects_after"] == 4
 
     after = topic_ledgers(cfg)

@@ -102,8 +102,12 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert states["summary"] == states["verdict"] == TaskInstanceState.SUCCESS
 
     planned = xcom(dr, "plan")
-    assert [a[1] for a in planned] == ["acme/orders", "public/default"]
-    assert xcom(dr, "plan", key="nothing_due") == ["acme/idle"]
+    assert sorted(a[1] for a in planned) == ["acme/orders", "public/default"]
+    # two namespaces with work on two shards (the default spark_shards), the idle one with its reason
+    order = [s["namespaces"] for s in xcom(dr, "plan", key="shards")]  # the larger namespace first
+    assert sorted(order) == [["acme/orders"], ["public/default"]] and [a[1] for a in planned] == [o[0] for o in order]
+    (idle,) = xcom(dr, "plan", key="nothing_due")
+    assert idle["namespace"] == "acme/idle" and f"threshold {2**40} bytes hot" in idle["reason"]
     assert all(a[a.index("--as-of") + 1] == SWEEP_AT.isoformat() for a in planned)
     n = _assert_offloaded(cfg, {"public/default", "acme/orders"})
     assert n == 2 * 2 * 4
@@ -113,7 +117,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["topics"] == 4 and totals["bytes"] > 0
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
-    assert totals["nothing_due"] == ["acme/idle"]
+    assert totals["nothing_due"] == [idle]
     # one tiered_offloaded asset event per namespace the run changed: not for acme/idle (nothing due)
     # nor acme/archive (offload off); they trigger the deletion-lag cleanup
     events = asset_events(dr)
@@ -122,8 +126,8 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert all(e["ledgers"] == 8 and e["bytes"] > 0 and e["as_of"] == SWEEP_AT.isoformat() for _, e in events)
     assert states["announce"] == TaskInstanceState.SUCCESS and xcom(dr, "announce") == ["acme/orders", "public/default"]
     reports = tmp_path / "ws" / "reports" / "offload_sweep"
-    for i, ns in enumerate(["acme/orders", "public/default"]):
-        rid = tiered_run_id(dr.run_id, ns)
+    for i in range(len(order)):
+        rid = f"{tiered_run_id(dr.run_id)}.shard-{i}"  # one report per shard until the reports are the run's
         summary = json.loads((reports / rid / "summary.json").read_text())
         assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
         assert (reports / rid / "detail.parquet").is_dir()
@@ -132,7 +136,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
         link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
         assert link == f"/tiered/reports/offload_sweep/{quote(rid)}/attempt-1/"
     rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
-    assert rendered == {0: "acme/orders", 1: "public/default"}
+    assert rendered == {0: order[0][0], 1: order[1][0]}
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="offloaded/")
             for o in page.get("Contents", [])}
     assert len(keys) == 2 * n + 1 and "offloaded/tiered-owner.standalone" in keys  # + the owner marker

@@ -53,19 +53,21 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert sweep.schedule == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
     assert asset_of(lag).name == "tiered_offloaded"  # ... or on the sweep's events
     # no `config` param: without an allow-list (TIERED_CONFIG_ALLOWED) every run uses the deployment's
-    assert set(sweep.params.keys()) == {"dry_run", "max_topics", "namespaces"}
+    assert set(sweep.params.keys()) == {"dry_run", "max_topics", "namespaces", "shards"}
     assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"topic", "mode", "value", "dry_run"}
     scrub = bag.get_dag("tiered_scrub")
     assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
     assert set(scrub.params.keys()) == {"dry_run", "deep", "messages", "repair", "namespaces"}
     assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
+    from tiered_spark import SHARD_LABEL_TEMPLATE
+
     compaction = bag.get_dag("tiered_compaction")
     assert compaction.max_active_runs == 1 and compaction.schedule == "@daily"
     assert set(compaction.params.keys()) == {"dry_run", "namespaces", "min_object_size", "target_size",
-                                             "delete_delay"}
+                                             "delete_delay", "shards"}
     compact = compaction.get_task("compact")
     assert compact.partial_kwargs["application"].endswith("spark_jobs/compact_segments.py")
-    assert compact.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
+    assert compact.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE  # labelled by its shard
     assert [t.task_id for t in compaction.topological_sort()] == ["preflight", "plan", "compact", "summary",
                                                                   "verdict"]
     keys = bag.get_dag("tiered_key_rotation")
@@ -75,6 +77,8 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
 
 
 def test_spark_task_is_built_in_one_place() -> None:
+    from tiered_spark import SHARD_LABEL_TEMPLATE
+
     dag = _bag().get_dag("tiered_deletion_lag_cleanup")
     op = dag.get_task("cleanup")
     assert op.application == str(REPO / "spark_jobs" / "deletion_lag_cleanup.py")
@@ -86,7 +90,7 @@ def test_spark_task_is_built_in_one_place() -> None:
     assert "TIERED_CONFIG" not in op.env_vars  # the run's (checked against the allow-list) at submit time
     assert not any(k.startswith("AWS_") for k in op.env_vars)  # secrets only at submit time
     sweep = _bag().get_dag("tiered_offload_sweep").get_task("offload")
-    assert sweep.partial_kwargs["map_index_template"] == "{{ task.application_args[1] }}"
+    assert sweep.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE
     assert sweep.partial_kwargs["application"].endswith("spark_jobs/offload_sweep.py")
 
 

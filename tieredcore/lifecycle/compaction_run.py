@@ -12,9 +12,11 @@ from tieredcore.cold.requests import request_label
 from tieredcore.config import Config
 from tieredcore.errors import TieredError, ValidationError
 from tieredcore.lifecycle.compaction import CostModel, compactor_for
+from tieredcore.lifecycle.shards import NamespaceDue
 from tieredcore.lifecycle.work import KIND_COMPACTION, brokers_job
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.compaction import OK_OUTCOMES, CompactionResult
+from tieredcore.offload.context import is_offloaded
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.reports import Totals, totals
@@ -87,6 +89,36 @@ def plan_topics(ws: Workspace, namespaces: Sequence[str] | None = None, topics: 
             continue
         out.append(t.managed_ledger_name)
     return out, notes
+
+
+def plan_compaction_due(ws: Workspace, namespaces: Sequence[str] | None, *,
+                        require_enabled: bool = True) -> list[NamespaceDue]:
+    """Per namespace (the named ones, else every one with compaction enabled): its topics with
+    compaction on (every topic without ``require_enabled``: a dry run may plan them, as
+    :func:`plan_topics`) and their offloaded bytes (what the job may rewrite), or why there is nothing
+    to compact (one line) — the plan task's input to :func:`tieredcore.lifecycle.shards.assign_shards`.
+    Batches are planned by the job; this only weighs the namespaces."""
+    ps = ws.policies
+    if brokers_job(ps.brokers, KIND_COMPACTION, [NamespaceName.parse(n).name for n in namespaces or ()]) is not None:
+        return []  # an attached Pulsar cluster's objects are its brokers' (the one line is logged)
+    nss = [NamespaceName.parse(n).name for n in namespaces] if namespaces else ps.namespaces_with_compaction()
+    out: list[NamespaceDue] = []
+    for ns in nss:
+        topics = ws.ml.list_topics(ns)
+        on = [t for t in topics if not require_enabled or ps.for_topic(t).compaction_enabled]
+        if not on:
+            out.append(NamespaceDue.idle(ns, f"compaction is off in the policy of its {len(topics)} topic(s)"
+                                         if topics else "no topics"))
+            continue
+        size = 0
+        for t in on:
+            try:
+                info, _ = ws.ml.get_topic(t)
+            except TieredError:
+                continue  # the job reports it when it plans the topic
+            size += sum(li.size for li in info.ledgerInfo if is_offloaded(li))
+        out.append(NamespaceDue(ns, len(on), size))
+    return out
 
 
 def run_topics(config: Config, topics: Iterable[str], *, as_of_ms: int, dry_run: bool,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.errors import (
@@ -56,6 +57,7 @@ from tieredcore.lifecycle.planner import (
     ledgers_as_of,
     select_by_threshold,
 )
+from tieredcore.lifecycle.shards import NamespaceDue
 from tieredcore.lifecycle.work import (
     KIND_LAG_CLEANUP,
     KIND_MANUAL_OFFLOAD,
@@ -95,26 +97,78 @@ def plan_offload(
     ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int, max_topics: int | None = None,
     dry_run: bool = False,
 ) -> list[TopicWork]:
-    """Topics with ledgers due for offload under their effective policy at `as_of_ms`."""
+    """Topics with ledgers due for offload under their effective policy at `as_of_ms` (at most
+    ``max_topics`` per namespace: the rest next run)."""
+    out: list[TopicWork] = []
+    for ns in resolve_namespaces(ws.ml, ws.policies, namespaces, KIND_OFFLOAD):
+        out += _plan_namespace(ws, ns, as_of_ms, max_topics, dry_run, _Scan())
+    return out
+
+
+def plan_offload_due(ws: Workspace, namespaces: Iterable[str] | None, as_of_ms: int,
+                     max_topics: int | None = None) -> list[NamespaceDue]:
+    """Per namespace (the named ones, else every one with offload enabled): the units :func:`plan_offload`
+    would plan and their bytes, or why nothing is due (one line) — the plan tasks' input to
+    :func:`tieredcore.lifecycle.shards.assign_shards`. One pass over the topic records, as the sweep's."""
+    out: list[NamespaceDue] = []
+    for ns in resolve_namespaces(ws.ml, ws.policies, namespaces, KIND_OFFLOAD):
+        scan = _Scan()
+        units = _plan_namespace(ws, ns, as_of_ms, max_topics, False, scan)
+        out.append(NamespaceDue(ns, len(units), scan.due_bytes) if units else NamespaceDue.idle(ns, scan.reason()))
+    return out
+
+
+@dataclass
+class _Scan:
+    """What planning one namespace saw: enough to say why nothing is due, and the due units' bytes."""
+
+    topics: int = 0
+    enabled: int = 0
+    due_bytes: int = 0
+    waiting_bytes: int = 0  # sealed, not yet offloaded, not due (ledger mode)
+    thresholds: set[str] = field(default_factory=set)
+
+    def reason(self) -> str:
+        if not self.topics:
+            return "no topics"
+        if not self.enabled:
+            return f"offload is off in the policy of its {self.topics} topic(s)"
+        rule = ", ".join(sorted(self.thresholds)) or "streaming: every entry already offloaded"
+        return (f"no sealed ledger due by the policy in {self.enabled} topic(s) with offload on ({rule}; "
+                f"{self.waiting_bytes} bytes of sealed ledgers hot, not yet offloaded)")
+
+
+def _policy_rule(pol: OffloadPolicy) -> str:
+    parts = []
+    if pol.offload_threshold_bytes >= 0:
+        parts.append(f"threshold {pol.offload_threshold_bytes} bytes hot")
+    if pol.offload_threshold_seconds >= 0:
+        parts.append(f"sealed {pol.offload_threshold_seconds} s ago")
+    return " or ".join(parts)
+
+
+def _plan_namespace(ws: Workspace, ns: str, as_of_ms: int, max_topics: int | None, dry_run: bool,
+                    scan: _Scan) -> list[TopicWork]:
     ps = ws.policies
     out: list[TopicWork] = []
-    for ns in resolve_namespaces(ws.ml, ps, namespaces, KIND_OFFLOAD):
-        for t in ws.ml.list_topics(ns):
-            pol = ps.for_topic(t)
-            if not pol.offload_enabled:
-                continue
-            try:
-                info, _ = ws.ml.get_topic(t)
-            except NotFoundError:
-                continue  # deleted since listing
-            except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
-                out.append(unreadable_unit(e, KIND_OFFLOAD, as_of_ms, dry_run))
-                if max_topics is not None and len(out) >= max_topics:
-                    return out
-                continue
+    for t in ws.ml.list_topics(ns):
+        scan.topics += 1
+        pol = ps.for_topic(t)
+        if not pol.offload_enabled:
+            continue
+        scan.enabled += 1
+        try:
+            info, _ = ws.ml.get_topic(t)
+        except NotFoundError:
+            continue  # deleted since listing
+        except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
+            out.append(unreadable_unit(e, KIND_OFFLOAD, as_of_ms, dry_run))
+        else:
             if pol.streaming:
                 w = plan_streaming(ws.hot, t, info, as_of_ms, dry_run)
                 if w is not None:
+                    sizes = {li.ledgerId: li.size for li in info.ledgerInfo}
+                    scan.due_bytes += sum(sizes.get(i, 0) for i in w.ledgers)
                     out.append(w)
             else:
                 view = ledgers_as_of(info.ledgerInfo, as_of_ms)
@@ -122,11 +176,15 @@ def plan_offload(
                 # a ledger whose entries all lie in streaming segments already (the namespace was in
                 # streaming mode) has its object-store copy
                 done = {li.ledgerId for li in view if is_offloaded(li)}
-                ids = [i for i in ids if i not in done]
-                if ids:
-                    out.append(TopicWork(t.full, KIND_OFFLOAD, ids, as_of_ms, dry_run))
-            if max_topics is not None and len(out) >= max_topics:
-                return out
+                chosen = set(ids) - done
+                if chosen:
+                    scan.due_bytes += sum(li.size for li in view if li.ledgerId in chosen)
+                    out.append(TopicWork(t.full, KIND_OFFLOAD, [i for i in ids if i in chosen], as_of_ms, dry_run))
+                else:
+                    scan.thresholds.add(_policy_rule(pol))
+                    scan.waiting_bytes += sum(li.size for li in view[:-1] if li.timestamp > 0 and li.ledgerId not in done)
+        if max_topics is not None and len(out) >= max_topics:
+            return out
     return out
 
 
