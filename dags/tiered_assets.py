@@ -18,12 +18,11 @@ from airflow.sdk import (
     Asset,
     AssetAlias,
     AssetOrTimeSchedule,
-    CronTriggerTimetable,
     TriggerRule,
     get_current_context,
     task,
 )
-from tiered_common import QUICK_TASK
+from tiered_common import QUICK_TASK, cron_clock
 from tiered_params import as_of
 
 OFFLOADED = Asset(name="tiered_offloaded", uri="tiered://lifecycle/offloaded")
@@ -39,11 +38,27 @@ def schedule_from_env(var: str, default: str) -> str | None:
 
 
 def asset_or_time(cron: str | None, asset: Asset) -> Any:
-    """A run on each event of ``asset`` or on the ``cron`` clock (UTC), whichever comes first; None (no
-    schedule at all) when the clock is disabled."""
+    """A run on each event of ``asset`` or on the ``cron`` clock (UTC, tiered_common.cron_clock: missed
+    slots caught up), whichever comes first; None (no schedule at all) when the clock is disabled."""
     if cron is None:
         return None
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+    return AssetOrTimeSchedule(timetable=cron_clock(cron), assets=asset)
+
+
+def schedule_text(schedule: Any) -> str:
+    """What a DAG's schedule is, in words, both halves of an asset-or-time one: the DAG list shows only
+    the asset of such a schedule, so the DAG's description says it (tiered_common.tiered_dag)."""
+    if schedule is None:
+        return "manual (no schedule)"
+    clock = getattr(schedule, "timetable", schedule)
+    cron = getattr(clock, "expression", None) or str(clock)
+    when = f"cron {cron} UTC ({getattr(clock, 'description', '') or cron})"
+    if not isinstance(schedule, AssetOrTimeSchedule):
+        return when
+    condition = schedule.asset_condition
+    assets = [condition] if isinstance(condition, Asset) else list(getattr(condition, "objects", [condition]))
+    assets = sorted({getattr(a, "name", None) or str(a) for a in assets})
+    return f"on each {' or '.join(assets)} asset event, or {when}, whichever comes first"
 
 
 def triggering_namespaces(context: dict[str, Any], asset: Asset) -> list[str]:
