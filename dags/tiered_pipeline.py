@@ -55,6 +55,7 @@ def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs
 # this long to exist before it decides; at most GATE_MAX_WAIT of waiting, then it goes on (with a warning)
 GATE_SETTLE = duration_from_env("TIERED_GATE_SETTLE", "15s")
 GATE_MAX_WAIT = duration_from_env("TIERED_GATE_MAX_WAIT", "1h")
+# between two looks (not much shorter: the scheduler must have seen a poke end before the next is due)
 GATE_POKE = duration_from_env("TIERED_GATE_POKE", "30s")
 
 
@@ -66,7 +67,12 @@ def older_run_unfinished(ti: Any) -> Any:
     if running is not None:
         return running
     queued = ti.get_previous_dagrun(state="queued")
-    return queued if queued is not None and str(queued.run_type).endswith("backfill") else None
+    return queued if queued is not None and _value(queued.run_type) == "backfill" else None
+
+
+def _value(enum: Any) -> str:
+    """An Airflow enum's value (``DagRunType.BACKFILL_JOB`` -> ``backfill``), or the string given."""
+    return str(getattr(enum, "value", enum))
 
 
 def wait_turn_task():
@@ -74,7 +80,10 @@ def wait_turn_task():
 
     @task.sensor(task_id="wait_turn", mode="reschedule", poke_interval=GATE_POKE.total_seconds(),
                  timeout=(GATE_MAX_WAIT + dt.timedelta(minutes=10)).total_seconds(),
-                 retries=0, execution_timeout=dt.timedelta(minutes=5))
+                 # a retry (not a failed run) when a poke's end reaches the scheduler after the next
+                 # poke was queued (Airflow then fails the try: "state changed externally")
+                 retries=2, retry_delay=GATE_POKE, retry_exponential_backoff=False,
+                 execution_timeout=dt.timedelta(minutes=5))
     def wait_turn() -> PokeReturnValue:
         """Waits while an older run of this DAG is unfinished (a backfill's slots, a slot still being
         caught up), so each run does its own slot's work, oldest first (the jobs' only clock is the
@@ -88,7 +97,7 @@ def wait_turn_task():
         if dag_run.logical_date is None:
             return PokeReturnValue(is_done=True)
         now = dt.datetime.now(dt.UTC)
-        if str(dag_run.run_type).endswith("scheduled") and dag_run.start_date is not None:
+        if _value(dag_run.run_type) == "scheduled" and dag_run.start_date is not None:
             settle = dag_run.start_date + GATE_SETTLE - now
             if settle > dt.timedelta(0):  # a backfill sent with the unpause may not exist yet
                 time.sleep(settle.total_seconds())

@@ -45,15 +45,16 @@ class CatchUpCronTimetable(CronTriggerTimetable):
                          restriction: TimeRestriction) -> DagRunInfo | None:
         info = super().next_dagrun_info(last_automated_data_interval=last_automated_data_interval,
                                         restriction=restriction)
-        if info is None or not restriction.catchup:
+        # Airflow asks this for the scheduler's next run (restriction: the DAG's start date, no end date:
+        # tiered_dag sets none) and to list the slots between two dates (a backfill, its dry run in the
+        # UI: ``latest`` given); only the scheduler's catch-up is bounded, a backfill gets every slot
+        if info is None or not restriction.catchup or restriction.latest is not None:
             return info
         now = coerce_datetime(utcnow())
         # the oldest slot still caught up: the first one inside the window, or the newest past slot
         floor = min(self._align_to_next(now - self.window), self._align_to_prev(now))
         if info.run_after >= floor:
             return info
-        if restriction.latest is not None and restriction.latest < floor:
-            return None
         return DagRunInfo.interval(floor - self._interval, floor)
 
     def serialize(self) -> dict[str, Any]:

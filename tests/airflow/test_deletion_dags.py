@@ -96,7 +96,7 @@ def test_deletion_dags_structure_and_conventions() -> None:
                 assert Path(t.application).is_file(), t.application
                 assert t.name.startswith(f"tiered-{t.job}-")
                 assert t.env_vars["TIERED_CONFIG"] == "{{ params.config }}"
-            elif t.task_id in ("wait_turn", "preflight", "plan", "summary", "verdict"):
+            elif t.task_id in ("preflight", "plan", "summary", "verdict"):
                 assert t.retries == 0, (dag_id, t.task_id)  # quick Python tasks fail fast
         assert {t.task_id for t in dag.tasks if isinstance(t, TieredSparkSubmitOperator)} == set(spark), dag_id
         assert dag.get_task("summary").trigger_rule == TriggerRule.ALL_DONE
