@@ -223,9 +223,67 @@ def reports_by_as_of(reports_dir: Path) -> dict[int, set[int]]:
     return out
 
 
+def _backfill_through_the_api(base: str, slots: list[dt.datetime], tmp_path: Path) -> None:
+    """What the UI's Backfill dialog sends with its defaults ("Unpause on trigger" checked: the DAG's
+    PATCH; max active runs 1, reprocess "Missing Runs", not backwards, latest version, parameters not
+    overridden: no conf)."""
+    token = _api(base, None, "POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
+    _api(base, token, "PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    backfill = _api(base, token, "POST", "/api/v2/backfills", {
+        "dag_id": DAG_ID, "from_date": slots[0].isoformat(), "to_date": slots[-1].isoformat(),
+        "max_active_runs": 1, "reprocess_behavior": "none", "run_backwards": False,
+        "run_on_latest_version": True, "dag_run_conf": None})
+    assert backfill["max_active_runs"] == 1 and not backfill["is_paused"]
+
+
+def _backfill_in_the_browser(base: str, slots: list[dt.datetime], tmp_path: Path) -> None:
+    """The same through the UI in headless Chromium: the DAG's page → Trigger → Backfill, the range typed
+    into the two date pickers (the UI's time zone is UTC), every other setting left as the dialog opens
+    (asserted), Run Backfill."""
+    from playwright.sync_api import sync_playwright
+
+    from .test_ui_browser import ARTIFACTS, _chromium
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(30_000)
+            page.goto(base)
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda u: "login" not in u)
+            page.goto(f"{base}/dags/{DAG_ID}")
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.locator("[data-scope=dialog][data-part=content][data-state=open]")
+            dialog.get_by_text("Backfill", exact=True).click()
+            dialog.get_by_text("Run Backfill - ").wait_for()
+            for i, when in enumerate((slots[0], slots[-1])):
+                dialog.get_by_test_id("datetime-input").nth(i).click()
+                picker = page.locator("[data-scope=popover][data-part=content][data-state=open]")
+                picker.get_by_placeholder("YYYY/MM/DD").fill(when.strftime("%Y/%m/%d"))
+                picker.get_by_placeholder("HH:mm").fill(when.strftime("%H:%M"))
+                dialog.get_by_text("Date Range", exact=True).click()  # closes the picker
+            dialog.get_by_text(f"{len(slots)} runs will be triggered.").wait_for()  # the dialog's dry run
+            # the defaults, untouched
+            assert dialog.locator("input[type=radio][value=none]").is_checked()  # Missing Runs
+            assert dialog.locator("input[name=max_active_runs]").input_value() == "1"
+            assert dialog.get_by_role("checkbox", name=f"Unpause {DAG_ID} on trigger").is_checked()
+            assert not dialog.get_by_role("checkbox", name="Run Backwards").is_checked()
+            assert not dialog.get_by_role("checkbox", name="Override parameters on existing runs").is_checked()
+            page.screenshot(path=str(ARTIFACTS / "backfill-dialog.png"), full_page=True)
+            dialog.get_by_role("button", name="Run Backfill").click()
+            page.get_by_text("Backfill generated").wait_for()
+        finally:
+            browser.close()
+
+
 @pytest.mark.slow
-def test_ui_backfill_with_default_settings_and_catch_up_do_each_slots_own_work(airflow_services,
-                                                                                 tmp_path: Path) -> None:
+@pytest.mark.parametrize("via", ["api", "browser"])
+def test_ui_backfill_with_default_settings_and_catch_up_do_each_slots_own_work(airflow_services, tmp_path: Path,
+                                                                                 via: str) -> None:
     from tieredcore.config import Config
     from tieredcore.workspace import Workspace
 
@@ -238,15 +296,8 @@ def test_ui_backfill_with_default_settings_and_catch_up_do_each_slots_own_work(a
         home, "select 1 from serialized_dag where dag_id = ?", DAG_ID), deadline, tmp_path)
     assert _query(home, "select is_paused from dag where dag_id = ?", DAG_ID) == [(1,)]  # paused at creation
     _wait("the API server", lambda: _api_up(base), deadline, tmp_path)
-    token = _api(base, None, "POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
-    # what the UI's Backfill dialog sends with its defaults ("Unpause on trigger" checked; max active
-    # runs 1, reprocess "Missing Runs", not backwards, latest version, parameters not overridden)
-    _api(base, token, "PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
-    backfill = _api(base, token, "POST", "/api/v2/backfills", {
-        "dag_id": DAG_ID, "from_date": slots[0].isoformat(), "to_date": slots[-1].isoformat(),
-        "max_active_runs": 1, "reprocess_behavior": "none", "run_backwards": False,
-        "run_on_latest_version": True, "dag_run_conf": None})
-    assert backfill["max_active_runs"] == 1 and not backfill["is_paused"]
+    (_backfill_through_the_api if via == "api" else _backfill_in_the_browser)(base, slots, tmp_path)
+    assert _query(home, "select is_paused from dag where dag_id = ?", DAG_ID) == [(0,)]  # unpaused by it
 
     def finished() -> list[dict[str, Any]] | None:
         runs = _sweep_runs(home)
