@@ -63,6 +63,13 @@ def duration_from_env(var: str, default: str) -> dt.timedelta:
 CATCHUP_WINDOW = duration_from_env("TIERED_CATCHUP_WINDOW", "6h")
 
 
+CATCH_UP_DOC = (
+    "\n**One slot at a time, oldest first.** A run starts with `wait_turn`: it waits while an older run of "
+    "this DAG is running or a backfill's older run is queued (at most TIERED_GATE_MAX_WAIT), so each run, "
+    "a backfill's included, does its own slot's work. After an outage the scheduler runs each missed slot "
+    "of the last TIERED_CATCHUP_WINDOW. README \"Catch-up and backfills\".\n")
+
+
 def cron_clock(cron: str) -> CatchUpCronTimetable:
     """The scheduled DAGs' clock: ``cron`` in UTC, catching up the missed slots of CATCHUP_WINDOW."""
     return CatchUpCronTimetable(cron, timezone="UTC", window=CATCHUP_WINDOW)
@@ -118,7 +125,8 @@ def tiered_dag(
         max_active_runs=max_active_runs,
         default_args=DEFAULT_ARGS,
         tags=[*TAGS, *tags],
-        doc_md=None if doc_md is None else f"{doc_md.rstrip()}\n\n**Schedule:** {when}\n",
+        doc_md=None if doc_md is None else f"{doc_md.rstrip()}\n\n**Schedule:** {when}\n" + (
+            "" if schedule is None else CATCH_UP_DOC),
         params={"config": config_param(), "dry_run": dry_run_param(), **(params or {})},
     )
 

@@ -421,3 +421,25 @@ def test_descriptions_name_both_halves_of_asset_or_time_schedules() -> None:
     assert sweep.description.endswith("Schedule: cron */15 * * * * UTC (Every 15 minutes; catches up missed "
                                       "slots of the last 6 h, oldest first)"), sweep.description
     assert bag.get_dag("tiered_offload_topic").description.endswith("Schedule: manual (no schedule)")
+
+
+def test_the_gate_never_waits_for_a_finished_failed_or_queued_scheduled_run(tmp_path: Path, spark_env) -> None:
+    """``wait_turn`` in real DAG runs (dag.test, this session's metadata DB): an older run that failed does
+    not block a newer one, nor does an older non-backfill run that is queued (it may be queued behind
+    this very run: waiting would deadlock); the gate's log says why it let the run go."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from .conftest import make_workspace, run_dag
+
+    cfg = make_workspace(tmp_path / "ws", ["public/default"], topics=1, ledgers=2, entries=10)  # nothing due
+    at = dt.datetime(2026, 2, 1, 3, 0, tzinfo=dt.UTC)
+    older, states = run_dag(DAG_ID, at, {"config": str(cfg)})
+    assert states["wait_turn"] == "success" and states["offload"] == "skipped", states
+    for i, state in enumerate(("failed", "queued"), start=1):
+        with create_session() as session:
+            session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": state})
+        _, states = run_dag(DAG_ID, at + dt.timedelta(hours=i), {"config": str(cfg)})
+        assert states["wait_turn"] == "success" and states["verdict"] == "success", (state, states)
+    with create_session() as session:
+        session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": "failed"})
