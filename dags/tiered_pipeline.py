@@ -90,8 +90,10 @@ def wait_turn_task():
         run's logical time: a newer run would do the older slots' work first). A failed or finished
         older run never blocks; after TIERED_GATE_MAX_WAIT (default 1 h) it goes on regardless, with
         a warning. A run without a logical date (asset-triggered) does not wait."""
+        import logging
         import time
 
+        log = logging.getLogger("tiered.wait_turn")  # at its level in the task log (the warning too)
         ctx: Any = get_current_context()
         ti, dag_run = ctx["ti"], ctx["dag_run"]
         if dag_run.logical_date is None:
@@ -103,15 +105,17 @@ def wait_turn_task():
                 time.sleep(settle.total_seconds())
         older = older_run_unfinished(ti)
         if older is None:
-            print(f"wait_turn: no older run of {ti.dag_id} unfinished; this run ({dag_run.logical_date.isoformat()}) goes")
+            log.info("wait_turn: no older run of %s unfinished; this run (%s) goes", ti.dag_id,
+                     dag_run.logical_date.isoformat())
             return PokeReturnValue(is_done=True)
         waited = now - (ti.get_first_reschedule_date(ctx) or now)
-        what = f"{older.run_id} ({older.run_type}, {older.state}, logical date {older.logical_date.isoformat()})"
+        what = (f"{older.run_id} ({_value(older.run_type)}, {_value(older.state)}, logical date "
+                f"{older.logical_date.isoformat()})")
         if waited >= GATE_MAX_WAIT:
-            print(f"WARNING wait_turn: waited {waited} for the older run {what}; going on (this run may do its "
-                  "slots' work first; their runs then find it done)")
+            log.warning("wait_turn: waited %s for the older run %s; going on (this run may do the older slots' "
+                        "work first; their runs then find it done)", waited, what)
             return PokeReturnValue(is_done=True)
-        print(f"wait_turn: waiting for the older run {what} to finish (waited {waited} so far)")
+        log.info("wait_turn: waiting for the older run %s to finish (waited %s so far)", what, waited)
         return PokeReturnValue(is_done=False)
 
     return wait_turn()

@@ -417,6 +417,12 @@ def test_descriptions_name_both_halves_of_asset_or_time_schedules() -> None:
         assert type(dag.timetable).__name__ == "AssetOrTimeSchedule", dag_id
         for text in (dag.description, dag.doc_md.rsplit("**Schedule:**", 1)[1]):
             assert f"on each {asset} asset event" in text and f"cron {cron} UTC" in text, (dag_id, text)
+    for dag_id in bag.dag_ids:  # every scheduled DAG starts with the gate; manual ones have none
+        dag = bag.get_dag(dag_id)
+        roots = [t.task_id for t in dag.roots]
+        assert roots == (["wait_turn"] if dag.schedule is not None else roots) and (
+            dag.schedule is not None or "wait_turn" not in dag.task_ids), (dag_id, roots)
+        assert ("**One slot at a time, oldest first.**" in dag.doc_md) is (dag.schedule is not None), dag_id
     sweep = bag.get_dag(DAG_ID)
     assert sweep.description.endswith("Schedule: cron */15 * * * * UTC (Every 15 minutes; catches up missed "
                                       "slots of the last 6 h, oldest first)"), sweep.description
