@@ -429,10 +429,11 @@ def test_descriptions_name_both_halves_of_asset_or_time_schedules() -> None:
     assert bag.get_dag("tiered_offload_topic").description.endswith("Schedule: manual (no schedule)")
 
 
-def test_the_gate_never_waits_for_a_finished_failed_or_queued_scheduled_run(tmp_path: Path, spark_env) -> None:
+def test_the_gate_never_waits_for_a_finished_failed_or_queued_scheduled_run(tmp_path: Path, spark_env,
+                                                                            monkeypatch) -> None:
     """``wait_turn`` in real DAG runs (dag.test, this session's metadata DB): an older run that failed does
     not block a newer one, nor does an older non-backfill run that is queued (it may be queued behind
-    this very run: waiting would deadlock); the gate's log says why it let the run go."""
+    this very run: waiting would deadlock); a running one only up to the gate's maximum wait."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -447,5 +448,15 @@ def test_the_gate_never_waits_for_a_finished_failed_or_queued_scheduled_run(tmp_
             session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": state})
         _, states = run_dag(DAG_ID, at + dt.timedelta(hours=i), {"config": str(cfg)})
         assert states["wait_turn"] == "success" and states["verdict"] == "success", (state, states)
+    # a running older run is waited for, at most TIERED_GATE_MAX_WAIT: with 0 the gate goes on at once
+    import tiered_pipeline
+
     with create_session() as session:
-        session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": "failed"})
+        session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": "running"})
+    monkeypatch.setattr(tiered_pipeline, "GATE_MAX_WAIT", dt.timedelta(0))
+    try:
+        _, states = run_dag(DAG_ID, at + dt.timedelta(hours=3), {"config": str(cfg)})
+        assert states["wait_turn"] == "success", states
+    finally:
+        with create_session() as session:
+            session.query(DagRun).filter_by(dag_id=DAG_ID, run_id=older.run_id).update({"state": "failed"})
