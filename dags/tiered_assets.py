@@ -22,7 +22,7 @@ from airflow.sdk import (
     get_current_context,
     task,
 )
-from tiered_common import QUICK_TASK, cron_clock
+from tiered_common import QUICK_TASK, cron_clock, schedule_text  # noqa: F401 - schedule_text: re-exported
 from tiered_params import as_of
 
 OFFLOADED = Asset(name="tiered_offloaded", uri="tiered://lifecycle/offloaded")
@@ -43,22 +43,6 @@ def asset_or_time(cron: str | None, asset: Asset) -> Any:
     if cron is None:
         return None
     return AssetOrTimeSchedule(timetable=cron_clock(cron), assets=asset)
-
-
-def schedule_text(schedule: Any) -> str:
-    """What a DAG's schedule is, in words, both halves of an asset-or-time one: the DAG list shows only
-    the asset of such a schedule, so the DAG's description says it (tiered_common.tiered_dag)."""
-    if schedule is None:
-        return "manual (no schedule)"
-    clock = getattr(schedule, "timetable", schedule)
-    cron = getattr(clock, "expression", None) or str(clock)
-    when = f"cron {cron} UTC ({getattr(clock, 'description', '') or cron})"
-    if not isinstance(schedule, AssetOrTimeSchedule):
-        return when
-    condition = schedule.asset_condition
-    assets = [condition] if isinstance(condition, Asset) else list(getattr(condition, "objects", [condition]))
-    assets = sorted({getattr(a, "name", None) or str(a) for a in assets})
-    return f"on each {' or '.join(assets)} asset event, or {when}, whichever comes first"
 
 
 def triggering_namespaces(context: dict[str, Any], asset: Asset) -> list[str]:

@@ -88,6 +88,24 @@ DEFAULT_ARGS: dict[str, Any] = {
 QUICK_TASK: dict[str, Any] = {"retries": 0, "execution_timeout": dt.timedelta(minutes=10)}
 
 
+def schedule_text(schedule: Any) -> str:
+    """What a DAG's schedule is, in words, both halves of an asset-or-time one: the DAG list shows only
+    the asset of such a schedule, so the DAG's description says it (tiered_dag)."""
+    if schedule is None:
+        return "manual (no schedule)"
+    clock = getattr(schedule, "timetable", schedule)
+    cron = getattr(clock, "expression", None) or str(clock)
+    when = f"cron {cron} UTC ({getattr(clock, 'description', '') or cron})"
+    from airflow.sdk import Asset, AssetOrTimeSchedule
+
+    if not isinstance(schedule, AssetOrTimeSchedule):
+        return when
+    condition = schedule.asset_condition
+    assets = [condition] if isinstance(condition, Asset) else list(getattr(condition, "objects", [condition]))
+    assets = sorted({getattr(a, "name", None) or str(a) for a in assets})
+    return f"on each {' or '.join(assets)} asset event, or {when}, whichever comes first"
+
+
 def tiered_dag(
     dag_id: str,
     *,
@@ -107,7 +125,6 @@ def tiered_dag(
     next scheduled run can start). The description and doc_md end with what the schedule is, both halves
     of an asset-or-time one (the DAG list shows the description)."""
     from airflow.sdk import DAG
-    from tiered_assets import schedule_text
 
     if schedule is not None and dagrun_timeout is None:
         raise ValueError(f"{dag_id}: a scheduled DAG needs a dagrun_timeout")

@@ -17,10 +17,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from airflow._shared.timezones.timezone import coerce_datetime, parse_timezone, utcnow
+import pendulum
 from airflow.plugins_manager import AirflowPlugin
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction
 from airflow.timetables.trigger import CronTriggerTimetable
+
+
+def utcnow() -> pendulum.DateTime:
+    """Now, in UTC (the tests set the clock through this name)."""
+    return pendulum.now("UTC")
 
 
 class CatchUpCronTimetable(CronTriggerTimetable):
@@ -28,7 +33,7 @@ class CatchUpCronTimetable(CronTriggerTimetable):
     ``window`` before now. ``window == 0`` is Airflow's ``catchup=False``: the newest slot only."""
 
     def __init__(self, cron: str, *, timezone: Any = "UTC", window: dt.timedelta = dt.timedelta(hours=6)) -> None:
-        super().__init__(cron, timezone=parse_timezone(timezone) if isinstance(timezone, str) else timezone)
+        super().__init__(cron, timezone=pendulum.timezone(timezone) if isinstance(timezone, str) else timezone)
         if window < dt.timedelta(0):
             raise ValueError(f"catch-up window must not be negative: {window}")
         self.window = window
@@ -50,7 +55,7 @@ class CatchUpCronTimetable(CronTriggerTimetable):
         # UI: ``latest`` given); only the scheduler's catch-up is bounded, a backfill gets every slot
         if info is None or not restriction.catchup or restriction.latest is not None:
             return info
-        now = coerce_datetime(utcnow())
+        now = utcnow()
         # the oldest slot still caught up: the first one inside the window, or the newest past slot
         floor = min(self._align_to_next(now - self.window), self._align_to_prev(now))
         if info.run_after >= floor:
@@ -62,7 +67,7 @@ class CatchUpCronTimetable(CronTriggerTimetable):
 
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> CatchUpCronTimetable:
-        return cls(data["expression"], timezone=parse_timezone(data["timezone"]),
+        return cls(data["expression"], timezone=data["timezone"],
                    window=dt.timedelta(seconds=float(data["catchup_window_s"])))
 
     def __eq__(self, other: object) -> bool:
