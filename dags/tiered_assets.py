@@ -18,12 +18,11 @@ from airflow.sdk import (
     Asset,
     AssetAlias,
     AssetOrTimeSchedule,
-    CronTriggerTimetable,
     TriggerRule,
     get_current_context,
     task,
 )
-from tiered_common import QUICK_TASK
+from tiered_common import QUICK_TASK, cron_clock, schedule_text  # noqa: F401 - schedule_text: re-exported
 from tiered_params import as_of
 
 OFFLOADED = Asset(name="tiered_offloaded", uri="tiered://lifecycle/offloaded")
@@ -39,11 +38,11 @@ def schedule_from_env(var: str, default: str) -> str | None:
 
 
 def asset_or_time(cron: str | None, asset: Asset) -> Any:
-    """A run on each event of ``asset`` or on the ``cron`` clock (UTC), whichever comes first; None (no
-    schedule at all) when the clock is disabled."""
+    """A run on each event of ``asset`` or on the ``cron`` clock (UTC, tiered_common.cron_clock: missed
+    slots caught up), whichever comes first; None (no schedule at all) when the clock is disabled."""
     if cron is None:
         return None
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(cron, timezone="UTC"), assets=asset)
+    return AssetOrTimeSchedule(timetable=cron_clock(cron), assets=asset)
 
 
 def triggering_namespaces(context: dict[str, Any], asset: Asset) -> list[str]:

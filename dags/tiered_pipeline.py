@@ -1,6 +1,6 @@
 """The standard pipeline every tiered-storage DAG ends with, so a DAG file reads as its own steps only:
 
-    preflight >> plan >> spark task(s) >> summary >> verdict, summary >> announce
+    [wait_turn >>] preflight >> plan >> spark task(s) >> summary >> verdict, summary >> announce
 
 ``standard_pipeline`` wires it from the DAG's plan task and its Spark step; ``preflight_task`` (the
 configuration loads, the stores answer), ``summary_task`` (the run's reports added up through
@@ -10,13 +10,14 @@ a Spark job when nothing is due."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_airflow import TieredObjectStoreHook
 from tiered_assets import Announcement, announce_task
-from tiered_common import AWS_CONN_ID, GCP_CONN_ID, QUICK_TASK, WASB_CONN_ID, load_config
+from tiered_common import AWS_CONN_ID, GCP_CONN_ID, QUICK_TASK, WASB_CONN_ID, duration_from_env, load_config
 from tiered_params import job_args, run_ids
 
 from tieredcore.reports import RunReports, RunTotals, combine_totals
@@ -29,13 +30,18 @@ SHARDS_KEY = "shards"
 
 def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs: str | Sequence[str], *,
                       preflight: bool = True, announce: Announcement | None = None) -> None:
-    """The DAG's tasks after its own: ``plan()`` (the plan task; after the preflight check unless
+    """The DAG's tasks after its own: in a scheduled DAG the ``wait_turn`` gate first (each slot does its
+    own work: see :func:`wait_turn_task`), ``plan()`` (the plan task; after the preflight check unless
     ``preflight`` is False), the Spark task(s) ``spark(planned)`` builds on the plan's XCom (one task, or
     a list whose last one runs last), the ``summary`` of ``jobs``' reports, the ``verdict`` over the
     Spark tasks and the summary, and, with ``announce``, the asset events of what the run changed."""
     planned = plan()
+    head = planned
     if preflight:
-        preflight_task() >> planned
+        head = preflight_task()
+        head >> planned
+    if planned.operator.dag is not None and planned.operator.dag.timetable.can_be_scheduled:
+        wait_turn_task() >> head
     built = spark(planned)
     spark_tasks = list(built) if isinstance(built, list | tuple) else [built]
     summary = summary_task(jobs, plan_task_id=planned.operator.task_id)
@@ -43,6 +49,78 @@ def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs
     [*spark_tasks, summary] >> verdict_task()
     if announce is not None:
         summary >> announce_task(announce)
+
+
+# -- the gate: one slot at a time, oldest first ----------------------------------------------------
+
+# a scheduled run gives a backfill created with it (the UI's "unpause on trigger" sends both at once)
+# this long to exist before it decides; at most GATE_MAX_WAIT of waiting, then it goes on (with a warning)
+GATE_SETTLE = duration_from_env("TIERED_GATE_SETTLE", "15s")
+GATE_MAX_WAIT = duration_from_env("TIERED_GATE_MAX_WAIT", "1h")
+# between two looks (not much shorter: the scheduler must have seen a poke end before the next is due)
+GATE_POKE = duration_from_env("TIERED_GATE_POKE", "30s")
+
+
+def older_run_unfinished(ti: Any) -> Any:
+    """The older run (earlier logical date) of this DAG that this run waits for, or None: one running,
+    or a backfill's still queued (backfill runs start on their own quota, so they will run; a queued
+    scheduled or manual run may be waiting for this very run's place under max_active_runs=1)."""
+    running = ti.get_previous_dagrun(state="running")
+    if running is not None:
+        return running
+    queued = ti.get_previous_dagrun(state="queued")
+    return queued if queued is not None and _value(queued.run_type) == "backfill" else None
+
+
+def _value(enum: Any) -> str:
+    """An Airflow enum's value (``DagRunType.BACKFILL_JOB`` -> ``backfill``), or the string given."""
+    return str(getattr(enum, "value", enum))
+
+
+def wait_turn_task():
+    from airflow.sdk import PokeReturnValue
+
+    @task.sensor(task_id="wait_turn", mode="reschedule", poke_interval=GATE_POKE.total_seconds(),
+                 timeout=(GATE_MAX_WAIT + dt.timedelta(minutes=10)).total_seconds(),
+                 # a retry (not a failed run) when a poke's end reaches the scheduler after the next
+                 # poke was queued (Airflow then fails the try: "state changed externally")
+                 retries=2, retry_delay=GATE_POKE, retry_exponential_backoff=False,
+                 execution_timeout=dt.timedelta(minutes=5))
+    def wait_turn() -> PokeReturnValue:
+        """Waits while an older run of this DAG is unfinished (a backfill's slots, a slot still being
+        caught up), so each run does its own slot's work, oldest first (the jobs' only clock is the
+        run's logical time: a newer run would do the older slots' work first). A failed or finished
+        older run never blocks; after TIERED_GATE_MAX_WAIT (default 1 h) it goes on regardless, with
+        a warning. A run without a logical date (asset-triggered) does not wait."""
+        import logging
+        import time
+
+        log = logging.getLogger("tiered.wait_turn")  # at its level in the task log (the warning too)
+        ctx: Any = get_current_context()
+        ti, dag_run = ctx["ti"], ctx["dag_run"]
+        if dag_run.logical_date is None:
+            return PokeReturnValue(is_done=True)
+        now = dt.datetime.now(dt.UTC)
+        if _value(dag_run.run_type) == "scheduled" and dag_run.start_date is not None:
+            settle = dag_run.start_date + GATE_SETTLE - now
+            if settle > dt.timedelta(0):  # a backfill sent with the unpause may not exist yet
+                time.sleep(settle.total_seconds())
+        older = older_run_unfinished(ti)
+        if older is None:
+            log.info("wait_turn: no older run of %s unfinished; this run (%s) goes", ti.dag_id,
+                     dag_run.logical_date.isoformat())
+            return PokeReturnValue(is_done=True)
+        waited = now - (ti.get_first_reschedule_date(ctx) or now)
+        what = (f"{older.run_id} ({_value(older.run_type)}, {_value(older.state)}, logical date "
+                f"{older.logical_date.isoformat()})")
+        if waited >= GATE_MAX_WAIT:
+            log.warning("wait_turn: waited %s for the older run %s; going on (this run may do the older slots' "
+                        "work first; their runs then find it done)", waited, what)
+            return PokeReturnValue(is_done=True)
+        log.info("wait_turn: waiting for the older run %s to finish (waited %s so far)", what, waited)
+        return PokeReturnValue(is_done=False)
+
+    return wait_turn()
 
 
 # -- planning: nothing due, no Spark job ------------------------------------------------------------

@@ -131,7 +131,7 @@ def cron_of(dag) -> str | None:
         return None
     if isinstance(s, str):
         return CRON_PRESETS.get(s, s)
-    return s.timetable.expression
+    return getattr(s, "timetable", s).expression  # asset-or-time: its clock; else the catch-up clock
 
 
 def asset_of(dag):

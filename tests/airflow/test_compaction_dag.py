@@ -115,7 +115,8 @@ def test_compaction_dag_repacks_a_namespace_and_its_summary_shows_before_and_aft
 
     dr, states = run_dag("tiered_compaction", SWEEP_AT, {"config": str(cfg)})
     assert dr.state == DagRunState.SUCCESS, states
-    assert states == {"preflight": TaskInstanceState.SUCCESS, "plan": TaskInstanceState.SUCCESS,
+    assert states == {"wait_turn": TaskInstanceState.SUCCESS, "preflight": TaskInstanceState.SUCCESS,
+                      "plan": TaskInstanceState.SUCCESS,
                       "compact[0]": TaskInstanceState.SUCCESS, "summary": TaskInstanceState.SUCCESS,
                       "verdict": TaskInstanceState.SUCCESS}
     (planned,) = xcom(dr, "plan")

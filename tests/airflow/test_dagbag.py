@@ -34,7 +34,8 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
         dag = bag.get_dag(dag_id)
         assert dag.tags and "tiered-storage" in dag.tags, dag_id
         assert dag.doc_md and len(dag.doc_md) > 200, dag_id
-        assert dag.catchup is False
+        # scheduled: the missed slots of the catch-up window, one run each (tiered_timetables.py)
+        assert dag.catchup is (dag.schedule is not None), dag_id
         for t in dag.tasks:
             assert t.owner == "tiered", (dag_id, t.task_id)
             assert t.execution_timeout is not None, (dag_id, t.task_id)
@@ -50,25 +51,25 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     lag = bag.get_dag("tiered_deletion_lag_cleanup")
     assert sweep.max_active_runs == 1 and lag.max_active_runs == 1
     assert bag.get_dag("tiered_offload_topic").schedule is None
-    assert sweep.schedule == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
+    assert cron_of(sweep) == "*/15 * * * *" and cron_of(lag) == "0 * * * *"
     assert asset_of(lag).name == "tiered_offloaded"  # ... or on the sweep's events
     # no `config` param: without an allow-list (TIERED_CONFIG_ALLOWED) every run uses the deployment's
     assert set(sweep.params.keys()) == {"dry_run", "max_topics", "namespaces", "shards"}
     assert set(bag.get_dag("tiered_offload_topic").params.keys()) == {"topic", "mode", "value", "dry_run"}
     scrub = bag.get_dag("tiered_scrub")
-    assert scrub.max_active_runs == 1 and scrub.schedule == "@daily"
+    assert scrub.max_active_runs == 1 and cron_of(scrub) == "0 0 * * *"
     assert set(scrub.params.keys()) == {"dry_run", "deep", "messages", "repair", "namespaces"}
     assert scrub.get_task("scrub").application.endswith("spark_jobs/scrub.py")
     from tiered_spark import SHARD_LABEL_TEMPLATE
 
     compaction = bag.get_dag("tiered_compaction")
-    assert compaction.max_active_runs == 1 and compaction.schedule == "@daily"
+    assert compaction.max_active_runs == 1 and cron_of(compaction) == "0 0 * * *"
     assert set(compaction.params.keys()) == {"dry_run", "namespaces", "min_object_size", "target_size",
                                              "delete_delay", "shards"}
     compact = compaction.get_task("compact")
     assert compact.partial_kwargs["application"].endswith("spark_jobs/compact_segments.py")
     assert compact.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE  # labelled by its shard
-    assert [t.task_id for t in compaction.topological_sort()] == ["preflight", "plan", "compact", "summary",
+    assert [t.task_id for t in compaction.topological_sort()] == ["wait_turn", "preflight", "plan", "compact", "summary",
                                                                   "verdict"]
     keys = bag.get_dag("tiered_key_rotation")
     assert keys.schedule is None and keys.max_active_runs == 1  # manual trigger only
@@ -107,7 +108,7 @@ def test_schedules_and_jobs_dir_from_environment(monkeypatch: pytest.MonkeyPatch
     try:
         bag = _bag()
         assert not bag.import_errors, bag.import_errors
-        assert bag.get_dag("tiered_offload_sweep").schedule == "*/5 * * * *"
+        assert cron_of(bag.get_dag("tiered_offload_sweep")) == "*/5 * * * *"
         assert bag.get_dag("tiered_deletion_lag_cleanup").schedule is None  # no clock, no events either
         op = bag.get_dag("tiered_deletion_lag_cleanup").get_task("cleanup")
         assert op.application == str(jobs / "deletion_lag_cleanup.py")

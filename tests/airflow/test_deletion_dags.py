@@ -57,19 +57,19 @@ def test_deletion_dags_structure_and_conventions() -> None:
     bag = _bag()
     expected = {
         "tiered_retention": ("0 * * * *", {"dry_run", "namespaces"},
-                             ["preflight", "plan", "retention", "drain", "summary", "verdict"],
+                             ["wait_turn", "preflight", "plan", "retention", "drain", "summary", "verdict"],
                              {"retention": "retention_sweep", "drain": "deletion_drain"}),
         "tiered_deletion_drain": ("*/10 * * * *", {"dry_run", "max_attempts", "retry_delay_ms"},
-                                  ["preflight", "plan", "drain", "summary", "verdict"],
+                                  ["wait_turn", "preflight", "plan", "drain", "summary", "verdict"],
                                   {"drain": "deletion_drain"}),
         "tiered_orphan_reconciliation": ("0 0 * * *", {"dry_run", "grace", "apply"},
-                                         ["preflight", "plan", "reconcile", "summary", "verdict"],
+                                         ["wait_turn", "preflight", "plan", "reconcile", "summary", "verdict"],
                                          {"reconcile": "reconcile_orphans"}),
     }
     for dag_id, (schedule, params, order, spark) in expected.items():
         dag = bag.get_dag(dag_id)
         assert cron_of(dag) == schedule, dag_id
-        assert dag.max_active_runs == 1 and dag.catchup is False, dag_id
+        assert dag.max_active_runs == 1 and dag.catchup is True, dag_id
         assert {"tiered-storage", "spark", "deletion"} <= set(dag.tags), dag_id
         assert dag.doc_md and len(dag.doc_md) > 400 and dag.description, dag_id
         assert set(dag.params.keys()) == params, dag_id
