@@ -121,7 +121,7 @@ def test_rotate_keys_with_spark(tmp_path, key_pool, s3_store, moto_endpoint):
     rc, log = spark_submit("rotate_keys", "--config", str(cfg), "--as-of", END_ISO, "--run-id", "r1",
                            "--report-dir", str(reports), log=tmp_path / "rotate.log")
     assert rc == 1, log
-    summary = json.loads((reports / "rotate_keys" / "r1" / "summary.json").read_text())
+    summary = json.loads((reports / "rotate_keys" / "r1" / "rotate_keys" / "summary.json").read_text())
     n_enc = 2 * LEDGERS  # objects per namespace (data + index per ledger)
     assert summary["target"] == "k2" and summary["dry_run"] is False
     assert summary["outcomes"] == {"failed": 2, "rewrapped": 2 * n_enc - 2, "skipped": n_enc}
