@@ -314,3 +314,74 @@ def test_parts_the_plan_did_not_name_are_read_too(tmp_path: Path) -> None:
     _publish(reports, ReportPlace("d", RID, "extra", "d", "extra", -1), 1, _report("scrub", ledgers=5))
     rec = run_record(reports, "d", RID, {"scrub": []}, dag_id="d")
     assert rec["totals"]["ledgers"] == 5 and [p["part"] for p in rec["parts"]] == ["extra"]
+
+
+def test_totals_over_parts_and_namespaces_count_a_part_without_a_report_as_failed(tmp_path: Path) -> None:
+    from tieredcore.run_totals import summary_lines
+
+    reports = RunReports(tmp_path)
+    ns_x = {"ledgers": 2, "bytes": 20, "failures": 1, "outcomes": {"offloaded": 1, "failed": 1}}
+    ns_s = {"ledgers": 0, "bytes": 5, "failures": 0, "outcomes": {"offloaded": 2}, "segments": 2,
+            "segment_bytes": 5, "segments_held": 1}
+    docs = [_report("offload_sweep", topics=1, ledgers=2, bytes=20, failures=1, outcomes={"offloaded": 1, "failed": 1},
+                    namespaces={"a/x": ns_x}, data_loss=["t ledger 9"]),
+            _report("offload_sweep", topics=2, bytes=5, outcomes={"offloaded": 2}, namespaces={"a/s": ns_s},
+                    segments=2, segment_bytes=5, segments_held=1),
+            _report("offload_sweep", topics=1, ledgers=1, bytes=7, outcomes={"offloaded": 1},
+                    namespaces={"a/x": {"ledgers": 1, "bytes": 7, "failures": 0, "outcomes": {"offloaded": 1}}})]
+    for i, doc in enumerate(docs):
+        _publish(reports, ReportPlace("d", RID, f"offload.{i}", "d", "offload", i), 1, doc)
+    (tmp_path / "d" / KEY / "offload.4").mkdir()
+    (tmp_path / "d" / KEY / "offload.4" / "summary.json").write_text(json.dumps({"entries": 3}))  # no totals
+    planned = planned_parts("offload", "offload_sweep", [["--as-of", "t"]] * 5)  # offload.3 wrote nothing
+    rec = run_record(reports, "d", RID, {"offload_sweep": planned})
+    d = rec["totals"]
+    assert (d["jobs"], d["topics"], d["ledgers"], d["bytes"], d["failures"]) == (5, 4, 3, 32, 1)
+    assert d["failed_jobs"] == rec["missing_parts"] == ["offload.3", "offload.4"] and d["data_loss"] == ["t ledger 9"]
+    assert d["outcomes"] == {"offloaded": 4, "failed": 1}
+    assert (d["segments"], d["segment_bytes"], d["segments_held"]) == (2, 5, 1)
+    assert d["reports"] == [str(reports.summary_path("d", KEY, f"offload.{i}")) for i in range(3)]
+    assert json.loads(json.dumps(d)) == d  # an XCom value
+    assert d["namespaces"]["a/x"] == {"ledgers": 3, "bytes": 27, "failures": 1, "outcomes": {"offloaded": 2, "failed": 1}}
+    # a streaming namespace keeps its segment counts, a ledger-mode one its shape
+    assert d["namespaces"]["a/s"] == ns_s
+    assert "counters" not in d  # no report had counters
+    lines = summary_lines(d)
+    assert lines[0].startswith("offload_sweep summary: 5 job(s), 4 topic(s), 3 ledger(s)/record(s), 32 bytes, "
+                               "1 failure(s), failed jobs: ['offload.3', 'offload.4']")
+    assert lines[0].endswith("; 2 segment(s) (5 bytes), 1 tail(s) held for their rollover")
+    assert [line.split(":")[0] for line in lines[1:]] == ["  a/s", "  a/x", "DATA LOSS"]
+
+
+def test_combined_totals_of_several_jobs_name_each_jobs_outcomes(tmp_path: Path) -> None:
+    from tieredcore.reports import RunTotals, combine_totals
+    from tieredcore.run_totals import summary_lines
+
+    reports = RunReports(tmp_path)
+    _publish(reports, ReportPlace("d", RID, "retention", "d", "retention", -1), 1, _report(
+        "retention_sweep", topics=1, ledgers=2, bytes=20, outcomes={"marked": 2},
+        namespaces={"a/b": {"ledgers": 2, "bytes": 20, "failures": 0, "outcomes": {"marked": 2}}}))
+    _publish(reports, ReportPlace("d", RID, "drain.0", "d", "drain", 0), 1, _report(
+        "deletion_drain", ledgers=3, failures=1, outcomes={"deleted": 2, "dead_lettered": 1},
+        counters={"deleted_hot": 2}, namespaces={"c/d": {"ledgers": 3, "bytes": 0, "failures": 1,
+                                                         "outcomes": {"dead_lettered": 1}, "counters": {"x": 1}}}))
+    rec = run_record(reports, "d", RID, {
+        "retention_sweep": planned_parts("retention", "retention_sweep", ["--as-of", "t"]),
+        "deletion_drain": planned_parts("drain", "deletion_drain", [["--as-of", "t"]] * 2)})
+    both = rec["totals"]
+    assert json.loads(json.dumps(both)) == both
+    assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
+    assert (both["ledgers"], both["bytes"], both["failures"]) == (5, 20, 1)
+    assert both["failed_jobs"] == ["deletion_drain/drain.1"]
+    assert both["outcomes"] == {"retention_sweep.marked": 2, "deletion_drain.deleted": 2,
+                                "deletion_drain.dead_lettered": 1}
+    assert both["by_job"]["deletion_drain"]["counters"] == {"deleted_hot": 2}
+    assert both["by_job"]["deletion_drain"]["namespaces"]["c/d"]["counters"] == {"x": 1}
+    assert both["namespaces"] == {} and len(both["reports"]) == 2 and both["data_loss"] == []
+    assert [line.split(" ")[0] for line in summary_lines(both) if "summary:" in line] == [
+        "retention_sweep", "deletion_drain"]
+    sweep = RunTotals.from_dict(both["by_job"]["retention_sweep"])
+    assert combine_totals([sweep]) is sweep  # one job: its own totals
+    # a job never planned (its plan failed) is a failed job of the run
+    missing = combine_totals([sweep, RunTotals.not_run("deletion_drain")]).as_dict()
+    assert missing["failed_jobs"] == [f"deletion_drain/{NOT_PLANNED}"] and missing["jobs"] == 1
