@@ -175,6 +175,7 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
     overwrites an earlier one's report. Returns the attempt's directory and the summary."""
     started = time.monotonic() if report_started is None else report_started
     reports, place = RunReports(run.report_dir), run.report_place
+    reports.claim(place.group, place.run_id)  # the run's directory is this run id's (a clash: refused)
     attempt = reports.attempt_number(place, os.environ if env is None else env)
     out = reports.attempt_dir(place.group, place.run_key, place.part, attempt)
     out.mkdir(parents=True, exist_ok=True)

@@ -385,3 +385,19 @@ def test_combined_totals_of_several_jobs_name_each_jobs_outcomes(tmp_path: Path)
     # a job never planned (its plan failed) is a failed job of the run
     missing = combine_totals([sweep, RunTotals.not_run("deletion_drain")]).as_dict()
     assert missing["failed_jobs"] == [f"deletion_drain/{NOT_PLANNED}"] and missing["jobs"] == 1
+
+
+def test_a_run_by_hand_beside_an_old_layout_run_of_the_same_id_gets_its_own_part(tmp_path: Path) -> None:
+    """A job run by hand again with the id of a report of the layout before (same key): its report goes
+    to its part directory, and from then on the run reads as the new layout's."""
+    old = tmp_path / "scrub" / "20260101T000000Z"
+    (old / "attempt-1").mkdir(parents=True)
+    (old / "attempt-1" / "summary.json").write_text(json.dumps(_report("scrub")))
+    (old / "summary.json").write_text(json.dumps(_report("scrub")))
+    reports = RunReports(tmp_path)
+    place = ReportPlace("scrub", "20260101T000000Z", "scrub")
+    reports.check_writable(place)
+    assert reports.attempt_number(place, {}) == 1
+    _publish(reports, place, 1, _report("scrub", ledgers=4))
+    assert reports.parts("scrub", "20260101T000000Z") == ["scrub"]
+    assert reports.read_summary("scrub", "20260101T000000Z", "scrub")["totals"]["ledgers"] == 4
