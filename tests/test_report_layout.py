@@ -232,6 +232,11 @@ def test_reports_of_the_layout_before_dag_runs_read_as_runs_with_one_part(tmp_pa
     assert reports.detail_path("offload_sweep", "r1.t+a", "offload_sweep") == run / "detail.parquet"
     rec = reports.read_run("offload_sweep", "r1.t+a")
     assert rec["synthesized"] and rec["dag_run_id"] == "r1.t+a" and rec["jobs"] == ["offload_sweep"]
+    assert rec["totals"]["reports"] == [str(run / "summary.json")]
+    (tmp_path / "offload_sweep" / "a=b").mkdir()  # an old name with '=' (its run id): read where it is
+    (tmp_path / "offload_sweep" / "a=b" / "summary.json").write_text(json.dumps(doc))
+    assert reports.read_run("offload_sweep", "a=b")["totals"]["reports"] == [
+        str(tmp_path / "offload_sweep" / "a=b" / "summary.json")]
     assert rec["totals"]["data_loss"] == ["t ledger 4"] and rec["parts"][0]["outcome"] == "data loss"
 
 
