@@ -262,7 +262,7 @@ def test_run_record_over_mapped_parts_with_one_missing(tmp_path: Path) -> None:
         ns = {f"t/n{i}": {"ledgers": 2, "bytes": 10, "failures": 0, "outcomes": {"offloaded": 2}}}
         _publish(reports, ReportPlace("tiered_offload_sweep", RID, f"offload.{i}", "tiered_offload_sweep", "offload", i),
                  1, {**_report("offload_sweep", topics=1, ledgers=2, bytes=10, outcomes={"offloaded": 2},
-                               namespaces=ns), "namespaces": [f"t/n{i}"], "task_id": "offload", "map_index": i})
+                               namespaces=ns), "planned_namespaces": [f"t/n{i}"], "task_id": "offload", "map_index": i})
     rec = run_record(reports, "tiered_offload_sweep", RID, planned, dag_id="tiered_offload_sweep", as_of="t",
                      nothing_due=["t/idle", {"namespace": "t/off", "reason": "offload disabled"}])
     assert rec["missing_parts"] == ["offload.1"]

@@ -589,7 +589,8 @@ def _part_entry(part: str, job: str, s: Mapping[str, Any] | None, planned: Plann
                 "map_index": planned.map_index if planned else None, "job": job, "attempt": None,
                 "namespaces": list(planned.namespaces) if planned else [], "outcome": "missing", "failed": True}
     code = exit_code(totals(**s["totals"]))
-    namespaces = s.get("namespaces") or (list(planned.namespaces) if planned else sorted(s["totals"].get("namespaces") or {}))
+    namespaces = s.get("planned_namespaces") or (list(planned.namespaces) if planned
+                                                 else sorted(s["totals"].get("namespaces") or {}))
     return {"part": part, "task_id": s.get("task_id", planned.task_id if planned else None),
             "map_index": s.get("map_index", planned.map_index if planned else None), "job": job,
             "attempt": s.get("attempt"), "namespaces": list(namespaces), "outcome": outcome_word(code),

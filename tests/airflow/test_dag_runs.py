@@ -127,7 +127,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
         part = run / f"offload.{i}"
         summary = json.loads((part / "summary.json").read_text())
         assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
-        assert (summary["dag_run_id"], summary["task_id"], summary["map_index"], summary["namespaces"]) == (
+        assert (summary["dag_run_id"], summary["task_id"], summary["map_index"], summary["planned_namespaces"]) == (
             dr.run_id, "offload", i, [ns])
         assert (part / "detail.parquet").is_dir()
         # the task's try number reached the job: its attempt's report, and the link to its page
