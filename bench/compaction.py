@@ -324,7 +324,7 @@ def spark_run(b: Bench, job: Path, master: str, run_id: str, scratch: Path) -> d
     if rc != 0:
         raise SystemExit(f"spark-submit {master} exited {rc}; log {log}:\n{log.read_text(errors='replace')[-3000:]}")
     try:
-        summary = RunReports(scratch / "reports").read_summary(job.stem, report_name(run_id, NAMESPACE))
+        summary = RunReports(scratch / "reports").read_summary(job.stem, report_name(run_id), job.stem)
     except NotFoundError:
         summary = {}
     return {"wall_s": wall, "job_s": summary.get("seconds"), "summary": summary}

@@ -201,10 +201,10 @@ def run_sweep(name: str, master: str, cfg: Path, workdir: Path, cores: int, extr
     if rc != 0:
         sys.exit(f"{name}: spark-submit exited {rc}; log {log}:\n{log.read_text()[-3000:]}")
     reports = RunReports(cfg.parent / "reports")
-    summary = reports.read_summary("offload_sweep", "bench")
+    summary = reports.read_summary("offload_sweep", "bench", "offload_sweep")
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(reports.detail_path("offload_sweep", "bench")).to_pylist()
+    rows = pq.read_table(reports.detail_path("offload_sweep", "bench", "offload_sweep")).to_pylist()
     assert summary["outcomes"] == {"offloaded": len(rows)}, summary["outcomes"]
     return Result(name, round(wall, 2), summary["spark"]["phases"], round(sum(r["seconds"] for r in rows), 2),
                   summary["spark"]["executors"], prof.by_class(), round(prof.wall * os.cpu_count(), 1),

@@ -3,9 +3,9 @@
     [wait_turn >>] preflight >> plan >> spark task(s) >> summary >> verdict, summary >> announce
 
 ``standard_pipeline`` wires it from the DAG's plan task and its Spark step; ``preflight_task`` (the
-configuration loads, the stores answer), ``summary_task`` (the run's reports added up through
-tieredcore.reports.RunReports: the summary XCom and log) and ``verdict_task`` (fails the run on failures)
-are its shared tasks, ``split_due`` / ``deletions_due`` / ``NOTHING_DUE_KEY`` what plan tasks use to skip
+configuration loads, the stores answer), ``summary_task`` (every part of the DAG run's reports added up
+through tieredcore.reports: the run's ``run.json``, the summary XCom and log) and ``verdict_task`` (fails
+the run on failures, missing parts and data loss) are its shared tasks, ``split_due`` / ``deletions_due`` / ``NOTHING_DUE_KEY`` what plan tasks use to skip
 a Spark job when nothing is due."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from airflow.sdk import TriggerRule, get_current_context, task
 from tiered_airflow import TieredObjectStoreHook
 from tiered_assets import Announcement, announce_task
 from tiered_common import AWS_CONN_ID, GCP_CONN_ID, QUICK_TASK, WASB_CONN_ID, duration_from_env, load_config
-from tiered_params import job_args, run_ids
+from tiered_params import as_of, job_args
 
-from tieredcore.reports import RunReports, RunTotals, combine_totals
+from tieredcore.reports import RunReports, planned_parts, report_name, run_record, verdict_message
+from tieredcore.run_totals import summary_lines
 
 # XCom key of a plan task: what it left out because nothing was due (no Spark job for it)
 NOTHING_DUE_KEY = "nothing_due"
@@ -44,7 +45,11 @@ def standard_pipeline(plan: Callable[[], Any], spark: Callable[[Any], Any], jobs
         wait_turn_task() >> head
     built = spark(planned)
     spark_tasks = list(built) if isinstance(built, list | tuple) else [built]
-    summary = summary_task(jobs, plan_task_id=planned.operator.task_id)
+    job_names = [jobs] if isinstance(jobs, str) else list(jobs)
+    if len(job_names) != len(spark_tasks):
+        raise ValueError(f"standard_pipeline: {len(spark_tasks)} Spark task(s) for job(s) {job_names}: one each")
+    summary = summary_task(jobs, plan_task_id=planned.operator.task_id,
+                           task_ids=[t.task_id for t in spark_tasks])
     spark_tasks[-1] >> summary
     [*spark_tasks, summary] >> verdict_task()
     if announce is not None:
@@ -230,48 +235,65 @@ def preflight_task():
     return preflight()
 
 
-def summary_task(job: str | Sequence[str], plan_task_id: str = "plan"):
-    """The run's totals. `job`: one job whose argument list(s) the plan task returns; or several jobs
-    run one after the other, whose argument lists the plan task returns under their names
-    (multiple_outputs: one XCom per job)."""
+def summary_task(job: str | Sequence[str], plan_task_id: str = "plan", task_ids: Sequence[str] | None = None):
+    """The run's totals and its ``run.json``. ``job``: one job whose argument list(s) the plan task
+    returns (one list: one task; a list of lists: one mapped task instance each, per namespace or per
+    shard); or several jobs run one after the other, whose argument lists the plan task returns under
+    their names (multiple_outputs: one XCom per job). ``task_ids``: each job's Spark task, in the order of
+    the jobs (standard_pipeline passes them; default: tasks named as their jobs)."""
     jobs = [job] if isinstance(job, str) else list(job)
+    tasks = list(task_ids) if task_ids is not None else list(jobs)
 
     @task(task_id="summary", trigger_rule=TriggerRule.ALL_DONE, **QUICK_TASK)
     def summary() -> dict[str, Any]:
-        """Totals of the run's reports (topics, ledgers, bytes, failures; segments of streaming
-        namespaces; a job's counters, e.g. compaction's objects and bytes before → after, per
-        namespace too): the run's XCom and log."""
+        """Totals of every part of this DAG run's reports (topics, ledgers, bytes, failures, data loss;
+        segments of streaming namespaces; a job's counters, e.g. compaction's objects and bytes before →
+        after, per namespace too), a part the plan asked for that wrote no report counted as failed; the
+        run's ``run.json`` (also when nothing was due, with the plan's reasons, and when the plan failed),
+        the run's XCom and log."""
         ctx = get_current_context()
-        parts: list[RunTotals] = []
-        reports: RunReports | None = None
-        idle = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
-        unplanned: list[str] = []
-        for j in jobs:
-            if isinstance(job, str):
-                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id)
-            else:
-                planned = ctx["ti"].xcom_pull(task_ids=plan_task_id, key=j)
-            if planned is None:  # an upstream task failed
-                unplanned.append(j)
-                parts.append(RunTotals.not_run(j))
-                continue
-            reports = reports or RunReports(load_config(ctx["params"]).reports_dir)
-            parts.append(reports.totals(j, run_ids(planned)))
-        totals = combine_totals(parts)
-        if len(unplanned) == len(jobs):
-            # the plan task failed (bad params, an unreachable store): nothing ran, nothing to add up; a
+        ti = ctx["ti"]
+        planned: dict[str, Any] = {}
+        as_of_arg: str | None = None
+        for j, task_id in zip(jobs, tasks, strict=True):
+            raw = ti.xcom_pull(task_ids=plan_task_id) if isinstance(job, str) else \
+                ti.xcom_pull(task_ids=plan_task_id, key=j)
+            planned[j] = planned_parts(task_id, j, raw)  # None: the plan failed
+            as_of_arg = as_of_arg or _as_of_arg(raw)
+        idle = ti.xcom_pull(task_ids=plan_task_id, key=NOTHING_DUE_KEY) or []
+        reports = RunReports(load_config(ctx["params"]).reports_dir)
+        dag_id, run_id = ti.dag_id, ctx["run_id"]
+        logical = ctx.get("logical_date")
+        record = run_record(reports, dag_id, run_id, planned, dag_id=dag_id,
+                            logical_date=logical.isoformat() if logical is not None else None,
+                            as_of=as_of_arg or as_of(ctx), nothing_due=idle)
+        path = reports.write_run(dag_id, record)
+        totals = record["totals"]
+        for entry in record["nothing_due"]:
+            print(f"{totals['job']}: nothing due, no Spark job: {entry['namespace']}: {entry['reason']}")
+        for part in record["missing_parts"]:
+            print(f"ERROR {totals['job']}: part {part} was planned and wrote no report")
+        for line in summary_lines(totals):
+            print(line)
+        print(f"run report: {path}")
+        if all(v is None for v in planned.values()):
+            # the plan task failed (bad params, an unreachable store): nothing ran; run.json says so, but a
             # green summary would read as a clean run (the run itself fails: the verdict is upstream_failed)
             from airflow.sdk.exceptions import AirflowSkipException
 
             raise AirflowSkipException(f"{plan_task_id} failed: no job ran, nothing to add up (see its log)")
-        if idle:
-            names = [i["namespace"] if isinstance(i, dict) else str(i) for i in idle]  # sharded plans: with reasons
-            print(f"{totals.job}: nothing due, no Spark job: {', '.join(names)}")
-        for line in totals.summary_lines():
-            print(line)
-        return {**totals.as_dict(), "nothing_due": list(idle)}
+        return {**totals, "nothing_due": record["nothing_due"], "missing_parts": record["missing_parts"],
+                "run_report": str(path), "run_key": report_name(run_id)}
 
     return summary()
+
+
+def _as_of_arg(planned: Any) -> str | None:
+    """The --as-of the plan gave its jobs (the run's logical time as the jobs see it)."""
+    if not planned:
+        return None
+    args = [str(a) for a in (planned[0] if isinstance(planned[0], list | tuple) else planned)]
+    return args[args.index("--as-of") + 1] if "--as-of" in args[:-1] else None
 
 
 def verdict_task():
@@ -281,13 +303,8 @@ def verdict_task():
         from airflow.sdk.exceptions import AirflowFailException
 
         totals = get_current_context()["ti"].xcom_pull(task_ids="summary") or {}
-        if totals.get("failures") or totals.get("failed_jobs"):
-            lost = totals.get("data_loss") or []
-            raise AirflowFailException(
-                # counts only: the summary task's log names each ledger (each failure once per log)
-                (f"DATA LOSS in {len(lost)} ledger(s) (named in the summary's log); " if lost else "")
-                + f"{totals.get('failures', 0)} ledger failure(s), jobs without a report: "
-                f"{totals.get('failed_jobs') or 'none'}; see the run reports {totals.get('reports')}"
-            )
+        why = verdict_message(totals)  # data loss first, then failures and parts without a report
+        if why is not None:
+            raise AirflowFailException(why)
 
     return verdict()

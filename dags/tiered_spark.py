@@ -57,7 +57,12 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
     env_vars = {
         # the configuration the job loads (TIERED_CONFIG: the run's, checked against the allow-list) and the
         # secrets (AWS, Azure, GCS) are added at submit time by the operator
-        # the job keeps each try's report apart (attempt-<n>); the "Run report" link opens this try's
+        # where the job writes its report (tieredcore.reports.report_place): its DAG run's part
+        # <task_id>[.<map_index>], each try apart (attempt-<n>); the "Run report" link opens this try's
+        "TIERED_DAG_ID": "{{ ti.dag_id }}",
+        "TIERED_DAG_RUN_ID": "{{ run_id }}",  # unaltered: the job derives the run key
+        "TIERED_TASK_ID": "{{ ti.task_id }}",
+        "TIERED_MAP_INDEX": "{{ ti.map_index }}",
         "TIERED_ATTEMPT": "{{ ti.try_number }}",
         "PYSPARK_PYTHON": python,
     }
@@ -74,8 +79,10 @@ def spark_kwargs(task_id: str, job: str, **kw: Any) -> dict[str, Any]:
         "name": f"tiered-{job}-{{{{ run_id }}}}",
         "conf": conf,
         "env_vars": env_vars,
-        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/{job}/<run id>/attempt-<try>/"
-                  "summary.json`, the latest attempt's also as `<run id>/summary.json` (extra link *Run report*).",
+        "doc_md": f"spark-submit `{application}`; report: `<reports_dir>/<dag id>/<run key>/<task id>[.<map index>]/"
+                  "attempt-<try>/summary.json` (the latest try's also one level up; the run key is the run id "
+                  "made one path component), added up with the run's other parts by the `summary` task into "
+                  "`<run key>/run.json`. Extra link *Run report*: this try's report page.",
     }
     py_files = os.environ.get("TIERED_PY_FILES")
     if py_files:  # a zip of tieredcore + spark_jobs for clusters whose workers do not have the package

@@ -1,8 +1,9 @@
 """The tiered-storage project's Airflow pieces shared by the DAGs and the plugin.
 
 - Macros (registered by ``tiered_plugin.py`` as ``{{ macros.tiered.tiered_run_id(run_id) }}``,
-  ``tiered_report_path``, ``tiered_report_url``, ``tiered_reports_dir``): the names the Spark jobs give
-  their run reports, so templates, tasks and links agree.
+  ``tiered_report_path``, ``tiered_report_url``, ``tiered_reports_dir``): where a DAG run's reports are
+  (tieredcore.reports: ``<reports_dir>/<dag id>/<run key>/<part>/attempt-<n>/``) and their pages, so
+  templates, tasks and links agree.
 - ``TieredSparkSubmitOperator``: the project's SparkSubmitOperator (built by ``dags/tiered_spark.py``).
   It adds the run-time environment (PATH with the venv's ``bin``, AWS credentials and endpoint from the
   Amazon provider's AWS connection, Azure and GCS credentials from the ``wasb_default`` and
@@ -19,10 +20,11 @@
 - The trigger forms' value formats (:data:`PARAM_FORMATS`): jsonschema ``format`` checkers registered
   at import (the API server imports this module through the plugin, the workers through the DAGs), so a
   bad value is refused when the run is triggered, with a message in words instead of a regex.
-- ``TieredReportLink``: the operator extra link "Run report" from each Spark task to the page of its
-  attempt's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
-  ``/tiered/reports/<job>/<run_id>/attempt-<try_number>/`` (Airflow 3's UI shows only http(s), mailto and
-  same-site links; ``[api] base_url`` or ``$TIERED_REPORTS_URL`` give another base).
+- ``TieredReportLink``: the operator extra link "Run report" from each Spark task instance to the page
+  of its try's report, served by the plugin's FastAPI app (``tiered_web.py``) on Airflow's own site:
+  ``/tiered/reports/<dag_id>/<run key>/<task_id>[.<map_index>]/attempt-<try_number>/`` (the run's page:
+  ``/tiered/reports/<dag_id>/<run key>/``; Airflow 3's UI shows only http(s), mailto and same-site links;
+  ``[api] base_url`` or ``$TIERED_REPORTS_URL`` give another base).
 
 Listed in ``plugins/.airflowignore`` (as is ``tiered_hooks.py``): the plugins manager executes every
 plugin file under its own module object; this module must be imported normally (once), so the DAGs and
@@ -53,6 +55,7 @@ from tieredcore.reports import (
     EXIT_USAGE,
     RunReports,
     attempt_dir_name,
+    part_name,
     report_name,
 )
 
@@ -192,10 +195,12 @@ register_param_formats()
 
 
 def tiered_run_id(run_id: str, namespace: str | None = None) -> str:
-    """The report name the Spark jobs give a run (tieredcore.reports.report_name):
-    ``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00+00_00``; per-namespace jobs of
-    one run get ``.<tenant>+<ns>``."""
-    return report_name(run_id, namespace)
+    """The run key of an Airflow run id (tieredcore.reports.report_name): the name of the DAG run's
+    reports directory, ``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00=3A00=3A00+00=3A00``.
+    ``namespace`` is accepted for callers of the layout before DAG runs had their own reports: a DAG run
+    has one key, its parts (task instances) tell its jobs apart."""
+    del namespace
+    return report_name(run_id)
 
 
 def tiered_reports_dir(config: str | None = None) -> str:
@@ -205,10 +210,14 @@ def tiered_reports_dir(config: str | None = None) -> str:
     return Config.load(config or None).reports_dir
 
 
-def tiered_report_path(job: str, run_id: str, reports_dir: str | None = None, config: str | None = None) -> str:
-    """``<reports_dir>/<job>/<run_id>/summary.json``; ``run_id`` is an already sanitized report name or
-    an Airflow run_id (sanitized here; idempotent)."""
-    return str(RunReports(reports_dir or tiered_reports_dir(config)).summary_path(job, tiered_run_id(run_id)))
+def tiered_report_path(dag_id: str, run_id: str, part: str | None = None, attempt: int | None = None,
+                       reports_dir: str | None = None, config: str | None = None) -> str:
+    """Where a DAG run's reports are: its ``run.json`` (``part`` None), a part's ``summary.json`` (its
+    latest try's) or one try's. ``run_id``: the Airflow run id, unaltered."""
+    reports = RunReports(reports_dir or tiered_reports_dir(config))
+    if part is None:
+        return str(reports.run_json_path(dag_id, report_name(run_id)))
+    return str(reports.summary_path(dag_id, report_name(run_id), part, None if attempt is None else int(attempt)))
 
 
 def reports_base_url() -> str:
@@ -226,11 +235,16 @@ def reports_base_url() -> str:
     return f"{api}{REPORTS_PATH}"
 
 
-def tiered_report_url(job: str, run_id: str, attempt: int | None = None) -> str:
-    """The report page of a run (its latest attempt) or of one attempt (``attempt``: the try number); the
-    pages' paths follow the reports' layout (tieredcore.reports.RunReports)."""
-    url = f"{reports_base_url()}/{quote(job)}/{quote(tiered_run_id(run_id))}/"
-    return url + (f"{attempt_dir_name(int(attempt))}/" if attempt is not None else "")
+def tiered_report_url(dag_id: str, run_id: str, part: str | None = None, attempt: int | None = None) -> str:
+    """The report page of a DAG run (``part`` None), of a part (its latest try) or of one of its tries
+    (``attempt``: the try number); ``run_id`` unaltered. The pages' paths follow the reports' layout
+    (tieredcore.reports.RunReports; the pages are tiered_web.py's)."""
+    url = f"{reports_base_url()}/{quote(dag_id, safe='')}/{quote(report_name(run_id), safe='')}/"
+    if part is not None:
+        url += f"{quote(part, safe='')}/"
+        if attempt is not None:
+            url += f"{attempt_dir_name(int(attempt))}/"
+    return url
 
 
 # -- alerting ---------------------------------------------------------------------------------------
@@ -276,28 +290,19 @@ def on_failure(context: Any) -> None:
 # -- the operator and its link ----------------------------------------------------------------------
 
 
-def _arg_value(args: list[Any] | None, flag: str) -> str | None:
-    args = [str(a) for a in (args or [])]
-    if flag in args and args.index(flag) + 1 < len(args):
-        return args[args.index(flag) + 1]
-    return None
-
-
 class TieredReportLink(BaseOperatorLink):
-    """"Run report": the page of the report this try of the Spark task wrote (the job gets the try number
-    as ``TIERED_ATTEMPT`` and keeps each attempt's report). Airflow 3 computes the link when the task
-    finishes, on the worker."""
+    """"Run report": the page of the report this try of this task instance wrote: its DAG run's part
+    ``<task_id>[.<map_index>]``, ``attempt-<try_number>`` (the operator gives the job its place in the
+    run as TIERED_DAG_ID, TIERED_DAG_RUN_ID, TIERED_TASK_ID, TIERED_MAP_INDEX, TIERED_ATTEMPT). Airflow 3
+    computes the link when the task finishes, on the worker."""
 
     name = "Run report"
 
     def get_link(self, operator, *, ti_key) -> str:
-        job = getattr(operator, "job", None)
-        if not job:
+        if not getattr(operator, "job", None):
             return ""
-        args = getattr(operator, "application_args", None)
-        # the job's own --run-id (per namespace on mapped sweeps), as rendered for this task instance
-        rid = _arg_value(args, "--run-id") or tiered_run_id(ti_key.run_id)
-        return tiered_report_url(job, rid, getattr(ti_key, "try_number", None) or None)
+        part = part_name(ti_key.task_id, getattr(ti_key, "map_index", -1))
+        return tiered_report_url(ti_key.dag_id, ti_key.run_id, part, getattr(ti_key, "try_number", None) or None)
 
 
 def aws_environment(aws_conn_id: str | None) -> dict[str, str]:

@@ -47,7 +47,7 @@ from tieredcore.reports import ATTEMPT_PREFIX, SUMMARY_FILE, RunReports, attempt
 from tieredcore.workspace import Workspace
 
 URL_PREFIX = "/tiered"
-_NAME = re.compile(r"^[A-Za-z0-9_.=+-]+$")  # report and job names (tieredcore.reports.report_name)
+_NAME = re.compile(r"^[A-Za-z0-9_.=+~-]+$")  # groups, run keys, parts (tieredcore.reports.report_name)
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.2rem;color:#1a202c;background:#fff}
@@ -95,8 +95,12 @@ def age(ms: int | None) -> str:
     return f"{m}m {s % 60}s"
 
 
-def report_href(prefix: str, job: str, run_id: str, attempt: int | None = None) -> str:
+def report_href(prefix: str, job: str, run_id: str, attempt: int | None = None, part: str | None = None) -> str:
+    """A report page: ``job`` the group, ``run_id`` the run key; a part named as its group (a run outside
+    Airflow, or one of the layout before DAG runs) is the run's own level."""
     base = f"{prefix}/reports/{quote(job)}/{quote(run_id)}/"
+    if part is not None and part != job:
+        base += f"{quote(part)}/"
     return base + (f"{attempt_dir_name(attempt)}/" if attempt is not None else "")
 
 
@@ -358,10 +362,11 @@ def _safe(name: str, what: str) -> str:
     return name
 
 
-def _load(reports: RunReports, job: str, run_id: str, attempt: int | None = None) -> dict[str, Any]:
-    """A summary.json (the run's or an attempt's): 404 when it was never written, 500 when unreadable."""
+def _load(reports: RunReports, job: str, run_id: str, part: str, attempt: int | None = None) -> dict[str, Any]:
+    """A part's summary.json (its latest or an attempt's): 404 when it was never written, 500 when
+    unreadable."""
     try:
-        return reports.read_summary(_safe(job, "job"), _safe(run_id, "run"), attempt)
+        return reports.read_summary(_safe(job, "job"), _safe(run_id, "run"), _safe(part, "part"), attempt)
     except NotFoundError:
         what = run_id if attempt is None else attempt_dir_name(attempt)
         raise HTTPException(status_code=404, detail=f"no report {what}") from None
@@ -388,13 +393,14 @@ def _kv_table(d: dict[str, Any], table_id: str = "") -> str:
 
 
 def summary_body(prefix: str, job: str, run_id: str, doc: dict[str, Any], attempts: list[int],
-                 shown: int | None) -> str:
+                 shown: int | None, part: str | None = None) -> str:
     """A summary.json readably: the headline (attempt, logical time, outcome), totals per namespace,
     requests, then every other field."""
     totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
     attempt_links = " ".join(
-        (f"<b>{n}</b>" if n == shown else f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>") for n in attempts)
-    raw = report_href(prefix, job, run_id, shown) + SUMMARY_FILE
+        (f"<b>{n}</b>" if n == shown else f"<a href='{report_href(prefix, job, run_id, n, part)}'>{n}</a>")
+        for n in attempts)
+    raw = report_href(prefix, job, run_id, shown, part) + SUMMARY_FILE
     failures = int(totals.get("failures", 0) or 0)
     head = (f"<p id='headline'>Job <b>{_e(job)}</b>, run <b>{_e(run_id)}</b>, attempt "
             f"<b id='attempt'>{_e(doc.get('attempt', shown or '?'))}</b> of {len(attempts)} "
@@ -490,7 +496,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
     def jobs(request: Request) -> HTMLResponse:
         reports, prefix = run_reports(), mounted_at(request)
         items = "".join(f"<li><a href='{prefix}/reports/{quote(j)}/'>{_e(j)}</a> "
-                        f"<span class='muted'>({len(reports.runs(j))} run(s))</span></li>" for j in reports.jobs())
+                        f"<span class='muted'>({len(reports.runs(j))} run(s))</span></li>" for j in reports.groups())
         return _page("Run reports", f"<ul id='jobs'>{items}</ul>" if items else "<p>No reports yet.</p>", prefix)
 
     @app.get("/reports/{job}/", response_class=HTMLResponse)
@@ -501,44 +507,72 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
             names = reports.runs(_safe(job, "job"))
         except NotFoundError:
             raise HTTPException(status_code=404, detail=f"no reports of job {job}") from None
-        found = [(reports.written(job, r) or 0.0, r, reports.attempts(job, r)) for r in names]
-        found.sort(reverse=True)
+        found = [(reports.written(job, r) or 0.0, r,
+                  sorted({a for p in reports.parts(job, r) for a in reports.attempts(job, r, p)})) for r in names]
         rows = "".join(f"<tr><td><a href='{report_href(prefix, job, name)}'>{_e(name)}</a></td>"
                        f"<td>{_e(dt.datetime.fromtimestamp(m, dt.UTC).isoformat(timespec='seconds') if m else '—')}"
                        f"</td><td>{_e(', '.join(map(str, att)) or '—')}</td></tr>" for m, name, att in found)
         return _page(f"Runs of {job}", "<table id='runs'><tr><th>run</th><th>written</th><th>attempts</th></tr>"
                      f"{rows}</table>", prefix)
 
-    def render(prefix: str, job: str, run_id: str, attempt: int | None) -> HTMLResponse:
+    def render(prefix: str, job: str, run_id: str, part: str, attempt: int | None) -> HTMLResponse:
         reports = run_reports()
-        attempts = reports.attempts(_safe(job, "job"), _safe(run_id, "run"))
-        if not reports.summary_path(job, run_id, attempt).is_file():
+        attempts = reports.attempts(_safe(job, "job"), _safe(run_id, "run"), _safe(part, "part"))
+        if not reports.summary_path(job, run_id, part, attempt).is_file():
             if not reports.has_run(job, run_id):
                 raise HTTPException(status_code=404, detail=f"no report of run {run_id} of {job}")
-            links = " ".join(f"<a href='{report_href(prefix, job, run_id, n)}'>{n}</a>" for n in attempts) or "none"
+            links = " ".join(f"<a href='{report_href(prefix, job, run_id, n, part)}'>{n}</a>" for n in attempts)
             return HTMLResponse(_page(f"{job} · {run_id}", f"<p id='missing'>Attempt {attempt} wrote no report "
-                                      f"(it failed before the job finished?). Attempts with a report: {links}.</p>",
-                                      prefix).body, status_code=404)
-        doc = _load(reports, job, run_id, attempt)
+                                      f"(it failed before the job finished?). Attempts with a report: "
+                                      f"{links or 'none'}.</p>", prefix).body, status_code=404)
+        doc = _load(reports, job, run_id, part, attempt)
         shown = attempt if attempt is not None else doc.get("attempt")
-        return _page(f"{job} · {run_id}", summary_body(prefix, job, run_id, doc, attempts,
-                                                       int(shown) if isinstance(shown, int) else None), prefix)
+        return _page(f"{job} · {run_id}" + (f" · {part}" if part != job else ""),
+                     summary_body(prefix, job, run_id, doc, attempts, int(shown) if isinstance(shown, int) else None,
+                                  part), prefix)
+
+    def parts_of(job: str, run_id: str) -> list[str]:
+        try:
+            return run_reports().parts(_safe(job, "job"), _safe(run_id, "run"))
+        except NotFoundError:
+            raise HTTPException(status_code=404, detail=f"no report of run {run_id} of {job}") from None
+
+    def part_or_attempt(job: str, run_id: str, name: str) -> tuple[str, int | None]:
+        """``<run>/<part>/`` or, for a run of one part named as its group, ``<run>/attempt-<n>/``."""
+        if name.startswith(ATTEMPT_PREFIX):
+            return job, _attempt(name)
+        return _safe(name, "part"), None
 
     @app.get("/reports/{job}/{run_id}/", response_class=HTMLResponse)
     def run_page(request: Request, job: str, run_id: str) -> HTMLResponse:
-        return render(mounted_at(request), job, run_id, None)
+        prefix, parts = mounted_at(request), parts_of(job, run_id)
+        if parts == [job] or len(parts) == 1:
+            return render(prefix, job, run_id, parts[0], None)
+        items = "".join(f"<li><a href='{report_href(prefix, job, run_id, None, p)}'>{_e(p)}</a></li>" for p in parts)
+        return _page(f"{job} · {run_id}", f"<ul id='parts'>{items}</ul>" if items else "<p>No parts.</p>", prefix)
 
     @app.get("/reports/{job}/{run_id}/summary.json")
     def run_json(job: str, run_id: str) -> JSONResponse:
-        return JSONResponse(_load(run_reports(), job, run_id))
+        parts = parts_of(job, run_id)
+        if len(parts) == 1:
+            return JSONResponse(_load(run_reports(), job, run_id, parts[0]))
+        return JSONResponse(run_reports().read_run(job, run_id))
 
-    @app.get("/reports/{job}/{run_id}/{attempt}/", response_class=HTMLResponse)
-    def attempt_page(request: Request, job: str, run_id: str, attempt: str) -> HTMLResponse:
-        return render(mounted_at(request), job, run_id, _attempt(attempt))
+    @app.get("/reports/{job}/{run_id}/{name}/", response_class=HTMLResponse)
+    def part_page(request: Request, job: str, run_id: str, name: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, *part_or_attempt(job, run_id, name))
 
-    @app.get("/reports/{job}/{run_id}/{attempt}/summary.json")
-    def attempt_json(job: str, run_id: str, attempt: str) -> JSONResponse:
-        return JSONResponse(_load(run_reports(), job, run_id, _attempt(attempt)))
+    @app.get("/reports/{job}/{run_id}/{name}/summary.json")
+    def part_json(job: str, run_id: str, name: str) -> JSONResponse:
+        return JSONResponse(_load(run_reports(), job, run_id, *part_or_attempt(job, run_id, name)))
+
+    @app.get("/reports/{job}/{run_id}/{part}/{attempt}/", response_class=HTMLResponse)
+    def attempt_page(request: Request, job: str, run_id: str, part: str, attempt: str) -> HTMLResponse:
+        return render(mounted_at(request), job, run_id, _safe(part, "part"), _attempt(attempt))
+
+    @app.get("/reports/{job}/{run_id}/{part}/{attempt}/summary.json")
+    def attempt_json(job: str, run_id: str, part: str, attempt: str) -> JSONResponse:
+        return JSONResponse(_load(run_reports(), job, run_id, part, _attempt(attempt)))
 
     return app
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime as dt
 import json
 import os
 import shutil
@@ -36,11 +35,13 @@ from tieredcore.reports import (
     EXIT_FAILED,
     EXIT_USAGE,
     JobReport,
+    ReportPlace,
     RunReports,
+    default_run_id,
     exit_code,
     message_level,
     outcome_line,
-    report_name,
+    report_place,
     summary_document,
 )
 from tieredcore.usage import OneLineParser
@@ -105,15 +106,24 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--namespace", action="append", help="tenant/namespace (repeatable; default: all eligible)")
     p.add_argument("--as-of", required=True, help="the run's logical time, its only clock")
     p.add_argument("--dry-run", action="store_true", help="plan and report, change nothing")
-    p.add_argument("--run-id", help="report name (default: derived from --as-of)")
+    p.add_argument("--run-id", help="the run's id outside Airflow (default: from --as-of); inside Airflow the DAG "
+                                    "run's id comes from $TIERED_DAG_RUN_ID")
     p.add_argument("--report-dir", help="reports location (default: the configuration's reports_dir)")
     return p
 
 
 def run_id_for(args: argparse.Namespace, as_of_ms: int) -> str:
-    """The run's report name: --run-id (an Airflow run_id), else the logical time, made one safe path
-    component (tieredcore.reports.report_name)."""
-    return report_name(args.run_id or dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ"))
+    """The run's id outside Airflow, unaltered: --run-id, else the logical time (its report's key is
+    tieredcore.reports.report_name of it)."""
+    return args.run_id or default_run_id(as_of_ms)
+
+
+def place_for(job: str, args: argparse.Namespace, as_of_ms: int, env: Mapping[str, str] | None = None) -> ReportPlace:
+    """Where the run's report goes (tieredcore.reports.report_place): inside Airflow the DAG run's part
+    the operator's environment names (TIERED_DAG_ID, TIERED_DAG_RUN_ID, TIERED_TASK_ID,
+    TIERED_MAP_INDEX); outside, a run of its own (group = part = ``job``, id from --run-id or --as-of).
+    ValidationError (exit 2) for a bad environment."""
+    return report_place(os.environ if env is None else env, job, run_id_for(args, as_of_ms))
 
 
 def session(app_name: str, config: Config):
@@ -137,9 +147,14 @@ class Run:
     args: argparse.Namespace
     config: Config
     as_of_ms: int
-    run_id: str
+    run_id: str  # unaltered: the DAG run's id inside Airflow, else --run-id or the logical time
     report_dir: str
     started: float  # time.monotonic() at start
+    place: ReportPlace | None = None  # where its report goes (None: a run of its own, group = part = job)
+
+    @property
+    def report_place(self) -> ReportPlace:
+        return self.place if self.place is not None else ReportPlace(self.job, self.run_id, self.job)
 
     @property
     def dry_run(self) -> bool:
@@ -173,27 +188,34 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
                  env: Mapping[str, str] | None = None,
                  spark_info: dict[str, Any] | None = None,
                  report_started: float | None = None) -> tuple[Path, dict[str, Any]]:
-    """The attempt's `summary.json` (the report's summary, its totals, the run's names, ``extra``:
-    request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and `detail.parquet`,
-    published as the run's latest (tieredcore.reports.RunReports: the layout, the attempt number from
-    $TIERED_ATTEMPT, the task's try number): a rerun adds an attempt and never overwrites an earlier
-    one's report. Returns the attempt's directory and the summary."""
+    """The attempt's `summary.json` (the report's summary, its totals, the run's names and place: DAG
+    id, unaltered DAG run id, task id, map index, try, part, group, the namespaces it was given
+    (``planned_namespaces``);
+    ``extra``: request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and
+    `detail.parquet`, published as its part's latest (tieredcore.reports.RunReports: the layout, the
+    attempt number from $TIERED_ATTEMPT, the task's try number): a rerun adds an attempt and never
+    overwrites an earlier one's report. Returns the attempt's directory and the summary."""
     started = time.monotonic() if report_started is None else report_started
-    reports = RunReports(run.report_dir)
-    attempt = reports.attempt_number(run.job, run.run_id, os.environ if env is None else env)
-    out = reports.attempt_dir(run.job, run.run_id, attempt)
+    reports, place = RunReports(run.report_dir), run.report_place
+    reports.claim(place.group, place.run_id)  # the run's directory is this run id's (a clash: refused)
+    attempt = reports.attempt_number(place, os.environ if env is None else env)
+    out = reports.attempt_dir(place.group, place.run_key, place.part, attempt)
     out.mkdir(parents=True, exist_ok=True)
     rows, schema = report.detail()
-    write_detail(reports.detail_path(run.job, run.run_id, attempt), rows, schema)
+    write_detail(reports.detail_path(place.group, place.run_key, place.part, attempt), rows, schema)
     report_seconds = round(time.monotonic() - started, 3)
     summary = summary_document(report, run.job, run.run_id, run.seconds())
     summary.update(extra or {})
+    # the namespaces this part was given (else those it did): "planned_namespaces", as the reports'
+    # own "namespaces" (an object per namespace, where a report has one) stays what it is
+    given = sorted(set(getattr(run.args, "namespace", None) or ()))
+    summary.update(place.fields(attempt), planned_namespaces=given or sorted(report.totals()["namespaces"]))
     summary.update(attempt=attempt, as_of_ms=run.as_of_ms, written_ms=int(time.time() * 1000))
     if spark_info is not None:
         info = dict(spark_info)
         info["phases"] = {**info.get("phases", {}), "report": report_seconds}
         summary["spark"] = info
-    reports.publish(run.job, run.run_id, attempt, json.dumps(summary, indent=2, sort_keys=True, default=str))
+    reports.publish(place, attempt, json.dumps(summary, indent=2, sort_keys=True, default=str))
     return out, summary
 
 
@@ -277,11 +299,12 @@ def run_job(
         try:
             config = Config.load(args.config)
             as_of = parse_as_of(args.as_of)
-            run = Run(job, args, config, as_of, run_id_for(args, as_of), report_dir_for(args, config), started)
+            place = place_for(job, args, as_of)  # a bad $TIERED_* environment: exit 2
+            run = Run(job, args, config, as_of, place.run_id, report_dir_for(args, config), started, place)
             reports = RunReports(run.report_dir)
-            reports.attempt_number(job, run.run_id, os.environ)  # a bad $TIERED_ATTEMPT: exit 2
+            reports.attempt_number(place, os.environ)  # a bad $TIERED_ATTEMPT: exit 2
             planned = plan(run)  # reads only
-            reports.check_writable(job)  # before any work: exit 2, nothing started
+            reports.check_writable(place)  # before any work (a run key's clash too): exit 2, nothing started
         except TieredError as e:
             code = EXIT_USAGE if isinstance(e, ValidationError | NotFoundError) else EXIT_FAILED
             say(job, "ERROR", f"{e}")

@@ -13,7 +13,7 @@ other, each under the topic's lease, on the --as-of clock (tieredcore.lifecycle.
 new segment written, verified, old objects recorded in the deletion log (due after the delete delay),
 the topic record switched by compare-and-set. A dry run writes nothing and reports the plan.
 
-Report: `<reports>/compact_segments/<run_id>/summary.json` (per namespace: topics, batches, objects and
+Report: `<reports>/<group>/<run key>/<part>/summary.json` (per namespace: topics, batches, objects and
 bytes before → after, the estimated monthly cost change at the given prices; notes; totals with
 ``counters`` objects_before / objects_after / bytes_before / bytes_after) + `detail.parquet` (one row
 per batch). Exit 0 when every batch was compacted (or planned, or its topic busy), 1 when one failed

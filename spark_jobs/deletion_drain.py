@@ -7,7 +7,7 @@ driver metadata: name + properties; hot-ledger records form their own group, mal
 and ships each group — split into chunks of at most CHUNK records — to one Spark task. Each task opens
 its own Workspace and runs tieredcore.lifecycle.drain.drain() on its entries, so every task's batch
 delete covers one store. The driver merges the task reports and writes
-`<reports>/deletion_drain/<run_id>/summary.json` (the DrainReport counters) + `detail.parquet` (one row
+`<reports>/<group>/<run key>/<part>/summary.json` (the DrainReport counters) + `detail.parquet` (one row
 per record).
 
 Exit status: 0 when every record was acknowledged (deleted, already deleted, still in use, refused) or

@@ -21,7 +21,7 @@ anti-join in Spark:
    (plan_object_records), adds the hot orphans as `ledger` records, appends them unless --dry-run, and
    aborts stale multipart uploads unless --dry-run.
 
-Report: `<reports>/reconcile_orphans/<run_id>/summary.json` (the ReconcileReport: counts and bytes per
+Report: `<reports>/<group>/<run key>/<part>/summary.json` (the ReconcileReport: counts and bytes per
 namespace and kind, every candidate with key, size, age and why, what was withheld and why, orphans per
 namespace, oldest orphan age, sample keys, the records) + `detail.parquet` (one row per orphan
 object, hot ledger or stale upload). Exit 0, 1 when anything failed (a listing, an append, an abort),

@@ -15,7 +15,7 @@ appends its deletion records and then changes the metadata (ledgers removed from
 `bookkeeperDeleted` set); the storage itself is deleted by the deletion drain
 (spark_jobs/deletion_drain.py), which the `tiered_retention` DAG runs next.
 
-Report: `<reports>/retention_sweep/<run_id>/summary.json` + `detail.parquet` (one row per ledger, kind
+Report: `<reports>/<group>/<run key>/<part>/summary.json` + `detail.parquet` (one row per ledger, kind
 `retention` or `lag-cleanup`; outcomes trimmed / marked / planned / skipped / failed / verify-failed).
 Exit 0 when every unit succeeded, 1 when any ledger failed, 2 on bad input (nothing started).
 """

@@ -13,7 +13,7 @@ namespace wrote it): --namespace is refused; every location is covered.
 
 Every task needs the key ring: the configuration's ``key_ring`` directory must exist on every executor.
 
-Report: `<reports>/rotate_keys/<run_id>/summary.json` (target key, outcomes rewrapped / would_rewrap /
+Report: `<reports>/<group>/<run key>/<part>/summary.json` (target key, outcomes rewrapped / would_rewrap /
 skipped / failed / aborted in total and per location, the failed objects) + `detail.parquet` (one row per
 object). Exit 0, 1 when any object failed or a location could not be listed, 2 on bad input.
 """

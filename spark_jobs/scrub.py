@@ -14,7 +14,7 @@ they are the only proof of such an object.
 A damaged copy with a hot copy is replaced by a verified re-offload (--no-repair: reported only); one
 without a hot copy is DATA LOSS: reported, never deleted, and the job fails.
 
-Report: `<reports>/scrub/<run_id>/summary.json` (per namespace: units, bytes read, outcomes ok / damaged /
+Report: `<reports>/<group>/<run key>/<part>/summary.json` (per namespace: units, bytes read, outcomes ok / damaged /
 repaired / unrecoverable, and the message check's counters messages_checked / messages_unchecked /
 messages_damaged / not_messages where messages were checked; `data_loss` names the ledgers) +
 `detail.parquet` (one row per ledger, with its message counts).

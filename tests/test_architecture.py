@@ -60,7 +60,7 @@ AREAS = {
 CORE_LAYERS = (
     Layer("base", ("tieredcore", "tieredcore.errors", "tieredcore.model", "tieredcore.names",
                    "tieredcore.units", "tieredcore.clock", "tieredcore.fileio", "tieredcore.outcomes",
-                   "tieredcore.reports", "tieredcore.usage")),
+                   "tieredcore.reports", "tieredcore.run_totals", "tieredcore.usage")),
     Layer("formats", ("tieredcore.formats.*",)),
     # the three stores do not know each other
     Layer("stores", ("tieredcore.hot.*", "tieredcore.cold.*", "tieredcore.meta.*"), peers=True),

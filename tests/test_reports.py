@@ -1,12 +1,7 @@
-"""Run reports: report names, the totals every job's report gives, the exit-code rule."""
+"""Run reports: the totals every job's report gives, the exit-code rule (the layout: test_report_layout.py)."""
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from tieredcore.errors import FormatError, NotFoundError, ValidationError
 from tieredcore.lifecycle.drain import DrainReport, DrainRow
 from tieredcore.lifecycle.reconcile.report import KIND_LEDGER, KIND_OFFLOADED, KIND_UPLOAD, ReconcileReport
 from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
@@ -15,33 +10,9 @@ from tieredcore.reports import (
     EXIT_FAILED,
     EXIT_OK,
     exit_code,
-    report_name,
     summary_document,
     totals,
 )
-
-
-@pytest.mark.parametrize(
-    "run_id,namespace,expected",
-    [
-        ("scheduled__2026-01-01T00:00:00+00:00", None, "scheduled__2026-01-01T00_00_00+00_00"),
-        ("manual run/1", None, "manual_run_1"),
-        ("../../etc/passwd", None, ".._.._etc_passwd"),
-        ("..", None, "__"),
-        (".", None, "_"),
-        ("", None, "_"),
-        ("r", "acme/orders", "r.acme+orders"),
-    ],
-)
-def test_report_name(run_id, namespace, expected):
-    assert report_name(run_id, namespace) == expected
-
-
-@given(st.text(max_size=40), st.one_of(st.none(), st.from_regex(r"[a-z]{1,5}/[a-z]{1,5}", fullmatch=True)))
-def test_report_name_is_one_safe_path_component_and_idempotent(run_id, namespace):
-    name = report_name(run_id, namespace)
-    assert name not in ("", ".", "..") and "/" not in name and "\0" not in name
-    assert report_name(name) == name
 
 
 def test_exit_code_rule():
@@ -121,156 +92,6 @@ def test_message_levels_and_the_outcome_line():
     assert outcome_line(t, EXIT_FAILED) == ("outcome FAILED: 2 topic(s), 8 unit(s), 12,345 bytes; 1 failure(s); "
                                             "failed=1, offloaded=7; exit 1")
     assert outcome_line(totals(), 0).startswith("outcome ok: 0 topic(s)") and "nothing to do" in outcome_line(totals(), 0)
-
-
-# -- RunReports: the one owner of the reports' layout ---------------------------------------------
-
-
-def _publish(reports, job: str, run_id: str, attempt: int, doc: dict) -> None:
-    """What a job does (spark_jobs/_jobkit.write_report): the attempt's detail, then publish."""
-    import json
-
-    (reports.detail_path(job, run_id, attempt)).mkdir(parents=True)
-    (reports.detail_path(job, run_id, attempt) / "part-0").write_text(f"rows of attempt {attempt}")
-    reports.publish(job, run_id, attempt, json.dumps({**doc, "attempt": attempt}))
-
-
-def _report(job: str, rid: str, **t) -> dict:
-    return {"job": job, "run_id": rid, "totals": totals(**t)}
-
-
-def test_run_reports_layout_and_attempts(tmp_path):
-    from tieredcore.reports import RunReports
-
-    reports = RunReports(tmp_path)
-    assert reports.summary_path("scrub", "r.a+b") == tmp_path / "scrub" / "r.a+b" / "summary.json"
-    assert reports.summary_path("scrub", "r", 3) == tmp_path / "scrub" / "r" / "attempt-3" / "summary.json"
-    assert reports.detail_path("scrub", "r", 3) == tmp_path / "scrub" / "r" / "attempt-3" / "detail.parquet"
-    assert reports.jobs() == [] and reports.attempt_number("scrub", "r", {}) == 1
-    _publish(reports, "scrub", "r", 1, _report("scrub", "r", failures=1))
-    _publish(reports, "scrub", "r", 2, _report("scrub", "r"))
-    # every attempt keeps its own report; the run's own is its latest attempt's, detail included
-    assert reports.attempts("scrub", "r") == [1, 2]
-    assert reports.read_summary("scrub", "r")["attempt"] == 2
-    assert reports.read_summary("scrub", "r", 1)["totals"]["failures"] == 1
-    assert (reports.detail_path("scrub", "r") / "part-0").read_text() == "rows of attempt 2"
-    assert not list(reports.run_dir("scrub", "r").glob(".*"))  # no temporary copy left behind
-    # the next attempt: one after the last outside Airflow, the task's try number in it
-    assert reports.attempt_number("scrub", "r", {}) == 3
-    assert reports.attempt_number("scrub", "r", {"TIERED_ATTEMPT": "7"}) == 7
-    with pytest.raises(ValidationError, match="TIERED_ATTEMPT"):
-        reports.attempt_number("scrub", "r", {"TIERED_ATTEMPT": "0"})
-    assert reports.jobs() == ["scrub"] and reports.runs("scrub") == ["r"] and reports.has_run("scrub", "r")
-
-
-def test_run_reports_refuse_what_is_not_a_report(tmp_path):
-    from tieredcore.reports import RunReports
-
-    reports = RunReports(tmp_path)
-    for job, rid in (("..", "r"), ("scrub", ".."), ("scrub", "a/b"), ("", "r"), ("scrub", "")):
-        with pytest.raises(ValidationError):
-            reports.summary_path(job, rid)
-    with pytest.raises(NotFoundError):
-        reports.runs("no_such_job")
-    with pytest.raises(NotFoundError):
-        reports.read_summary("scrub", "never")
-    (tmp_path / "scrub" / "bad").mkdir(parents=True)
-    (tmp_path / "scrub" / "bad" / "summary.json").write_text("{not json")
-    (tmp_path / "scrub" / "list").mkdir()
-    (tmp_path / "scrub" / "list" / "summary.json").write_text("[1, 2]")
-    for rid in ("bad", "list"):
-        with pytest.raises(FormatError, match="unreadable report"):
-            reports.read_summary("scrub", rid)
-    # no reports location configured: nothing to list, nowhere to write
-    none = RunReports("")
-    assert none.jobs() == []
-    with pytest.raises(ValidationError, match="no reports location"):
-        none.run_dir("scrub", "r")
-
-
-def test_newest_runs_by_when_their_summary_was_written(tmp_path):
-    import os
-
-    from tieredcore.reports import RunReports
-
-    reports = RunReports(tmp_path)
-    for i, rid in enumerate(("b", "a", "c")):
-        _publish(reports, "scrub", rid, 1, _report("scrub", rid))
-        os.utime(reports.summary_path("scrub", rid), (1000 + i, 1000 + i))
-    reports.run_dir("scrub", "no-summary").mkdir()
-    assert reports.newest_runs("scrub") == ["c", "a", "b"]
-    assert reports.written("scrub", "no-summary") is None and reports.written("scrub", "c") == 1002
-
-
-def test_totals_over_runs_and_namespaces_count_a_run_without_a_report_as_failed(tmp_path):
-    import json
-
-    from tieredcore.reports import RunReports
-
-    reports = RunReports(tmp_path)
-    ns_x = {"ledgers": 2, "bytes": 20, "failures": 1, "outcomes": {"offloaded": 1, "failed": 1}}
-    ns_s = {"ledgers": 0, "bytes": 5, "failures": 0, "outcomes": {"offloaded": 2}, "segments": 2,
-            "segment_bytes": 5, "segments_held": 1}
-    _publish(reports, "offload_sweep", "r.a+x", 1, _report(
-        "offload_sweep", "r.a+x", topics=1, ledgers=2, bytes=20, failures=1, outcomes={"offloaded": 1, "failed": 1},
-        namespaces={"a/x": ns_x}, data_loss=["t ledger 9"]))
-    _publish(reports, "offload_sweep", "r.a+s", 1, _report(
-        "offload_sweep", "r.a+s", topics=2, bytes=5, outcomes={"offloaded": 2}, namespaces={"a/s": ns_s},
-        segments=2, segment_bytes=5, segments_held=1))
-    _publish(reports, "offload_sweep", "r.a+x2", 1, _report(
-        "offload_sweep", "r.a+x2", topics=1, ledgers=1, bytes=7, outcomes={"offloaded": 1},
-        namespaces={"a/x": {"ledgers": 1, "bytes": 7, "failures": 0, "outcomes": {"offloaded": 1}}}))
-    reports.run_dir("offload_sweep", "old").mkdir()
-    reports.summary_path("offload_sweep", "old").write_text(json.dumps({"entries": 3}))  # no totals
-    t = reports.totals("offload_sweep", ["r.a+x", "r.a+s", "r.a+x2", "missing", "old"])
-    assert (t.jobs, t.topics, t.ledgers, t.bytes, t.failures) == (5, 4, 3, 32, 1)
-    assert t.failed_jobs == ["missing", "old"] and t.data_loss == ["t ledger 9"]
-    assert t.outcomes == {"offloaded": 4, "failed": 1}
-    assert (t.segments, t.segment_bytes, t.segments_held) == (2, 5, 1)
-    assert t.reports == [str(reports.summary_path("offload_sweep", r)) for r in ("r.a+x", "r.a+s", "r.a+x2")]
-    d = t.as_dict()
-    assert json.loads(json.dumps(d)) == d  # an XCom value
-    assert d["namespaces"]["a/x"] == {"ledgers": 3, "bytes": 27, "failures": 1,
-                                      "outcomes": {"offloaded": 2, "failed": 1}}
-    # a streaming namespace keeps its segment counts, a ledger-mode one its shape
-    assert d["namespaces"]["a/s"] == ns_s
-    assert "counters" not in d  # no report had counters
-    lines = t.summary_lines()
-    assert lines[0].startswith("offload_sweep summary: 5 job(s), 4 topic(s), 3 ledger(s)/record(s), 32 bytes, "
-                               "1 failure(s), failed jobs: ['missing', 'old']")
-    assert lines[0].endswith("; 2 segment(s) (5 bytes), 1 tail(s) held for their rollover")
-    assert [line.split(":")[0] for line in lines[1:]] == ["  a/s", "  a/x", "DATA LOSS"]
-
-
-def test_combined_totals_of_several_jobs_name_each_jobs_outcomes(tmp_path):
-    import json
-
-    from tieredcore.reports import NOT_PLANNED, RunReports, RunTotals, combine_totals
-
-    reports = RunReports(tmp_path)
-    _publish(reports, "retention_sweep", "r", 1, _report(
-        "retention_sweep", "r", topics=1, ledgers=2, bytes=20, outcomes={"marked": 2},
-        namespaces={"a/b": {"ledgers": 2, "bytes": 20, "failures": 0, "outcomes": {"marked": 2}}}))
-    _publish(reports, "deletion_drain", "r", 1, _report(
-        "deletion_drain", "r", ledgers=3, failures=1, outcomes={"deleted": 2, "dead_lettered": 1},
-        counters={"deleted_hot": 2}, namespaces={"c/d": {"ledgers": 3, "bytes": 0, "failures": 1,
-                                                         "outcomes": {"dead_lettered": 1}, "counters": {"x": 1}}}))
-    sweep = reports.totals("retention_sweep", ["r"])
-    drain = reports.totals("deletion_drain", ["r", "nope"])
-    assert combine_totals([sweep]) is sweep  # one job: its own totals
-    both = combine_totals([sweep, drain]).as_dict()
-    assert json.loads(json.dumps(both)) == both
-    assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
-    assert (both["ledgers"], both["bytes"], both["failures"]) == (5, 20, 1)
-    assert both["failed_jobs"] == ["deletion_drain/nope"]
-    assert both["outcomes"] == {"retention_sweep.marked": 2, "deletion_drain.deleted": 2,
-                                "deletion_drain.dead_lettered": 1}
-    assert both["by_job"]["deletion_drain"]["counters"] == {"deleted_hot": 2}
-    assert both["by_job"]["deletion_drain"]["namespaces"]["c/d"]["counters"] == {"x": 1}
-    assert both["namespaces"] == {} and len(both["reports"]) == 2
-    # a job never planned (its plan failed) is a failed job of the run
-    missing = combine_totals([sweep, RunTotals.not_run("deletion_drain")]).as_dict()
-    assert missing["failed_jobs"] == [f"deletion_drain/{NOT_PLANNED}"] and missing["jobs"] == 1
 
 
 def _unrepairable_row(topic: str = "persistent://acme/orders/audit", lid: int = 2001, **kw) -> dict:

@@ -1,31 +1,55 @@
-"""Run reports: one report name per run, one shape of totals for every job, one exit-code rule.
+"""Run reports: where every run's reports are, one shape of totals for every job, one exit-code rule.
 
-Every job writes ``<reports_dir>/<job>/<report name>/attempt-<n>/summary.json`` (its
-:meth:`JobReport.summary`, which carries its :meth:`JobReport.totals` under ``"totals"``) and
-``detail.parquet`` (:meth:`JobReport.detail`), ``n`` being the attempt (the Airflow task's try number), so
-a retry, a cleared task or a reprocessing backfill never overwrites what an earlier attempt did; the run's
-own ``summary.json`` and ``detail.parquet`` are copies of its latest attempt's (``"attempt"`` says which).
-The DAGs add up ``totals`` without knowing which job wrote a report.
+The layout (:class:`RunReports` is its one owner: the jobs write through it, the DAGs' summary task, the
+Airflow plugin's pages, the CLI and the overview read through it)::
 
-:class:`RunReports` is the one owner of that layout: the jobs write through it, the DAGs add up totals
-through it (:class:`RunTotals`, :class:`CombinedTotals`), the Airflow plugin's pages, the CLI and the
-overview read through it.
-"""
+    <reports_dir>/<group>/<run key>/<part>/attempt-<n>/{summary.json, detail.parquet}
+    <reports_dir>/<group>/<run key>/<part>/{summary.json, detail.parquet}   (its latest attempt's copy)
+    <reports_dir>/<group>/<run key>/run.json                                 (a DAG run's summary task)
+    <reports_dir>/<group>/<run key>/run_id                                   (the unaltered run id)
+
+- group: the DAG id inside Airflow; the Spark job's name outside (CLI, spark-submit by hand).
+- run key: :func:`report_name` of the run id (one safe path component; distinct run ids get distinct
+  keys). The unaltered run id is kept beside (``run_id``) and in every summary.json / run.json: a key
+  that already holds another run id's reports is refused (:meth:`RunReports.claim`), never shared.
+- part: inside Airflow ``<task_id>`` or ``<task_id>.<map_index>`` (a mapped task's shard); outside, the
+  job's name. Where a job writes is :func:`report_place` (from the environment the DAG's operator sets).
+- n: the attempt, the Airflow task's try number ($TIERED_ATTEMPT): a retry, a cleared task or a
+  reprocessing backfill never overwrites what an earlier attempt did.
+
+Reports of the layout before DAG runs had their own (``<job>/<run>/attempt-<n>``, ``<job>/<run>/summary.json``)
+stay readable: such a run is a run of group ``<job>`` with one part named ``<job>`` (what a run outside
+Airflow is today). Their run ids are their directory names (the names they had).
+
+Every job's summary.json carries its :meth:`JobReport.totals` under ``"totals"``; the DAGs add them up
+(tieredcore.run_totals) without knowing which job wrote a report."""
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from tieredcore.errors import FormatError, NotFoundError, ValidationError
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
+# the totals' own module; re-exported: the jobs, DAGs and CLI know them as tieredcore.reports names
+from tieredcore.run_totals import NOT_PLANNED as NOT_PLANNED
+from tieredcore.run_totals import SEGMENT_KEYS as SEGMENT_KEYS
+from tieredcore.run_totals import CombinedTotals as CombinedTotals
+from tieredcore.run_totals import NamespaceTotals as NamespaceTotals
+from tieredcore.run_totals import RunTotals, combine_totals
+from tieredcore.run_totals import counters_text as counters_text
+from tieredcore.run_totals import damage_text as damage_text
+from tieredcore.run_totals import segments_text as segments_text
+from tieredcore.run_totals import verdict_message as verdict_message
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # some unit failed: a retry may succeed
@@ -126,23 +150,118 @@ def exit_code(t: Totals) -> int:
     return EXIT_UNREPAIRABLE if t["outcomes"].get(UNREPAIRABLE, 0) == t["failures"] else EXIT_FAILED
 
 
-def report_name(run_id: str, namespace: str | None = None) -> str:
-    """A report directory name from a run id (an Airflow run_id, or a job's own): one path component of
-    ``[A-Za-z0-9_.=+-]`` (``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00+00_00``),
-    never '', '.' or '..'. Per-namespace jobs of one run get ``.<tenant>+<ns>`` ('+' never occurs in
-    namespace names, so two namespaces never share a report). Idempotent."""
-    rid = _UNSAFE.sub("_", str(run_id))
-    if namespace:
-        rid += "." + _UNSAFE.sub("_", namespace.replace("/", "+"))
-    return rid.replace(".", "_") if rid.strip(".") == "" and rid else (rid or "_")
+def outcome_word(code: int) -> str:
+    """A part's outcome in run.json (by its exit code)."""
+    return {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_DATA_LOSS: "data loss",
+            EXIT_UNREPAIRABLE: "damaged"}.get(code, f"exit {code}")
+
+
+# -- run keys: one safe path component per run id, distinct for distinct ids -------------------------
+
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.+-")
+KEY_MAX = 200  # a path component holds 255 bytes; Airflow's run ids hold up to 250 characters
+_HASHED = "=~"  # marks a key shortened to KEY_MAX (never produced by the escapes, which are =XX)
+
+
+def report_name(run_id: str) -> str:
+    """The run key of a run id (an Airflow run_id unaltered, or a run's own name outside Airflow): one
+    path component of ``[A-Za-z0-9_.+=~-]``, never '', '.' or '..'. Every other character is written as
+    ``=XX`` per UTF-8 byte (``=`` itself too), so two distinct run ids never share a key
+    (``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00=3A00=3A00+00=3A00``); a key longer
+    than KEY_MAX keeps its start and a SHA-256 of the whole id (and :meth:`RunReports.claim` refuses the
+    one-in-2^64 clash). ValidationError for an empty run id."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ValidationError(f"run id {run_id!r}: a run id is a non-empty string")
+    key = "".join(c if c in _KEY_CHARS else "".join(f"={b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                  for c in run_id)
+    if key.strip(".") == "":  # '.', '..': not a directory name of its own
+        key = key.replace(".", "=2E")
+    if len(key) > KEY_MAX:
+        digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        key = key[:KEY_MAX - len(_HASHED) - 16] + _HASHED + digest
+    return key
+
+
+def default_run_id(as_of_ms: int) -> str:
+    """The run id of a run outside Airflow without --run-id: its logical time (``20260101T000000Z``)."""
+    return dt.datetime.fromtimestamp(as_of_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+# -- where a job writes: its place in a DAG run, or a run of its own ----------------------------------
+
+ENV_DAG_ID = "TIERED_DAG_ID"
+ENV_DAG_RUN_ID = "TIERED_DAG_RUN_ID"  # unaltered
+ENV_TASK_ID = "TIERED_TASK_ID"
+ENV_MAP_INDEX = "TIERED_MAP_INDEX"  # -1 (or empty) for a task that is not mapped
+ENV_ATTEMPT = "TIERED_ATTEMPT"  # the Airflow task's try_number
+PLACE_ENV = (ENV_DAG_ID, ENV_DAG_RUN_ID, ENV_TASK_ID, ENV_MAP_INDEX, ENV_ATTEMPT)
+_MAP_INDEX = re.compile(r"^(-1|0|[1-9][0-9]{0,8})$")
+
+
+def part_name(task_id: str, map_index: int | None) -> str:
+    """A DAG run's part: ``<task_id>``, or ``<task_id>.<map_index>`` for one of a mapped task's instances."""
+    return task_id if map_index is None or map_index < 0 else f"{task_id}.{map_index}"
+
+
+@dataclass(frozen=True)
+class ReportPlace:
+    """Where a run's report goes: ``group`` / run key of ``run_id`` / ``part``, and what summary.json
+    records about it. ``dag_id`` None: a run outside Airflow (group = part = the job)."""
+
+    group: str
+    run_id: str  # unaltered
+    part: str
+    dag_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None  # -1: a task that is not mapped (Airflow's own convention)
+
+    def __post_init__(self) -> None:
+        _component(self.group, "group")
+        _part_component(self.part)
+        report_name(self.run_id)
+
+    @property
+    def run_key(self) -> str:
+        return report_name(self.run_id)
+
+    def fields(self, attempt: int) -> dict[str, Any]:
+        """What summary.json says of its place (the contract's names; try_number: the Airflow try)."""
+        return {"group": self.group, "run_key": self.run_key, "part": self.part, "dag_id": self.dag_id,
+                "dag_run_id": self.run_id if self.dag_id else None, "task_id": self.task_id,
+                "map_index": self.map_index, "try_number": attempt if self.dag_id else None}
+
+
+def report_place(env: Mapping[str, str], job: str, run_id: str) -> ReportPlace:
+    """Where ``job`` writes its report: inside Airflow (``$TIERED_DAG_ID`` set) the DAG run's part the
+    operator named (TIERED_DAG_RUN_ID unaltered, TIERED_TASK_ID, TIERED_MAP_INDEX); outside, a run of its
+    own, ``run_id`` (--run-id, or the logical time), in group and part ``job``. ValidationError (bad
+    input: nothing starts) for an incomplete or malformed environment."""
+    dag_id = env.get(ENV_DAG_ID, "").strip()
+    if not dag_id:
+        return ReportPlace(group=job, run_id=run_id, part=job)
+    dag_run_id = env.get(ENV_DAG_RUN_ID, "")
+    task_id = env.get(ENV_TASK_ID, "").strip()
+    raw_index = env.get(ENV_MAP_INDEX, "").strip() or "-1"
+    for name, value in ((ENV_DAG_RUN_ID, dag_run_id), (ENV_TASK_ID, task_id)):
+        if not value:
+            raise ValidationError(f"{ENV_DAG_ID}={dag_id!r} but {name} is not set: the DAG's operator sets "
+                                  f"{', '.join(PLACE_ENV)} together")
+    if not _MAP_INDEX.match(raw_index):
+        raise ValidationError(f"{ENV_MAP_INDEX}={raw_index!r}: the map index must be an integer >= -1")
+    try:
+        return ReportPlace(group=dag_id, run_id=dag_run_id, part=part_name(task_id, int(raw_index)),
+                           dag_id=dag_id, task_id=task_id, map_index=int(raw_index))
+    except ValidationError as e:
+        raise ValidationError(f"the DAG's report environment: {e}") from None
 
 
 # -- attempts: every try of a run keeps its own report ----------------------------------------------
 
-ENV_ATTEMPT = "TIERED_ATTEMPT"  # the Airflow task's try_number, given to the job by the DAG
 ATTEMPT_PREFIX = "attempt-"
 SUMMARY_FILE = "summary.json"
 DETAIL_DIR = "detail.parquet"
+RUN_FILE = "run.json"
+RUN_ID_FILE = "run_id"
 _ATTEMPT_DIR = re.compile(r"^attempt-([1-9][0-9]{0,8})$")
 
 
@@ -150,24 +269,24 @@ def attempt_dir_name(attempt: int) -> str:
     return f"{ATTEMPT_PREFIX}{attempt}"
 
 
-def attempts_in(run_dir: Path) -> list[int]:
-    """The attempts of a run that wrote a report (``attempt-<n>/summary.json``), ascending."""
+def attempts_in(part_dir: Path) -> list[int]:
+    """The attempts of a part that wrote a report (``attempt-<n>/summary.json``), ascending."""
     out = []
-    if run_dir.is_dir():
-        for p in run_dir.iterdir():
+    if part_dir.is_dir():
+        for p in part_dir.iterdir():
             m = _ATTEMPT_DIR.match(p.name)
             if m and (p / SUMMARY_FILE).is_file():
                 out.append(int(m.group(1)))
     return sorted(out)
 
 
-def attempt_number(env: Mapping[str, str], run_dir: Path) -> int:
+def attempt_number(env: Mapping[str, str], part_dir: Path) -> int:
     """This attempt's number: ``$TIERED_ATTEMPT`` (the task's try_number) when set, else one after the
-    run's last attempt (runs outside Airflow keep every attempt too). ValidationError for a value that
+    part's last attempt (runs outside Airflow keep every attempt too). ValidationError for a value that
     is not a positive integer."""
     raw = env.get(ENV_ATTEMPT, "").strip()
     if not raw:
-        return (attempts_in(run_dir) or [0])[-1] + 1
+        return (attempts_in(part_dir) or [0])[-1] + 1
     if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
         raise ValidationError(f"{ENV_ATTEMPT}={raw!r}: the attempt (try number) must be a positive integer")
     return int(raw)
@@ -177,22 +296,53 @@ def attempt_number(env: Mapping[str, str], run_dir: Path) -> int:
 
 
 def _component(name: str, what: str) -> str:
-    """``name`` as one path component (job and report names are never paths)."""
-    if not name or name in (".", "..") or "/" in name or "\0" in name:
+    """``name`` as one path component (groups, run keys and parts are never paths)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name \
+            or name.startswith("."):
         raise ValidationError(f"{what} {name!r}: not a report {what} (one path component)")
     return name
 
 
+def _part_component(name: str) -> str:
+    """A part: one path component that is not an attempt's or a file's name in a run directory."""
+    if _component(name, "part") in (SUMMARY_FILE, DETAIL_DIR, RUN_FILE, RUN_ID_FILE) or _ATTEMPT_DIR.match(name):
+        raise ValidationError(f"part {name!r}: not a report part (the name of a file of the layout)")
+    return name
+
+
 def _replace_file(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
 
 
+def _read_object(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"no report {path}") from None
+    except (OSError, ValueError) as e:
+        raise FormatError(f"unreadable report {path}: {e}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"unreadable report {path}: not a JSON object")
+    return doc
+
+
+def _id_bytes(run_id: str) -> bytes:
+    return run_id.encode("utf-8", "surrogatepass")
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
 class RunReports:
-    """The reports location (``reports_dir``) and its layout:
-    ``<reports_dir>/<job>/<report name>/attempt-<n>/{summary.json,detail.parquet}``, plus the run's own
-    ``<report name>/{summary.json,detail.parquet}``: copies of its latest attempt's.
+    """The reports location (``reports_dir``) and its layout (the module's docstring). Names given to
+    it are groups, run keys (:func:`report_name`) and parts as they appear on disk; the writers give
+    a :class:`ReportPlace` (unaltered run id).
 
     An empty ``reports_dir`` (none configured) holds no reports: listings are empty, paths are refused."""
 
@@ -204,124 +354,183 @@ class RunReports:
 
     # paths
 
-    def job_dir(self, job: str) -> Path:
+    def group_dir(self, group: str) -> Path:
         if self.root is None:
             raise ValidationError("no reports location: set reports_dir in the configuration")
-        return self.root / _component(job, "job")
+        return self.root / _component(group, "group")
 
-    def run_dir(self, job: str, run_id: str) -> Path:
-        return self.job_dir(job) / _component(run_id, "run")
+    def run_dir(self, group: str, run: str) -> Path:
+        return self.group_dir(group) / _component(run, "run")
 
-    def attempt_dir(self, job: str, run_id: str, attempt: int) -> Path:
-        return self.run_dir(job, run_id) / attempt_dir_name(attempt)
+    def run_json_path(self, group: str, run: str) -> Path:
+        return self.run_dir(group, run) / RUN_FILE
 
-    def _dir(self, job: str, run_id: str, attempt: int | None) -> Path:
-        return self.run_dir(job, run_id) if attempt is None else self.attempt_dir(job, run_id, attempt)
+    def part_dir(self, group: str, run: str, part: str) -> Path:
+        """The part's directory; for a run of the layout before DAG runs (its files in the run's own
+        directory) its one part, named as the group, is the run's directory."""
+        run_dir = self.run_dir(group, run)
+        own = run_dir / _part_component(part)
+        return run_dir if part == group and not own.is_dir() and self._legacy(run_dir) else own
 
-    def summary_path(self, job: str, run_id: str, attempt: int | None = None) -> Path:
-        """An attempt's ``summary.json``, or (``attempt`` None) the run's: its latest attempt's copy."""
-        return self._dir(job, run_id, attempt) / SUMMARY_FILE
+    def attempt_dir(self, group: str, run: str, part: str, attempt: int) -> Path:
+        return self.part_dir(group, run, part) / attempt_dir_name(attempt)
 
-    def detail_path(self, job: str, run_id: str, attempt: int | None = None) -> Path:
-        return self._dir(job, run_id, attempt) / DETAIL_DIR
+    def _dir(self, group: str, run: str, part: str, attempt: int | None) -> Path:
+        return self.part_dir(group, run, part) if attempt is None else self.attempt_dir(group, run, part, attempt)
 
-    def check_writable(self, job: str) -> Path:
-        """Make the job's reports directory and prove a file can be written there, before any work: a
+    def summary_path(self, group: str, run: str, part: str, attempt: int | None = None) -> Path:
+        """An attempt's ``summary.json``, or (``attempt`` None) the part's: its latest attempt's copy."""
+        return self._dir(group, run, part, attempt) / SUMMARY_FILE
+
+    def detail_path(self, group: str, run: str, part: str, attempt: int | None = None) -> Path:
+        return self._dir(group, run, part, attempt) / DETAIL_DIR
+
+    @staticmethod
+    def _legacy(run_dir: Path) -> bool:
+        """A run directory of the layout before DAG runs: a summary or attempts of its own, no run id."""
+        if (run_dir / RUN_ID_FILE).exists():
+            return False
+        return (run_dir / SUMMARY_FILE).is_file() or bool(attempts_in(run_dir))
+
+    # listings
+
+    def groups(self) -> list[str]:
+        """Groups with a directory of reports (DAG ids, job names), by name."""
+        return _subdirs(self.root) if self.root is not None else []
+
+    def runs(self, group: str) -> list[str]:
+        """The group's run keys, the most recently written first. NotFoundError without such a group."""
+        d = self.group_dir(group)
+        if not d.is_dir():
+            raise NotFoundError(f"no reports of {group}")
+        found = [(self.written(group, r) or _mtime(d / r) or 0.0, r) for r in _subdirs(d)]
+        return [r for _, r in sorted(found, reverse=True)]
+
+    def has_run(self, group: str, run: str) -> bool:
+        return self.run_dir(group, run).is_dir()
+
+    def parts(self, group: str, run: str) -> list[str]:
+        """The run's parts (those with a directory), by name. NotFoundError without such a run."""
+        run_dir = self.run_dir(group, run)
+        if not run_dir.is_dir():
+            raise NotFoundError(f"no run {run} of {group}")
+        names = [n for n in _subdirs(run_dir) if not _ATTEMPT_DIR.match(n) and n != DETAIL_DIR]
+        if group not in names and self._legacy(run_dir):
+            names.append(group)
+        return sorted(names)
+
+    def attempts(self, group: str, run: str, part: str) -> list[int]:
+        """The part's attempts that wrote a report, ascending."""
+        return attempts_in(self.part_dir(group, run, part))
+
+    def written(self, group: str, run: str) -> float | None:
+        """When the run's record or a part's summary was last written (file time, seconds); None
+        without any."""
+        times = [_mtime(self.run_json_path(group, run))]
+        run_dir = self.run_dir(group, run)
+        if run_dir.is_dir():
+            times += [_mtime(self.summary_path(group, run, p)) for p in self.parts(group, run)]
+        return max((t for t in times if t is not None), default=None)
+
+    def run_id(self, group: str, run: str) -> str:
+        """The run's unaltered id (kept beside its reports); a run of the old layout: its key."""
+        try:
+            return (self.run_dir(group, run) / RUN_ID_FILE).read_bytes().decode("utf-8", "surrogatepass")
+        except FileNotFoundError:
+            return run
+        except OSError as e:
+            raise FormatError(f"unreadable run id of {group}/{run}: {e}") from None
+
+    # reading
+
+    def read_summary(self, group: str, run: str, part: str, attempt: int | None = None) -> dict[str, Any]:
+        """A part's ``summary.json`` (its latest, or one attempt's): NotFoundError when it was never
+        written, FormatError when it cannot be read or is not a JSON object."""
+        return _read_object(self.summary_path(group, run, part, attempt))
+
+    def read_run(self, group: str, run: str) -> dict[str, Any]:
+        """The run's record: run.json as the DAG's summary task wrote it, else one made from its parts
+        (runs outside Airflow, DAG runs whose summary did not run; ``"synthesized": true``).
+        NotFoundError without such a run, FormatError for an unreadable run.json."""
+        path = self.run_json_path(group, run)
+        if path.is_file():
+            return _read_object(path)
+        found: dict[str, dict[str, Any]] = {}
+        for part in self.parts(group, run):
+            try:
+                found[part] = self.read_summary(group, run, part)
+            except (NotFoundError, FormatError):
+                continue
+        first = next(iter(found.values()), {})
+        doc = run_record(self, group, self.run_id(group, run), {}, dag_id=first.get("dag_id"),
+                         as_of_ms=first.get("as_of_ms"), found=found, run_key=run)
+        return {**doc, "synthesized": True}
+
+    # writing (the jobs: spark_jobs/_jobkit.py; the DAGs' summary task)
+
+    def claim(self, group: str, run_id: str) -> Path:
+        """The run directory of ``run_id`` in ``group``, made and marked with the unaltered id. A key
+        that already holds another run id's reports (a clash of shortened keys) is refused: two runs'
+        reports are never mixed. ValidationError naming both ids."""
+        key = report_name(run_id)
+        d = self.run_dir(group, key)
+        d.mkdir(parents=True, exist_ok=True)
+        marker = d / RUN_ID_FILE
+        if not marker.exists():
+            tmp = d / f".{RUN_ID_FILE}.{os.getpid()}.tmp"
+            tmp.write_bytes(_id_bytes(run_id))  # bytes: a text file would turn '\r' into '\n'
+            try:
+                os.link(tmp, marker)  # atomic: the first writer's id wins
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+        held = marker.read_bytes().decode("utf-8", "surrogatepass")
+        if held != run_id:
+            raise ValidationError(f"reports of run {run_id!r}: its key {key!r} in {group!r} already holds the "
+                                  f"reports of run {held!r}; nothing was written")
+        return d
+
+    def check_writable(self, place: ReportPlace) -> Path:
+        """Claim the run's directory and prove a file can be written in the part's, before any work: a
         run that deletes what is due and only then finds it cannot report would be retried with no
         trace of what it did. ValidationError (bad input) naming the location otherwise."""
-        d = self.job_dir(job)
-        probe = d / f".write-check-{os.getpid()}"
         try:
+            self.claim(place.group, place.run_id)
+            d = self.part_dir(place.group, place.run_key, place.part)
+            probe = d / f".write-check-{os.getpid()}"
             d.mkdir(parents=True, exist_ok=True)
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            raise ValidationError(f"reports location {self.root} is not writable ({d}: "
+            raise ValidationError(f"reports location {self.root} is not writable ({e.filename or self.root}: "
                                   f"{e.strerror or type(e).__name__}): nothing was started") from None
         return d
 
-    # listings
-
-    def jobs(self) -> list[str]:
-        """Jobs with a directory of reports, by name."""
-        return _subdirs(self.root) if self.root is not None else []
-
-    def runs(self, job: str) -> list[str]:
-        """The job's report names, by name. NotFoundError when the job has no reports directory."""
-        d = self.job_dir(job)
-        if not d.is_dir():
-            raise NotFoundError(f"no reports of job {job}")
-        return _subdirs(d)
-
-    def has_run(self, job: str, run_id: str) -> bool:
-        return self.run_dir(job, run_id).is_dir()
-
-    def attempts(self, job: str, run_id: str) -> list[int]:
-        """The run's attempts that wrote a report, ascending."""
-        return attempts_in(self.run_dir(job, run_id))
-
-    def written(self, job: str, run_id: str) -> float | None:
-        """When the run's own summary was last written (file time, seconds); None without one."""
-        p = self.summary_path(job, run_id)
-        try:
-            return p.stat().st_mtime if p.is_file() else None
-        except OSError:
-            return None
-
-    def newest_runs(self, job: str) -> list[str]:
-        """The job's runs that have a summary, the most recently written first."""
-        written = [(w, r) for r in self.runs(job) if (w := self.written(job, r)) is not None]
-        return [r for _, r in sorted(written, key=lambda x: x[0], reverse=True)]
-
-    # reading
-
-    def read_summary(self, job: str, run_id: str, attempt: int | None = None) -> dict[str, Any]:
-        """A ``summary.json`` (the run's, or one attempt's): NotFoundError when it was never written,
-        FormatError when it cannot be read or is not a JSON object."""
-        path = self.summary_path(job, run_id, attempt)
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise NotFoundError(f"no report {path}") from None
-        except (OSError, ValueError) as e:
-            raise FormatError(f"unreadable report {path}: {e}") from None
-        if not isinstance(doc, dict):
-            raise FormatError(f"unreadable report {path}: not a JSON object")
-        return doc
-
-    def totals(self, job: str, run_ids: Sequence[str]) -> RunTotals:
-        """The ``totals`` of the job's runs ``run_ids`` added up; a run without a readable report (its
-        job failed before writing one) counts in ``failed_jobs``."""
-        out = RunTotals(job, jobs=len(run_ids))
-        for rid in run_ids:
-            try:
-                t = self.read_summary(job, rid)["totals"]
-                if not isinstance(t, Mapping):
-                    raise FormatError(f"report {job}/{rid}: totals are not a JSON object")
-            except (KeyError, ValidationError, NotFoundError, FormatError):
-                out.failed_jobs.append(rid)
-                continue
-            out.add(t, str(self.summary_path(job, rid)))
-        return out
-
-    # writing (the jobs: spark_jobs/_jobkit.py)
-
-    def attempt_number(self, job: str, run_id: str, env: Mapping[str, str]) -> int:
+    def attempt_number(self, place: ReportPlace, env: Mapping[str, str]) -> int:
         """This attempt's number (:func:`attempt_number`); ValidationError for a bad ``$TIERED_ATTEMPT``."""
-        return attempt_number(env, self.run_dir(job, run_id))
+        return attempt_number(env, self.part_dir(place.group, place.run_key, place.part))
 
-    def publish(self, job: str, run_id: str, attempt: int, summary_text: str) -> None:
+    def publish(self, place: ReportPlace, attempt: int, summary_text: str) -> None:
         """The attempt's ``summary.json`` (its ``detail.parquet`` already written), then the same two as
-        the run's own: the attempt becomes the run's latest. The summary goes last, so a reader of the
-        run's summary finds the detail beside it."""
-        run_dir, out = self.run_dir(job, run_id), self.attempt_dir(job, run_id, attempt)
+        the part's own: the attempt becomes the part's latest. The summary goes last, so a reader of the
+        part's summary finds the detail beside it."""
+        self.claim(place.group, place.run_id)
+        part_dir = self.part_dir(place.group, place.run_key, place.part)
+        out = part_dir / attempt_dir_name(attempt)
         _replace_file(out / SUMMARY_FILE, summary_text)
-        tmp_detail = run_dir / f".{DETAIL_DIR}.tmp"
+        tmp_detail = part_dir / f".{DETAIL_DIR}.tmp"
         shutil.rmtree(tmp_detail, ignore_errors=True)
         shutil.copytree(out / DETAIL_DIR, tmp_detail)
-        shutil.rmtree(run_dir / DETAIL_DIR, ignore_errors=True)
-        tmp_detail.rename(run_dir / DETAIL_DIR)
-        _replace_file(run_dir / SUMMARY_FILE, summary_text)
+        shutil.rmtree(part_dir / DETAIL_DIR, ignore_errors=True)
+        tmp_detail.rename(part_dir / DETAIL_DIR)
+        _replace_file(part_dir / SUMMARY_FILE, summary_text)
+
+    def write_run(self, group: str, record: Mapping[str, Any]) -> Path:
+        """run.json of a DAG run (:func:`run_record`), replacing the one an earlier try wrote."""
+        d = self.claim(group, str(record["dag_run_id"]))
+        _replace_file(d / RUN_FILE, json.dumps(record, indent=2, sort_keys=True, default=str))
+        return d / RUN_FILE
 
 
 def _subdirs(d: Path) -> list[str]:
@@ -331,191 +540,112 @@ def _subdirs(d: Path) -> list[str]:
     return sorted(c.name for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
 
 
-# -- totals over runs (the DAGs' summaries) --------------------------------------------------------
-
-# streaming offload (PIP-76) totals of a report: segments written, their bytes, tails held for their rollover
-SEGMENT_KEYS = ("segments", "segment_bytes", "segments_held")
-NOT_PLANNED = "(not planned: an upstream task failed)"
+# -- a DAG run's record: run.json ---------------------------------------------------------------------
 
 
-def _add_counts(into: dict[str, int], counts: Mapping[str, Any] | None) -> None:
-    for k, v in (counts or {}).items():
-        into[k] = into.get(k, 0) + int(v)
+@dataclass(frozen=True)
+class PlannedPart:
+    """A part the plan asked for: one Spark task (instance) and the namespaces it was given."""
 
-
-@dataclass
-class NamespaceTotals:
-    """One namespace's part of a job's runs."""
-
-    ledgers: int = 0
-    bytes: int = 0
-    failures: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    segments: dict[str, int] = field(default_factory=dict)  # the SEGMENT_KEYS its reports gave (streaming only)
-    counters: dict[str, int] = field(default_factory=dict)  # a job's own counters (compaction's before/after)
-    # a scrub's damaged copies (tieredcore.lifecycle.work.damage_entry): topic, ledger, uuid, outcome,
-    # repair, damaged_messages [{position, reason}], problem
-    damage: list[dict[str, Any]] = field(default_factory=list)
-
-    def add(self, d: Mapping[str, Any]) -> None:
-        self.ledgers += int(d.get("ledgers", 0))
-        self.bytes += int(d.get("bytes", 0))
-        self.failures += int(d.get("failures", 0))
-        _add_counts(self.segments, {k: d[k] for k in SEGMENT_KEYS if k in d})
-        _add_counts(self.counters, d.get("counters"))
-        _add_counts(self.outcomes, d.get("outcomes"))
-        self.damage += list(d.get("damage") or ())
-
-    def as_dict(self) -> dict[str, Any]:
-        """As the summary XCom shows it: segment keys for streaming namespaces only, counters and damage
-        when any."""
-        out: dict[str, Any] = {"ledgers": self.ledgers, "bytes": self.bytes, "failures": self.failures,
-                               "outcomes": dict(self.outcomes), **self.segments}
-        if self.counters:
-            out["counters"] = dict(self.counters)
-        if self.damage:
-            out["damage"] = [dict(d) for d in self.damage]
-        return out
-
-
-@dataclass
-class RunTotals:
-    """A job's runs added up (:meth:`RunReports.totals`): ``jobs`` runs planned, those without a
-    report in ``failed_jobs``, ``reports`` the summaries read."""
-
+    part: str
+    task_id: str
+    map_index: int  # -1: not mapped
     job: str
-    jobs: int = 0
-    topics: int = 0
-    ledgers: int = 0
-    bytes: int = 0
-    failures: int = 0
-    segments: int = 0
-    segment_bytes: int = 0
-    segments_held: int = 0
-    failed_jobs: list[str] = field(default_factory=list)
-    outcomes: dict[str, int] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-    namespaces: dict[str, NamespaceTotals] = field(default_factory=dict)
-    data_loss: list[str] = field(default_factory=list)
-    reports: list[str] = field(default_factory=list)
-
-    @classmethod
-    def not_run(cls, job: str, why: str = NOT_PLANNED) -> RunTotals:
-        """A job that was never planned (its plan failed): no runs, one failed entry saying why."""
-        return cls(job, failed_jobs=[why])
-
-    @property
-    def parts(self) -> list[RunTotals]:
-        return [self]
-
-    def add(self, t: Mapping[str, Any], report: str) -> None:
-        """One report's ``totals`` (:class:`Totals`) added."""
-        self.reports.append(report)
-        self.topics += int(t.get("topics", 0))
-        self.ledgers += int(t.get("ledgers", 0))
-        self.bytes += int(t.get("bytes", 0))
-        self.failures += int(t.get("failures", 0))
-        self.segments += int(t.get("segments", 0))
-        self.segment_bytes += int(t.get("segment_bytes", 0))
-        self.segments_held += int(t.get("segments_held", 0))
-        _add_counts(self.outcomes, t.get("outcomes"))
-        _add_counts(self.counters, t.get("counters"))
-        self.data_loss += list(t.get("data_loss", []))
-        for ns, d in (t.get("namespaces") or {}).items():
-            self.namespaces.setdefault(ns, NamespaceTotals()).add(d)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready (the summary task's XCom); ``counters`` only when a report had some."""
-        out: dict[str, Any] = {
-            "job": self.job, "jobs": self.jobs, "topics": self.topics, "ledgers": self.ledgers, "bytes": self.bytes,
-            "failures": self.failures, "failed_jobs": list(self.failed_jobs), "outcomes": dict(self.outcomes),
-            "namespaces": {ns: d.as_dict() for ns, d in self.namespaces.items()}, "reports": list(self.reports),
-            "data_loss": list(self.data_loss), "segments": self.segments, "segment_bytes": self.segment_bytes,
-            "segments_held": self.segments_held}
-        if self.counters:
-            out["counters"] = dict(self.counters)
-        return out
-
-    def summary_lines(self) -> list[str]:
-        """The summary for a task log: the job's totals, one line per namespace, one per ledger lost."""
-        d = self.as_dict()
-        lines = [f"{self.job} summary: {self.jobs} job(s), {self.topics} topic(s), {self.ledgers} "
-                 f"ledger(s)/record(s), {self.bytes:,} bytes, {self.failures} failure(s), "
-                 f"failed jobs: {self.failed_jobs or 'none'}; outcomes {self.outcomes}"
-                 + counters_text(self.counters) + segments_text(d)]
-        for ns, n in sorted(d["namespaces"].items()):
-            lines.append(f"  {ns}: {n['ledgers']} ledger(s), {n['bytes']:,} bytes, {n['failures']} failure(s)"
-                         + (f"; {n['outcomes']}" if n.get("outcomes") else "") + counters_text(n.get("counters"))
-                         + segments_text(n))
-        for ns, n in sorted(self.namespaces.items()):
-            lines += [line for d in n.damage for line in damage_text(ns, d)]
-        lines += [f"DATA LOSS: {what}: no copy of it can be read" for what in self.data_loss]
-        return lines
+    namespaces: tuple[str, ...] = ()
 
 
-def damage_text(namespace: str, d: Mapping[str, Any]) -> list[str]:
-    """A damaged copy of a summary's ``damage`` as log lines: one per damaged message, or one for the ledger."""
-    repair = f"repair {d['repair']}" if d.get("repair") else str(d.get("outcome", "damaged"))
-    msgs = d.get("damaged_messages") or []
-    if not msgs:
-        return [f"DAMAGED {namespace} {d['topic']} ledger {d['ledger']}: {d.get('problem', '')}"]
-    return [f"DAMAGED {namespace} {d['topic']} {m['position']} {m.get('reason') or 'damaged'}: {repair}" for m in msgs]
+def _namespaces_of(args: Sequence[Any]) -> tuple[str, ...]:
+    args = [str(a) for a in args]
+    return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "--namespace")
 
 
-@dataclass
-class CombinedTotals:
-    """Totals of several jobs of one run (e.g. retention_sweep then deletion_drain): summed, outcomes
-    named ``<job>.<outcome>``, each job's own totals under ``by_job``."""
-
-    parts: list[RunTotals]
-
-    @property
-    def job(self) -> str:
-        return "+".join(p.job for p in self.parts)
-
-    @property
-    def failures(self) -> int:
-        return sum(p.failures for p in self.parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        ps = self.parts
-        return {
-            "job": self.job, "jobs": sum(p.jobs for p in ps), "topics": sum(p.topics for p in ps),
-            "ledgers": sum(p.ledgers for p in ps), "bytes": sum(p.bytes for p in ps), "failures": self.failures,
-            "failed_jobs": [f"{p.job}/{rid}" for p in ps for rid in p.failed_jobs],
-            "outcomes": {f"{p.job}.{k}": v for p in ps for k, v in p.outcomes.items()},
-            "namespaces": {}, "reports": [r for p in ps for r in p.reports],
-            "by_job": {p.job: p.as_dict() for p in ps},
-            "segments": sum(p.segments for p in ps), "segment_bytes": sum(p.segment_bytes for p in ps),
-            "segments_held": sum(p.segments_held for p in ps)}
-
-    def summary_lines(self) -> list[str]:
-        return [line for p in self.parts for line in p.summary_lines()]
+def planned_parts(task_id: str, job: str, planned: Any) -> list[PlannedPart] | None:
+    """The parts a plan XCom asks of the Spark task ``task_id``: one per argument list of a mapped task
+    (a list of lists: per namespace or per shard), one for a single task's argument list, none for an
+    empty plan (nothing due: the task is skipped); None when there is no plan (it failed)."""
+    if planned is None:
+        return None
+    if not planned:
+        return []
+    if isinstance(planned[0], list | tuple):
+        return [PlannedPart(part_name(task_id, i), task_id, i, job, _namespaces_of(a)) for i, a in enumerate(planned)]
+    return [PlannedPart(task_id, task_id, -1, job, _namespaces_of(planned))]
 
 
-def combine_totals(parts: Sequence[RunTotals]) -> RunTotals | CombinedTotals:
-    """One job's totals as they are; several jobs' combined."""
-    return parts[0] if len(parts) == 1 else CombinedTotals(list(parts))
+def nothing_due_entries(raw: Any) -> list[dict[str, str]]:
+    """The plan's "nothing due" XCom as ``[{"namespace", "reason"}]`` (plain strings: reason "nothing due")."""
+    out = []
+    for item in raw or []:
+        if isinstance(item, Mapping):
+            out.append({"namespace": str(item.get("namespace", "")), "reason": str(item.get("reason") or "nothing due")})
+        else:
+            out.append({"namespace": str(item), "reason": "nothing due"})
+    return out
 
 
-def segments_text(d: Mapping[str, Any]) -> str:
-    """'; N segment(s) (B bytes), H tail(s) held for their rollover' when totals have streaming counts."""
-    if not any(d.get(k) for k in SEGMENT_KEYS):
-        return ""
-    held = d.get("segments_held", 0)  # streaming only: compaction writes segments but holds no tail
-    return (f"; {d.get('segments', 0)} segment(s) ({d.get('segment_bytes', 0):,} bytes)"
-            + (f", {held} tail(s) held for their rollover" if held else ""))
+def _part_entry(part: str, job: str, s: Mapping[str, Any] | None, planned: PlannedPart | None) -> dict[str, Any]:
+    if s is None:
+        return {"part": part, "task_id": planned.task_id if planned else None,
+                "map_index": planned.map_index if planned else None, "job": job, "attempt": None,
+                "namespaces": list(planned.namespaces) if planned else [], "outcome": "missing", "failed": True}
+    code = exit_code(totals(**s["totals"]))
+    namespaces = s.get("planned_namespaces") or (list(planned.namespaces) if planned
+                                                 else sorted(s["totals"].get("namespaces") or {}))
+    return {"part": part, "task_id": s.get("task_id", planned.task_id if planned else None),
+            "map_index": s.get("map_index", planned.map_index if planned else None), "job": job,
+            "attempt": s.get("attempt"), "namespaces": list(namespaces), "outcome": outcome_word(code),
+            "failed": code != EXIT_OK}
 
 
-def counters_text(counters: Mapping[str, int] | None) -> str:
-    """'; objects 48 → 4, bytes 34,502 → 29,852, deleted_hot=2': ``X_before`` / ``X_after`` pairs as
-    before → after, other counters as name=value; '' without counters."""
-    if not counters:
-        return ""
-    parts = []
-    for k, v in counters.items():
-        if k.endswith("_before") and k[:-7] + "_after" in counters:
-            parts.append(f"{k[:-7]} {v:,} → {counters[k[:-7] + '_after']:,}")
-        elif not (k.endswith("_after") and k[:-6] + "_before" in counters):
-            parts.append(f"{k}={v}")
-    return "; " + ", ".join(parts)
+def run_record(reports: RunReports, group: str, run_id: str, planned: Mapping[str, list[PlannedPart] | None], *,
+               dag_id: str | None = None, logical_date: str | None = None, as_of: str | None = None,
+               as_of_ms: int | None = None, nothing_due: Any = (), found: Mapping[str, Mapping[str, Any]] | None = None,
+               written_ms: int | None = None, run_key: str | None = None) -> dict[str, Any]:
+    """run.json of a run: every part on disk read (``found``: already read), added up per job; a part
+    ``planned`` (per job; None: the job was never planned, its plan failed) that wrote no readable
+    report is missing and fails the run; parts on disk the plan did not name are added too. ``totals``
+    are the jobs' combined totals (with ``data_loss``), ``missing_parts`` and ``nothing_due`` (the plan's
+    reasons) as the contract names them. ``run_key``: where the run is when it is not the key of
+    ``run_id`` (a run of the layout before, named as it was)."""
+    key = run_key or report_name(run_id)
+    if found is None:
+        found = {}
+        parts = reports.parts(group, key) if reports.has_run(group, key) else []
+        for part in parts:
+            try:
+                found[part] = reports.read_summary(group, key, part)
+            except (NotFoundError, FormatError):
+                continue
+    found = {p: s for p, s in found.items() if isinstance(s.get("totals"), Mapping)}
+    per_job: dict[str, RunTotals] = {}
+    entries: list[dict[str, Any]] = []
+    missing: list[str] = []
+    named: set[str] = set()
+    for job, pp in planned.items():
+        if pp is None:
+            per_job[job] = RunTotals.not_run(job)
+            continue
+        t = per_job[job] = RunTotals(job, jobs=len(pp))
+        for p in pp:
+            named.add(p.part)
+            s = found.get(p.part)
+            entries.append(_part_entry(p.part, job, s, p))
+            if s is None:
+                t.failed_jobs.append(p.part)
+                missing.append(p.part)
+            else:
+                t.add(s["totals"], str(reports.summary_path(group, key, p.part)))
+    for part, s in sorted(found.items()):
+        if part not in named:
+            job = str(s.get("job") or part)
+            t = per_job.setdefault(job, RunTotals(job))
+            t.jobs += 1
+            t.add(s["totals"], str(reports.summary_path(group, key, part)))
+            entries.append(_part_entry(part, job, s, None))
+    combined = combine_totals(list(per_job.values())) if per_job else RunTotals(group)
+    if as_of is None and as_of_ms is not None:
+        as_of = dt.datetime.fromtimestamp(int(as_of_ms) / 1000, dt.UTC).isoformat()
+    return {"dag_id": dag_id, "dag_run_id": run_id, "run_key": key, "group": group, "logical_date": logical_date,
+            "as_of": as_of, "written_ms": written_ms if written_ms is not None else int(time.time() * 1000),
+            "jobs": list(per_job), "totals": combined.as_dict(), "parts": entries,
+            "nothing_due": nothing_due_entries(nothing_due), "missing_parts": missing}

@@ -62,23 +62,24 @@ def test_bad_thresholds_fail_the_plan_naming_the_param(tmp_path: Path, monkeypat
     plan_failures = [f["exception"] for f in failed if f["task_id"] == "plan"]
     for _, fragment in cases:
         assert any(fragment in e for e in plan_failures), plan_failures
-    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no part wrote a report
 
 
 def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path) -> None:
-    """The summary (RunReports.totals) adds up each namespace's counters (a compaction report's objects
-    and bytes before → after); counters_text shows *_before / *_after pairs as before → after."""
-    from tieredcore.reports import RunReports, counters_text
+    """The summary (tieredcore.reports.run_record) adds up each namespace's counters (a compaction report's
+    objects and bytes before → after); counters_text shows *_before / *_after pairs as before → after."""
+    from tieredcore.reports import RunReports, counters_text, planned_parts, report_name, run_record
 
-    for rid, ns, c in (("r.a+x", "a/x", (24, 4, 30_000, 26_000)), ("r.a+y", "a/y", (10, 2, 5_000, 4_000))):
+    for i, ns, c in ((0, "a/x", (24, 4, 30_000, 26_000)), (1, "a/y", (10, 2, 5_000, 4_000))):
         counters = dict(zip(("objects_before", "objects_after", "bytes_before", "bytes_after"), c, strict=True))
-        d = tmp_path / "compact_segments" / rid
+        d = tmp_path / "tiered_compaction" / report_name("r") / f"compact.{i}"
         d.mkdir(parents=True)
         totals = {"topics": 1, "ledgers": c[0] // 2, "bytes": c[3], "failures": 0, "outcomes": {"compacted": 1},
                   "counters": counters, "namespaces": {ns: {"ledgers": c[0] // 2, "bytes": c[3], "failures": 0,
                                                             "outcomes": {"compacted": 1}, "counters": counters}}}
         (d / "summary.json").write_text(json.dumps({"totals": totals}))
-    t = RunReports(tmp_path).totals("compact_segments", ["r.a+x", "r.a+y"]).as_dict()
+    planned = planned_parts("compact", "compact_segments", [["--namespace", "a/x"], ["--namespace", "a/y"]])
+    t = run_record(RunReports(tmp_path), "tiered_compaction", "r", {"compact_segments": planned})["totals"]
     assert t["counters"] == {"objects_before": 34, "objects_after": 6, "bytes_before": 35_000, "bytes_after": 30_000}
     assert t["namespaces"]["a/y"]["counters"] == {"objects_before": 10, "objects_after": 2, "bytes_before": 5_000,
                                                   "bytes_after": 4_000}
@@ -133,7 +134,7 @@ def test_compaction_dag_repacks_a_namespace_and_its_summary_shows_before_and_aft
     (line,) = [x for x in (out + err).splitlines() if x.startswith("  acme/small: ")]  # the summary's
     assert f"12 ledger(s), {small['bytes']:,} bytes, 0 failure(s); {{'compacted': 2}}; " in line
     assert "objects 24 → 4" in line and f"bytes {c['bytes_before']:,} → {c['bytes_after']:,}" in line
-    report = tmp_path / "ws" / "reports" / "compact_segments" / tiered_run_id(dr.run_id) / "summary.json"
+    report = tmp_path / "ws" / "reports" / "tiered_compaction" / tiered_run_id(dr.run_id) / "compact.0" / "summary.json"
     assert json.loads(report.read_text())["namespaces"]["acme/small"]["objects_after"] == 4
 
     after = topic_ledgers(cfg)

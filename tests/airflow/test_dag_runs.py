@@ -117,7 +117,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["topics"] == 4 and totals["bytes"] > 0
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
-    assert totals["nothing_due"] == [idle]
+    assert [(e["namespace"], e["reason"]) for e in totals["nothing_due"]] == [(idle["namespace"], idle["reason"])]
     # one tiered_offloaded asset event per namespace the run changed: not for acme/idle (nothing due)
     # nor acme/archive (offload off); they trigger the deletion-lag cleanup
     events = asset_events(dr)
@@ -125,16 +125,23 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert {name for name, _ in events} == {"tiered_offloaded"}
     assert all(e["ledgers"] == 8 and e["bytes"] > 0 and e["as_of"] == SWEEP_AT.isoformat() for _, e in events)
     assert states["announce"] == TaskInstanceState.SUCCESS and xcom(dr, "announce") == ["acme/orders", "public/default"]
-    reports = tmp_path / "ws" / "reports" / "offload_sweep"
-    for i in range(len(order)):
-        rid = f"{tiered_run_id(dr.run_id)}.shard-{i}"  # one report per shard until the reports are the run's
-        summary = json.loads((reports / rid / "summary.json").read_text())
+    rid = tiered_run_id(dr.run_id)  # the DAG run's reports: one directory, one part per mapped task
+    run = tmp_path / "ws" / "reports" / "tiered_offload_sweep" / rid
+    for i, names in enumerate(order):  # one part per shard
+        part = run / f"offload.{i}"
+        summary = json.loads((part / "summary.json").read_text())
         assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
-        assert (reports / rid / "detail.parquet").is_dir()
+        assert (summary["dag_run_id"], summary["task_id"], summary["map_index"], summary["planned_namespaces"]) == (
+            dr.run_id, "offload", i, names)
+        assert (part / "detail.parquet").is_dir()
         # the task's try number reached the job: its attempt's report, and the link to its page
-        assert json.loads((reports / rid / "attempt-1" / "summary.json").read_text()) == summary
+        assert json.loads((part / "attempt-1" / "summary.json").read_text()) == summary
         link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
-        assert link == f"/tiered/reports/offload_sweep/{quote(rid)}/attempt-1/"
+        assert link == f"/tiered/reports/tiered_offload_sweep/{quote(rid, safe='')}/offload.{i}/attempt-1/"
+    record = json.loads((run / "run.json").read_text())  # the summary task's: one report for the run
+    assert [(p["part"], p["namespaces"], p["outcome"]) for p in record["parts"]] == [
+        (f"offload.{i}", names, "ok") for i, names in enumerate(order)]
+    assert record["missing_parts"] == [] and [e["namespace"] for e in record["nothing_due"]] == ["acme/idle"]
     rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
     assert rendered == {0: order[0][0], 1: order[1][0]}
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="offloaded/")
@@ -165,14 +172,15 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     # (default on) deleted them and left nothing in the deletion log
     totals2 = xcom(dr2, "summary")
     assert totals2["outcomes"] == {"marked": 8} and totals2["failures"] == 0
-    report2 = tmp_path / "ws" / "reports" / "deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "summary.json"
+    report2 = (tmp_path / "ws" / "reports" / "tiered_deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "cleanup" /
+               "summary.json")
     summary2 = json.loads(report2.read_text())
     assert summary2["outcomes"] == {"marked": 8}
     assert summary2["drain"]["deleted_hot"] == summary2["drain"]["acknowledged"] == 8
     with Workspace(Config.load(cfg, env={})) as ws:
         assert ws.deletion_log.pending() == [] and ws.deletion_log.counters()["appended_hot"] == 8
     assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == (
-        f"/tiered/reports/deletion_lag_cleanup/{quote(tiered_run_id(dr2.run_id))}/attempt-1/")
+        f"/tiered/reports/tiered_deletion_lag_cleanup/{quote(tiered_run_id(dr2.run_id), safe='')}/cleanup/attempt-1/")
     res = verify(cfg)
     assert res["verified"] == 8 and res["failed"] == 0
     out, err = capfd.readouterr()
@@ -193,7 +201,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     from tiered_web import create_app
 
     view = TestClient(create_app(lambda: Config.load(cfg), secured=False))  # the view: its page and data
-    for page in ("/overview", "/overview.json", "/reports/offload_sweep/"):
+    for page in ("/overview", "/overview.json", "/reports/tiered_offload_sweep/"):
         r = view.get(page)
         assert r.status_code == 200 and secret not in r.text, page
     print(f"timings: sweep DAG {sweep_s:.1f}s (2 Spark jobs), lag cleanup DAG {lag_s:.1f}s")
@@ -236,7 +244,7 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
                           ({"topic": "public/default/topic-0000", "mode": "both", "value": "0"}, "is not one of")):
         with pytest.raises(ParamValidationError, match=words):
             run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9), {"config": str(cfg), **params})
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report
     assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
 
 
@@ -287,7 +295,7 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
     assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
     assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report
 
 
 def test_preflight_fails_fast_on_unreachable_zookeeper(tmp_path: Path) -> None:
@@ -308,4 +316,4 @@ def test_preflight_fails_fast_on_unreachable_zookeeper(tmp_path: Path) -> None:
     assert dr.state == DagRunState.FAILED
     assert states["preflight"] == TaskInstanceState.FAILED
     assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report

@@ -89,6 +89,11 @@ def test_spark_task_is_built_in_one_place() -> None:
     assert op.conf["spark.ui.enabled"] == "false"
     assert op.conf["spark.pyspark.python"]
     assert "TIERED_CONFIG" not in op.env_vars  # the run's (checked against the allow-list) at submit time
+    # where the job writes its report: its DAG run's part and try (tieredcore.reports.report_place)
+    assert {k: op.env_vars[k] for k in ("TIERED_DAG_ID", "TIERED_DAG_RUN_ID", "TIERED_TASK_ID", "TIERED_MAP_INDEX",
+                                        "TIERED_ATTEMPT")} == {
+        "TIERED_DAG_ID": "{{ ti.dag_id }}", "TIERED_DAG_RUN_ID": "{{ run_id }}", "TIERED_TASK_ID": "{{ ti.task_id }}",
+        "TIERED_MAP_INDEX": "{{ ti.map_index }}", "TIERED_ATTEMPT": "{{ ti.try_number }}"}
     assert not any(k.startswith("AWS_") for k in op.env_vars)  # secrets only at submit time
     sweep = _bag().get_dag("tiered_offload_sweep").get_task("offload")
     assert sweep.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE
@@ -182,18 +187,37 @@ def test_plugin_registers_macros_and_report_link(monkeypatch: pytest.MonkeyPatch
     macros = next(p for p in plugins_manager._get_plugins()[0] if p.name == "tiered").macros
     assert {m.__name__ for m in macros} >= {"tiered_run_id", "tiered_report_path"}
 
-    assert tiered_run_id("manual__2026-01-01T00:00:00+00:00") == "manual__2026-01-01T00_00_00+00_00"
-    assert tiered_run_id("scheduled__x", "acme/orders") == "scheduled__x.acme+orders"
-    assert tiered_run_id(tiered_run_id("a:b")) == "a_b"
-    assert tiered_report_path("offload_sweep", "r:1", reports_dir=str(tmp_path)) == str(
-        tmp_path / "offload_sweep" / "r_1" / "summary.json")
+    rid = "manual__2026-01-01T00:00:00+00:00"
+    key = "manual__2026-01-01T00=3A00=3A00+00=3A00"  # tieredcore.reports.report_name: one path component
+    assert tiered_run_id(rid) == key and tiered_run_id(rid, "acme/orders") == key  # one key per DAG run
+    assert tiered_report_path("tiered_scrub", rid, reports_dir=str(tmp_path)) == str(
+        tmp_path / "tiered_scrub" / key / "run.json")
+    assert tiered_report_path("tiered_scrub", rid, "scrub", reports_dir=str(tmp_path)) == str(
+        tmp_path / "tiered_scrub" / key / "scrub" / "summary.json")
+    assert tiered_report_path("tiered_offload_sweep", rid, "offload.2", 3, reports_dir=str(tmp_path)) == str(
+        tmp_path / "tiered_offload_sweep" / key / "offload.2" / "attempt-3" / "summary.json")
     # the report pages of the plugin's FastAPI app: same-site paths the UI renders as links
-    assert tiered_report_url("offload_sweep", "r:1") == "/tiered/reports/offload_sweep/r_1/"
-    assert tiered_report_url("offload_sweep", "r1", 3) == "/tiered/reports/offload_sweep/r1/attempt-3/"
+    quoted = "manual__2026-01-01T00%3D3A00%3D3A00%2B00%3D3A00"
+    assert tiered_report_url("tiered_scrub", rid) == f"/tiered/reports/tiered_scrub/{quoted}/"
+    assert tiered_report_url("tiered_scrub", rid, "scrub", 3) == f"/tiered/reports/tiered_scrub/{quoted}/scrub/attempt-3/"
+    # the "Run report" link of a task instance: its DAG run's part and its try
+    from types import SimpleNamespace
+
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    link = TieredReportLink()
+    mapped = TaskInstanceKey("tiered_offload_sweep", "offload", rid, try_number=2, map_index=4)
+    assert link.get_link(SimpleNamespace(job="offload_sweep"), ti_key=mapped) == (
+        f"/tiered/reports/tiered_offload_sweep/{quoted}/offload.4/attempt-2/")
+    single = TaskInstanceKey("tiered_scrub", "scrub", rid, try_number=1, map_index=-1)
+    assert link.get_link(SimpleNamespace(job="scrub"), ti_key=single) == (
+        f"/tiered/reports/tiered_scrub/{quoted}/scrub/attempt-1/")
+    assert link.get_link(SimpleNamespace(), ti_key=single) == ""  # not a Spark job's task
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example/af/")
-    assert tiered_report_url("scrub", "r1", 1) == "https://airflow.example/af/tiered/reports/scrub/r1/attempt-1/"
+    assert tiered_report_url("tiered_scrub", "r1", "scrub", 1) == (
+        "https://airflow.example/af/tiered/reports/tiered_scrub/r1/scrub/attempt-1/")
     monkeypatch.setenv("TIERED_REPORTS_URL", "https://reports.example/tiered/")
-    assert tiered_report_url("offload_sweep", "r1") == "https://reports.example/tiered/offload_sweep/r1/"
+    assert tiered_report_url("tiered_scrub", "r1") == "https://reports.example/tiered/tiered_scrub/r1/"
     plugin = next(p for p in plugins_manager._get_plugins()[0] if p.name == "tiered")
     assert [(a["url_prefix"], a["name"]) for a in plugin.fastapi_apps] == [("/tiered", "Tiered storage")]
     assert plugin.external_views[0]["name"] == "Tiered storage"

@@ -136,26 +136,30 @@ def test_deletion_dag_schedules_from_environment(monkeypatch: pytest.MonkeyPatch
 # -- the summary of the jobs' reports ---------------------------------------------------------------
 
 
-def _write(reports: Path, job: str, rid: str, report) -> None:
-    (reports / job / rid).mkdir(parents=True)
-    doc = summary_document(report, job, rid, 1.0)
-    (reports / job / rid / "summary.json").write_text(json.dumps(doc))
+def _write(reports: Path, group: str, run_id: str, part: str, job: str, report) -> None:
+    """A part's report of a DAG run where the Spark job puts it (tieredcore.reports layout)."""
+    from tieredcore.reports import report_name
+
+    d = reports / group / report_name(run_id) / part
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps(summary_document(report, job, run_id, 1.0)))
 
 
 def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
-    """The summary task reads each report's `totals` (the same shape for every job), sums them per run
-    and per namespace, and counts a job without a report as failed."""
-    from tieredcore.reports import RunReports, combine_totals
+    """The summary task reads each part's `totals` (the same shape for every job), sums them per run
+    and per namespace, and counts a planned part without a report as failed."""
+    from tieredcore.reports import RunReports, planned_parts, run_record
 
     reports = RunReports(tmp_path)
     drain = DrainReport(0, entries=3, deleted=2, dead_lettered=1, deleted_hot=2, acknowledged=2, rows=[
         DrainRow("1", "persistent://a/b/t", 1, "ledger", "retention", "deleted"),
         DrainRow("2", "persistent://a/b/t", 2, "ledger", "retention", "deleted"),
         DrainRow("3", "persistent://c/d/t", 3, "offloaded", "orphan", "dead_lettered", "boom")])
-    _write(tmp_path, "deletion_drain", "r1", drain)
-    _write(tmp_path, "deletion_drain", "r2", DrainReport(0, task_errors=["hot: 5 record(s) not processed"]))
-    t = reports.totals("deletion_drain", ["r1", "r2", "missing"]).as_dict()
-    assert (t["jobs"], t["ledgers"], t["failures"], t["failed_jobs"]) == (3, 3, 2, ["missing"])
+    _write(tmp_path, "d", "r1", "drain.0", "deletion_drain", drain)
+    _write(tmp_path, "d", "r1", "drain.1", "deletion_drain", DrainReport(0, task_errors=["hot: 5 record(s) not processed"]))
+    three = planned_parts("drain", "deletion_drain", [["--as-of", "t"]] * 3)
+    t = run_record(reports, "d", "r1", {"deletion_drain": three})["totals"]
+    assert (t["jobs"], t["ledgers"], t["failures"], t["failed_jobs"]) == (3, 3, 2, ["drain.2"])
     assert t["outcomes"] == {"deleted": 2, "dead_lettered": 1}
     assert t["counters"]["deleted_hot"] == 2 and t["counters"]["acknowledged"] == 2
     assert t["namespaces"]["c/d"] == {"ledgers": 1, "bytes": 0, "failures": 1, "outcomes": {"dead_lettered": 1}}
@@ -163,23 +167,28 @@ def test_summary_adds_up_the_totals_of_every_job(tmp_path: Path) -> None:
     rows = [{"topic": "persistent://a/b/t", "namespace": "a/b", "ledger": lid, "kind": "lag-cleanup",
              "outcome": "marked", "bytes": 10, "blocks": 0, "entries": 0, "seconds": 0.0, "uuid": "", "error": ""}
             for lid in (1, 2)]
-    sweep = LedgerRunReport(RunSummary.of("retention_sweep", "r1", 0, False, rows, 1.0), rows)
-    _write(tmp_path, "retention_sweep", "r1", sweep)
-    both = combine_totals([reports.totals("retention_sweep", ["r1"]),
-                           reports.totals("deletion_drain", ["r1", "nope"])]).as_dict()
+    sweep = LedgerRunReport(RunSummary.of("retention_sweep", "r2", 0, False, rows, 1.0), rows)
+    _write(tmp_path, "tiered_retention", "r2", "retention", "retention_sweep", sweep)
+    _write(tmp_path, "tiered_retention", "r2", "drain.0", "deletion_drain", drain)
+    both = run_record(reports, "tiered_retention", "r2", {
+        "retention_sweep": planned_parts("retention", "retention_sweep", ["--as-of", "t"]),
+        "deletion_drain": planned_parts("drain", "deletion_drain", [["--as-of", "t"]] * 2)})["totals"]
     assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
     assert both["ledgers"] == 5 and both["failures"] == 1 and both["bytes"] == 20
-    assert both["failed_jobs"] == ["deletion_drain/nope"]
+    assert both["failed_jobs"] == ["deletion_drain/drain.1"]
     assert both["outcomes"]["retention_sweep.marked"] == 2 and both["outcomes"]["deletion_drain.deleted"] == 2
     assert both["by_job"]["deletion_drain"]["counters"]["deleted_hot"] == 2
 
 
-def test_summary_counts_a_report_without_totals_as_a_failed_job(tmp_path: Path) -> None:
-    from tieredcore.reports import RunReports
+def test_summary_counts_a_report_without_totals_as_a_failed_part(tmp_path: Path) -> None:
+    from tieredcore.reports import RunReports, planned_parts, report_name, run_record
 
-    (tmp_path / "deletion_drain" / "old").mkdir(parents=True)
-    (tmp_path / "deletion_drain" / "old" / "summary.json").write_text(json.dumps({"entries": 3}))
-    assert RunReports(tmp_path).totals("deletion_drain", ["old"]).as_dict()["failed_jobs"] == ["old"]
+    part = tmp_path / "d" / report_name("old") / "drain"
+    part.mkdir(parents=True)
+    (part / "summary.json").write_text(json.dumps({"entries": 3}))
+    rec = run_record(RunReports(tmp_path), "d", "old", {"deletion_drain": planned_parts("drain", "deletion_drain",
+                                                                                      ["--as-of", "t"])})
+    assert rec["totals"]["failed_jobs"] == ["drain"] and rec["missing_parts"] == ["drain"]
 
 
 # -- parameter validation (no Spark) --------------------------------------------------------------
@@ -225,7 +234,7 @@ def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.Monkey
     assert states["preflight"] == TaskInstanceState.FAILED
     assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED
-    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))  # no job ran
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no job ran: no part wrote a report
 
 
 def test_nothing_due_starts_no_spark_job(tmp_path: Path) -> None:
@@ -368,13 +377,17 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     assert drain["outcomes"] == {"deleted": 2 * n_trimmed + n_lagged}, drain
     assert drain["counters"]["deleted_hot"] == n_trimmed + n_lagged
     assert drain["counters"]["deleted_offloaded"] == n_trimmed
-    reports = tmp_path / "ws" / "reports"
-    rid = tiered_run_id(dr.run_id)
+    rid = tiered_run_id(dr.run_id)  # the run key: one directory for the DAG run, one part per Spark task
+    run = tmp_path / "ws" / "reports" / "tiered_retention" / rid
     for job, task_id in (("retention_sweep", "retention"), ("deletion_drain", "drain")):
-        path = reports / job / rid / "summary.json"
-        assert path.is_file() and (reports / job / rid / "detail.parquet").is_dir()
-        assert (reports / job / rid / "attempt-1" / "summary.json").is_file()
-        assert xcom(dr, task_id, key="_link_TieredReportLink") == f"/tiered/reports/{job}/{quote(rid)}/attempt-1/"
+        summary = json.loads((run / task_id / "summary.json").read_text())
+        assert (summary["job"], summary["dag_run_id"], summary["part"]) == (job, dr.run_id, task_id)
+        assert (run / task_id / "detail.parquet").is_dir() and (run / task_id / "attempt-1" / "summary.json").is_file()
+        assert xcom(dr, task_id, key="_link_TieredReportLink") == (
+            f"/tiered/reports/tiered_retention/{quote(rid, safe='')}/{task_id}/attempt-1/")
+    record = json.loads((run / "run.json").read_text())  # one run.json with each job's totals
+    assert [p["part"] for p in record["parts"]] == ["retention", "drain"] and record["totals"] == {
+        k: v for k, v in totals.items() if k not in ("nothing_due", "missing_parts", "run_report", "run_key")}
 
     print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
 

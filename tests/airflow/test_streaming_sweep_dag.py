@@ -25,18 +25,20 @@ def _seg(topic: str, outcome: str, nbytes: int = 0, covers: str = "1:0-9") -> di
 
 
 def test_summary_adds_up_segment_totals(tmp_path: Path) -> None:
-    from tieredcore.reports import RunReports, combine_totals, segments_text
+    from tieredcore.reports import RunReports, RunTotals, combine_totals, report_name, segments_text
 
     streaming = [_seg("persistent://a/s/t0", "offloaded", 4096), _seg("persistent://a/s/t0", "offloaded", 1024),
                  _seg("persistent://a/s/t1", "held", 512)]
     ledger = [asdict(LedgerResult("persistent://a/l/t0", "a/l", 7, KIND_OFFLOAD, "offloaded", 100))]
-    for rid, rows in (("r.a+s", streaming), ("r.a+l", ledger)):
-        rep = LedgerRunReport(RunSummary.of("offload_sweep", rid, 0, False, rows, 1.0), rows)
-        (tmp_path / "offload_sweep" / rid).mkdir(parents=True)
-        (tmp_path / "offload_sweep" / rid / "summary.json").write_text(
-            json.dumps(summary_document(rep, "offload_sweep", rid, 1.0)))
     reports = RunReports(tmp_path)
-    sweep = reports.totals("offload_sweep", ["r.a+s", "r.a+l"])
+    for part, rows in (("offload.0", streaming), ("offload.1", ledger)):
+        rep = LedgerRunReport(RunSummary.of("offload_sweep", "r", 0, False, rows, 1.0), rows)
+        (tmp_path / "dag" / report_name("r") / part).mkdir(parents=True)
+        (tmp_path / "dag" / report_name("r") / part / "summary.json").write_text(
+            json.dumps(summary_document(rep, "offload_sweep", "r", 1.0)))
+    sweep = RunTotals("offload_sweep")
+    for part in ("offload.0", "offload.1"):
+        sweep.add(reports.read_summary("dag", "r", part)["totals"], part)
     t = sweep.as_dict()
     assert (t["segments"], t["segment_bytes"], t["segments_held"]) == (2, 5120, 1)
     assert (t["ledgers"], t["bytes"], t["failures"], t["topics"]) == (1, 5220, 0, 3)
@@ -46,7 +48,9 @@ def test_summary_adds_up_segment_totals(tmp_path: Path) -> None:
     assert segments_text(t) == "; 2 segment(s) (5,120 bytes), 1 tail(s) held for their rollover"
     assert segments_text(t["namespaces"]["a/l"]) == ""
     assert segments_text({"segments": 3, "segment_bytes": 10}) == "; 3 segment(s) (10 bytes)"  # compaction
-    both = combine_totals([sweep, reports.totals("offload_sweep", ["r.a+l"])]).as_dict()
+    ledger_only = RunTotals("offload_sweep")
+    ledger_only.add(reports.read_summary("dag", "r", "offload.1")["totals"], "offload.1")
+    both = combine_totals([sweep, ledger_only]).as_dict()
     assert both["segments"] == 2 and both["segment_bytes"] == 5120 and both["segments_held"] == 1
 
 

@@ -206,7 +206,7 @@ def test_tiered_storage_view_and_run_report_in_a_browser(tmp_path, spark_env):
                 link = page.get_by_role("link", name="Run report")
                 link.wait_for()
                 href = link.get_attribute("href")
-                assert "/tiered/reports/offload_sweep/" in href and href.endswith("/attempt-1/"), href
+                assert "/tiered/reports/tiered_offload_sweep/" in href and href.endswith("/offload.0/attempt-1/"), href
                 page.screenshot(path=str(ARTIFACTS / "task-instance-run-report-link.png"), full_page=True)
                 page.goto(href if href.startswith("http") else base + href)
                 page.locator("#headline").wait_for()

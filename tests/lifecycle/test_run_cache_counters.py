@@ -71,7 +71,7 @@ def test_scrub_job_reports_the_cache_counters(tmp_path):
     rc, log = spark_submit("scrub", "--config", str(cfg), "--as-of", END_ISO, "--deep", "always", "--run-id", "c1",
                            log=tmp_path / "scrub.log")
     assert rc == 0, log[-3000:]
-    summary = json.loads((tmp_path / "ws" / "reports" / "scrub" / "c1" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "ws" / "reports" / "scrub" / "c1" / "scrub" / "summary.json").read_text())
     assert summary["outcomes"] == {"ok": 4}
     assert set(summary["cache"]) == COUNTERS and summary["cache"]["loads"] > 0 and summary["cache"]["misses"] > 0
     (line,) = [ln for ln in log.splitlines() if ln.startswith(SUMMARY_PREFIX)]

@@ -76,7 +76,7 @@ def hot_entries(ws: Workspace, ns: str) -> dict[tuple[str, int], list[bytes]]:
 
 
 def summary_of(cfg: Path, run_id: str) -> tuple[dict, list[dict]]:
-    out = cfg.parent / "reports" / "compact_segments" / run_id
+    out = cfg.parent / "reports" / "compact_segments" / run_id / "compact_segments"  # group = part = job
     detail = pq.read_table(out / "detail.parquet")
     assert detail.column_names == DETAIL_COLUMNS
     return json.loads((out / "summary.json").read_text()), detail.to_pylist()

@@ -106,7 +106,10 @@ def comparable(rep: dict) -> dict:
     out = {k: v for k, v in rep.items() if k not in ("timings", "dry_run", "records_appended", "records",
                                                       "job", "run_id", "seconds", "totals",
                                                       # what the job template adds to every report
-                                                      "attempt", "written_ms", "requests", "tiers", "spark")}
+                                                      "attempt", "written_ms", "requests", "tiers", "spark",
+                                                      # and where it is (tieredcore.reports.ReportPlace.fields)
+                                                      "group", "run_key", "part", "dag_id", "dag_run_id", "task_id",
+                                                      "map_index", "try_number", "planned_namespaces")}
     out["records"] = [{k: v for k, v in r.items() if k != "id"} for r in rep["records"]]
     return out
 
@@ -141,14 +144,14 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     rc, log = spark_submit("reconcile_orphans", "--config", str(cfg), "--as-of", str(as_of), "--grace", "1h",
                            "--run-id", "r1", "--report-dir", str(reports), log=tmp_path / "reconcile.log")
     assert rc == 0, log
-    summary = json.loads((reports / "reconcile_orphans" / "r1" / "summary.json").read_text())
+    summary = json.loads((reports / "reconcile_orphans" / "r1" / "reconcile_orphans" / "summary.json").read_text())
     assert comparable(summary) == comparable(expected)
     assert summary["records_appended"] == len(expected["records"])
     assert summary["totals"]["ledgers"] == len(expected["records"]) and summary["totals"]["failures"] == 0
     assert summary_of(log)["orphan_groups"] == 4
     # the listing tasks' requests reach the report through the run's accumulator
     assert summary["requests"]["total"]["LIST"] >= 1 and summary["attempt"] == 1
-    detail = pq.read_table(reports / "reconcile_orphans" / "r1" / "detail.parquet").to_pylist()
+    detail = pq.read_table(reports / "reconcile_orphans" / "r1" / "reconcile_orphans" / "detail.parquet").to_pylist()
     assert len(detail) == expected["orphan_objects"] + expected["hot_orphans"]
     with Workspace(config) as ws:
         pending = [e.record for e in DeletionLog(ws.metadata).pending()]
@@ -166,7 +169,7 @@ def test_reconcile_then_drain_with_spark(tmp_path):
     assert s["deleted_hot"] == len(b_ledgers) and s["deleted_offloaded"] == 4 and s["dead_lettered"] == 0
     assert s["tasks"] == 2  # one store + the hot tier
     assert s["totals"]["ledgers"] == n and s["totals"]["counters"]["deleted_offloaded"] == 4
-    rows = pq.read_table(reports / "deletion_drain" / "d1" / "detail.parquet").to_pylist()
+    rows = pq.read_table(reports / "deletion_drain" / "d1" / "deletion_drain" / "detail.parquet").to_pylist()
     assert {r["outcome"] for r in rows} == {"deleted"} and len(rows) == n
     orphan_keys = {d["key"] for d in detail if d["kind"] == "offloaded"}
     assert len(orphan_keys) == expected["orphan_objects"] == 8

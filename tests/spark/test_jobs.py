@@ -64,21 +64,76 @@ def test_parse_as_of_rejects_garbage(text):
         parse_as_of(text)
 
 
-@pytest.mark.parametrize(
-    "run_id,expected",
-    [
-        (None, "20260101T000000Z"),
-        ("scheduled__2026-01-01T00:00:00+00:00", "scheduled__2026-01-01T00_00_00+00_00"),
-        ("manual run/1", "manual_run_1"),
-        ("../../etc/passwd", ".._.._etc_passwd"),
-        ("..", "__"),
-        (".", "_"),
-    ],
-)
-def test_run_id_for_is_a_safe_single_path_component(run_id, expected):
-    rid = run_id_for(argparse.Namespace(run_id=run_id), END_MS)
-    assert rid == expected
-    assert "/" not in rid and rid not in (".", "..", "")
+@pytest.mark.parametrize("run_id,expected", [(None, "20260101T000000Z"), ("manual run/1", "manual run/1"),
+                                             ("scheduled__2026-01-01T00:00:00+00:00",
+                                              "scheduled__2026-01-01T00:00:00+00:00")])
+def test_run_id_for_is_the_unaltered_id_or_the_logical_time(run_id, expected):
+    """Outside Airflow a run's id is --run-id as given (its report's key is made from it), else --as-of."""
+    assert run_id_for(argparse.Namespace(run_id=run_id), END_MS) == expected
+
+
+AIRFLOW_ENV = {"TIERED_DAG_ID": "tiered_scrub", "TIERED_DAG_RUN_ID": "manual__2026-01-01T00:00:00+00:00",
+               "TIERED_TASK_ID": "scrub", "TIERED_MAP_INDEX": "1", "TIERED_ATTEMPT": "2"}
+
+
+def _write_scrub_report(config: str, env: dict[str, str], run_id: str = "cli-run") -> tuple[Path, dict]:
+    """A scrub's report written in-process as run_job writes it (place from ``env``; no Spark needed)."""
+    import time
+
+    from tieredcore.lifecycle.work import LedgerRunReport, RunSummary
+
+    cfg = Config.load(config, env={})
+    args = argparse.Namespace(dry_run=True, run_id=run_id, namespace=["t/a"])
+    place = _jobkit.place_for("scrub", args, END_MS, env)
+    run = _jobkit.Run("scrub", args, cfg, END_MS, place.run_id, cfg.reports_dir, time.monotonic(), place)
+    return _jobkit.write_report(None, run, LedgerRunReport(RunSummary.of("scrub", run.run_id, END_MS, True, [], 0.0),
+                                                           []), env=env)
+
+
+def test_inside_airflow_a_job_writes_its_dag_runs_part(small_config):
+    """$TIERED_DAG_ID and the rest (the DAG's operator sets them): group = DAG id, run key of the unaltered
+    DAG run id, part = task.map_index, attempt = try number; summary.json says where it is."""
+    from tieredcore.reports import RunReports, report_name
+
+    out, summary = _write_scrub_report(small_config, AIRFLOW_ENV)
+    key = report_name(AIRFLOW_ENV["TIERED_DAG_RUN_ID"])
+    reports = RunReports(Config.load(small_config, env={}).reports_dir)
+    assert out == reports.attempt_dir("tiered_scrub", key, "scrub.1", 2)
+    assert reports.read_summary("tiered_scrub", key, "scrub.1") == summary
+    assert {k: summary[k] for k in ("group", "part", "dag_id", "dag_run_id", "task_id", "map_index", "try_number",
+                                    "attempt", "run_id", "planned_namespaces", "job")} == {
+        "group": "tiered_scrub", "part": "scrub.1", "dag_id": "tiered_scrub",
+        "dag_run_id": "manual__2026-01-01T00:00:00+00:00", "task_id": "scrub", "map_index": 1, "try_number": 2,
+        "attempt": 2, "run_id": "manual__2026-01-01T00:00:00+00:00", "planned_namespaces": ["t/a"], "job": "scrub"}
+    assert isinstance(summary["namespaces"], dict)  # the report's own per-namespace totals stay as they are
+    assert reports.run_id("tiered_scrub", key) == AIRFLOW_ENV["TIERED_DAG_RUN_ID"]
+
+
+def test_outside_airflow_a_job_writes_a_run_of_its_own(small_config):
+    from tieredcore.reports import RunReports
+
+    out, summary = _write_scrub_report(small_config, {}, run_id="nightly:1")
+    reports = RunReports(Config.load(small_config, env={}).reports_dir)
+    assert reports.groups() == ["scrub"] and reports.runs("scrub") == ["nightly=3A1"]
+    assert reports.parts("scrub", "nightly=3A1") == ["scrub"] and out.name == "attempt-1"
+    assert (summary["group"], summary["part"], summary["dag_id"], summary["dag_run_id"], summary["run_id"]) == (
+        "scrub", "scrub", None, None, "nightly:1")
+    _, again = _write_scrub_report(small_config, {}, run_id="nightly:1")  # the next attempt, outside Airflow
+    assert again["attempt"] == 2 and reports.attempts("scrub", "nightly=3A1", "scrub") == [1, 2]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"TIERED_MAP_INDEX": "x"}, "TIERED_MAP_INDEX='x': the map index must be an integer"),
+    ({"TIERED_TASK_ID": ""}, "TIERED_TASK_ID is not set"),
+    ({"TIERED_DAG_RUN_ID": ""}, "TIERED_DAG_RUN_ID is not set"),
+])
+def test_a_bad_dag_environment_exits_2_without_spark(no_spark, small_config, capsys, monkeypatch, change, message):
+    for k, v in {**AIRFLOW_ENV, **change}.items():
+        monkeypatch.setenv(k, v)
+    assert offload_sweep.main(["--config", small_config, "--as-of", END_ISO]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "bad input, nothing started" in err
+    assert not (Path(Config.load(small_config, env={}).reports_dir) / "tiered_scrub").exists()
 
 
 @pytest.fixture
@@ -199,7 +254,10 @@ def test_missing_topic_for_manual_offload_is_bad_input(no_spark, small_config, c
 
 
 def load_report(report_dir: Path, job: str, run_id: str) -> tuple[dict, list[dict]]:
-    out = report_dir / job / run_id
+    """The report of a run outside Airflow: group and part are the job's name."""
+    from tieredcore.reports import report_name
+
+    out = report_dir / job / report_name(run_id) / job
     summary = json.loads((out / "summary.json").read_text())
     table = pq.read_table(out / "detail.parquet")
     assert table.column_names == DETAIL_COLUMNS
@@ -313,9 +371,10 @@ def test_offload_sweep_policies_failure_isolation_and_retry(tmp_path, capsys):
     assert summary["outcomes"] == {"offloaded": 6} and summary["failures"] == 0 and summary["attempt"] == 2
     assert {r["namespace"] for r in rows} == {"t/bad"} and len(rows) == 6
     # every attempt kept: the first one's report is where it was written
-    assert json.loads((report_dir / "offload_sweep" / "r1" / "attempt-1" / "summary.json").read_text()) == first
-    assert json.loads((report_dir / "offload_sweep" / "r1" / "attempt-2" / "summary.json").read_text()) == summary
-    assert len(pq.read_table(report_dir / "offload_sweep" / "r1" / "attempt-1" / "detail.parquet")) == 12
+    part = report_dir / "offload_sweep" / "r1" / "offload_sweep"  # outside Airflow: group = part = the job
+    assert json.loads((part / "attempt-1" / "summary.json").read_text()) == first
+    assert json.loads((part / "attempt-2" / "summary.json").read_text()) == summary
+    assert len(pq.read_table(part / "attempt-1" / "detail.parquet")) == 12
     with Workspace(Config.load(cfg_path, env={})) as ws:
         for t in on_topics:
             assert [context_uuid(li) for li in ledgers(ws, t)[:-1]] == on_uuids[t]

@@ -121,7 +121,7 @@ def test_rotate_keys_with_spark(tmp_path, key_pool, s3_store, moto_endpoint):
     rc, log = spark_submit("rotate_keys", "--config", str(cfg), "--as-of", END_ISO, "--run-id", "r1",
                            "--report-dir", str(reports), log=tmp_path / "rotate.log")
     assert rc == 1, log
-    summary = json.loads((reports / "rotate_keys" / "r1" / "summary.json").read_text())
+    summary = json.loads((reports / "rotate_keys" / "r1" / "rotate_keys" / "summary.json").read_text())
     n_enc = 2 * LEDGERS  # objects per namespace (data + index per ledger)
     assert summary["target"] == "k2" and summary["dry_run"] is False
     assert summary["outcomes"] == {"failed": 2, "rewrapped": 2 * n_enc - 2, "skipped": n_enc}
@@ -132,7 +132,7 @@ def test_rotate_keys_with_spark(tmp_path, key_pool, s3_store, moto_endpoint):
     assert summary["totals"]["failures"] == 2 and summary["totals"]["ledgers"] == 3 * n_enc
     logged = json.loads(next(x for x in log.splitlines() if x.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
     assert logged["outcomes"] == summary["outcomes"]
-    detail = pq.read_table(reports / "rotate_keys" / "r1" / "detail.parquet").to_pylist()
+    detail = pq.read_table(reports / "rotate_keys" / "r1" / "rotate_keys" / "detail.parquet").to_pylist()
     assert len(detail) == 3 * n_enc
     assert {(d["kek_from"], d["kek_to"], d["outcome"]) for d in detail} == {
         ("k1", "k2", "rewrapped"), (None, "k2", "skipped"), ("k0", "k2", "failed")}

@@ -166,7 +166,8 @@ def _damaged(doc: dict[str, Any], namespaces: dict[str, Any]) -> dict[str, list[
 
 
 def run_info(job: str, run: str, doc: dict[str, Any]) -> RunInfo:
-    """What the overview uses of a run's summary (``run``: its report name)."""
+    """What the overview uses of a part's summary (``job``: the Spark job that wrote it; ``run``: its
+    run key, the run id when the summary names none)."""
     totals = doc.get("totals") if isinstance(doc.get("totals"), dict) else {}
     orphans, orphan_objects = _orphans(doc) if job == RECONCILE_JOB else ({}, {})
     ns_totals = totals.get("namespaces") if isinstance(totals.get("namespaces"), dict) else {}
@@ -189,13 +190,14 @@ def run_infos(reports_dir: str) -> list[RunInfo]:
     time, then by when they were written."""
     reports = RunReports(reports_dir)
     out: list[RunInfo] = []
-    for job in reports.jobs():
-        for run in reports.runs(job):
-            try:
-                doc = reports.read_summary(job, run)
-            except (NotFoundError, FormatError):
-                continue
-            out.append(run_info(job, run, doc))
+    for group in reports.groups():  # a DAG's runs and a job's runs outside Airflow alike
+        for run in reports.runs(group):
+            for part in reports.parts(group, run):
+                try:
+                    doc = reports.read_summary(group, run, part)
+                except (NotFoundError, FormatError):
+                    continue
+                out.append(run_info(str(doc.get("job") or part), run, doc))
     out.sort(key=lambda r: (r.as_of_ms, r.written_ms, r.job, r.run_id))
     return out
 

@@ -398,17 +398,25 @@ def _add_manifest(store, key: str, agg: TransformedBytes, errors: list[str], wha
 def last_run_caches(reports_dir: str) -> list[LastRunCache]:
     """The chunk cache counters of each job's newest run report that has them."""
     reports = RunReports(reports_dir)
-    out = []
-    for job in reports.jobs():
-        for run in reports.newest_runs(job):
-            try:
-                doc = reports.read_summary(job, run)
-            except (NotFoundError, FormatError):
-                continue
-            if doc.get("cache"):
-                out.append(LastRunCache(job, doc.get("run_id", run), doc["cache"]))
+    newest: dict[str, tuple[int, LastRunCache]] = {}
+    for group in reports.groups():  # per DAG (or job run outside Airflow): its newest run with cache counters
+        for run in reports.runs(group):
+            found = [doc for part in reports.parts(group, run) if (doc := _summary(reports, group, run, part))
+                     and doc.get("cache")]
+            for doc in found:
+                job, written = str(doc.get("job") or group), int(doc.get("written_ms") or 0)
+                if job not in newest or newest[job][0] < written:
+                    newest[job] = (written, LastRunCache(job, doc.get("run_id", run), doc["cache"]))
+            if found:
                 break
-    return out
+    return [c for _, (_, c) in sorted(newest.items())]
+
+
+def _summary(reports: RunReports, group: str, run: str, part: str) -> dict[str, Any] | None:
+    try:
+        return reports.read_summary(group, run, part)
+    except (NotFoundError, FormatError):
+        return None
 
 
 def cache_status(ws: Workspace, topics: list[TopicName]) -> CacheStatus:
