@@ -18,6 +18,9 @@ from tiered_airflow import (
     tiered_run_id,
 )
 
+# the external views' routes (tiered_pages.py: the pages link to them; no FastAPI imported here)
+NAV_ROUTE, RUN_TAB_ROUTE, TASK_TAB_ROUTE = "tiered-storage", "tiered-run-report", "tiered-task-report"
+
 
 class _WebApps:
     """``fastapi_apps``, built on first use: only the API server asks for them, so the other processes
@@ -38,7 +41,14 @@ class TieredPlugin(AirflowPlugin):
     macros = [tiered_run_id, tiered_report_path, tiered_report_url, tiered_reports_dir]
     operator_extra_links = [TieredReportLink()]
     fastapi_apps = _WebApps()
-    # a nav entry showing the overview inside the UI (same site: the UI's session authenticates it); the
-    # href is relative to the UI's base URL, so a deployment under a path prefix works too
-    external_views = [{"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview",
-                       "url_route": "tiered-storage", "destination": "nav", "category": "browse"}]
+    # Shown inside the UI (same site: the UI's session authenticates the frames); hrefs are relative to
+    # the UI's base URL (its <base href>), so a deployment under a path prefix works too. The UI fills in
+    # {DAG_ID}, {RUN_ID}, {TASK_ID}, {MAP_INDEX} (left as is on an unmapped task's page) for the tabs.
+    external_views = [
+        {"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview", "url_route": NAV_ROUTE,
+         "destination": "nav", "category": "browse"},
+        {"name": "Tiered report", "href": f"{WEB_PREFIX.lstrip('/')}/ui/run/{{DAG_ID}}/{{RUN_ID}}",
+         "url_route": RUN_TAB_ROUTE, "destination": "dag_run"},
+        {"name": "Tiered report", "href": f"{WEB_PREFIX.lstrip('/')}/ui/task/{{DAG_ID}}/{{RUN_ID}}/{{TASK_ID}}/{{MAP_INDEX}}",
+         "url_route": TASK_TAB_ROUTE, "destination": "task_instance"},
+    ]
