@@ -147,11 +147,19 @@ class Attention:
     href: str | None = None
 
 
-def attention(ov: Any, prefix: str, lag_alert_ms: int = LAG_ALERT_MS) -> list[Attention]:
+def attention(ov: Any, prefix: str, lag_alert_ms: int = LAG_ALERT_MS,
+              dag_runs: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> list[Attention]:
     """What an operator should look at first, from what the overview already knows: the newest run of
-    each job when it failed, dead-lettered deletions, offload lag over ``lag_alert_ms``, damaged messages
-    found by scrubs, topic records that cannot be read."""
+    each job when it failed, the newest run of each DAG when a part failed or wrote no report
+    (``dag_runs``: (group, run key, run.json)), dead-lettered deletions, offload lag over
+    ``lag_alert_ms``, damaged messages found by scrubs, topic records that cannot be read."""
     out: list[Attention] = []
+    for group, key, doc in dag_runs:
+        failed = [p.get("part") for p in doc.get("parts") or [] if isinstance(p, dict) and p.get("failed")]
+        if failed:
+            out.append(Attention("failed-run", f"{group}: run {doc.get('dag_run_id') or key}: part(s) "
+                                 f"{', '.join(map(str, failed))} failed or wrote no report",
+                                 report_href(prefix, group, key)))
     for r in ov.last_runs:
         if r.failures:
             out.append(Attention("failed-run", f"{r.job}: run {r.run_id} failed ({units.count(r.failures)} "

@@ -222,8 +222,9 @@ def test_overview_page_shows_tieredcore_numbers(client: TestClient, config: Conf
 
 
 def test_the_attention_strip(client: TestClient, config: Config) -> None:
-    """Offload lag over the threshold (t/a's third ledger due, not offloaded), a latest run that failed, dead
-    letters: each a line linking where to look; nothing flagged under a higher threshold."""
+    """Offload lag over the threshold (t/a's third ledger due, not offloaded), a job's latest run that
+    failed, a DAG's latest run with a failed or missing part: each a line linking where to look; nothing
+    flagged under a higher threshold."""
     now = END_MS + 3 * 3_600_000
     with Workspace(config) as ws:
         ws.policies.set_namespace("t/a", {"offload_threshold_seconds": 0})  # every sealed ledger due
@@ -241,6 +242,12 @@ def test_the_attention_strip(client: TestClient, config: Config) -> None:
                        client.get(f"/overview?at={now}&lag_alert={10**12}").text)
     assert items == [("failed-run", f"/tiered/reports/{DAG}/scheduled__late/offload.0/",
                       "offload_sweep: run scheduled__late failed (1 failure(s))")]
+    # the DAG's summary task recorded the run: a shard that wrote no report is flagged with the run
+    write_run_json(reports, DAG, "scheduled__late", [("offload", 0, ["t/a"]), ("offload", 1, ["t/b"])], [])
+    items = re.findall(r'<li class="bad" data-kind="([a-z-]+)"><a href="([^"]*)">([^<]*)</a>',
+                       client.get(f"/overview?at={now}&lag_alert={10**12}").text)
+    assert items[0] == ("failed-run", f"/tiered/reports/{DAG}/scheduled__late/",
+                        f"{DAG}: run scheduled__late: part(s) offload.0, offload.1 failed or wrote no report")
 
 
 def test_drill_down_to_a_topics_ledgers(client: TestClient, config: Config) -> None:
