@@ -32,7 +32,7 @@ from tiered_pages import LAG_ALERT_MS, STATIC, Pager, render, report_href
 
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.config import Config
-from tieredcore.errors import FormatError, NotFoundError, TieredError, UnreadableRecordError
+from tieredcore.errors import FormatError, NotFoundError, TieredError, UnreadableRecordError, ValidationError
 from tieredcore.lifecycle.attached_view import AttachedOverview, overview_of
 from tieredcore.lifecycle.overview import Overview, Prices, namespace_topics, topic_ledgers
 from tieredcore.reports import ATTEMPT_PREFIX, RunReports, part_name, report_name
@@ -117,7 +117,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
                 first = namespace_topics(ws, name, 0, 1)
                 pager = Pager.of(first.total, page)
                 found = namespace_topics(ws, name, pager.offset, pager.size)
-            except NotFoundError:
+            except (NotFoundError, ValidationError):
                 raise HTTPException(status_code=404, detail=f"no namespace {name}") from None
             except TieredError as e:
                 raise HTTPException(status_code=500, detail=f"reading the tiered metadata: {e}") from None
@@ -132,7 +132,7 @@ def create_app(load_config: Callable[[], Config] = Config.load, *, secured: bool
                 total = topic_ledgers(ws, name, 0, 1).total
                 pager = Pager.of(total, page)
                 found = topic_ledgers(ws, name, pager.offset, pager.size)
-            except (NotFoundError, ValueError):
+            except (NotFoundError, ValidationError, ValueError):
                 raise HTTPException(status_code=404, detail=f"no topic {name}") from None
             except (UnreadableRecordError, FormatError) as e:
                 raise HTTPException(status_code=500, detail=f"the record of {name} cannot be read: {e}") from None

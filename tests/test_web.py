@@ -158,7 +158,8 @@ def test_run_lists_are_paged(tmp_path: Path) -> None:
                                   f"/reports/{DAG}/{quote(report_name(RUN))}/offload.0/attempt-x/",
                                   "/reports/..%2F..%2Fetc/", f"/reports/{DAG}/..%2F..%2Fws/summary.json",
                                   f"/reports/{DAG}/{quote(report_name(RUN))}/offload.0/attempt-9/summary.json",
-                                  "/namespaces/no/such/", "/topics/persistent/t/a/no-such-topic/"])
+                                  "/namespaces/no/such/", "/topics/persistent/t/a/no-such-topic/",
+                                  "/topics/persistent/t/a/%2E%2E/", "/namespaces/t/%2E%2E/"])
 def test_what_is_not_there_is_404(client: TestClient, path: str) -> None:
     assert client.get(path).status_code == 404
 
