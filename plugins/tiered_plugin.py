@@ -1,7 +1,8 @@
 """Airflow plugin of the tiered-storage project: the macros (``{{ macros.tiered.<name>(...) }}``), the
 "Run report" operator extra link of the project's Spark tasks, and the web pages (``tiered_web.py``): a
-FastAPI app under ``/tiered`` serving run reports and the "Tiered storage" view, which an external view
-puts in the UI's navigation (shown inside the UI). The code lives in ``tiered_airflow.py`` and
+FastAPI app under ``/tiered`` serving run reports and the "Tiered storage" view, shown inside the UI by
+Airflow 3's external views: the view in the navigation (Browse), a "Tiered report" tab on every DAG run
+(its run.json) and task instance (its part's latest try). The code lives in ``tiered_airflow.py`` and
 ``tiered_web.py`` (imported, not executed as plugin files, so the DAGs and the plugin share one operator
 class)."""
 
