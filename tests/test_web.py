@@ -21,6 +21,7 @@ from tests.support.dag_run_reports import detail_row, publish_try, write_run_jso
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.config import Config
 from tieredcore.lifecycle.overview import Prices, build_overview
+from tieredcore.meta.deletion_log import DeletionRecord
 from tieredcore.reports import RunReports, report_name
 from tieredcore.workspace import Workspace
 
@@ -236,6 +237,16 @@ def test_the_attention_strip(client: TestClient, config: Config) -> None:
     assert re.fullmatch(r"t/a: offload lag \d+ h( \d+ min)? \(over 1 h\)", lag), lag
     calm = client.get(f"/overview?at={now}&lag_alert={10**12}").text
     assert 'id="attention" class="calm"' in calm
+    with Workspace(config) as ws:  # a deletion the drain gave up on: dead-lettered in the deletion log
+        ws.deletion_log.append([DeletionRecord(topic="t/b/persistent/topic-0000", ledger_id=1, type="ledger",
+                                               reason="retention", created_ms=1)])
+        [entry] = ws.deletion_log.pending()
+        ws.deletion_log.dead_letter(entry, "gave up")
+    items = re.findall(r'<li class="bad" data-kind="([a-z-]+)"><a href="([^"]*)">([^<]*)</a>',
+                       client.get(f"/overview?at={now}&lag_alert={10**12}").text)
+    assert items == [("dead-letters", "/tiered/namespaces/t/b/", "t/b: 1 dead-lettered deletion(s)")]
+    with Workspace(config) as ws:
+        ws.deletion_log.drop([e.id for e in ws.deletion_log.dead_letters()])
     reports = RunReports(config.reports_dir)
     publish_try(reports, DAG, "scheduled__late", "offload", 0, 1, [detail_row(TOPIC, 3, "failed", 0, "store down")],
                 as_of_ms=END_MS + 1)
