@@ -150,7 +150,7 @@ class Attention:
 def attention(ov: Any, prefix: str, lag_alert_ms: int = LAG_ALERT_MS,
               dag_runs: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> list[Attention]:
     """What an operator should look at first, from what the overview already knows: the newest run of
-    each job when it failed, the newest run of each DAG when a part failed or wrote no report
+    each job when it failed, the DAG runs holding them when a part failed or wrote no report
     (``dag_runs``: (group, run key, run.json)), dead-lettered deletions, offload lag over
     ``lag_alert_ms``, damaged messages found by scrubs, topic records that cannot be read."""
     out: list[Attention] = []

@@ -56,13 +56,13 @@ def _last_run(r: RunInfo, prefix: str) -> dict[str, Any]:
             "requests_total": sum(int(v) for v in (r.requests.get("total") or {}).values()), "href": href}
 
 
-def latest_dag_runs(reports_dir: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """The newest run.json of each DAG (groups whose runs have one): (group, run key, record)."""
+def latest_dag_runs(reports_dir: str, last_runs: list[RunInfo]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The DAG runs holding each job's newest report, when their summary task recorded them (run.json):
+    (group, run key, record). Only those few records are read."""
     reports, out = RunReports(reports_dir), []
-    for group in reports.groups():
+    for group, key in sorted({(r.group, r.run_key) for r in last_runs if r.group and r.run_key}):
         try:
-            key = next(iter(reports.runs(group)), None)
-            if key is not None and reports.run_json_path(group, key).is_file():
+            if reports.run_json_path(group, key).is_file():
                 out.append((group, key, reports.read_run(group, key)))
         except TieredError:
             continue  # an unreadable record: its run's page says why
@@ -78,7 +78,7 @@ def overview_page(ov: Overview | AttachedOverview, config: Config, prefix: str, 
     attached = isinstance(ov, AttachedOverview)
     common = dict(
         prefix=prefix, ov=ov, store_url=config.store_url, query=query, ns_pager=ns_pager, runs_pager=runs_pager,
-        namespaces=ns_pager.slice(ov.namespaces), items=attention(ov, prefix, lag_alert_ms, latest_dag_runs(config.reports_dir) if config.reports_dir else ()), lag_alert_ms=lag_alert_ms,
+        namespaces=ns_pager.slice(ov.namespaces), items=attention(ov, prefix, lag_alert_ms, latest_dag_runs(config.reports_dir, ov.last_runs) if config.reports_dir else ()), lag_alert_ms=lag_alert_ms,
         last_runs=[_last_run(r, prefix) for r in runs_pager.slice(ov.last_runs)], history=ov.history,
         plot=plot_data(ov.history, TIER_LABELS if attached else {t: t for t in TIERS}),
         unreadable=[u for n in ov.namespaces for u in n.unreadable_topics],

@@ -195,7 +195,10 @@ def run_infos(reports_dir: str) -> list[RunInfo]:
     reports = RunReports(reports_dir)
     out: list[RunInfo] = []
     for group in reports.groups():  # a DAG's runs and a job's runs outside Airflow alike
-        for run in reports.runs(group):
+        # the run directories by name, not RunReports.runs (newest first: a stat of every part of every run,
+        # most of the page's time with 2,000 reports); the list is sorted by logical time below
+        group_dir = reports.group_dir(group)
+        for run in sorted(d.name for d in group_dir.iterdir() if d.is_dir() and not d.name.startswith(".")):
             for part in reports.parts(group, run):
                 try:
                     doc = reports.read_summary(group, run, part)
