@@ -23,7 +23,7 @@ log, nothing else changes, and the next run tries again.
    before → after, outcomes (compacted, conflict, failed, busy); **verdict** fails the run when a
    batch failed or lost its switch (retried by the next run) or a job wrote no report.
 
-The report `<reports_dir>/compact_segments/<run id>.<tenant>+<namespace>/summary.json` also estimates the
+Each mapped task's report `<reports_dir>/tiered_compaction/<run key>/compact.<map index>/summary.json` also estimates the
 monthly storage and listing cost change. A **dry run** writes nothing and reports the same numbers,
 estimated from the topic records; with the `namespaces` param it also plans topics whose compaction is
 off (what would enabling it save?), which a real run leaves out with a note.

@@ -168,13 +168,15 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
                  spark_info: dict[str, Any] | None = None,
                  report_started: float | None = None) -> tuple[Path, dict[str, Any]]:
     """The attempt's `summary.json` (the report's summary, its totals, the run's names and place: DAG
-    id, unaltered DAG run id, task id, map index, try, part, group, the namespaces it was given;
+    id, unaltered DAG run id, task id, map index, try, part, group, the namespaces it was given
+    (``planned_namespaces``);
     ``extra``: request counts, tier snapshot; ``spark``: where it ran and its phases' seconds) and
     `detail.parquet`, published as its part's latest (tieredcore.reports.RunReports: the layout, the
     attempt number from $TIERED_ATTEMPT, the task's try number): a rerun adds an attempt and never
     overwrites an earlier one's report. Returns the attempt's directory and the summary."""
     started = time.monotonic() if report_started is None else report_started
     reports, place = RunReports(run.report_dir), run.report_place
+    reports.claim(place.group, place.run_id)  # the run's directory is this run id's (a clash: refused)
     attempt = reports.attempt_number(place, os.environ if env is None else env)
     out = reports.attempt_dir(place.group, place.run_key, place.part, attempt)
     out.mkdir(parents=True, exist_ok=True)
@@ -183,8 +185,10 @@ def write_report(spark, run: Run, report: JobReport, extra: dict[str, Any] | Non
     report_seconds = round(time.monotonic() - started, 3)
     summary = summary_document(report, run.job, run.run_id, run.seconds())
     summary.update(extra or {})
-    given = sorted(set(getattr(run.args, "namespace", None) or ()))  # the namespaces this part was given, else those it did
-    summary.update(place.fields(attempt), namespaces=given or sorted(report.totals()["namespaces"]))
+    # the namespaces this part was given (else those it did): "planned_namespaces", as the reports'
+    # own "namespaces" (an object per namespace, where a report has one) stays what it is
+    given = sorted(set(getattr(run.args, "namespace", None) or ()))
+    summary.update(place.fields(attempt), planned_namespaces=given or sorted(report.totals()["namespaces"]))
     summary.update(attempt=attempt, as_of_ms=run.as_of_ms, written_ms=int(time.time() * 1000))
     if spark_info is not None:
         info = dict(spark_info)

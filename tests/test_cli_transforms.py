@@ -202,6 +202,34 @@ def test_status_cache_looks_at_a_disk_cache_without_wiping_it(tmp_path, capsys):
     assert f"directory {cache_dir}: 1 entries, 0.0 MiB (plaintext)" in out
 
 
+def test_reports_of_a_cli_run_and_a_dag_run_are_both_listed(tmp_path, capsys):
+    """A job run outside Airflow (group = part = the job) and a DAG run's mapped part (group = DAG id) are
+    both in the CLI's last runs and in the overview's runs, by the job that wrote them."""
+    import argparse
+    import time
+
+    from spark_jobs._jobkit import Run, place_for, write_report
+    from tieredcore.lifecycle.overview import run_infos
+
+    cli = workspace(tmp_path, capsys)
+    config = cli.config()
+    dag_env = {"TIERED_DAG_ID": "tiered_offload_sweep", "TIERED_DAG_RUN_ID": "scheduled__2026-01-01T00:00:00+00:00",
+               "TIERED_TASK_ID": "offload", "TIERED_MAP_INDEX": "0", "TIERED_ATTEMPT": "1"}
+    for job, run_id, env, hits in (("scrub", "by-hand", {}, 5), ("offload_sweep", "ignored", dag_env, 9)):
+        args = argparse.Namespace(dry_run=False, run_id=run_id, namespace=None)
+        place = place_for(job, args, 0, env)
+        run = Run(job, args, config, 0, place.run_id, config.reports_dir, time.monotonic(), place)
+        s = RunSummary(job, place.run_id, 0, False, cache={"hits": hits, "misses": 1, "loads": 1})
+        write_report(None, run, LedgerRunReport(s, []), env=env)
+    c = cli.json("status", "--cache")["cache"]
+    assert c["last_runs"] == [
+        {"job": "offload_sweep", "run_id": "scheduled__2026-01-01T00:00:00+00:00",
+         "cache": {"hits": 9, "misses": 1, "loads": 1}},
+        {"job": "scrub", "run_id": "by-hand", "cache": {"hits": 5, "misses": 1, "loads": 1}}]
+    runs = {(r.job, r.run_id) for r in run_infos(config.reports_dir)}
+    assert runs == {("scrub", "by-hand"), ("offload_sweep", "scheduled__2026-01-01T00:00:00+00:00")}
+
+
 def test_status_cache_shows_the_last_runs_counters(tmp_path, capsys):
     cli = workspace(tmp_path, capsys)
     reports = Path(cli.config().reports_dir)

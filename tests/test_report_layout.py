@@ -232,6 +232,11 @@ def test_reports_of_the_layout_before_dag_runs_read_as_runs_with_one_part(tmp_pa
     assert reports.detail_path("offload_sweep", "r1.t+a", "offload_sweep") == run / "detail.parquet"
     rec = reports.read_run("offload_sweep", "r1.t+a")
     assert rec["synthesized"] and rec["dag_run_id"] == "r1.t+a" and rec["jobs"] == ["offload_sweep"]
+    assert rec["totals"]["reports"] == [str(run / "summary.json")]
+    (tmp_path / "offload_sweep" / "a=b").mkdir()  # an old name with '=' (its run id): read where it is
+    (tmp_path / "offload_sweep" / "a=b" / "summary.json").write_text(json.dumps(doc))
+    assert reports.read_run("offload_sweep", "a=b")["totals"]["reports"] == [
+        str(tmp_path / "offload_sweep" / "a=b" / "summary.json")]
     assert rec["totals"]["data_loss"] == ["t ledger 4"] and rec["parts"][0]["outcome"] == "data loss"
 
 
@@ -257,7 +262,7 @@ def test_run_record_over_mapped_parts_with_one_missing(tmp_path: Path) -> None:
         ns = {f"t/n{i}": {"ledgers": 2, "bytes": 10, "failures": 0, "outcomes": {"offloaded": 2}}}
         _publish(reports, ReportPlace("tiered_offload_sweep", RID, f"offload.{i}", "tiered_offload_sweep", "offload", i),
                  1, {**_report("offload_sweep", topics=1, ledgers=2, bytes=10, outcomes={"offloaded": 2},
-                               namespaces=ns), "namespaces": [f"t/n{i}"], "task_id": "offload", "map_index": i})
+                               namespaces=ns), "planned_namespaces": [f"t/n{i}"], "task_id": "offload", "map_index": i})
     rec = run_record(reports, "tiered_offload_sweep", RID, planned, dag_id="tiered_offload_sweep", as_of="t",
                      nothing_due=["t/idle", {"namespace": "t/off", "reason": "offload disabled"}])
     assert rec["missing_parts"] == ["offload.1"]
@@ -314,3 +319,90 @@ def test_parts_the_plan_did_not_name_are_read_too(tmp_path: Path) -> None:
     _publish(reports, ReportPlace("d", RID, "extra", "d", "extra", -1), 1, _report("scrub", ledgers=5))
     rec = run_record(reports, "d", RID, {"scrub": []}, dag_id="d")
     assert rec["totals"]["ledgers"] == 5 and [p["part"] for p in rec["parts"]] == ["extra"]
+
+
+def test_totals_over_parts_and_namespaces_count_a_part_without_a_report_as_failed(tmp_path: Path) -> None:
+    from tieredcore.run_totals import summary_lines
+
+    reports = RunReports(tmp_path)
+    ns_x = {"ledgers": 2, "bytes": 20, "failures": 1, "outcomes": {"offloaded": 1, "failed": 1}}
+    ns_s = {"ledgers": 0, "bytes": 5, "failures": 0, "outcomes": {"offloaded": 2}, "segments": 2,
+            "segment_bytes": 5, "segments_held": 1}
+    docs = [_report("offload_sweep", topics=1, ledgers=2, bytes=20, failures=1, outcomes={"offloaded": 1, "failed": 1},
+                    namespaces={"a/x": ns_x}, data_loss=["t ledger 9"]),
+            _report("offload_sweep", topics=2, bytes=5, outcomes={"offloaded": 2}, namespaces={"a/s": ns_s},
+                    segments=2, segment_bytes=5, segments_held=1),
+            _report("offload_sweep", topics=1, ledgers=1, bytes=7, outcomes={"offloaded": 1},
+                    namespaces={"a/x": {"ledgers": 1, "bytes": 7, "failures": 0, "outcomes": {"offloaded": 1}}})]
+    for i, doc in enumerate(docs):
+        _publish(reports, ReportPlace("d", RID, f"offload.{i}", "d", "offload", i), 1, doc)
+    (tmp_path / "d" / KEY / "offload.4").mkdir()
+    (tmp_path / "d" / KEY / "offload.4" / "summary.json").write_text(json.dumps({"entries": 3}))  # no totals
+    planned = planned_parts("offload", "offload_sweep", [["--as-of", "t"]] * 5)  # offload.3 wrote nothing
+    rec = run_record(reports, "d", RID, {"offload_sweep": planned})
+    d = rec["totals"]
+    assert (d["jobs"], d["topics"], d["ledgers"], d["bytes"], d["failures"]) == (5, 4, 3, 32, 1)
+    assert d["failed_jobs"] == rec["missing_parts"] == ["offload.3", "offload.4"] and d["data_loss"] == ["t ledger 9"]
+    assert d["outcomes"] == {"offloaded": 4, "failed": 1}
+    assert (d["segments"], d["segment_bytes"], d["segments_held"]) == (2, 5, 1)
+    assert d["reports"] == [str(reports.summary_path("d", KEY, f"offload.{i}")) for i in range(3)]
+    assert json.loads(json.dumps(d)) == d  # an XCom value
+    assert d["namespaces"]["a/x"] == {"ledgers": 3, "bytes": 27, "failures": 1, "outcomes": {"offloaded": 2, "failed": 1}}
+    # a streaming namespace keeps its segment counts, a ledger-mode one its shape
+    assert d["namespaces"]["a/s"] == ns_s
+    assert "counters" not in d  # no report had counters
+    lines = summary_lines(d)
+    assert lines[0].startswith("offload_sweep summary: 5 job(s), 4 topic(s), 3 ledger(s)/record(s), 32 bytes, "
+                               "1 failure(s), failed jobs: ['offload.3', 'offload.4']")
+    assert lines[0].endswith("; 2 segment(s) (5 bytes), 1 tail(s) held for their rollover")
+    assert [line.split(":")[0] for line in lines[1:]] == ["  a/s", "  a/x", "DATA LOSS"]
+
+
+def test_combined_totals_of_several_jobs_name_each_jobs_outcomes(tmp_path: Path) -> None:
+    from tieredcore.reports import RunTotals, combine_totals
+    from tieredcore.run_totals import summary_lines
+
+    reports = RunReports(tmp_path)
+    _publish(reports, ReportPlace("d", RID, "retention", "d", "retention", -1), 1, _report(
+        "retention_sweep", topics=1, ledgers=2, bytes=20, outcomes={"marked": 2},
+        namespaces={"a/b": {"ledgers": 2, "bytes": 20, "failures": 0, "outcomes": {"marked": 2}}}))
+    _publish(reports, ReportPlace("d", RID, "drain.0", "d", "drain", 0), 1, _report(
+        "deletion_drain", ledgers=3, failures=1, outcomes={"deleted": 2, "dead_lettered": 1},
+        counters={"deleted_hot": 2}, namespaces={"c/d": {"ledgers": 3, "bytes": 0, "failures": 1,
+                                                         "outcomes": {"dead_lettered": 1}, "counters": {"x": 1}}}))
+    rec = run_record(reports, "d", RID, {
+        "retention_sweep": planned_parts("retention", "retention_sweep", ["--as-of", "t"]),
+        "deletion_drain": planned_parts("drain", "deletion_drain", [["--as-of", "t"]] * 2)})
+    both = rec["totals"]
+    assert json.loads(json.dumps(both)) == both
+    assert both["job"] == "retention_sweep+deletion_drain" and both["jobs"] == 3
+    assert (both["ledgers"], both["bytes"], both["failures"]) == (5, 20, 1)
+    assert both["failed_jobs"] == ["deletion_drain/drain.1"]
+    assert both["outcomes"] == {"retention_sweep.marked": 2, "deletion_drain.deleted": 2,
+                                "deletion_drain.dead_lettered": 1}
+    assert both["by_job"]["deletion_drain"]["counters"] == {"deleted_hot": 2}
+    assert both["by_job"]["deletion_drain"]["namespaces"]["c/d"]["counters"] == {"x": 1}
+    assert both["namespaces"] == {} and len(both["reports"]) == 2 and both["data_loss"] == []
+    assert [line.split(" ")[0] for line in summary_lines(both) if "summary:" in line] == [
+        "retention_sweep", "deletion_drain"]
+    sweep = RunTotals.from_dict(both["by_job"]["retention_sweep"])
+    assert combine_totals([sweep]) is sweep  # one job: its own totals
+    # a job never planned (its plan failed) is a failed job of the run
+    missing = combine_totals([sweep, RunTotals.not_run("deletion_drain")]).as_dict()
+    assert missing["failed_jobs"] == [f"deletion_drain/{NOT_PLANNED}"] and missing["jobs"] == 1
+
+
+def test_a_run_by_hand_beside_an_old_layout_run_of_the_same_id_gets_its_own_part(tmp_path: Path) -> None:
+    """A job run by hand again with the id of a report of the layout before (same key): its report goes
+    to its part directory, and from then on the run reads as the new layout's."""
+    old = tmp_path / "scrub" / "20260101T000000Z"
+    (old / "attempt-1").mkdir(parents=True)
+    (old / "attempt-1" / "summary.json").write_text(json.dumps(_report("scrub")))
+    (old / "summary.json").write_text(json.dumps(_report("scrub")))
+    reports = RunReports(tmp_path)
+    place = ReportPlace("scrub", "20260101T000000Z", "scrub")
+    reports.check_writable(place)
+    assert reports.attempt_number(place, {}) == 1
+    _publish(reports, place, 1, _report("scrub", ledgers=4))
+    assert reports.parts("scrub", "20260101T000000Z") == ["scrub"]
+    assert reports.read_summary("scrub", "20260101T000000Z", "scrub")["totals"]["ledgers"] == 4

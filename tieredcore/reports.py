@@ -463,7 +463,7 @@ class RunReports:
                 continue
         first = next(iter(found.values()), {})
         doc = run_record(self, group, self.run_id(group, run), {}, dag_id=first.get("dag_id"),
-                         as_of_ms=first.get("as_of_ms"), found=found)
+                         as_of_ms=first.get("as_of_ms"), found=found, run_key=run)
         return {**doc, "synthesized": True}
 
     # writing (the jobs: spark_jobs/_jobkit.py; the DAGs' summary task)
@@ -589,7 +589,8 @@ def _part_entry(part: str, job: str, s: Mapping[str, Any] | None, planned: Plann
                 "map_index": planned.map_index if planned else None, "job": job, "attempt": None,
                 "namespaces": list(planned.namespaces) if planned else [], "outcome": "missing", "failed": True}
     code = exit_code(totals(**s["totals"]))
-    namespaces = s.get("namespaces") or (list(planned.namespaces) if planned else sorted(s["totals"].get("namespaces") or {}))
+    namespaces = s.get("planned_namespaces") or (list(planned.namespaces) if planned
+                                                 else sorted(s["totals"].get("namespaces") or {}))
     return {"part": part, "task_id": s.get("task_id", planned.task_id if planned else None),
             "map_index": s.get("map_index", planned.map_index if planned else None), "job": job,
             "attempt": s.get("attempt"), "namespaces": list(namespaces), "outcome": outcome_word(code),
@@ -599,13 +600,14 @@ def _part_entry(part: str, job: str, s: Mapping[str, Any] | None, planned: Plann
 def run_record(reports: RunReports, group: str, run_id: str, planned: Mapping[str, list[PlannedPart] | None], *,
                dag_id: str | None = None, logical_date: str | None = None, as_of: str | None = None,
                as_of_ms: int | None = None, nothing_due: Any = (), found: Mapping[str, Mapping[str, Any]] | None = None,
-               written_ms: int | None = None) -> dict[str, Any]:
+               written_ms: int | None = None, run_key: str | None = None) -> dict[str, Any]:
     """run.json of a run: every part on disk read (``found``: already read), added up per job; a part
     ``planned`` (per job; None: the job was never planned, its plan failed) that wrote no readable
     report is missing and fails the run; parts on disk the plan did not name are added too. ``totals``
     are the jobs' combined totals (with ``data_loss``), ``missing_parts`` and ``nothing_due`` (the plan's
-    reasons) as the contract names them."""
-    key = report_name(run_id)
+    reasons) as the contract names them. ``run_key``: where the run is when it is not the key of
+    ``run_id`` (a run of the layout before, named as it was)."""
+    key = run_key or report_name(run_id)
     if found is None:
         found = {}
         parts = reports.parts(group, key) if reports.has_run(group, key) else []

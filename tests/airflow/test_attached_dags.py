@@ -111,7 +111,7 @@ def test_reconciliation_drain_and_scrub_run_on_an_attached_cluster(tmp_path: Pat
     assert [m["position"] for m in damage["damaged_messages"]] == ["2001:4"]
     assert damage["damaged_messages"][0]["reason"].startswith("CRC32C mismatch")
     assert all("damage" not in d for ns, d in totals["namespaces"].items() if ns != "acme/orders")
-    report = tmp_path / "ws" / "reports" / "scrub" / tiered_run_id(dr.run_id) / "summary.json"
+    report = tmp_path / "ws" / "reports" / "tiered_scrub" / tiered_run_id(dr.run_id) / "scrub" / "summary.json"
     summary = json.loads(report.read_text())
     assert summary["namespaces"]["acme/orders"]["damage"] == [damage]
     assert summary["damaged_messages"] == ["persistent://acme/orders/audit 2001:4"]

@@ -29,13 +29,18 @@ def test_apply_with_dry_run_fails_in_plan_before_spark(tmp_path: Path, pulsar_cl
     dr, states = run_dag("tiered_orphan_reconciliation", AT, {"config": str(cfg), "apply": True, "dry_run": True})
     assert dr.state == DagRunState.FAILED and states["plan"] == TaskInstanceState.FAILED
     assert states["reconcile"] == TaskInstanceState.UPSTREAM_FAILED
-    assert not list((tmp_path / "ws" / "reports").glob("*/*/summary.json"))  # no job ran
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no job ran: no part wrote a report
 
 
 def _report(tmp_path: Path, job: str, dr) -> dict:
+    """The report of the DAG run's one Spark task (tieredcore.reports layout: DAG id, run key, task id)."""
     from tiered_airflow import tiered_run_id
 
-    return json.loads((tmp_path / "ws" / "reports" / job / tiered_run_id(dr.run_id) / "summary.json").read_text())
+    task_id = {"reconcile_orphans": "reconcile", "deletion_drain": "drain"}[job]
+    path = tmp_path / "ws" / "reports" / dr.dag_id / tiered_run_id(dr.run_id) / task_id / "summary.json"
+    report = json.loads(path.read_text())
+    assert report["job"] == job
+    return report
 
 
 @pytest.mark.slow

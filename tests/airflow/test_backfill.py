@@ -182,13 +182,13 @@ def test_backfill_over_three_slots_does_each_slots_own_work(airflow_services, tm
             for li in info.ledgerInfo[:-1]:
                 closed[li.ledgerId] = li.timestamp
                 assert li.offloadContext.complete, (t.full, li.ledgerId)
-    reports = ws / "reports" / "offload_sweep"
+    reports = ws / "reports" / "tiered_offload_sweep"  # the DAG run's reports (tieredcore.reports layout)
     previous = 0
     counts: list[int] = []
     for (run_id, _), slot in zip(runs, SLOTS, strict=True):
         from tiered_airflow import tiered_run_id
 
-        out = reports / tiered_run_id(run_id, "public/default")
+        out = reports / tiered_run_id(run_id) / "offload.0"  # the run's one mapped task: public/default
         at = int(slot.timestamp() * 1000)
         own = {lid for lid, ts in closed.items() if previous < ts <= at}
         previous = at

@@ -62,7 +62,7 @@ def test_bad_thresholds_fail_the_plan_naming_the_param(tmp_path: Path, monkeypat
     plan_failures = [f["exception"] for f in failed if f["task_id"] == "plan"]
     for _, fragment in cases:
         assert any(fragment in e for e in plan_failures), plan_failures
-    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no part wrote a report
 
 
 def test_summary_shows_counters_per_namespace_as_before_and_after(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_compaction_dag_repacks_a_namespace_and_its_summary_shows_before_and_aft
     (line,) = [x for x in (out + err).splitlines() if x.startswith("  acme/small: ")]  # the summary's
     assert f"12 ledger(s), {small['bytes']:,} bytes, 0 failure(s); {{'compacted': 2}}; " in line
     assert "objects 24 → 4" in line and f"bytes {c['bytes_before']:,} → {c['bytes_after']:,}" in line
-    report = tmp_path / "ws" / "reports" / "compact_segments" / tiered_run_id(dr.run_id, "acme/small") / "summary.json"
+    report = tmp_path / "ws" / "reports" / "tiered_compaction" / tiered_run_id(dr.run_id) / "compact.0" / "summary.json"
     assert json.loads(report.read_text())["namespaces"]["acme/small"]["objects_after"] == 4
 
     after = topic_ledgers(cfg)

@@ -103,7 +103,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
 
     planned = xcom(dr, "plan")
     assert [a[1] for a in planned] == ["acme/orders", "public/default"]
-    assert xcom(dr, "plan", key="nothing_due") == ["acme/idle"]
+    assert [e if isinstance(e, str) else e["namespace"] for e in xcom(dr, "plan", key="nothing_due")] == ["acme/idle"]
     assert all(a[a.index("--as-of") + 1] == SWEEP_AT.isoformat() for a in planned)
     n = _assert_offloaded(cfg, {"public/default", "acme/orders"})
     assert n == 2 * 2 * 4
@@ -113,7 +113,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert totals["topics"] == 4 and totals["bytes"] > 0
     assert totals["outcomes"] == {"offloaded": n}
     assert set(totals["namespaces"]) == {"public/default", "acme/orders"}
-    assert totals["nothing_due"] == ["acme/idle"]
+    assert [e["namespace"] for e in totals["nothing_due"]] == ["acme/idle"]
     # one tiered_offloaded asset event per namespace the run changed: not for acme/idle (nothing due)
     # nor acme/archive (offload off); they trigger the deletion-lag cleanup
     events = asset_events(dr)
@@ -121,16 +121,23 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     assert {name for name, _ in events} == {"tiered_offloaded"}
     assert all(e["ledgers"] == 8 and e["bytes"] > 0 and e["as_of"] == SWEEP_AT.isoformat() for _, e in events)
     assert states["announce"] == TaskInstanceState.SUCCESS and xcom(dr, "announce") == ["acme/orders", "public/default"]
-    reports = tmp_path / "ws" / "reports" / "offload_sweep"
+    rid = tiered_run_id(dr.run_id)  # the DAG run's reports: one directory, one part per mapped task
+    run = tmp_path / "ws" / "reports" / "tiered_offload_sweep" / rid
     for i, ns in enumerate(["acme/orders", "public/default"]):
-        rid = tiered_run_id(dr.run_id, ns)
-        summary = json.loads((reports / rid / "summary.json").read_text())
+        part = run / f"offload.{i}"
+        summary = json.loads((part / "summary.json").read_text())
         assert summary["failures"] == 0 and summary["ledgers"] == 8 and summary["attempt"] == 1
-        assert (reports / rid / "detail.parquet").is_dir()
+        assert (summary["dag_run_id"], summary["task_id"], summary["map_index"], summary["planned_namespaces"]) == (
+            dr.run_id, "offload", i, [ns])
+        assert (part / "detail.parquet").is_dir()
         # the task's try number reached the job: its attempt's report, and the link to its page
-        assert json.loads((reports / rid / "attempt-1" / "summary.json").read_text()) == summary
+        assert json.loads((part / "attempt-1" / "summary.json").read_text()) == summary
         link = xcom(dr, "offload", key="_link_TieredReportLink", map_index=i)
-        assert link == f"/tiered/reports/offload_sweep/{quote(rid)}/attempt-1/"
+        assert link == f"/tiered/reports/tiered_offload_sweep/{quote(rid, safe='')}/offload.{i}/attempt-1/"
+    record = json.loads((run / "run.json").read_text())  # the summary task's: one report for the run
+    assert [(p["part"], p["namespaces"], p["outcome"]) for p in record["parts"]] == [
+        ("offload.0", ["acme/orders"], "ok"), ("offload.1", ["public/default"], "ok")]
+    assert record["missing_parts"] == [] and [e["namespace"] for e in record["nothing_due"]] == ["acme/idle"]
     rendered = {ti.map_index: ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "offload"}
     assert rendered == {0: "acme/orders", 1: "public/default"}
     keys = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="offloaded/")
@@ -161,14 +168,15 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     # (default on) deleted them and left nothing in the deletion log
     totals2 = xcom(dr2, "summary")
     assert totals2["outcomes"] == {"marked": 8} and totals2["failures"] == 0
-    report2 = tmp_path / "ws" / "reports" / "deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "summary.json"
+    report2 = (tmp_path / "ws" / "reports" / "tiered_deletion_lag_cleanup" / tiered_run_id(dr2.run_id) / "cleanup" /
+               "summary.json")
     summary2 = json.loads(report2.read_text())
     assert summary2["outcomes"] == {"marked": 8}
     assert summary2["drain"]["deleted_hot"] == summary2["drain"]["acknowledged"] == 8
     with Workspace(Config.load(cfg, env={})) as ws:
         assert ws.deletion_log.pending() == [] and ws.deletion_log.counters()["appended_hot"] == 8
     assert xcom(dr2, "cleanup", key="_link_TieredReportLink") == (
-        f"/tiered/reports/deletion_lag_cleanup/{quote(tiered_run_id(dr2.run_id))}/attempt-1/")
+        f"/tiered/reports/tiered_deletion_lag_cleanup/{quote(tiered_run_id(dr2.run_id), safe='')}/cleanup/attempt-1/")
     res = verify(cfg)
     assert res["verified"] == 8 and res["failed"] == 0
     out, err = capfd.readouterr()
@@ -189,7 +197,7 @@ def test_sweep_then_deletion_lag_cleanup_on_s3(tmp_path: Path, spark_env, moto_e
     from tiered_web import create_app
 
     view = TestClient(create_app(lambda: Config.load(cfg), secured=False))  # the view: its page and data
-    for page in ("/overview", "/overview.json", "/reports/offload_sweep/"):
+    for page in ("/overview", "/overview.json", "/reports/tiered_offload_sweep/"):
         r = view.get(page)
         assert r.status_code == 200 and secret not in r.text, page
     print(f"timings: sweep DAG {sweep_s:.1f}s (2 Spark jobs), lag cleanup DAG {lag_s:.1f}s")
@@ -227,7 +235,7 @@ def test_offload_topic_rejects_bad_params_before_spark(tmp_path: Path) -> None:
     with pytest.raises(ParamValidationError, match="topic"):
         run_dag("tiered_offload_topic", SWEEP_AT + dt.timedelta(minutes=9),
                 {"config": str(cfg), "topic": "public/default/../etc", "up_to": "", "keep_bytes": 0})
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report
     assert all(not li.offloadContext.complete for ls in topic_ledgers(cfg).values() for li in ls)
 
 
@@ -277,7 +285,7 @@ def test_preflight_fails_fast_on_unreachable_s3(tmp_path: Path, monkeypatch) -> 
     assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
     assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report
 
 
 def test_preflight_fails_fast_on_unreachable_zookeeper(tmp_path: Path) -> None:
@@ -298,4 +306,4 @@ def test_preflight_fails_fast_on_unreachable_zookeeper(tmp_path: Path) -> None:
     assert dr.state == DagRunState.FAILED
     assert states["preflight"] == TaskInstanceState.FAILED
     assert states["offload"] == TaskInstanceState.UPSTREAM_FAILED  # no Spark job started
-    assert not (tmp_path / "ws" / "reports" / "offload_sweep").exists()
+    assert not list((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no Spark job wrote a report

@@ -226,7 +226,7 @@ def test_bad_params_fail_before_spark(tmp_path: Path, monkeypatch: pytest.Monkey
     assert states["preflight"] == TaskInstanceState.FAILED
     assert states["plan"] == TaskInstanceState.UPSTREAM_FAILED
     assert states["drain"] == TaskInstanceState.UPSTREAM_FAILED
-    assert not any((tmp_path / "ws" / "reports").glob("*/*/summary.json"))  # no job ran
+    assert not any((tmp_path / "ws" / "reports").glob("*/*/*/summary.json"))  # no job ran: no part wrote a report
 
 
 def test_nothing_due_starts_no_spark_job(tmp_path: Path) -> None:
@@ -369,13 +369,17 @@ def test_retention_dag_trims_marks_and_drains_on_filesystem_store(tmp_path: Path
     assert drain["outcomes"] == {"deleted": 2 * n_trimmed + n_lagged}, drain
     assert drain["counters"]["deleted_hot"] == n_trimmed + n_lagged
     assert drain["counters"]["deleted_offloaded"] == n_trimmed
-    reports = tmp_path / "ws" / "reports"
-    rid = tiered_run_id(dr.run_id)
+    rid = tiered_run_id(dr.run_id)  # the run key: one directory for the DAG run, one part per Spark task
+    run = tmp_path / "ws" / "reports" / "tiered_retention" / rid
     for job, task_id in (("retention_sweep", "retention"), ("deletion_drain", "drain")):
-        path = reports / job / rid / "summary.json"
-        assert path.is_file() and (reports / job / rid / "detail.parquet").is_dir()
-        assert (reports / job / rid / "attempt-1" / "summary.json").is_file()
-        assert xcom(dr, task_id, key="_link_TieredReportLink") == f"/tiered/reports/{job}/{quote(rid)}/attempt-1/"
+        summary = json.loads((run / task_id / "summary.json").read_text())
+        assert (summary["job"], summary["dag_run_id"], summary["part"]) == (job, dr.run_id, task_id)
+        assert (run / task_id / "detail.parquet").is_dir() and (run / task_id / "attempt-1" / "summary.json").is_file()
+        assert xcom(dr, task_id, key="_link_TieredReportLink") == (
+            f"/tiered/reports/tiered_retention/{quote(rid, safe='')}/{task_id}/attempt-1/")
+    record = json.loads((run / "run.json").read_text())  # one run.json with each job's totals
+    assert [p["part"] for p in record["parts"]] == ["retention", "drain"] and record["totals"] == {
+        k: v for k, v in totals.items() if k not in ("nothing_due", "missing_parts", "run_report", "run_key")}
 
     print(f"timings: tiered_retention DAG {run_s:.1f}s (2 Spark jobs)")
 

@@ -88,7 +88,7 @@ def test_key_rotation_dag_rewraps_everything(tmp_path: Path, spark_env) -> None:
     totals = xcom(dr, "summary")
     assert totals["outcomes"] == {"rewrapped": n, "skipped": n} and totals["failures"] == 0
     assert totals["ledgers"] == 2 * n and totals["failed_jobs"] == []
-    report = json.loads((tmp_path / "ws" / "reports" / "rotate_keys" / tiered_run_id(dr.run_id) /
+    report = json.loads((tmp_path / "ws" / "reports" / "tiered_key_rotation" / tiered_run_id(dr.run_id) / "rotate" /
                          "summary.json").read_text())
     assert report["target"] == "k2" and list(report["locations"].values()) == [{"rewrapped": n, "skipped": n}]
 

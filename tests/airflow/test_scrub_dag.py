@@ -61,7 +61,7 @@ def test_scrub_dag_repairs_and_reports_data_loss(tmp_path: Path, spark_env) -> N
     assert totals["data_loss"] == [f"{t1} ledger {lost.ledgerId}"]
     assert totals["namespaces"]["public/default"]["outcomes"] == {"ok": 2, "repaired": 1, "unrecoverable": 1}
     assert totals["bytes"] > 0
-    report = tmp_path / "ws" / "reports" / "scrub" / tiered_run_id(dr.run_id) / "summary.json"
+    report = tmp_path / "ws" / "reports" / "tiered_scrub" / tiered_run_id(dr.run_id) / "scrub" / "summary.json"
     summary = json.loads(report.read_text())
     assert summary["data_loss"] == totals["data_loss"] and summary["failures"] == 1
 

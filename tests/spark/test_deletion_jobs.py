@@ -106,7 +106,10 @@ def comparable(rep: dict) -> dict:
     out = {k: v for k, v in rep.items() if k not in ("timings", "dry_run", "records_appended", "records",
                                                       "job", "run_id", "seconds", "totals",
                                                       # what the job template adds to every report
-                                                      "attempt", "written_ms", "requests", "tiers", "spark")}
+                                                      "attempt", "written_ms", "requests", "tiers", "spark",
+                                                      # and where it is (tieredcore.reports.ReportPlace.fields)
+                                                      "group", "run_key", "part", "dag_id", "dag_run_id", "task_id",
+                                                      "map_index", "try_number", "planned_namespaces")}
     out["records"] = [{k: v for k, v in r.items() if k != "id"} for r in rep["records"]]
     return out
 

@@ -101,10 +101,11 @@ def test_inside_airflow_a_job_writes_its_dag_runs_part(small_config):
     assert out == reports.attempt_dir("tiered_scrub", key, "scrub.1", 2)
     assert reports.read_summary("tiered_scrub", key, "scrub.1") == summary
     assert {k: summary[k] for k in ("group", "part", "dag_id", "dag_run_id", "task_id", "map_index", "try_number",
-                                    "attempt", "run_id", "namespaces", "job")} == {
+                                    "attempt", "run_id", "planned_namespaces", "job")} == {
         "group": "tiered_scrub", "part": "scrub.1", "dag_id": "tiered_scrub",
         "dag_run_id": "manual__2026-01-01T00:00:00+00:00", "task_id": "scrub", "map_index": 1, "try_number": 2,
-        "attempt": 2, "run_id": "manual__2026-01-01T00:00:00+00:00", "namespaces": ["t/a"], "job": "scrub"}
+        "attempt": 2, "run_id": "manual__2026-01-01T00:00:00+00:00", "planned_namespaces": ["t/a"], "job": "scrub"}
+    assert isinstance(summary["namespaces"], dict)  # the report's own per-namespace totals stay as they are
     assert reports.run_id("tiered_scrub", key) == AIRFLOW_ENV["TIERED_DAG_RUN_ID"]
 
 

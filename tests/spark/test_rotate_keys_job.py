@@ -132,7 +132,7 @@ def test_rotate_keys_with_spark(tmp_path, key_pool, s3_store, moto_endpoint):
     assert summary["totals"]["failures"] == 2 and summary["totals"]["ledgers"] == 3 * n_enc
     logged = json.loads(next(x for x in log.splitlines() if x.startswith(SUMMARY_PREFIX))[len(SUMMARY_PREFIX):])
     assert logged["outcomes"] == summary["outcomes"]
-    detail = pq.read_table(reports / "rotate_keys" / "r1" / "detail.parquet").to_pylist()
+    detail = pq.read_table(reports / "rotate_keys" / "r1" / "rotate_keys" / "detail.parquet").to_pylist()
     assert len(detail) == 3 * n_enc
     assert {(d["kek_from"], d["kek_to"], d["outcome"]) for d in detail} == {
         ("k1", "k2", "rewrapped"), (None, "k2", "skipped"), ("k0", "k2", "failed")}
