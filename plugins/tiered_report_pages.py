@@ -19,7 +19,8 @@ from tieredcore.reports import RunReports
 FAILED = FAILED_OUTCOMES | SEGMENT_FAILED_OUTCOMES
 # summary.json fields shown in the headline or their own tables, not again under "other fields"
 SHOWN = {"totals", "requests", "tiers", "job", "run_id", "attempt", "as_of_ms", "seconds", "dry_run", "dag_id",
-         "dag_run_id", "task_id", "map_index", "try_number", "part", "group", "run_key", "namespaces"}
+         "dag_run_id", "task_id", "map_index", "try_number", "part", "group", "run_key", "namespaces",
+         "planned_namespaces"}
 TOTALS_SHOWN = {"namespaces", "outcomes", "counters", "data_loss"}
 
 

@@ -112,6 +112,7 @@ def test_a_parts_try_with_its_detail(client: TestClient) -> None:
     r = client.get(run_href("offload.0", 1)[7:])
     assert r.status_code == 200
     assert '<b id="attempt">1</b> of 2' in r.text and "FAILED: 1 failure(s)" in r.text
+    assert '(namespaces <span id="planned">t/a</span>)' in r.text  # the namespaces this shard was given
     assert f'id="back-to-run" href="{run_href()}"' in r.text
     assert f'href="/dags/{DAG}/runs/{quote(RUN, safe="")}/tasks/offload/mapped/0?try_number=1"' in r.text
     rows = re.findall(r"<tr( class=\"failed\" data-failed=\"1\")?><td>persistent://t/a/topic-0000</td><td>t/a</td>"
