@@ -1,7 +1,8 @@
 """Airflow plugin of the tiered-storage project: the macros (``{{ macros.tiered.<name>(...) }}``), the
 "Run report" operator extra link of the project's Spark tasks, and the web pages (``tiered_web.py``): a
-FastAPI app under ``/tiered`` serving run reports and the "Tiered storage" view, which an external view
-puts in the UI's navigation (shown inside the UI). The code lives in ``tiered_airflow.py`` and
+FastAPI app under ``/tiered`` serving run reports and the "Tiered storage" view, shown inside the UI by
+Airflow 3's external views: the view in the navigation (Browse), a "Tiered report" tab on every DAG run
+(its run.json) and task instance (its part's latest try). The code lives in ``tiered_airflow.py`` and
 ``tiered_web.py`` (imported, not executed as plugin files, so the DAGs and the plugin share one operator
 class)."""
 
@@ -17,6 +18,9 @@ from tiered_airflow import (
     tiered_reports_dir,
     tiered_run_id,
 )
+
+# the external views' routes (tiered_pages.py: the pages link to them; no FastAPI imported here)
+NAV_ROUTE, RUN_TAB_ROUTE, TASK_TAB_ROUTE = "tiered-storage", "tiered-run-report", "tiered-task-report"
 
 
 class _WebApps:
@@ -38,7 +42,14 @@ class TieredPlugin(AirflowPlugin):
     macros = [tiered_run_id, tiered_report_path, tiered_report_url, tiered_reports_dir]
     operator_extra_links = [TieredReportLink()]
     fastapi_apps = _WebApps()
-    # a nav entry showing the overview inside the UI (same site: the UI's session authenticates it); the
-    # href is relative to the UI's base URL, so a deployment under a path prefix works too
-    external_views = [{"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview",
-                       "url_route": "tiered-storage", "destination": "nav", "category": "browse"}]
+    # Shown inside the UI (same site: the UI's session authenticates the frames); hrefs are relative to
+    # the UI's base URL (its <base href>), so a deployment under a path prefix works too. The UI fills in
+    # {DAG_ID}, {RUN_ID}, {TASK_ID}, {MAP_INDEX} (left as is on an unmapped task's page) for the tabs.
+    external_views = [
+        {"name": "Tiered storage", "href": f"{WEB_PREFIX.lstrip('/')}/overview", "url_route": NAV_ROUTE,
+         "destination": "nav", "category": "browse"},
+        {"name": "Tiered report", "href": f"{WEB_PREFIX.lstrip('/')}/ui/run/{{DAG_ID}}/{{RUN_ID}}",
+         "url_route": RUN_TAB_ROUTE, "destination": "dag_run"},
+        {"name": "Tiered report", "href": f"{WEB_PREFIX.lstrip('/')}/ui/task/{{DAG_ID}}/{{RUN_ID}}/{{TASK_ID}}/{{MAP_INDEX}}",
+         "url_route": TASK_TAB_ROUTE, "destination": "task_instance"},
+    ]

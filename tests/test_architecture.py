@@ -154,7 +154,8 @@ ALLOWED = {
 NOT_FOR_ENTRY_POINTS = ("tieredcore.cli.*",)  # the command line is an entry point too
 SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit")  # what a Spark job may import of the entry points
 # every plugins/ module (they import each other freely)
-PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_plugin", "tiered_timetables", "tiered_web")
+PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_pages", "tiered_plugin", "tiered_report_pages", "tiered_timetables",
+           "tiered_units", "tiered_views", "tiered_web")
 PLUGINS_FOR_DAGS = ("tiered_airflow", "tiered_hooks", "tiered_timetables")  # the plugin modules DAG files use
 # DAG helpers are the dags/ modules that define no DAG (defines_dag: no module-level `with ...:`, `DAG(...)`
 # or `@dag`): DAG files and DAG helpers may import them; no module imports a DAG file.

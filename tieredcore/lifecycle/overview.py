@@ -115,6 +115,10 @@ class RunInfo:
     orphan_objects: dict[str, int] = field(default_factory=dict)  # reconciliation: per namespace, "" = total
     # scrub: per namespace, the damaged messages the report names ("topic ledger:entry")
     damaged: dict[str, list[str]] = field(default_factory=dict)
+    # where the report is (RunReports' names): its group, run key and part; "" when not from a listing
+    group: str = ""
+    run_key: str = ""
+    part: str = ""
 
 
 def _orphans(doc: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
@@ -191,13 +195,18 @@ def run_infos(reports_dir: str) -> list[RunInfo]:
     reports = RunReports(reports_dir)
     out: list[RunInfo] = []
     for group in reports.groups():  # a DAG's runs and a job's runs outside Airflow alike
-        for run in reports.runs(group):
+        # the run directories by name, not RunReports.runs (newest first: a stat of every part of every run,
+        # most of the page's time with 2,000 reports); the list is sorted by logical time below
+        group_dir = reports.group_dir(group)
+        for run in sorted(d.name for d in group_dir.iterdir() if d.is_dir() and not d.name.startswith(".")):
             for part in reports.parts(group, run):
                 try:
                     doc = reports.read_summary(group, run, part)
                 except (NotFoundError, FormatError):
                     continue
-                out.append(run_info(str(doc.get("job") or part), run, doc))
+                info = run_info(str(doc.get("job") or part), run, doc)
+                info.group, info.run_key, info.part = group, run, part
+                out.append(info)
     out.sort(key=lambda r: (r.as_of_ms, r.written_ms, r.job, r.run_id))
     return out
 
@@ -438,3 +447,94 @@ def build_overview(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices,
     totals = _totals(namespaces, in_flight, dead, by_job, last_reconcile, prices)
     last_runs = [job_runs[-1] for _, job_runs in sorted(by_job.items())]
     return Overview(now_ms, namespaces, totals, last_runs, tier_history(runs, history_runs), prices)
+
+
+# -- drill-down: a namespace's topics, a topic's ledgers (read-only, one page of records read) --------
+
+
+@dataclass
+class TopicRow:
+    """One topic of a namespace as its record shows it (``unreadable``: why it cannot be read)."""
+
+    topic: str
+    ledgers: int = 0
+    entries: int = 0
+    bytes: int = 0
+    tiers: dict[str, dict[str, int]] = field(default_factory=_empty_tiers)
+    first_ledger: int | None = None
+    last_ledger: int | None = None
+    unreadable: str | None = None
+
+
+@dataclass
+class LedgerRow:
+    """One ledger with what ``offload --up-to <ledger>:<entry>`` needs: its first and last position."""
+
+    ledger_id: int
+    entries: int
+    bytes: int
+    tier: str
+    offloaded: bool
+    sealed_ms: int  # when the ledger was closed (0: the open ledger)
+
+    @property
+    def first_position(self) -> str | None:
+        return f"{self.ledger_id}:0" if self.entries > 0 else None
+
+    @property
+    def last_position(self) -> str | None:
+        return f"{self.ledger_id}:{self.entries - 1}" if self.entries > 0 else None
+
+
+@dataclass
+class Page:
+    """One page of a longer list: ``items`` from ``offset``, ``total`` in all."""
+
+    items: list[Any]
+    offset: int
+    total: int
+
+
+def _page_bounds(total: int, offset: int, limit: int) -> tuple[int, int]:
+    start = max(0, min(offset, max(0, total - 1)))
+    return start, min(total, start + max(1, limit))
+
+
+def namespace_topics(ws: Workspace, namespace: str, offset: int = 0, limit: int = 50) -> Page:
+    """A page of the namespace's topics (by name), each from its own record: only that page's records
+    are read. NotFoundError for a namespace the metadata does not know."""
+    if namespace not in ws.ml.list_namespaces():
+        raise NotFoundError(f"no namespace {namespace}")
+    topics = ws.ml.list_topics(namespace)
+    start, end = _page_bounds(len(topics), offset, limit)
+    rows = []
+    for t in topics[start:end]:
+        row = TopicRow(t.full)
+        try:
+            info, _ = ws.ml.get_topic(t)
+        except NotFoundError:
+            row.unreadable = "deleted since it was listed"
+        except UnreadableRecordError as e:
+            row.unreadable = f"{e.path}: {e.reason}"
+        else:
+            for li in info.ledgerInfo:
+                row.ledgers += 1
+                row.entries += li.entries
+                row.bytes += li.size
+                row.tiers[tier_of(li)]["ledgers"] += 1
+                row.tiers[tier_of(li)]["bytes"] += li.size
+            ids = [li.ledgerId for li in info.ledgerInfo]
+            row.first_ledger, row.last_ledger = (min(ids), max(ids)) if ids else (None, None)
+        rows.append(row)
+    return Page(rows, start, len(topics))
+
+
+def topic_ledgers(ws: Workspace, topic: str, offset: int = 0, limit: int = 50) -> Page:
+    """A page of the topic's ledgers, oldest first, with their positions, tier and size.
+    NotFoundError without such a topic; UnreadableRecordError when its record cannot be read."""
+    info, _ = ws.ml.get_topic(topic)
+    ledgers = sorted(info.ledgerInfo, key=lambda li: li.ledgerId)
+    start, end = _page_bounds(len(ledgers), offset, limit)
+    rows = [LedgerRow(li.ledgerId, li.entries, li.size, tier_of(li), is_offloaded(li), li.timestamp)
+            for li in ledgers[start:end]]
+    return Page(rows, start, len(ledgers))
