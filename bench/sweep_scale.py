@@ -41,7 +41,7 @@ from tieredcore.cli import main as cli  # noqa: E402
 from tieredcore.config import CONFIG_FILE_NAME, Config  # noqa: E402
 from tieredcore.lifecycle.shards import assign_shards  # noqa: E402
 from tieredcore.lifecycle.sweep import plan_offload_due  # noqa: E402
-from tieredcore.reports import RunReports  # noqa: E402
+from tieredcore.reports import RunReports, report_name  # noqa: E402
 from tieredcore.workspace import Workspace  # noqa: E402
 
 os.environ.setdefault("TIERED_NO_PROGRESS", "1")  # generate's progress lines
@@ -116,7 +116,7 @@ def sweep(cfg: Path, shards: int, work: Path, expect_ledgers: int) -> Sweep:
     ledgers = 0
     phases: dict[str, float] = {}
     for i in range(len(arg_lists)):
-        summary = reports.read_summary(JOB, f"bench.shard-{i}")
+        summary = reports.read_summary(JOB, report_name(f"bench.shard-{i}"), JOB)  # a run outside Airflow: part = job
         assert summary["failures"] == 0 and set(summary["outcomes"]) == {"offloaded"}, summary["outcomes"]
         ledgers += summary["ledgers"]
         for k, v in summary["spark"]["phases"].items():
