@@ -92,9 +92,10 @@ def test_reconciliation_drain_and_scrub_run_on_an_attached_cluster(tmp_path: Pat
     assert states["verdict"] == TaskInstanceState.UPSTREAM_FAILED, states
     (ti,) = [ti for ti in dr.get_task_instances() if ti.task_id == "scrub"]
     assert ti.try_number == 1  # not retried
-    assert ("DAMAGED offloaded copies on the attached Pulsar cluster, repair impossible without BookKeeper: "
-            "the job reported them (namespace, topic, position) and changed nothing; an operator must act "
-            "(docs/pulsar.md, Scrub) (exit 4); not retried") in logged
+    assert ("spark job scrub failed (spark-submit exit 4); its ERROR lines are above: DAMAGED offloaded copies "
+            "on the attached Pulsar cluster, repair impossible without BookKeeper: the job reported them "
+            "(namespace, topic, position) and changed nothing; an operator must act (docs/pulsar.md, Scrub); "
+            "not retried") in logged
     assert ("scrub: repair off: attached to Pulsar cluster 'pulsar-a': repair impossible without BookKeeper "
             "(damaged copies are reported, never replaced or deleted)") in logged
     damaged_line = "DAMAGED acme/orders persistent://acme/orders/audit 2001:4 CRC32C mismatch"
