@@ -224,8 +224,10 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
 
     # each job's report: the cluster's master, an application the master registered, executors on workers
     reports = Path(overrides["reports_dir"])
-    summaries = {job: json.loads(next((reports / job).glob("*/summary.json")).read_text())
-                 for job in ("offload_sweep", "deletion_lag_cleanup")}
+    # the DAG run's reports: <dag id>/<run key>/<task>[.<map index>]/summary.json (tieredcore.reports)
+    summaries = {job: json.loads(next((reports / dag_id).glob("*/*/summary.json")).read_text())
+                 for dag_id, job in (("tiered_offload_sweep", "offload_sweep"),
+                                     ("tiered_deletion_lag_cleanup", "deletion_lag_cleanup"))}
     master_log = (stack_dir / "logs" / "spark-master.log").read_text(errors="replace")
     for job, s in summaries.items():
         assert s["spark"]["master"] == stack_env["TIERED_SPARK_MASTER"], (job, s["spark"])
