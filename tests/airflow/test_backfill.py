@@ -242,19 +242,14 @@ def _backfill_in_the_browser(base: str, slots: list[dt.datetime], tmp_path: Path
     (asserted), Run Backfill."""
     from playwright.sync_api import sync_playwright
 
-    from .test_ui_browser import ARTIFACTS, _chromium
+    from .test_ui_browser import ARTIFACTS, _chromium, login
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(30_000)
-            page.goto(base)
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda u: "login" not in u)
+            login(page, base, PASSWORD, timeout_ms=30_000)
             page.goto(f"{base}/dags/{DAG_ID}")
             page.get_by_role("button", name="Trigger").first.click()
             dialog = page.locator("[data-scope=dialog][data-part=content][data-state=open]")

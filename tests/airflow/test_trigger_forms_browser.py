@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from .conftest import make_workspace
-from .test_ui_browser import ARTIFACTS, PASSWORD, _chromium, api_server
+from .test_ui_browser import ARTIFACTS, PASSWORD, _chromium, api_server, login
 
 
 def store_dags() -> None:
@@ -50,15 +50,6 @@ class Api:
                                      headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())["dag_runs"]
-
-
-def login(page, base: str) -> None:
-    page.set_default_timeout(20_000)
-    page.goto(base)
-    page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda u: "login" not in u)
 
 
 def trigger_form(page, base: str, dag_id: str):

@@ -106,14 +106,19 @@ def _chromium() -> str:
     return exe
 
 
-def open_view(page, base: str, menu_shot: str | None = None):
-    """Log in, then open the view from its nav entry (Browse → Tiered storage): the frame showing it."""
-    page.set_default_timeout(20_000)
+def login(page, base: str, password: str = PASSWORD, timeout_ms: int = 20_000) -> None:
+    """Log in to the Airflow UI at ``base`` as admin (the simple auth manager's form)."""
+    page.set_default_timeout(timeout_ms)
     page.goto(base)
     page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", PASSWORD)
+    page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(lambda u: "login" not in u)
+
+
+def open_view(page, base: str, menu_shot: str | None = None):
+    """Log in, then open the view from its nav entry (Browse → Tiered storage): the frame showing it."""
+    login(page, base)
     page.get_by_role("button", name="Browse").click()
     entry = page.get_by_role("menuitem", name="Tiered storage")
     entry.wait_for()
