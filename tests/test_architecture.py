@@ -77,7 +77,8 @@ PACKAGE_LAYERS = {
     "tieredcore.formats": (
         Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform",
                                          "uuids")),
-        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest")),
+        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest",
+                                                  "frame_ranges")),
         Layer("the index", ("index",)),
         Layer("blocks", ("block", "offsets")),
         Layer("segments", ("segment",)),
@@ -113,6 +114,7 @@ PACKAGE_LAYERS = {
         Layer("the compare-and-set step", ("transaction",)),
         Layer("caches and ownership", ("cache", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
+        Layer("proving hot frames as they are read", ("frame_check",)),
         Layer("writing one ledger", ("offloader",)),
         Layer("segments", ("segments",)),
         Layer("checking and listing copies", ("copies", "message_audit", "verify")),

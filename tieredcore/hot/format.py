@@ -8,6 +8,10 @@ One directory holds every ledger as three files:
 - ``<id>.idx`` — one fixed 16-byte record per entry, ``[offset:int64 BE][crc32c:uint32 BE][len:int32 BE]``;
   the CRC32C covers the whole frame (12-byte header + payload). Encoded and decoded in bulk with
   ``array`` + ``byteswap`` and extended slicing (no per-record Python loop).
+- ``<id>.rng`` — written at seal by the writer: CRC32C per ~1 MiB run of whole frames
+  (tieredcore.formats.frame_ranges), what offload and the lag cleanup's proof check instead of every
+  frame's CRC. Optional: a ledger sealed by recovery has none, and a damaged one is ignored (every frame
+  is then checked on its own).
 - ``<id>.meta`` — BookKeeper ``LedgerMetadataFormat`` protobuf (docs/metadata.md). An OPEN ledger stores
   lastEntryId -1 and length 0 there: its last add confirmed is the number of valid index records.
 
@@ -45,7 +49,8 @@ MAX_ENTRY_SIZE = 2**31 - 1 - FRAME_HEADER_LEN
 META = "meta"
 LOG = "log"
 IDX = "idx"
-KINDS = (META, LOG, IDX)
+RNG = "rng"
+KINDS = (META, LOG, IDX, RNG)
 COUNTER_FILE = "LEDGER_ID"
 COUNTER_WIDTH = 20
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import logging
 import operator
 import os
 import threading
@@ -23,11 +24,13 @@ import crc32c
 from tieredcore.errors import (
     BadRangeError,
     CorruptEntryError,
+    FormatError,
     LedgerStateError,
     StaleHandleError,
     ValidationError,
 )
 from tieredcore.fileio import pread_exact, preadv_exact
+from tieredcore.formats.frame_ranges import FrameRanges, decode_frame_ranges
 from tieredcore.hot.files import close_quietly
 from tieredcore.hot.format import FRAME_HEADER, FRAME_HEADER_LEN
 from tieredcore.model import STATE_CLOSED, Buffer, Entry, EntryBatch, FileSlice, LedgerMetadata
@@ -35,6 +38,7 @@ from tieredcore.model import STATE_CLOSED, Buffer, Entry, EntryBatch, FileSlice,
 __all__ = ["LocalLedgerHandle"]
 
 _crc = crc32c.crc32c
+log = logging.getLogger(__name__)
 
 
 def _check_entry_id(name: str, value: object) -> int:
@@ -56,6 +60,7 @@ class LocalLedgerHandle:
         *,
         meta_path: str,
         log_path: str,
+        ranges_path: str | None = None,
     ) -> None:
         self._meta = metadata
         self._id = metadata.ledger_id
@@ -73,6 +78,8 @@ class LocalLedgerHandle:
         self._mu = threading.Lock()
         self._active = 0
         self._closing = False
+        self._ranges_path = ranges_path
+        self._ranges: FrameRanges | None | bool = False  # False: not loaded yet
 
     # -- ReadHandle
 
@@ -125,12 +132,41 @@ class LocalLedgerHandle:
         first, last = self._check_range(first, last)
         return self._read_verified(first, last)[0]
 
-    def read_frames_into(self, first: int, last: int, out: memoryview) -> int:
+    def read_frames_into(self, first: int, last: int, out: memoryview, verify: bool = True) -> int:
         """Like read_frames, but straight into `out` (no intermediate copy); returns the byte count.
-        `out` must be exactly the frames' length. The offloader reads blocks this way."""
+        `out` must be exactly the frames' length. The offloader reads blocks this way. ``verify=False``:
+        no frame's CRC is checked (the caller checks the frame ranges' CRCs instead); the index records'
+        consistency and the first and last frames' entry ids still are."""
         first, last = self._check_range(first, last)
-        buf, rel = self._read_verified(first, last, out)
+        buf, rel = self._read_verified(first, last, out, verify)
         return rel[-1]
+
+    def frame_ranges(self) -> FrameRanges | None:
+        """The CRC32C per ~1 MiB of frames recorded when the ledger was sealed (``<id>.rng``), or None:
+        not sealed by its writer (recovered), written before ranges existed, damaged, or index records
+        that do not add up (every frame is then checked on its own, which names the bad one)."""
+        if self._ranges is False:
+            self._ranges = self._load_ranges()
+        return self._ranges  # type: ignore[return-value]
+
+    def _load_ranges(self) -> FrameRanges | None:
+        if self._ranges_path is None or not self._meta.is_closed or self._lac < 0:
+            return None
+        try:
+            with open(self._ranges_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            ranges = decode_frame_ranges(data, self._lac + 1, self._end)
+        except FormatError as e:
+            log.warning("ledger %d: frame ranges ignored, every frame's CRC is checked instead: %s", self._id, e)
+            return None
+        ends = array.array("q", itertools.accumulate(
+            map(operator.add, self._lens, itertools.repeat(FRAME_HEADER_LEN)), initial=0))
+        if ends[-1] != self._end or ends[:-1] != self._offsets:
+            return None
+        return ranges
 
     def frames_slice(self, first: int, last: int) -> FileSlice:
         """Where entries first..last's frames lie in the .log file, for stores that copy file ranges in
@@ -206,19 +242,25 @@ class LocalLedgerHandle:
         except FileNotFoundError:
             raise StaleHandleError(f"ledger {self._id} was deleted; this handle is stale") from None
 
-    def _read_verified(self, first: int, last: int, into: memoryview | None = None) -> tuple[Buffer, list[int]]:
-        """(span bytes, relative frame starts + end) of entries first..last, all CRC-verified.
+    def _read_verified(self, first: int, last: int, into: memoryview | None = None,
+                       verify: bool = True) -> tuple[Buffer, list[int]]:
+        """(span bytes, relative frame starts + end) of entries first..last, all CRC-verified (with
+        ``verify=False``: relative starts of the first and last frames + end, not CRC-verified).
 
         Frame boundaries come from the index sizes (the CRC of each frame covers its header, so a
         wrong size or offset fails the check); C-level map/accumulate, no per-entry bytecode.
         """
-        lens = self._lens[first : last + 1]
         base = self._offsets[first]
-        rel = list(
-            itertools.accumulate(map(operator.add, lens, itertools.repeat(FRAME_HEADER_LEN)), initial=0)
-        )
-        span = rel[-1]
-        if base < 0 or min(lens) < 0 or self._offsets[last] + FRAME_HEADER_LEN + lens[-1] - base != span:
+        if verify:
+            lens = self._lens[first : last + 1]
+            rel = list(
+                itertools.accumulate(map(operator.add, lens, itertools.repeat(FRAME_HEADER_LEN)), initial=0)
+            )
+            span, sane = rel[-1], min(lens) >= 0
+        else:  # frame ranges: the records were checked to add up when they were loaded (frame_ranges)
+            span = self._offsets[last] + FRAME_HEADER_LEN + self._lens[last] - base
+            rel, sane = [0, self._offsets[last] - base, span], self._lens[last] >= 0
+        if base < 0 or not sane or self._offsets[last] + FRAME_HEADER_LEN + self._lens[last] - base != span:
             raise CorruptEntryError(
                 f"ledger {self._id}: index records of entries {first}..{last} are inconsistent"
             )
@@ -241,6 +283,20 @@ class LocalLedgerHandle:
                 f"ledger {self._id}: data file ends before entry {last} "
                 f"(wanted bytes {base}..{base + span}, got {len(buf)})"
             )
+        if verify:
+            self._check_crcs(buf, rel, first, last)
+        # A record copied from another entry (offset, crc and length) passes the CRC check: the frame
+        # headers name their entry. With the first and last right, the CRC-checked frames between them,
+        # cut at the recorded lengths, are the ones in between.
+        for eid, at in ((first, 0), (last, rel[-2])):
+            got_id = FRAME_HEADER.unpack_from(buf, at)[1]
+            if got_id != eid:
+                raise CorruptEntryError(
+                    f"ledger {self._id}: the index record of entry {eid} points at the frame of entry {got_id}"
+                )
+        return buf, rel
+
+    def _check_crcs(self, buf: Buffer, rel: list[int], first: int, last: int) -> None:
         mv = memoryview(buf)
         frames = map(mv.__getitem__, map(slice, rel, itertools.islice(rel, 1, None)))
         computed = array.array("I", map(_crc, frames))
@@ -253,13 +309,3 @@ class LocalLedgerHandle:
                         f"ledger {self._id} entry {first + i}: CRC32C mismatch "
                         f"(stored {want:#010x}, computed {got:#010x})"
                     )
-        # A record copied from another entry (offset, crc and length) passes the CRC check: the frame
-        # headers name their entry. With the first and last right, the CRC-checked frames between them,
-        # cut at the recorded lengths, are the ones in between.
-        for eid, at in ((first, 0), (last, rel[-2])):
-            got_id = FRAME_HEADER.unpack_from(buf, at)[1]
-            if got_id != eid:
-                raise CorruptEntryError(
-                    f"ledger {self._id}: the index record of entry {eid} points at the frame of entry {got_id}"
-                )
-        return buf, rel

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import secrets
 import threading
@@ -48,6 +49,7 @@ from tieredcore.hot.format import (
     KINDS,
     LOG,
     META,
+    RNG,
     cut_torn_tail,
     decode_metadata,
     encode_metadata,
@@ -131,8 +133,10 @@ class LocalLedgerStore:
                 os.close(fd)  # releases the flock
 
     def _write_meta(self, meta: LedgerMetadata) -> None:
-        data = encode_metadata(meta)
-        final = self._path(meta.ledger_id, META)
+        self._replace_file(self._path(meta.ledger_id, META), encode_metadata(meta))
+
+    def _replace_file(self, final: str, data: bytes) -> None:
+        """Write ``final`` whole or not at all (temp file, fsync, rename, directory fsync)."""
         tmp = f"{final}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -234,6 +238,7 @@ class LocalLedgerStore:
             log_path=self._path(ledger_id, LOG),
             fsync=self.fsync,
             write_meta=self._write_meta,
+            write_ranges=functools.partial(self._replace_file, self._path(ledger_id, RNG)),
         )
         self._writers.add(writer)
         return writer
@@ -276,6 +281,7 @@ class LocalLedgerStore:
             lens,
             meta_path=self._path(ledger_id, META),
             log_path=self._path(ledger_id, LOG),
+            ranges_path=self._path(ledger_id, RNG),
         )
         self._handles.add(handle)
         return handle
@@ -385,14 +391,14 @@ class LocalLedgerStore:
                         continue
                     if kind == META:
                         metas.add(int(stem))
-                    elif kind in (LOG, IDX):
+                    elif kind in (LOG, IDX, RNG):
                         data.add(int(stem))
-                    elif kind.startswith(META + ".") and kind.endswith(".tmp"):
+                    elif (kind.startswith(META + ".") or kind.startswith(RNG + ".")) and kind.endswith(".tmp"):
                         temps.append(name)
             orphans = sorted(data - metas)
             if remove_orphans:
                 for ledger_id in orphans:
-                    for kind in (LOG, IDX):
+                    for kind in (LOG, IDX, RNG):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(self._path(ledger_id, kind))
                 now = time.time()
@@ -406,12 +412,12 @@ class LocalLedgerStore:
         return sorted(metas), orphans
 
     def delete_ledger(self, ledger_id: int) -> None:
-        """Delete (idempotent): .meta first (the delete point), then .log and .idx."""
+        """Delete (idempotent): .meta first (the delete point), then .log, .idx and .rng."""
         self._check_open()
         ledger_id = _check_ledger_id(ledger_id)
         # .meta is unlinked once more at the end so that a concurrent seal (which re-creates .meta by
         # rename) cannot resurrect the ledger without its data; see WritableLedger.close.
-        for kind in (META, LOG, IDX, META):
+        for kind in (META, LOG, IDX, RNG, META):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(ledger_id, kind))
         if self.fsync:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from tieredcore.formats.frame_ranges import FrameRanges
 from tieredcore.model import Buffer, FileSlice, LedgerMetadata, LedgerView, ReadHandle
 
 
@@ -37,8 +38,13 @@ class HotLedger(ReadHandle, Protocol):
 class FrameSource(HotLedger, Protocol):
     """A hot ledger stored as contiguous offload frames (the offloader's fast path)."""
 
-    def read_frames_into(self, first: int, last: int, out: memoryview) -> int:
-        """The frames of entries first..last, CRC-verified, written into `out` (exactly their length)."""
+    def read_frames_into(self, first: int, last: int, out: memoryview, verify: bool = True) -> int:
+        """The frames of entries first..last, CRC-verified (``verify=False``: the caller checks their
+        frame ranges instead), written into `out` (exactly their length)."""
+        ...
+
+    def frame_ranges(self) -> FrameRanges | None:
+        """CRC32C per ~1 MiB run of frames recorded at seal (None: check every frame's own CRC)."""
         ...
 
     def frames_slice(self, first: int, last: int) -> FileSlice:

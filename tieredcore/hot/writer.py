@@ -25,6 +25,7 @@ import crc32c
 
 from tieredcore.errors import LedgerStateError, StaleHandleError, ValidationError
 from tieredcore.fileio import write_all
+from tieredcore.formats.frame_ranges import RangeAccumulator, encode_frame_ranges
 from tieredcore.hot.files import close_quietly
 from tieredcore.hot.format import (
     FRAME_HEADER,
@@ -41,8 +42,6 @@ __all__ = ["APPEND_BATCH_BYTES", "WritableLedger"]
 # append_many writes its frames in batches of about this many bytes (one write() for the frames and
 # one for the index records of each batch), so memory stays bounded for generators of any length.
 APPEND_BATCH_BYTES = 16 * 1024 * 1024
-
-_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
 _crc = crc32c.crc32c
 
@@ -84,6 +83,7 @@ class WritableLedger:
         log_path: str,
         fsync: bool,
         write_meta: Callable[[LedgerMetadata], None],
+        write_ranges: Callable[[bytes], None] | None = None,
     ) -> None:
         self._meta = metadata
         self._id = metadata.ledger_id
@@ -100,6 +100,10 @@ class WritableLedger:
         self._sealed: LedgerMetadata | None = None
         self._broken: str | None = None  # a write failed part-way: no more appends
         self._abandoned = False
+        # CRC32C per ~1 MiB of frames, written at seal (hot.format: <id>.rng): the offloader and the lag
+        # cleanup's proof check those instead of every frame's. Dropped when a write fails part-way.
+        self._write_ranges = write_ranges
+        self._ranges: RangeAccumulator | None = RangeAccumulator() if write_ranges is not None else None
 
     # -- properties
 
@@ -162,7 +166,9 @@ class WritableLedger:
                     os.fdatasync(self._idx_fd)
             except BaseException as exc:
                 self._broken = f"append of entry {entry_id} failed: {exc!r}"
+                self._ranges = None
                 raise
+            self._add_range(entry_id, [self._log_end], header + bytes(payload))
             self._next = entry_id + 1
             self._log_end += FRAME_HEADER_LEN + size
             self._length += size
@@ -172,8 +178,8 @@ class WritableLedger:
         """Append entries in bulk; returns the last entry id (the unchanged LAC if there were none).
 
         Payloads are taken in chunks of ~16 MiB. Per chunk, headers, CRCs and index records are built
-        with C-level map/array operations (no per-entry bytecode), the frames go out with writev()
-        straight from the payload buffers (IOV_MAX iovecs a call, no join copy), then all index
+        with C-level map/array operations (no per-entry bytecode), the frames go out joined in one
+        write() (the join is also what the frame and range CRCs are computed over), then all index
         records of the chunk with one write(). If a payload is invalid or the iterable raises, the
         entries before it are appended (and acknowledged) and the error is raised.
         """
@@ -226,42 +232,47 @@ class WritableLedger:
         return out, None
 
     def _write_chunk(self, chunk: list, lens: array.array) -> int:
-        """Frames then index records of entries self._next.. (one per payload); returns frame bytes."""
+        """Frames then index records of entries self._next.. (one per payload); returns frame bytes.
+        The frames are joined once: one write, one CRC32C call per frame over the joined bytes, and the
+        range CRCs over the same bytes in a few calls."""
         n = len(chunk)
         first = self._next
         ids = range(first, first + n)
         headers = list(map(FRAME_HEADER.pack, lens, ids))
-        crcs = array.array("I", map(_crc, chunk, map(_crc, headers)))
         frame_sizes = list(map(operator.add, lens, itertools.repeat(FRAME_HEADER_LEN)))
-        offsets = list(itertools.accumulate(frame_sizes, initial=self._log_end))
-        log_end = offsets.pop()
-        words = encode_index(offsets, crcs, lens, log_end)
+        rel = list(itertools.accumulate(frame_sizes, initial=0))
         iov: list = [None] * (2 * n)
         iov[0::2] = headers
         iov[1::2] = chunk
+        data = b"".join(iov)
+        mv = memoryview(data)
+        crcs = array.array("I", map(_crc, map(mv.__getitem__, map(slice, rel, itertools.islice(rel, 1, None)))))
+        offsets = list(map(operator.add, rel, itertools.repeat(self._log_end)))
+        log_end = offsets.pop()
+        words = encode_index(offsets, crcs, lens, log_end)
         total = log_end - self._log_end
         try:
-            self._writev_all(iov, offsets, log_end)
+            write_all(self._log_fd, data)
             write_all(self._idx_fd, words)
         except BaseException as exc:
             self._broken = f"append of entries {first}..{first + n - 1} failed: {exc!r}"
+            self._ranges = None
             raise
+        self._add_range(first, offsets, mv)
         self._next = first + n
         self._log_end = log_end
         self._length += total - FRAME_HEADER_LEN * n
         return total
 
-    def _writev_all(self, iov: list, offsets: list[int], log_end: int) -> None:
-        """Write the frames (iov = header, payload, ...; offsets = absolute frame starts)."""
-        fd = self._log_fd
-        n = len(offsets)
-        per_call = _IOV_MAX // 2
-        for k in range(0, n, per_call):
-            group = iov[2 * k : 2 * (k + per_call)]
-            want = (offsets[k + per_call] if k + per_call < n else log_end) - offsets[k]
-            done = os.writev(fd, group)
-            if done < want:  # short write (rare): finish this group byte-wise
-                write_all(fd, b"".join(map(bytes, group))[done:])
+    def _add_range(self, first: int, starts: list[int], frames: Buffer) -> None:
+        """Feed acknowledged frames to the range CRCs; should they not line up (they always do), the ledger
+        is sealed without ranges (its frames are then checked one by one) rather than failing an append."""
+        if self._ranges is None:
+            return
+        try:
+            self._ranges.add(first, starts, frames)
+        except ValidationError:
+            self._ranges = None
 
     # -- seal
 
@@ -277,6 +288,9 @@ class WritableLedger:
                 os.ftruncate(self._idx_fd, self._next * IDX_RECORD_LEN)
             os.fdatasync(self._log_fd)
             os.fdatasync(self._idx_fd)
+            ranges = self._ranges.result() if self._ranges is not None and self._broken is None else None
+            if ranges is not None and self._write_ranges is not None:
+                self._write_ranges(encode_frame_ranges(ranges))  # before the seal: a sealed ledger's are final
             if not os.path.exists(self._meta_path):
                 self._release()
                 raise StaleHandleError(f"ledger {self._id} was deleted; cannot close it")

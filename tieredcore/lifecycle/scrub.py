@@ -84,7 +84,7 @@ from tieredcore.offload.context import context_uuid, is_complete
 from tieredcore.offload.copies import copy_uuids, has_offloaded_copy, open_offloaded
 from tieredcore.offload.message_audit import DamagedMessagesError, MessageTally
 from tieredcore.offload.reader import ExpectedLedger
-from tieredcore.offload.verify import verify_offloaded
+from tieredcore.offload.verify import hot_frame_ranges, verify_offloaded
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
@@ -260,8 +260,8 @@ def _check_copy(hot: HotTier, lid: int, row: LedgerResult, check: _Check, open_c
             if not check.deep:  # shallow: the stored bytes behind manifests exist and have their size
                 _check_stored(h)
             if check.deep:
-                crcs, sizes = _hot_record(hot, lid)
-                rep = verify_offloaded(h, crcs, expected_sizes=sizes, messages=check.messages)
+                crcs, sizes, ranges = _hot_record(hot, lid)
+                rep = verify_offloaded(h, crcs, expected_sizes=sizes, messages=check.messages, expected_ranges=ranges)
                 row.bytes += rep.bytes_read
                 row.blocks = rep.blocks
                 _count_messages(row, rep.messages)
@@ -357,13 +357,13 @@ def _scrub_segments(ws: Workspace, t: TopicName, li, row: LedgerResult, check: _
 
 
 def _hot_record(hot: HotTier, lid: int):
-    """The hot copy's per-entry CRCs and payload sizes when it exists and is readable (else None, None:
-    structure and chunk checksums only)."""
+    """The hot copy's per-entry CRCs, payload sizes and frame ranges when it exists and is readable (else
+    None, None, None: structure and chunk checksums only)."""
     try:
         h = hot.open_ledger(lid)
     except TieredError:
-        return None, None
+        return None, None, None
     try:
-        return h.entry_crcs(), h.entry_sizes()
+        return h.entry_crcs(), h.entry_sizes(), hot_frame_ranges(h)
     finally:
         h.close()

@@ -81,7 +81,7 @@ from tieredcore.offload.deletion import release_hot_copy
 from tieredcore.offload.managed import LedgerOffloadResult
 from tieredcore.offload.streaming import SegmentOffloadResult
 from tieredcore.offload.transaction import TopicTransaction
-from tieredcore.offload.verify import verify_offloaded
+from tieredcore.offload.verify import hot_frame_ranges, verify_offloaded
 from tieredcore.outcomes import Outcome
 from tieredcore.policy import OffloadPolicy
 from tieredcore.workspace import Workspace
@@ -362,7 +362,7 @@ def _prove(ws: Workspace, t: TopicName, li, w: TopicWork, row: LedgerResult) -> 
             # without a hot copy, an object without chunk checksums has only its messages' CRCs to prove it
             verify_offloaded(h, hot.entry_crcs() if hot is not None else None,
                              expected_sizes=hot.entry_sizes() if hot is not None else None,
-                             messages=None if hot is None else False)
+                             messages=None if hot is None else False, expected_ranges=hot_frame_ranges(hot))
         finally:
             h.close()
     except BlobStoreError as e:  # the store failed, the copy may be fine: try again next run

@@ -68,7 +68,7 @@ from tieredcore.offload.transaction import (
     Uncovered,
     settle,
 )
-from tieredcore.offload.verify import verify_offloaded
+from tieredcore.offload.verify import hot_frame_ranges, verify_offloaded
 from tieredcore.outcomes import Outcome
 
 log = logging.getLogger(__name__)
@@ -323,7 +323,8 @@ class TopicOffloader:
                 new = self.offloader.read_offloaded(ledger_id, new_uuid, expect)
                 try:
                     # byte for byte the hot copy's: its messages are what the hot copy holds (no second witness)
-                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes(), messages=False)
+                    verify_offloaded(new, handle.entry_crcs(), expected_sizes=handle.entry_sizes(), messages=False,
+                                     expected_ranges=hot_frame_ranges(handle))
                 finally:
                     new.close()
             except TieredError as e:

@@ -18,7 +18,6 @@ import mmap
 import queue
 import threading
 import uuid as uuidlib
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
@@ -51,6 +50,7 @@ from tieredcore.formats.block import (
     padding,
     plan_blocks,
 )
+from tieredcore.formats.frame_ranges import RangeCheck
 from tieredcore.formats.index import LedgerIndex, check_index_v1, encode_index_v1, index_trailer, parse_index
 from tieredcore.formats.keys import data_key, index_key, normalize_prefix
 from tieredcore.formats.ledger_metadata import encode_ledger_metadata
@@ -59,6 +59,7 @@ from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encod
 from tieredcore.hot.tier import FrameSource
 from tieredcore.model import Buffer, LedgerMetadata, ReadHandle
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
+from tieredcore.offload.frame_check import check_block, checked_block, range_check_for, read_checked
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.offload.sidecar import OffsetsSidecar, Permit, SidecarWriter
 from tieredcore.offload.transaction import delete_pair
@@ -67,7 +68,7 @@ log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]  # (bytes uploaded so far, total bytes)
 
-# frames CRC-checked per read from the hot tier while the store copies them (or the parts are filled):
+# frames proven per read from the hot tier while the store copies them (or the parts are filled):
 # a window stays in the CPU's cache from the read to the CRCs, and the CRCs of small entries run in one
 # C loop holding the GIL for the whole window, so smaller windows let the copying thread in between
 # (256 MiB of 1 KiB entries, best of 6: 0.68x cp with 4 MiB windows, 0.82x with 512 KiB; 64 KiB entries
@@ -100,6 +101,8 @@ class _Layout:
     total: int  # bytes of the data object
     data_key: str
     index_key: str
+    # the hot ledger's range CRCs, checked as its frames are read (None: each frame's own CRC is)
+    ranges: RangeCheck | None = None
 
 
 class LedgerOffloader:
@@ -206,7 +209,8 @@ class LedgerOffloader:
         plans = plan_blocks(sizes, self.max_block_size, ends)  # validates that every entry fits a block
         total = sum(p.block_size for p in plans)
         layout = _Layout(lid, ledger, frames, sizes, ends, plans, total,
-                         data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid))
+                         data_key(self.prefix, uuid, lid), index_key(self.prefix, uuid, lid),
+                         range_check_for(frames, ends))
         if self.before_write is not None:
             self.before_write()
         crcs = ChunkCrcWriter(self.checksum_chunk) if self.checksum_chunk else None
@@ -247,12 +251,14 @@ class LedgerOffloader:
                                                          crcs, progress)
                     elif part_size:
                         parts = self._upload_streamed(pool, dkey, upload_id, _object_pieces(
-                            ledger, frames, plans, layout.ends, bufs[0], window, crcs), part_size, total, progress)
+                            layout, bufs[0], window, crcs), part_size, total, progress)
                     else:
                         parts = self._upload_blocks(pool, layout, upload_id, bufs, crcs, progress)
                 finally:
                     for b in bufs:
                         self._pool.give(b)
+                if layout.ranges is not None:
+                    layout.ranges.finish()  # every range was read and matched, before the upload completes
                 # the worker builds the index while the store completes the upload (e.g. its fsync)
                 index_job = pool.submit(self._index_prefix, ledger, plans, layout.sizes, layout.ends, total)
                 self.store.complete_multipart(dkey, upload_id, parts)
@@ -273,7 +279,7 @@ class LedgerOffloader:
         parts = []
         done = 0
         for i, plan in enumerate(layout.plans):
-            check = pool.submit(_check_block, frames, plan, layout.ends, buf, window, crcs)
+            check = pool.submit(check_block, frames, plan, layout.ends, buf, window, layout.ranges, crcs)
             try:
                 parts.append(self.store.upload_part(dkey, upload_id, i + 1, _block_pieces(frames, plan)))
             finally:
@@ -287,14 +293,14 @@ class LedgerOffloader:
                        bufs: list[mmap.mmap], crcs: ChunkCrcWriter | None, progress: ProgressFn | None) -> list:
         """Block i as part i+1, built by the worker one block ahead of the upload, in two alternating
         buffers. Block bytes are fed to the chunk checksums inside the (single) worker, in block order."""
-        ledger, frames, plans = layout.ledger, layout.frames, layout.plans
+        plans = layout.plans
         parts = []
         done = 0
-        pending = pool.submit(_block_bytes, ledger, frames, plans[0], bufs[0], crcs)
+        pending = pool.submit(_block_bytes, layout, plans[0], bufs[0], crcs)
         for i, plan in enumerate(plans):
             block = pending.result()
             if i + 1 < len(plans):
-                pending = pool.submit(_block_bytes, ledger, frames, plans[i + 1], bufs[(i + 1) % 2], crcs)
+                pending = pool.submit(_block_bytes, layout, plans[i + 1], bufs[(i + 1) % 2], crcs)
             parts.append(self.store.upload_part(layout.data_key, upload_id, i + 1, block))
             done += plan.block_size
             if isinstance(block, memoryview):
@@ -531,52 +537,21 @@ def entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
     return out
 
 
-def _check_block(
-    frames: FrameSource, plan: BlockPlan, ends: Sequence[int], buf: mmap.mmap, window: int,
-    crcs: ChunkCrcWriter | None,
-) -> None:
-    """CRC-check a block's frames in the hot tier (and feed the block's bytes to the chunk checksums)
-    without building the block: the store copies the same frames from the hot-tier file itself."""
-    with memoryview(buf) as mv:
-        for piece in _checked_block(frames, plan, ends, mv, window):
-            if crcs is not None:
-                crcs.update(piece)
-
-
-def _object_pieces(
-    ledger: ReadHandle, frames: FrameSource | None, plans: Sequence[BlockPlan], ends: Sequence[int],
-    buf: mmap.mmap, window: int, crcs: ChunkCrcWriter | None,
-) -> Iterator[Buffer]:
-    """The data object's bytes in order, block by block: header, frames (from the hot tier, CRC-checked
-    a window of whole entries at a time into ``buf``; a piece is only valid until the next is asked
-    for), padding. Every piece is fed to the chunk checksums."""
+def _object_pieces(layout: _Layout, buf: mmap.mmap, window: int, crcs: ChunkCrcWriter | None) -> Iterator[Buffer]:
+    """The data object's bytes in order, block by block: header, frames (from the hot tier, proven a
+    window of whole entries at a time into ``buf``; a piece is only valid until the next is asked for),
+    padding. Every piece is fed to the chunk checksums."""
+    ledger, frames = layout.ledger, layout.frames
     mv = memoryview(buf)
-    for plan in plans:
+    for plan in layout.plans:
         if frames is None:
             pieces: Iterable[Buffer] = [build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))]
         else:
-            pieces = _checked_block(frames, plan, ends, mv, window)
+            pieces = checked_block(frames, plan, layout.ends, mv, window, layout.ranges)
         for piece in pieces:
             if crcs is not None:
                 crcs.update(piece)
             yield piece
-
-
-def _checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview,
-                   window: int) -> Iterator[Buffer]:
-    """A block of hot-tier frames as pieces: its header, its frames read in runs of whole entries of at
-    most ``window`` bytes into ``mv`` (CRC-checked; an entry larger than the window gets a buffer of
-    its own; a run is only valid until the next piece is asked for), its padding."""
-    yield block_header(plan.first_entry, plan.block_size)
-    first, stop = plan.first_entry, plan.last_entry + 1
-    while first < stop:
-        nxt = max(first + 1, bisect_right(ends, ends[first] + window, first + 1, stop + 1) - 1)
-        n = ends[nxt] - ends[first]
-        with (mv[:n] if n <= len(mv) else memoryview(bytearray(n))) as run:
-            frames.read_frames_into(first, nxt - 1, run)  # CRC-verified
-            yield run
-        first = nxt
-    yield padding(plan.block_size - C.BLOCK_HEADER_LENGTH - plan.frames_length)
 
 
 def _fill_parts(pieces: Iterator[Buffer], part_size: int, free: queue.SimpleQueue, ready: queue.SimpleQueue,
@@ -622,11 +597,10 @@ def _send_part(store: BlobStore, key: str, upload_id: str, number: int, buf: mma
         free.put(buf)
 
 
-def _block_bytes(
-    ledger: ReadHandle, frames: FrameSource | None, plan: BlockPlan, buf: mmap.mmap, crcs: ChunkCrcWriter | None,
-) -> bytes | memoryview:
+def _block_bytes(layout: _Layout, plan: BlockPlan, buf: mmap.mmap, crcs: ChunkCrcWriter | None) -> bytes | memoryview:
+    frames = layout.frames
     if frames is None:  # any other ReadHandle (e.g. an offloaded ledger being repacked)
-        block = build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
+        block = build_block(plan, encode_frames(layout.ledger.read(plan.first_entry, plan.last_entry)))
         if crcs is not None:
             crcs.update(block)
         return block
@@ -635,7 +609,7 @@ def _block_bytes(
     mv = memoryview(buf)[: plan.block_size]
     hl = C.BLOCK_HEADER_LENGTH
     with mv[hl : hl + plan.frames_length] as body:
-        frames.read_frames_into(plan.first_entry, plan.last_entry, body)  # CRC-verified
+        read_checked(frames, plan.first_entry, plan.last_entry, body, layout.ranges)
     mv[:hl] = block_header(plan.first_entry, plan.block_size)
     mv[hl + plan.frames_length :] = padding(plan.block_size - hl - plan.frames_length)
     if crcs is not None:
