@@ -112,7 +112,7 @@ PACKAGE_LAYERS = {
     "tieredcore.offload": (
         Layer("records", ("context",)),
         Layer("the compare-and-set step", ("transaction",)),
-        Layer("caches and ownership", ("cache", "ownership", "sidecar")),
+        Layer("caches and ownership", ("buffers", "cache", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
         Layer("proving hot frames as they are read", ("frame_check",)),
         Layer("writing one ledger", ("offloader",)),

@@ -228,3 +228,23 @@ def test_the_proof_names_a_range_when_every_frame_matches(tmp_path: Path) -> Non
                                                  r"copy .* each frame matches its own CRC"):
         verify_offloaded(off.read_offloaded(lid, UUID), h.entry_crcs(), expected_sizes=h.entry_sizes(),
                          expected_ranges=wrong)
+
+
+@pytest.mark.parametrize("window", [512 << 10, 4096 + 7])
+def test_parts_filled_from_frame_runs_hold_the_same_object(tmp_path: Path, s3_store, monkeypatch,
+                                                           window: int) -> None:
+    """Parts cut at 5 MiB from runs of whole entries read straight into the part buffers (through a scratch
+    window where a run straddles two parts): the S3 object is byte for byte the filesystem store's."""
+    import tieredcore.offload.offloader as offloader_mod
+
+    monkeypatch.setattr(offloader_mod, "CHECK_WINDOW", window)
+    hot = LocalLedgerStore(tmp_path / "hot")
+    w = hot.create_ledger({})
+    w.append_many(payload(i) * 3 for i in range(4000))  # ~12 MiB: three parts
+    w.close()
+    fs = FilesystemBlobStore(tmp_path / "cold")
+    want = offloader(fs, max_block_size=4 << 20).offload(hot.open_ledger(w.ledger_id), UUID)
+    got = offloader(s3_store, max_block_size=4 << 20).offload(hot.open_ledger(w.ledger_id), UUID)
+    assert got == want
+    for key in (want.data_key, want.index_key):
+        assert s3_store.get(key) == fs.get(key)

@@ -11,6 +11,7 @@ range mismatch its frames are read again frame by frame.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
 from tieredcore.errors import CorruptEntryError, FormatError
@@ -72,20 +73,24 @@ def check_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], buf: 
                 crcs.update(piece)
 
 
-def checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview, window: int,
-                  rc: RangeCheck | None) -> Iterator[Buffer]:
-    """A block of hot-tier frames as pieces: its header, its frames read in runs of whole entries of at
-    most ``window`` bytes into ``mv`` (proven by read_checked; an entry larger than the window gets a
-    buffer of its own; a run is only valid until the next piece is asked for), its padding."""
-    from bisect import bisect_right
-
-    yield block_header(plan.first_entry, plan.block_size)
+def frame_runs(plan: BlockPlan, ends: Sequence[int], window: int) -> Iterator[tuple[int, int, int]]:
+    """A block's entries as runs of whole entries of at most ``window`` frame bytes (an entry larger than
+    the window: a run of its own): ``(first, last, bytes)`` each."""
     first, stop = plan.first_entry, plan.last_entry + 1
     while first < stop:
         nxt = max(first + 1, bisect_right(ends, ends[first] + window, first + 1, stop + 1) - 1)
-        n = ends[nxt] - ends[first]
-        with (mv[:n] if n <= len(mv) else memoryview(bytearray(n))) as run:
-            read_checked(frames, first, nxt - 1, run, rc)
-            yield run
+        yield first, nxt - 1, ends[nxt] - ends[first]
         first = nxt
+
+
+def checked_block(frames: FrameSource, plan: BlockPlan, ends: Sequence[int], mv: memoryview, window: int,
+                  rc: RangeCheck | None) -> Iterator[Buffer]:
+    """A block of hot-tier frames as pieces: its header, its frames read in runs (frame_runs) into ``mv``
+    (proven by read_checked; an entry larger than the window gets a buffer of its own; a run is only valid
+    until the next piece is asked for), its padding."""
+    yield block_header(plan.first_entry, plan.block_size)
+    for first, last, n in frame_runs(plan, ends, window):
+        with (mv[:n] if n <= len(mv) else memoryview(bytearray(n))) as run:
+            read_checked(frames, first, last, run, rc)
+            yield run
     yield padding(plan.block_size - C.BLOCK_HEADER_LENGTH - plan.frames_length)

@@ -18,7 +18,7 @@ import mmap
 import queue
 import threading
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, replace
@@ -58,8 +58,9 @@ from tieredcore.formats.offsets import PairIdentity
 from tieredcore.formats.trailer import ChunkCrcWriter, encode_checkpoints, encode_checksums
 from tieredcore.hot.tier import FrameSource
 from tieredcore.model import Buffer, LedgerMetadata, ReadHandle
+from tieredcore.offload.buffers import BufferPool
 from tieredcore.offload.cache import SHARED_OFFSET_CACHE, OffsetCache
-from tieredcore.offload.frame_check import check_block, checked_block, range_check_for, read_checked
+from tieredcore.offload.frame_check import check_block, frame_runs, range_check_for, read_checked
 from tieredcore.offload.reader import ExpectedLedger, OffloadedLedgerHandle
 from tieredcore.offload.sidecar import OffsetsSidecar, Permit, SidecarWriter
 from tieredcore.offload.transaction import delete_pair
@@ -250,8 +251,8 @@ class LedgerOffloader:
                         parts = self._upload_file_slices(pool, layout, frames, upload_id, bufs[0], window,
                                                          crcs, progress)
                     elif part_size:
-                        parts = self._upload_streamed(pool, dkey, upload_id, _object_pieces(
-                            layout, bufs[0], window, crcs), part_size, total, progress)
+                        parts = self._upload_streamed(pool, layout, upload_id, bufs[0], window, crcs,
+                                                      part_size, progress)
                     else:
                         parts = self._upload_blocks(pool, layout, upload_id, bufs, crcs, progress)
                 finally:
@@ -342,12 +343,14 @@ class LedgerOffloader:
         # S3 allows 10,000 parts per upload: larger parts for (very) large ledgers
         return max(self.part_size, -(-total // (MAX_PART_NUMBER - 1)))
 
-    def _upload_streamed(self, pool: ThreadPoolExecutor, key: str, upload_id: str, pieces: Iterator[Buffer],
-                         part_size: int, total: int, progress: ProgressFn | None) -> list:
-        """The object (``pieces``: its bytes in order) as parts of the same size, at least ``part_size``
+    def _upload_streamed(self, pool: ThreadPoolExecutor, layout: _Layout, upload_id: str, scratch: mmap.mmap,
+                         window: int, crcs: ChunkCrcWriter | None, part_size: int,
+                         progress: ProgressFn | None) -> list:
+        """The object (its pieces in order, _object_pieces) as parts of the same size, at least ``part_size``
         bytes (the last: the rest), filled by the worker into a few reused part buffers and sent ``upload_concurrency`` at
         a time, like a transfer manager does with a file: memory stays at concurrency + 2 parts whatever
         the block size, and the first part goes up as soon as it is read, not after a whole block."""
+        key, total = layout.data_key, layout.total
         if self._uploader is None:
             self._uploader = ThreadPoolExecutor(max_workers=self.upload_concurrency,
                                                 thread_name_prefix="offload-parts")
@@ -362,7 +365,8 @@ class LedgerOffloader:
             free.put(b)
         ready: queue.SimpleQueue = queue.SimpleQueue()
         stop = threading.Event()
-        filling = pool.submit(_fill_parts, pieces, part_size, free, ready, stop)
+        filling = pool.submit(_fill_parts, layout, _object_pieces(layout, window), part_size, scratch, crcs, free,
+                              ready, stop)
         futures: list[Future] = []
         failed: list[Future] = []
         done = 0
@@ -450,36 +454,6 @@ class LedgerOffloader:
         delete_pair(self.store, data_key(self.prefix, uuid, ledger_id), index_key(self.prefix, uuid, ledger_id))
 
 
-class BufferPool:
-    """Block buffers reused across blocks and ledgers; at most `keep` idle buffers are retained.
-
-    Buffers are anonymous mmaps: the kernel supplies zero pages lazily as the read-ahead thread fills
-    them, where bytearray(n) would memset all n bytes up front on the caller's thread."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._idle: list[mmap.mmap] = []
-        self._lock = threading.Lock()
-
-    def take(self, size: int) -> mmap.mmap:
-        with self._lock:
-            for i, b in enumerate(self._idle):
-                if len(b) >= size and not b.closed:
-                    return self._idle.pop(i)
-        return mmap.mmap(-1, max(size, 1))
-
-    def give(self, buf: mmap.mmap) -> None:
-        with self._lock:
-            self._idle.append(buf)
-            self._idle.sort(key=len, reverse=True)
-            extra, self._idle = self._idle[self.keep :], self._idle[: self.keep]
-        for b in extra:
-            # a view of it may still be alive (e.g. held by the traceback of a failed upload): then it is
-            # left to the garbage collector; reusing a buffer with stale views is harmless, closing is not
-            with suppress(BufferError):
-                b.close()
-
-
 def check_offloaded_index(
     index: LedgerIndex, ikey: str, ledger_id: int, expect: ExpectedLedger | None, data_owner: str | None = None
 ) -> None:
@@ -537,52 +511,96 @@ def entry_sizes(ledger: ReadHandle, last: int | None = None) -> Sequence[int]:
     return out
 
 
-def _object_pieces(layout: _Layout, buf: mmap.mmap, window: int, crcs: ChunkCrcWriter | None) -> Iterator[Buffer]:
-    """The data object's bytes in order, block by block: header, frames (from the hot tier, proven a
-    window of whole entries at a time into ``buf``; a piece is only valid until the next is asked for),
-    padding. Every piece is fed to the chunk checksums."""
+@dataclass(frozen=True)
+class _FrameRun:
+    """Frames of entries ``first..last`` (``size`` bytes) of the hot ledger, read (and proven) straight into
+    the part buffer that holds them (through a scratch window only when they straddle two parts)."""
+
+    first: int
+    last: int
+    size: int
+
+
+def _object_pieces(layout: _Layout, window: int) -> Iterator[Buffer | _FrameRun]:
+    """The data object in order, block by block: header, frames (runs of whole entries of the hot ledger,
+    or the block built from another read handle's entries), padding."""
     ledger, frames = layout.ledger, layout.frames
-    mv = memoryview(buf)
     for plan in layout.plans:
         if frames is None:
-            pieces: Iterable[Buffer] = [build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))]
-        else:
-            pieces = checked_block(frames, plan, layout.ends, mv, window, layout.ranges)
-        for piece in pieces:
-            if crcs is not None:
-                crcs.update(piece)
-            yield piece
+            yield build_block(plan, encode_frames(ledger.read(plan.first_entry, plan.last_entry)))
+            continue
+        yield block_header(plan.first_entry, plan.block_size)
+        for first, last, n in frame_runs(plan, layout.ends, window):
+            yield _FrameRun(first, last, n)
+        yield padding(plan.block_size - C.BLOCK_HEADER_LENGTH - plan.frames_length)
 
 
-def _fill_parts(pieces: Iterator[Buffer], part_size: int, free: queue.SimpleQueue, ready: queue.SimpleQueue,
+def _fill_parts(layout: _Layout, pieces: Iterator[Buffer | _FrameRun], part_size: int, scratch: mmap.mmap,
+                crcs: ChunkCrcWriter | None, free: queue.SimpleQueue, ready: queue.SimpleQueue,
                 stop: threading.Event) -> None:
     """Worker side of LedgerOffloader._upload_streamed: copy the object's pieces into part buffers taken
-    from ``free`` and hand each full one to ``ready`` as (part number, buffer, length); then None. An
-    error is handed over instead (the uploading side raises it)."""
+    from ``free`` (a run of hot frames is read into the part buffer itself when it fits), feed them to the
+    chunk checksums in order, and hand each full buffer to ``ready`` as (part number, buffer, length); then
+    None. An error is handed over instead (the uploading side raises it)."""
     try:
         buf, fill, number = None, 0, 0
         for piece in pieces:
-            mv = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
-            pos, n = 0, len(mv)
-            while pos < n:
+            if isinstance(piece, _FrameRun):
                 if buf is None:
                     buf = free.get()
                     if buf is None or stop.is_set():
                         return
-                take = min(part_size - fill, n - pos)
-                buf[fill : fill + take] = mv[pos : pos + take]
-                fill += take
-                pos += take
-                if fill == part_size:
-                    number += 1
-                    ready.put((number, buf, fill))
-                    buf, fill = None, 0
-            mv.release()
+                if piece.size <= part_size - fill:  # straight into the part
+                    with memoryview(buf)[fill : fill + piece.size] as into:
+                        read_checked(layout.frames, piece.first, piece.last, into, layout.ranges)  # type: ignore[arg-type]
+                        if crcs is not None:
+                            crcs.update(into)
+                    fill += piece.size
+                    if fill == part_size:
+                        number += 1
+                        ready.put((number, buf, fill))
+                        buf, fill = None, 0
+                    continue
+                with (memoryview(scratch)[: piece.size] if piece.size <= len(scratch)
+                      else memoryview(bytearray(piece.size))) as run:
+                    read_checked(layout.frames, piece.first, piece.last, run, layout.ranges)  # type: ignore[arg-type]
+                    buf, fill, number = _copy_into_parts(run, buf, fill, number, part_size, crcs, free, ready, stop)
+            else:
+                buf, fill, number = _copy_into_parts(piece, buf, fill, number, part_size, crcs, free, ready, stop)
+            if stop.is_set():
+                return
         if fill:
             ready.put((number + 1, buf, fill))
         ready.put(None)
     except BaseException as e:  # noqa: BLE001 - handed to the uploading thread, which raises it
         ready.put(e)
+
+
+def _copy_into_parts(piece: Buffer, buf: mmap.mmap | None, fill: int, number: int, part_size: int,
+                     crcs: ChunkCrcWriter | None, free: queue.SimpleQueue, ready: queue.SimpleQueue,
+                     stop: threading.Event) -> tuple[mmap.mmap | None, int, int]:
+    """Copy ``piece`` into the part buffers from ``fill`` of ``buf`` on (taking new ones as parts fill up);
+    returns the new (buffer, fill, parts handed over). Stops early when ``stop`` is set."""
+    if crcs is not None:
+        crcs.update(piece)
+    mv = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
+    pos, n = 0, len(mv)
+    while pos < n:
+        if buf is None:
+            buf = free.get()
+            if buf is None or stop.is_set():
+                stop.set()
+                return None, 0, number
+        take = min(part_size - fill, n - pos)
+        buf[fill : fill + take] = mv[pos : pos + take]
+        fill += take
+        pos += take
+        if fill == part_size:
+            number += 1
+            ready.put((number, buf, fill))
+            buf, fill = None, 0
+    mv.release()
+    return buf, fill, number
 
 
 def _send_part(store: BlobStore, key: str, upload_id: str, number: int, buf: mmap.mmap, n: int,
