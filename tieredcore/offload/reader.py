@@ -22,6 +22,7 @@ checksums and read as before (frame ids and lengths are still checked).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import os
@@ -30,6 +31,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -64,6 +66,35 @@ def _read_ahead_executor() -> ThreadPoolExecutor:
             _read_ahead_pool = ThreadPoolExecutor(_READ_AHEAD_THREADS, thread_name_prefix="read-ahead")
             _read_ahead_pid = os.getpid()
         return _read_ahead_pool
+
+
+def _frames_in(buf: bytes, rel: int, eid: int, stop: int, add: Callable[[int], object]) -> tuple[int, int]:
+    """The walk's inner loop: frames of entries eid..stop from ``buf[rel:]`` for as long as each lies
+    wholly inside ``buf`` with the next frame's header (``rel + 12 <= len(buf)`` on entry), its id the
+    next one and its length not negative; each length goes to ``add``. Returns (where it stopped, the
+    entry id there): whatever it does not take (padding, a block header, a frame crossing the window's
+    end, a wrong id) the caller's loop handles and reports, so the checks stay the same. A streaming
+    block's magic read as a length (a frame header's place after a full block) never fits: ``lim``."""
+    lim = min(len(buf), C.STREAMING_BLOCK_MAGIC) - 24
+    unpack = _FRAME.unpack_from
+    for e in range(eid, stop + 1):
+        length, fid = unpack(buf, rel)
+        if fid != e or not 0 <= length <= lim - rel:
+            return rel, e
+        add(length)
+        rel += 12 + length
+    return rel, stop + 1
+
+
+def _starts(at: int, lengths: array) -> array:
+    """Payload offsets of back-to-back frames whose first starts at ``at`` (in C: no loop per entry)."""
+    if not lengths:
+        return array("q")
+    return array("q", itertools.accumulate(map(operator.add, lengths[:-1], itertools.repeat(12)), initial=at + 12))
+
+
+# an Entry straight from an (id, payload) pair: what Entry._make does, without its Python frame
+_new_entry = functools.partial(tuple.__new__, Entry)
 
 
 @dataclass(frozen=True)
@@ -160,13 +191,14 @@ class OffloadedLedgerHandle:
             fut.cancel()  # a fetch already running finishes; its bytes are dropped
 
     def read(self, first: int, last: int) -> list[Entry]:
-        runs, starts, lengths = self._walk(first, last)
+        runs, lengths = self._walk(first, last)
         out: list[Entry] = []
         i = 0
-        for buf, _a, _b, n in runs:  # payloads sliced straight from the windows (one copy each)
-            st = starts[i : i + n]
-            out += map(Entry, range(first + i, first + i + n),
-                       map(buf.__getitem__, map(slice, st, map(operator.add, st, lengths[i : i + n]))))
+        for buf, a, _b, n in runs:  # payloads sliced straight from the windows (one copy each)
+            ln = lengths[i : i + n]
+            st = _starts(a, ln)
+            payloads = map(buf.__getitem__, map(slice, st, map(operator.add, st, ln)))
+            out += map(_new_entry, zip(range(first + i, first + i + n), payloads, strict=True))
             i += n
         return out
 
@@ -174,25 +206,20 @@ class OffloadedLedgerHandle:
         """Entries first..last as one EntryBatch. Frames lying in one fetched window are returned as that
         window (nothing copied); frames spread over several windows or blocks are joined once (large
         batches of large entries: a fresh allocation per call, so read a few MiB per call)."""
-        runs, starts, lengths = self._walk(first, last)
+        runs, lengths = self._walk(first, last)
         if len(runs) == 1:
             buf, a, b, _n = runs[0]
-            return EntryBatch(self._ledger_id, first, buf, starts, lengths, a, b)
-        moved: array = array("q")
-        at = i = 0
-        for _buf, a, b, n in runs:
-            moved.extend(map(operator.add, starts[i : i + n], itertools.repeat(at - a)))
-            at += b - a
-            i += n
-        joined = b"".join(memoryview(buf)[a:b] for buf, a, b, _n in runs)
-        return EntryBatch(self._ledger_id, first, joined, moved, lengths, 0, len(joined))
+            return EntryBatch(self._ledger_id, first, buf, _starts(a, lengths), lengths, a, b)
+        joined = b"".join(memoryview(buf)[a:b] for buf, a, b, _n in runs)  # the frames, back to back
+        return EntryBatch(self._ledger_id, first, joined, _starts(0, lengths), lengths, 0, len(joined))
 
-    def _walk(self, first: int, last: int) -> tuple[list[tuple[bytes, int, int, int]], array, array]:
+    def _walk(self, first: int, last: int) -> tuple[list[tuple[bytes, int, int, int]], array]:
         """Walk the frames of entries first..last in place in the fetched windows (ids and lengths
-        checked): ``(runs, starts, lengths)``, a run ``(window, start, end, entries)`` being contiguous
-        frames of the batch in one window, ``starts`` the payload offsets in their run's window. A walk
-        from a sidecar's checkpoint that does not find its frames drops the sidecar and walks the block
-        (a sidecar never makes a read fail or return other bytes); a full pass feeds the sidecar."""
+        checked): ``(runs, lengths)``, a run ``(window, start, end, entries)`` being contiguous frames of
+        the batch in one window, ``lengths`` the payload lengths (a run's payload offsets follow from its
+        start and them: :func:`_starts`). A walk from a sidecar's checkpoint that does not find its frames
+        drops the sidecar and walks the block (a sidecar never makes a read fail or return other bytes);
+        a full pass feeds the sidecar."""
         pos, eid, span, from_sidecar = self._walk_start(first, last)
         try:
             got = self._walk_from(first, last, pos, eid, span)
@@ -203,19 +230,19 @@ class OffloadedLedgerHandle:
             pos, eid, span, _ = self._walk_start(first, last)
             got = self._walk_from(first, last, pos, eid, span)
         side = self.sidecar
-        if side is not None and side.recording and side.feed(first, got[2]):
+        if side is not None and side.recording and side.feed(first, got[1]):
             side.finish(background=True)  # the write never delays this read
         return got
 
     def _walk_from(self, first: int, last: int, pos: int, eid: int,
-                   span: int) -> tuple[list[tuple[bytes, int, int, int]], array, array]:
+                   span: int) -> tuple[list[tuple[bytes, int, int, int]], array]:
         """:meth:`_walk` from the frame of entry ``eid`` at ``pos``; ``span``: an offset the frames of
-        eid..last end at or before (0: unknown), so the first fetch of a random read can hold them all."""
+        eid..last end at or before (0: unknown), so the first fetch of a random read can hold them all.
+        Frames lying wholly inside the current window go through :func:`_frames_in`'s tight loop; the
+        first frame of a run, the last of a window, padding and block headers through the loop here."""
         with self._lock:
             sequential = pos in self._streams
-
-        starts, lengths = array("q"), array("i")
-        add_start, add_length = starts.append, lengths.append
+        lengths, skipped = array("i"), array("i")
         runs: list[tuple[bytes, int, int, int]] = []
         run = -1  # where the current run starts in buf (-1: none open)
         run_first = 0  # the batch index of its first entry
@@ -233,6 +260,13 @@ class OffloadedLedgerHandle:
                 bstart, buf = self._fetch(pos, 12, expect, sequential)
                 bend = bstart + len(buf)
             rel = pos - bstart
+            if (run >= 0 or eid < first) and rel + 12 <= len(buf):
+                to, eid = _frames_in(buf, rel, eid, last if run >= 0 else first - 1,
+                                     (lengths if run >= 0 else skipped).append)
+                pos += to - rel
+                rel = to
+                if eid > last:
+                    break
             if rel + 12 > len(buf):
                 raise FormatError(f"{key}: truncated frame header at offset {pos}")
             length, fid = unpack(buf, rel)
@@ -265,13 +299,12 @@ class OffloadedLedgerHandle:
             if eid >= first:
                 if run < 0:
                     run, run_first = rel, eid - first
-                add_start(rel + 12)
-                add_length(length)
+                lengths.append(length)
             pos = end
             eid += 1
         runs.append((buf, run, pos - bstart, last + 1 - first - run_first))
         self._walk_end(last, pos)
-        return runs, starts, lengths
+        return runs, lengths
 
     def _walk_start(self, first: int, last: int) -> tuple[int, int, int, bool]:
         """Check the range; then where a walk to ``first`` starts, as (object offset, entry id, span, from
