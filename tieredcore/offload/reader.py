@@ -31,7 +31,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -68,15 +68,16 @@ def _read_ahead_executor() -> ThreadPoolExecutor:
         return _read_ahead_pool
 
 
-def _frames_in(buf: bytes, rel: int, eid: int, stop: int, add: Callable[[int], object]) -> tuple[int, int]:
+def _frames_in(buf: bytes, rel: int, eid: int, stop: int, lengths: array) -> tuple[int, int]:
     """The walk's inner loop: frames of entries eid..stop from ``buf[rel:]`` for as long as each lies
     wholly inside ``buf`` with the next frame's header (``rel + 12 <= len(buf)`` on entry), its id the
-    next one and its length not negative; each length goes to ``add``. Returns (where it stopped, the
-    entry id there): whatever it does not take (padding, a block header, a frame crossing the window's
-    end, a wrong id) the caller's loop handles and reports, so the checks stay the same. A streaming
-    block's magic read as a length (a frame header's place after a full block) never fits: ``lim``."""
+    next one and its length not negative; their lengths are appended to ``lengths``. Returns (where it
+    stopped, the entry id there): whatever it does not take (padding, a block header, a frame crossing
+    the window's end, a wrong id) the caller's loop handles and reports, so the checks stay the same. A
+    streaming block's magic read as a length (a frame header's place after a full block) never fits."""
     lim = min(len(buf), C.STREAMING_BLOCK_MAGIC) - 24
-    unpack = _FRAME.unpack_from
+    rel, eid = _uniform_frames(buf, rel, eid, stop, lim, lengths)
+    add, unpack = lengths.append, _FRAME.unpack_from
     for e in range(eid, stop + 1):
         length, fid = unpack(buf, rel)
         if fid != e or not 0 <= length <= lim - rel:
@@ -86,9 +87,66 @@ def _frames_in(buf: bytes, rel: int, eid: int, stop: int, add: Callable[[int], o
     return rel, stop + 1
 
 
+def _uniform_frames(buf: bytes, rel: int, eid: int, stop: int, lim: int, lengths: array) -> tuple[int, int]:
+    """:func:`_frames_in` for frames of one payload length back to back (fixed-size messages), checked
+    in C: each piece of k frames is one unpack of their k headers, compared with the expected lengths and
+    ids. Taken only when the last frame that would fit has that length and its id (else, or when a
+    piece differs, the plain loop goes on from where this stopped)."""
+    length, fid = _FRAME.unpack_from(buf, rel)
+    stride = length + 12
+    if fid != eid or length < 0:
+        return rel, eid
+    n = min(stop - eid + 1, (lim - rel) // stride)  # frames ending by lim, as the plain loop requires
+    if n < _UNIFORM_MIN or _FRAME.unpack_from(buf, rel + (n - 1) * stride) != (length, eid + n - 1):
+        return rel, eid
+    while n >= _UNIFORM_MIN:
+        k = 1 << (min(n, _UNIFORM_PIECE).bit_length() - 1)
+        got = _headers(length, k).unpack_from(buf, rel)
+        if got[0::2].count(length) != k or got[1::2] != tuple(range(eid, eid + k)):
+            break
+        lengths.extend(array("i", (length,)) * k)
+        rel, eid, n = rel + k * stride, eid + k, n - k
+    return rel, eid
+
+
+_UNIFORM_MIN = 16  # frames: fewer go through the plain loop
+_UNIFORM_PIECE = 512  # frames per unpack (powers of two: a few Structs per payload length)
+
+
+@functools.lru_cache(maxsize=64)
+def _headers(length: int, k: int) -> struct.Struct:
+    """The headers of k frames of ``length``-byte payloads back to back: (length, id) k times."""
+    return struct.Struct(">" + f"iq{length}x" * k)
+
+
+@functools.lru_cache(maxsize=64)
+def _bodies(length: int, k: int) -> struct.Struct:
+    """The payloads of k frames of ``length``-byte payloads back to back, as k bytes objects."""
+    return struct.Struct(">" + f"12x{length}s" * k)
+
+
+def _payloads(buf: bytes, at: int, lengths: array) -> Iterable[bytes]:
+    """The payloads of back-to-back frames starting at ``at``, as bytes: one struct unpack per few
+    hundred when they all have one length (no slice object per entry), else sliced."""
+    n = len(lengths)
+    if n >= _UNIFORM_MIN and lengths == array("i", lengths[:1]) * n:
+        length = lengths[0]
+        out: list[bytes] = []
+        while n:
+            k = 1 << (min(n, _UNIFORM_PIECE).bit_length() - 1)
+            out += _bodies(length, k).unpack_from(buf, at)
+            at, n = at + k * (length + 12), n - k
+        return out
+    st = _starts(at, lengths)
+    return map(buf.__getitem__, map(slice, st, map(operator.add, st, lengths)))
+
+
 def _starts(at: int, lengths: array) -> array:
     """Payload offsets of back-to-back frames whose first starts at ``at`` (in C: no loop per entry)."""
-    if not lengths:
+    n = len(lengths)
+    if n and lengths == array("i", lengths[:1]) * n:
+        return array("q", range(at + 12, at + 12 + n * (lengths[0] + 12), lengths[0] + 12))
+    if not n:
         return array("q")
     return array("q", itertools.accumulate(map(operator.add, lengths[:-1], itertools.repeat(12)), initial=at + 12))
 
@@ -195,9 +253,7 @@ class OffloadedLedgerHandle:
         out: list[Entry] = []
         i = 0
         for buf, a, _b, n in runs:  # payloads sliced straight from the windows (one copy each)
-            ln = lengths[i : i + n]
-            st = _starts(a, ln)
-            payloads = map(buf.__getitem__, map(slice, st, map(operator.add, st, ln)))
+            payloads = _payloads(buf, a, lengths[i : i + n])
             out += map(_new_entry, zip(range(first + i, first + i + n), payloads, strict=True))
             i += n
         return out
@@ -262,7 +318,7 @@ class OffloadedLedgerHandle:
             rel = pos - bstart
             if (run >= 0 or eid < first) and rel + 12 <= len(buf):
                 to, eid = _frames_in(buf, rel, eid, last if run >= 0 else first - 1,
-                                     (lengths if run >= 0 else skipped).append)
+                                     lengths if run >= 0 else skipped)
                 pos += to - rel
                 rel = to
                 if eid > last:
