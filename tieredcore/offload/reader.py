@@ -92,9 +92,9 @@ def _uniform_frames(buf: bytes, rel: int, eid: int, stop: int, lim: int, lengths
     in C: each piece of k frames is one unpack of their k headers, compared with the expected lengths and
     ids. Taken only when the last frame that would fit has that length and its id (else, or when a
     piece differs, the plain loop goes on from where this stopped)."""
-    length, fid = _FRAME.unpack_from(buf, rel)
+    length = _FRAME.unpack_from(buf, rel)[0]
     stride = length + 12
-    if fid != eid or length < 0:
+    if length < 0:
         return rel, eid
     n = min(stop - eid + 1, (lim - rel) // stride)  # frames ending by lim, as the plain loop requires
     if n < _UNIFORM_MIN or _FRAME.unpack_from(buf, rel + (n - 1) * stride) != (length, eid + n - 1):
