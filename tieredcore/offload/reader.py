@@ -428,8 +428,7 @@ class OffloadedLedgerHandle:
         # a read continuing an earlier one, or one expecting at least a read buffer's worth of entries,
         # streams: whole windows, read ahead
         stream = sequential or expected >= self.read_buffer
-        got = self._take_ahead(ahead, pos) if ahead is not None else None
-        if got is None:
+        if ahead is None:
             # a random read fetches what it expects to return; without checksums a little slack absorbs a
             # wrong estimate, with checksums the widening to whole chunks does
             slack = 0 if self._verify else 4096
@@ -443,29 +442,33 @@ class OffloadedLedgerHandle:
             end = self._window_end(start, start + size) if stream else min(start + size, self._object_length)
             with self._lock:  # stop where a window held already begins (concurrent readers' streams)
                 end = min([end, *(s for s in self._windows if pos + need <= s < end)])
-            got = self._get(start, end)
-        start, data = got
+        else:
+            end = ahead[1]
+        if stream and self.read_ahead:  # the next windows are on their way before this one is awaited
+            self._read_ahead(self.checksums.align(end, end)[1] if self._verify and self.checksums else end)
+        start, data = self._take_ahead(ahead, pos) if ahead is not None else self._get(start, end)
         if start + len(data) < pos + min(need, self._object_length - pos):
             raise FormatError(f"{self.key}: short read at offset {pos}: {start + len(data) - pos} bytes")
-        end = start + len(data)
         with self._lock:
             self._windows[start] = data
             total = sum(map(len, self._windows.values()))
             while len(self._windows) > 1 and (len(self._windows) > _MAX_WINDOWS or total > _MAX_WINDOW_BYTES):
                 total -= len(self._windows.popitem(last=False)[1])
-            if stream and self.read_ahead:
-                # the next windows of this stream, fetched while the caller consumes this one
-                at = end
-                for _ in range(_READ_AHEAD_DEPTH):
-                    if at >= self._object_length:
-                        break
-                    nxt_end = self._window_end(at, at + self.stream_window)
-                    if at not in self._ahead and not any(s <= at < s + len(d) for s, d in self._windows.items()):
-                        self._ahead[at] = (nxt_end, _read_ahead_executor().submit(self._get, at, nxt_end))
-                    at = nxt_end
-                while len(self._ahead) > _MAX_AHEAD:
-                    self._ahead.popitem(last=False)[1][1].cancel()
         return start, data
+
+    def _read_ahead(self, at: int) -> None:
+        """Start fetching the stream's next _READ_AHEAD_DEPTH windows from ``at`` (those not held or on
+        their way already), in the background: the caller consumes the current window meanwhile."""
+        with self._lock:
+            for _ in range(_READ_AHEAD_DEPTH):
+                if at >= self._object_length:
+                    break
+                nxt_end = self._window_end(at, at + self.stream_window)
+                if at not in self._ahead and not any(s <= at < s + len(d) for s, d in self._windows.items()):
+                    self._ahead[at] = (nxt_end, _read_ahead_executor().submit(self._get, at, nxt_end))
+                at = nxt_end
+            while len(self._ahead) > _MAX_AHEAD:
+                self._ahead.popitem(last=False)[1][1].cancel()
 
     def _window_end(self, start: int, end: int) -> int:
         """Where a stream's window [start, end) stops: on a store read ahead by this handle, at the
