@@ -6,12 +6,13 @@ named, an odd-sized entry anywhere reads back, and reads stay byte-exact across 
 from __future__ import annotations
 
 import struct
+import threading
 from array import array
 from pathlib import Path
 
 import pytest
 
-from tests.offload.test_reader import MIB, UUID, _check_batch, offload, payload, rewrite
+from tests.offload.test_reader import MIB, UUID, RecordingStore, _check_batch, offload, payload, rewrite
 from tieredcore.errors import FormatError
 from tieredcore.formats import constants as C
 from tieredcore.offload import reader as R
@@ -149,3 +150,38 @@ def test_damaged_frame_inside_fixed_size_entries_is_a_format_error(fs_store, tmp
     for read in (lambda h: h.read(0, 1023), lambda h: h.read_batch(0, 1023)):
         with pytest.raises(FormatError, match=says):
             read(off.read_offloaded(obj.ledger_id, UUID))
+
+
+# --- catch-up streams: the next window is on its way before the first is awaited ---------------------
+
+
+class FirstWaitsForSecond(RecordingStore):
+    """A store that does not read ahead itself (as S3), whose GET of the object's first bytes waits until
+    the GET of the next window has started (or 5 s): it tells whether the two were in flight together."""
+
+    reads_ahead = False
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.second_started = threading.Event()
+        self.overlapped: bool | None = None
+
+    def get_range(self, key, start, end):
+        if start == C.DEFAULT_STREAM_WINDOW:
+            self.second_started.set()
+        elif start == 0 and self.overlapped is None:
+            self.overlapped = self.second_started.wait(5)
+        return super().get_range(key, start, end)
+
+
+def test_catch_up_read_asks_for_the_next_window_before_awaiting_the_first(fs_store, tmp_path: Path) -> None:
+    entries = [payload(i, 4096) for i in range(5000)]  # ~20 MiB: two stream windows
+    store = FirstWaitsForSecond(fs_store)
+    off, obj = offload(store, tmp_path, entries)
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    store.ranges.clear()
+    assert [e.data for e in h.read(0, 999)] == entries[:1000]
+    assert store.overlapped is True
+    assert [e.data for e in h.read(1000, 4999)] == entries[1000:]
+    assert sorted(store.ranges) == [(0, C.DEFAULT_STREAM_WINDOW - 1), (C.DEFAULT_STREAM_WINDOW, obj.data_length - 1)]
+    h.close()
