@@ -31,7 +31,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -141,11 +141,12 @@ def _payloads(buf: bytes, at: int, lengths: array) -> Iterable[bytes]:
     return map(buf.__getitem__, map(slice, st, map(operator.add, st, lengths)))
 
 
-def _starts(at: int, lengths: array) -> array:
-    """Payload offsets of back-to-back frames whose first starts at ``at`` (in C: no loop per entry)."""
+def _starts(at: int, lengths: array) -> Sequence[int]:
+    """Payload offsets of back-to-back frames whose first starts at ``at``, computed in C (no loop per
+    entry): a range when the frames have one length (nothing per entry at all)."""
     n = len(lengths)
     if n and lengths == array("i", lengths[:1]) * n:
-        return array("q", range(at + 12, at + 12 + n * (lengths[0] + 12), lengths[0] + 12))
+        return range(at + 12, at + 12 + n * (lengths[0] + 12), lengths[0] + 12)
     if not n:
         return array("q")
     return array("q", itertools.accumulate(map(operator.add, lengths[:-1], itertools.repeat(12)), initial=at + 12))
