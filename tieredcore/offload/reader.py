@@ -152,10 +152,6 @@ def _starts(at: int, lengths: array) -> Sequence[int]:
     return array("q", itertools.accumulate(map(operator.add, lengths[:-1], itertools.repeat(12)), initial=at + 12))
 
 
-# an Entry straight from an (id, payload) pair: what Entry._make does, without its Python frame
-_new_entry = functools.partial(tuple.__new__, Entry)
-
-
 @dataclass(frozen=True)
 class ExpectedLedger:
     """What the topic's metadata says an offloaded ledger holds; opening checks the index against it."""
@@ -253,9 +249,11 @@ class OffloadedLedgerHandle:
         runs, lengths = self._walk(first, last)
         out: list[Entry] = []
         i = 0
-        for buf, a, _b, n in runs:  # payloads sliced straight from the windows (one copy each)
+        for buf, a, _b, n in runs:  # payloads taken straight from the windows (one copy each)
             payloads = _payloads(buf, a, lengths[i : i + n])
-            out += map(_new_entry, zip(range(first + i, first + i + n), payloads, strict=True))
+            # Entry straight from (id, payload) pairs: what Entry._make does, without a Python frame each
+            out += map(tuple.__new__, itertools.repeat(Entry), zip(range(first + i, first + i + n), payloads,
+                                                                    strict=True))
             i += n
         return out
 
