@@ -88,7 +88,7 @@ def test_frames_in_never_takes_a_streaming_block_header_as_a_frame() -> None:
     assert R._frames_in(body + block, 0, first, first + 40, lengths) == (len(body), 128)
 
 
-@pytest.mark.parametrize("n", [1, 15, 16, 17, 511, 512, 513, 1000, 1537])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 511, 512, 513, 1000, 1537, 9000])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_payloads_and_starts_of_a_run(n: int, mixed: bool) -> None:
     at = 333

@@ -36,7 +36,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -120,6 +120,7 @@ def _uniform_frames(buf: bytes, rel: int, eid: int, stop: int, lim: int, lengths
 
 _UNIFORM_MIN = 16  # frames: fewer go through the plain loop
 _UNIFORM_PIECE = 512  # frames per unpack (powers of two: a few Structs per payload length)
+_MIXED_PIECE = 4096  # frames of several lengths per unpack
 
 
 @functools.lru_cache(maxsize=64)
@@ -134,20 +135,24 @@ def _bodies(length: int, k: int) -> struct.Struct:
     return struct.Struct(">" + f"12x{length}s" * k)
 
 
-def _payloads(buf: bytes, at: int, lengths: array) -> Iterable[bytes]:
-    """The payloads of back-to-back frames starting at ``at``, as bytes: one struct unpack per few
-    hundred when they all have one length (no slice object per entry), else sliced."""
+def _payloads(buf: bytes, at: int, lengths: array) -> Sequence[bytes]:
+    """The payloads of back-to-back frames starting at ``at``, as bytes, by struct unpacks (no slice
+    object per entry): one per few hundred when they all have one length (their Structs cached), else
+    one per few thousand by a Struct made for their lengths (half the cost of slicing each)."""
     n = len(lengths)
-    if n >= _UNIFORM_MIN and lengths == array("i", lengths[:1]) * n:
-        length = lengths[0]
-        out: list[bytes] = []
-        while n:
-            k = 1 << (min(n, _UNIFORM_PIECE).bit_length() - 1)
-            out += _bodies(length, k).unpack_from(buf, at)
-            at, n = at + k * (length + 12), n - k
+    out: list[bytes] = []
+    if n < _UNIFORM_MIN or lengths != array("i", lengths[:1]) * n:
+        for i in range(0, n, _MIXED_PIECE):  # pieces: a Struct's format holds 64 bytes per entry
+            piece = lengths[i : i + _MIXED_PIECE]
+            out += struct.Struct(">" + "12x%ds" * len(piece) % tuple(piece)).unpack_from(buf, at)
+            at += sum(piece) + 12 * len(piece)
         return out
-    st = _starts(at, lengths)
-    return map(buf.__getitem__, map(slice, st, map(operator.add, st, lengths)))
+    length = lengths[0]
+    while n:
+        k = 1 << (min(n, _UNIFORM_PIECE).bit_length() - 1)
+        out += _bodies(length, k).unpack_from(buf, at)
+        at, n = at + k * (length + 12), n - k
+    return out
 
 
 def _starts(at: int, lengths: array) -> Sequence[int]:
