@@ -185,3 +185,34 @@ def test_catch_up_read_asks_for_the_next_window_before_awaiting_the_first(fs_sto
     assert [e.data for e in h.read(1000, 4999)] == entries[1000:]
     assert sorted(store.ranges) == [(0, C.DEFAULT_STREAM_WINDOW - 1), (C.DEFAULT_STREAM_WINDOW, obj.data_length - 1)]
     h.close()
+
+
+class NoReadAhead(RecordingStore):
+    """A store that does not read ahead itself (as S3): the handle streams windows and reads ahead."""
+
+    reads_ahead = False
+
+
+@pytest.mark.parametrize("cut", [1, 6, 11, 12, 13, 500])
+def test_frame_straddling_two_stream_windows_is_bridged_without_another_get(fs_store, tmp_path: Path,
+                                                                           cut: int) -> None:
+    """A frame (header included) cut by the border of two stream windows, the second read ahead: the
+    reader joins just that frame's bytes from both; no GET beyond one per window, each byte once."""
+    w = C.DEFAULT_STREAM_WINDOW
+    frames_before = (w - C.BLOCK_HEADER_LENGTH) // 4108 - 1
+    at = C.BLOCK_HEADER_LENGTH + frames_before * 4108  # where the stretching entry's frame starts
+    stretch = (w - cut) - at - 12  # its payload: the next frame starts `cut` bytes before the border
+    entries = [payload(i, 4096) for i in range(5000)]
+    entries[frames_before] = payload(frames_before, stretch)
+    store = NoReadAhead(fs_store)
+    off, obj = offload(store, tmp_path, entries)
+    assert obj.blocks == 1
+    h = off.read_offloaded(obj.ledger_id, UUID)
+    store.ranges.clear()
+    got = []
+    for first in range(0, 5000, 500):  # 2 MiB a call: a stream from the first
+        got += h.read_batch(first, first + 499).payloads()
+    assert got == entries
+    assert sorted(store.ranges) == [(0, w - 1), (w, obj.data_length - 1)]
+    assert h.bytes_fetched == obj.data_length
+    h.close()

@@ -427,15 +427,17 @@ class OffloadedLedgerHandle:
         """A window starting at or before pos that holds at least `need` bytes from pos (or the rest
         of the object)."""
         with self._lock:
-            for start, data in reversed(self._windows.items()):
-                if start <= pos and pos + need <= start + len(data):
-                    self._windows.move_to_end(start)
-                    return start, data
+            held = self._held(pos, need)
+            if held is not None:
+                return held
             # the window read ahead by a stream, holding pos + need (the frame at pos may start in the
-            # window before it: the two are joined)
+            # window before it: the two are bridged for that frame)
             ahead = next(((a, e, f) for a, (e, f) in self._ahead.items() if a <= pos + need <= e and
                           (a <= pos or any(s <= pos and s + len(d) == a for s, d in self._windows.items()))),
                          None)
+            # the frame's bytes before the window read ahead (a part of one frame)
+            tail = next((d[pos - s :] for s, d in self._windows.items() if ahead is not None and pos < ahead[0]
+                         and s <= pos and s + len(d) == ahead[0]), None)
         if pos >= self._object_length:
             raise FormatError(f"{self.key}: read at offset {pos} beyond object end {self._object_length}")
         # a read continuing an earlier one, or one expecting at least a read buffer's worth of entries,
@@ -459,7 +461,7 @@ class OffloadedLedgerHandle:
             end = ahead[1]
         if stream and self.read_ahead:  # the next windows are on their way before this one is awaited
             self._read_ahead(self.checksums.align(end, end)[1] if self._verify and self.checksums else end)
-        start, data = self._take_ahead(ahead, pos) if ahead is not None else self._get(start, end)
+        start, data = self._take_ahead(ahead) if ahead is not None else self._get(start, end)
         if start + len(data) < pos + min(need, self._object_length - pos):
             raise FormatError(f"{self.key}: short read at offset {pos}: {start + len(data) - pos} bytes")
         with self._lock:
@@ -467,7 +469,24 @@ class OffloadedLedgerHandle:
             total = sum(map(len, self._windows.values()))
             while len(self._windows) > 1 and (len(self._windows) > _MAX_WINDOWS or total > _MAX_WINDOW_BYTES):
                 total -= len(self._windows.popitem(last=False)[1])
+        if tail is not None:  # the frame at pos straddles the window before and this one: bridged for it
+            return pos, tail + data[: pos + need - start]
         return start, data
+
+    def _held(self, pos: int, need: int) -> tuple[int, bytes] | None:
+        """(Under the lock.) A held window with ``need`` bytes from pos, or, for a frame straddling two
+        adjacent held windows, a bridge ``(pos, its bytes)`` made for that frame alone (a copy of the frame,
+        not of a window; kept nowhere), or None."""
+        for start, data in reversed(self._windows.items()):
+            if start <= pos < start + len(data):
+                end = start + len(data)
+                if pos + need <= end:
+                    self._windows.move_to_end(start)
+                    return start, data
+                nxt = self._windows.get(end)
+                if nxt is not None and pos + need <= end + len(nxt):
+                    return pos, data[pos - start :] + nxt[: pos + need - end]
+        return None
 
     def _read_ahead(self, at: int) -> None:
         """Start fetching the stream's next _READ_AHEAD_DEPTH windows from ``at`` (those not held or on
@@ -491,21 +510,16 @@ class OffloadedLedgerHandle:
             return self._object_length
         return min(end, self._object_length)
 
-    def _take_ahead(self, ahead: tuple[int, int, Future], pos: int) -> tuple[int, bytes]:
-        """The window read ahead (joined to the tail of the window before it when the frame at pos
-        straddles the two). When its fetch failed, the reader fetches the same window itself (the
+    def _take_ahead(self, ahead: tuple[int, int, Future]) -> tuple[int, bytes]:
+        """The window read ahead. When its fetch failed, the reader fetches the same window itself (the
         stream's later windows, already on their way, still line up); a persistent error reaches it."""
         a_start, a_end, fut = ahead
         with self._lock:
             self._ahead.pop(a_start, None)
-            prev = next((d for s, d in self._windows.items() if s <= pos and s + len(d) == a_start), b"")
         try:
-            start, data = fut.result()
+            return fut.result()
         except Exception:
-            start, data = self._get(a_start, a_end)
-        if pos >= a_start:
-            return start, data
-        return pos, prev[len(prev) - (a_start - pos):] + data
+            return self._get(a_start, a_end)
 
     def _get(self, start: int, end: int) -> tuple[int, bytes]:
         """One ranged GET of ``[start, end)`` widened to whole chunks and verified when the object has
