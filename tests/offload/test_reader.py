@@ -440,8 +440,8 @@ def test_s3_catch_up_read_fetches_one_get_per_stream_window(s3_store, tmp_path: 
     if store_cls is FailingAhead:  # the window read ahead failed; the reader fetched it itself
         assert store.failed == 1
         assert h.bytes_fetched < obj.data_length + 2 * C.DEFAULT_CHECKSUM_CHUNK
-    else:
-        assert store.ranges == expected
+    else:  # the window read ahead is asked for before the first one is awaited: any order
+        assert sorted(store.ranges) == expected
         assert h.bytes_fetched == obj.data_length
 
 

@@ -104,5 +104,7 @@ DEFAULT_UPLOAD_PART_SIZE = 8 * 1024 * 1024
 DEFAULT_UPLOAD_CONCURRENCY = 4
 MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
 # a sequential reader of an offloaded object fetches windows of at least this many bytes (one GET per
-# window, the next window read ahead): boto3's download_file uses 8 MiB ranges too
+# window, the next window read ahead): boto3's download_file uses 8 MiB ranges too. (16 MiB windows read
+# 1.3-1.7x faster on moto, but only because moto copies the whole object for every ranged GET; on real S3
+# 8-16 MiB ranges do equally well and smaller windows hold less memory per stream.)
 DEFAULT_STREAM_WINDOW = 8 * 1024 * 1024
