@@ -153,19 +153,20 @@ def round_order(rnd: int) -> tuple[str, str]:
     return ("baseline", "candidate") if rnd % 2 == 0 else ("candidate", "baseline")
 
 
-def time_pair(pair: Pair, rnd: int, sync: Callable[[], None] = os.sync,
-              clock: Callable[[], float] = time.perf_counter) -> None:
-    """Time both sides of `pair` for round `rnd`, in round_order(rnd), each after reset and sync."""
+def time_pair(pair: Pair, rnd: int, sync: Callable[[], None] | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Time both sides of `pair` for round `rnd`, in round_order(rnd), each after its reset and a sync;
+    return (baseline seconds, candidate seconds)."""
+    took: dict[str, float] = {}
     for side in round_order(rnd):
-        if side == "baseline":
-            reset, run, out = pair.reset_baseline, pair.run_baseline, pair.base_s
-        else:
-            reset, run, out = pair.reset_candidate, pair.run_candidate, pair.cand_s
+        reset, run = ((pair.reset_baseline, pair.run_baseline) if side == "baseline"
+                      else (pair.reset_candidate, pair.run_candidate))
         reset()
-        sync()  # neither side inherits the other's dirty pages
+        (sync or os.sync)()  # neither side inherits the other's dirty pages
         t0 = clock()
         run()
-        out.append(clock() - t0)
+        took[side] = clock() - t0
+    return took["baseline"], took["candidate"]
 
 
 def spread_of(mbps: list[float]) -> float:
@@ -382,16 +383,23 @@ class FsCase:
         ]
 
 
-def run_rounds(pairs: list[Pair], rounds: int, label: str, before: Callable[[int], object] = lambda rnd: None) -> None:
-    """Every round times every pair back to back (A/B, next round B/A), and prints the round; `before`
-    (untimed) prepares a round."""
-    for rnd in range(rounds):
-        before(rnd)
-        for p in pairs:
-            time_pair(p, rnd)
+def run_rounds(pairs: list[Pair], rounds: int, warmup: int, label: str,
+               before: Callable[[int], object] = lambda i: None) -> None:
+    """`warmup` uncounted rounds, then `rounds` counted ones; each times every pair back to back (A/B, the
+    next round B/A) and is printed. `before(i)` (untimed) prepares round i."""
+    for i in range(warmup + rounds):
+        rnd = i - warmup  # the counted rounds start with the baseline first
+        before(i)
+        times = [time_pair(p, rnd) for p in pairs]
+        if rnd >= 0:
+            for p, (b, c) in zip(pairs, times, strict=True):
+                p.base_s.append(b)
+                p.cand_s.append(c)
         first = "A/B" if round_order(rnd)[0] == "baseline" else "B/A"
-        parts = [f"{p.key} {p.payload / p.base_s[-1] / MB:,.0f}/{p.payload / p.cand_s[-1] / MB:,.0f}" for p in pairs]
-        print(f"  {label} round {rnd + 1} ({first}), MB/s baseline/candidate: " + ", ".join(parts), flush=True)
+        name = f"round {rnd + 1}" if rnd >= 0 else "warm-up (not counted)"
+        parts = [f"{p.key} {p.payload / b / MB:,.0f}/{p.payload / c / MB:,.0f}"
+                 for p, (b, c) in zip(pairs, times, strict=True)]
+        print(f"  {label} {name} ({first}), MB/s baseline/candidate: " + ", ".join(parts), flush=True)
 
 
 def fs_cases(a: argparse.Namespace, scratch: Path, es: int) -> list[Pair]:
@@ -404,7 +412,7 @@ def fs_cases(a: argparse.Namespace, scratch: Path, es: int) -> list[Pair]:
     pairs = case.pairs(es)
     print(f"entry {es} B: {len(ids)} ledgers, {case.payload / MiB:,.0f} MiB, {case.entries:,} entries", flush=True)
     try:
-        run_rounds(pairs, a.rounds, f"{es} B")
+        run_rounds(pairs, a.rounds, a.warmup, f"{es} B")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return pairs
@@ -525,7 +533,8 @@ def s3_cases(a: argparse.Namespace, root: Path) -> tuple[list[Pair], dict]:
         case = S3Case(root, hot, ids, payload, a.block_size, url, client)
         pairs = case.pairs()
         print(f"S3 (moto), {a.s3_entry_size} B entries: {len(ids)} ledgers, {payload / MiB:,.0f} MiB", flush=True)
-        run_rounds(pairs, a.rounds, "S3", before=case.new_bucket)
+        run_rounds(pairs, a.rounds, a.warmup, "S3", before=case.new_bucket)
+        case.gets = case.gets[a.warmup:]
         info = {"s3_entry_size": a.s3_entry_size, "s3_ledgers": len(ids), "s3_payload_bytes": payload,
                 "s3_gets_per_8MiB": statistics.median(case.gets) / (payload / (8 << 20))}
         print(f"  S3 catch-up: {info['s3_gets_per_8MiB']:.2f} GETs per 8 MiB (median)", flush=True)
@@ -600,7 +609,8 @@ def peak_rss(where: str, size: int, block: int, child: Callable, args: tuple) ->
 def report(pairs: list[Pair], max_spread: float) -> list[dict]:
     """Print the table (medians first) and return the JSON rows."""
     rows = []
-    print(f"\nmedians of {len(pairs[0].base_s)} interleaved rounds; ratio = baseline time / candidate time "
+    print(f"\nmedians of {len(pairs[0].base_s)} interleaved rounds (after warm-up); ratio = baseline time / "
+          "candidate time "
           f"(> 1: faster); baseline spread bound {max_spread:.0%}")
     print(HEADER)
     for p in pairs:
@@ -627,6 +637,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-fsync", action="store_true", help="neither the store nor the baseline fsyncs")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
     ap.add_argument("--rounds", type=int, help=f"interleaved rounds (default and minimum {MIN_ROUNDS})")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="uncounted rounds first (a process's first round faults its buffers in, moto warms up)")
     ap.add_argument("--quick", action="store_true",
                     help=f"a smoke run: fewer rounds allowed (default {QUICK_ROUNDS}); not a measurement")
     ap.add_argument("--max-spread", type=spread_bound, default=DEFAULT_MAX_SPREAD,
@@ -644,6 +656,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         a.rounds = QUICK_ROUNDS if a.quick else MIN_ROUNDS
     if a.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.warmup < 0:
+        ap.error(f"--warmup cannot be negative, got {a.warmup}")
     if a.rounds < MIN_ROUNDS and not a.quick:
         ap.error(f"--rounds {a.rounds}: a measurement needs at least {MIN_ROUNDS} interleaved rounds for its "
                  "medians; pass --quick for a smoke run")
@@ -656,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="bench-offload-", dir=a.dir or Path(__file__).parent))
     pairs: list[Pair] = []
-    out: dict = {"rounds": a.rounds, "quick": a.quick, "max_spread": a.max_spread, "fsync": not a.no_fsync}
+    out: dict = {"rounds": a.rounds, "warmup_rounds": a.warmup, "quick": a.quick, "max_spread": a.max_spread,
+                 "fsync": not a.no_fsync}
     try:
         for es in a.entry_sizes:
             pairs += fs_cases(a, scratch, es)

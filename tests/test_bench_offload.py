@@ -32,23 +32,32 @@ def test_rounds_alternate_which_side_goes_first_and_sync_before_each_side():
     calls: list[str] = []
     ticks = iter(range(100))
     pair = _pair(calls)
-    for rnd in range(4):
-        bench.time_pair(pair, rnd, sync=lambda: calls.append("sync"), clock=lambda: float(next(ticks)))
+    times = [bench.time_pair(pair, rnd, sync=lambda: calls.append("sync"), clock=lambda: float(next(ticks)))
+             for rnd in range(4)]
     side = [c for c in calls if c in ("A", "B")]
     assert side == ["A", "B", "B", "A", "A", "B", "B", "A"]
     # each side: its reset, then a sync, then the timed run, nothing in between
     assert calls[:6] == ["reset A", "sync", "A", "reset B", "sync", "B"]
     assert calls[6:12] == ["reset B", "sync", "B", "reset A", "sync", "A"]
-    # each side's time lands in its own series, one per round, whichever ran first
-    assert len(pair.base_s) == len(pair.cand_s) == 4
-    assert pair.base_s == [1.0] * 4 and pair.cand_s == [1.0] * 4
+    assert times == [(1.0, 1.0)] * 4
 
 
 def test_time_pair_attributes_times_to_the_right_side_when_the_candidate_runs_first():
     clock_values = iter([0.0, 2.0, 10.0, 15.0])  # round 1: candidate 0..2, then baseline 10..15
-    pair = _pair([])
-    bench.time_pair(pair, 1, sync=lambda: None, clock=lambda: next(clock_values))
-    assert pair.cand_s == [2.0] and pair.base_s == [5.0]
+    assert bench.time_pair(_pair([]), 1, sync=lambda: None, clock=lambda: next(clock_values)) == (5.0, 2.0)
+
+
+def test_warm_up_rounds_run_but_are_not_counted_and_counted_rounds_start_baseline_first(monkeypatch, capsys):
+    calls: list[str] = []
+    monkeypatch.setattr(bench.os, "sync", lambda: calls.append("sync"))
+    pair = _pair(calls)
+    prepared: list[int] = []
+    bench.run_rounds([pair], rounds=2, warmup=1, label="t", before=prepared.append)
+    assert [c for c in calls if c in ("A", "B")] == ["B", "A", "A", "B", "B", "A"]
+    assert prepared == [0, 1, 2] and calls.count("sync") == 6
+    assert len(pair.base_s) == len(pair.cand_s) == 2
+    out = capsys.readouterr().out
+    assert "t warm-up (not counted) (B/A)" in out and "t round 1 (A/B)" in out and "t round 2 (B/A)" in out
 
 
 def test_round_order():
@@ -142,6 +151,7 @@ def test_targets_are_the_issues():
     (["--entry-sizes", "1024,big"], "entry sizes are comma-separated byte counts"),
     (["--entry-sizes", "0"], "entry sizes must be at least 1 byte"),
     (["--block-size", "0"], "must be above 0"),
+    (["--warmup", "-1"], "--warmup cannot be negative"),
 ])
 def test_bad_arguments_exit_2_saying_why(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -169,5 +179,5 @@ def test_quick_smoke_run_names_every_case(tmp_path, capsys):
         assert c["rounds"] == 2 and c["what"] in out
         assert (c["median_ratio"] is None) == c["too_noisy"]
     assert doc["exit_code"] == code and (code == bench.TOO_NOISY_EXIT) == bool(doc["too_noisy"])
-    assert "round 1 (A/B)" in out and "round 2 (B/A)" in out
+    assert "warm-up (not counted)" in out and "round 1 (A/B)" in out and "round 2 (B/A)" in out
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
