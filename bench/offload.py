@@ -537,7 +537,6 @@ def s3_cases(a: argparse.Namespace, root: Path) -> tuple[list[Pair], dict]:
         case.gets = case.gets[a.warmup:]
         info = {"s3_entry_size": a.s3_entry_size, "s3_ledgers": len(ids), "s3_payload_bytes": payload,
                 "s3_gets_per_8MiB": statistics.median(case.gets) / (payload / (8 << 20))}
-        print(f"  S3 catch-up: {info['s3_gets_per_8MiB']:.2f} GETs per 8 MiB (median)", flush=True)
         if a.s3_big_ledger:
             (lid,) = fill_ledgers(hot, a.s3_big_ledger, 65536, a.s3_big_ledger)
             client.create_bucket(Bucket="bench-big")
@@ -593,38 +592,76 @@ def peak_rss(where: str, size: int, block: int, child: Callable, args: tuple) ->
     q = ctx.Queue()
     p = ctx.Process(target=child, args=(*args, q))
     p.start()
-    m = q.get()
-    p.join()
+    m = _child_result(p, q)
     limit, met = rss_verdict(m["peak_rss_kib"], block)
-    m.update(ledger_bytes=size, block_size=block, target_bytes=limit, met=met)
-    print(f"peak RSS, {where} offload of one {size / MiB:,.0f} MiB ledger: {m['peak_rss_kib'] / 1024:,.0f} MiB "
-          f"(at start {m['rss_before_kib'] / 1024:,.0f} MiB; {m['seconds']:.1f}s) | target <= 2 blocks + 64 MiB = "
-          f"{limit / MiB:,.0f} MiB: {'met' if met else 'NOT met'}", flush=True)
+    m.update(where=where, ledger_bytes=size, block_size=block, target_bytes=limit, met=met)
+    print(f"  {rss_line(m)}", flush=True)
     return m
+
+
+def _child_result(p, q) -> dict:
+    """The child's report; a clear error, not a wait forever, when it dies without one."""
+    import queue
+
+    while True:
+        try:
+            m = q.get(timeout=0.5)
+        except queue.Empty:
+            if not p.is_alive():
+                p.join()
+                raise RuntimeError(f"the peak-RSS child process exited with code {p.exitcode} without a "
+                                   "result (its traceback is above)") from None
+            continue
+        p.join()
+        return m
+
+
+def rss_line(m: dict) -> str:
+    return (f"peak RSS, {m['where']} offload of one {m['ledger_bytes'] / MiB:,.0f} MiB ledger: "
+            f"{m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} MiB; "
+            f"{m['seconds']:.1f}s) | target <= 2 blocks + 64 MiB = {m['target_bytes'] / MiB:,.0f} MiB: "
+            f"{'met' if m['met'] else 'NOT met'}")
 
 
 # ---- the report ----
 
 
-def report(pairs: list[Pair], max_spread: float) -> list[dict]:
-    """Print the table (medians first) and return the JSON rows."""
+def checksum_costs(pairs: list[Pair], rows: list[dict]) -> dict[str, float | None]:
+    """What the chunk checksums cost: candidate time with them / without them (medians, same rounds);
+    None when either case's baseline was too noisy."""
+    by_key = {p.key: (p, r) for p, r in zip(pairs, rows, strict=True)}
+    costs: dict[str, float | None] = {}
+    for key, (p, r) in by_key.items():
+        kind, _, es = key.rpartition("_")
+        if kind not in ("offload_no_checksums", "read_unverified"):
+            continue
+        with_them, wr = by_key[("fs_offload_" if kind == "offload_no_checksums" else "read_batches_") + es]
+        noisy = r["too_noisy"] or wr["too_noisy"]
+        cost = None if noisy else statistics.median(with_them.cand_s) / statistics.median(p.cand_s)
+        costs[f"{'write' if kind == 'offload_no_checksums' else 'read'}_{es}"] = cost
+        print(f"  checksums cost the {with_them.what}: "
+              + ("too noisy, rerun" if noisy else f"x{cost:.2f} its time (medians of the same rounds)"))
+    return costs
+
+
+def report(pairs: list[Pair], out: dict, max_spread: float) -> None:
+    """Print the table (medians first) and the peak RSS, and put the JSON rows into `out`."""
     rows = []
-    print(f"\nmedians of {len(pairs[0].base_s)} interleaved rounds (after warm-up); ratio = baseline time / "
-          "candidate time "
-          f"(> 1: faster); baseline spread bound {max_spread:.0%}")
+    print(f"\nmedians of {len(pairs[0].base_s) if pairs else 0} interleaved rounds (after warm-up); "
+          f"ratio = baseline time / candidate time (> 1: faster); baseline spread bound {max_spread:.0%}")
     print(HEADER)
     for p in pairs:
         s = summarize(p.base_s, p.cand_s, p.payload, max_spread, p.target)
         print(format_case(p.what, p.baseline, s))
         rows.append({"case": p.key, "what": p.what.strip(), "baseline": p.baseline, "primary": p.primary,
                      "payload_bytes": p.payload, **s})
-    by_key = {p.key: p for p in pairs}
-    for p in pairs:  # what the chunk checksums cost: the candidates' medians with / without them
-        if p.key.startswith("offload_no_checksums_") or p.key.startswith("read_unverified_"):
-            with_them = by_key[("fs_offload_" if "offload" in p.key else "read_batches_") + p.key.split("_")[-1]]
-            cost = statistics.median(with_them.cand_s) / statistics.median(p.cand_s)
-            print(f"  checksums cost x{cost:.2f} the {with_them.what} time (medians; same rounds)")
-    return rows
+    out["cases"] = rows
+    out["checksum_costs"] = checksum_costs(pairs, rows)
+    if "s3" in out:
+        print(f"S3 catch-up: {out['s3']['s3_gets_per_8MiB']:.2f} GETs per 8 MiB (median)")
+    for m in (out.get("big_ledger"), out.get("s3", {}).get("s3_big_ledger")):
+        if m:
+            print(rss_line(m))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -685,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
                                          (str(root / "hot"), str(root / "cold"), lid, a.block_size, not a.no_fsync))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    out["cases"] = report(pairs, a.max_spread)
+    report(pairs, out, a.max_spread)
     noisy = [r["case"] for r in out["cases"] if r["too_noisy"]]
     out["too_noisy"] = noisy
     out["exit_code"] = TOO_NOISY_EXIT if noisy else 0

@@ -5,19 +5,14 @@ checks the benchmark end to end on tiny sizes (its figures mean nothing)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "bench" / "offload.py"
-_spec = importlib.util.spec_from_file_location("bench_offload", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # dataclasses look their module up
-_spec.loader.exec_module(bench)
+# imported by name (the repository root is on sys.path) so that the spawned peak-RSS child finds it too
+bench = importlib.import_module("bench.offload")
 
 MB = 1_000_000
 
@@ -166,18 +161,46 @@ def test_rounds_default_to_five_and_quick_to_two():
     assert bench.parse_args(["--quick", "--rounds", "1"]).rounds == 1
 
 
-def test_quick_smoke_run_names_every_case(tmp_path, capsys):
-    code = bench.main(["--quick", "--total", "4M", "--ledger-size", "2M", "--s3-total", "0", "--big-ledger", "0",
-                       "--dir", str(tmp_path), "--json"])
+def _run(capsys, argv: list[str]) -> tuple[int, str, dict]:
+    code = bench.main(["--quick", "--json", *argv])
     out = capsys.readouterr().out
+    return code, out, json.loads(out[out.index("\n{") + 1:])
+
+
+def _check_cases(code: int, out: str, doc: dict, keys: list[str]) -> None:
     assert code in (0, bench.TOO_NOISY_EXIT)
-    doc = json.loads(out[out.index("\n{") + 1:])
-    keys = [c["case"] for c in doc["cases"]]
-    assert keys == [f"{k}_{es}" for es in (1024, 65536) for k in (
-        "fs_offload", "read_batches", "read_entries", "proof", "offload_no_checksums", "read_unverified")]
+    assert [c["case"] for c in doc["cases"]] == keys
     for c in doc["cases"]:
         assert c["rounds"] == 2 and c["what"] in out
         assert (c["median_ratio"] is None) == c["too_noisy"]
     assert doc["exit_code"] == code and (code == bench.TOO_NOISY_EXIT) == bool(doc["too_noisy"])
     assert "warm-up (not counted)" in out and "round 1 (A/B)" in out and "round 2 (B/A)" in out
+
+
+def test_quick_smoke_run_names_every_case(tmp_path, capsys):
+    code, out, doc = _run(capsys, ["--total", "4M", "--ledger-size", "2M", "--s3-total", "0", "--big-ledger", "1M",
+                                   "--block-size", "1M", "--dir", str(tmp_path)])
+    _check_cases(code, out, doc, [f"{k}_{es}" for es in (1024, 65536) for k in (
+        "fs_offload", "read_batches", "read_entries", "proof", "offload_no_checksums", "read_unverified")])
+    assert set(doc["checksum_costs"]) == {"write_1024", "read_1024", "write_65536", "read_65536"}
+    big = doc["big_ledger"]
+    assert big["bytes"] == 1 << 20 and big["target_bytes"] == (2 + 64) << 20 and big["met"] is True
+    assert "peak RSS, fs offload of one 1 MiB ledger" in out and "= 66 MiB: met" in out
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
+
+
+def test_a_peak_rss_child_that_dies_is_an_error_not_a_hang(tmp_path):
+    args = (str(tmp_path / "hot"), str(tmp_path / "cold"), 12345, 1 << 20, False)  # no ledger 12345
+    with pytest.raises(RuntimeError, match="peak-RSS child process exited with code 1 without a result"):
+        bench.peak_rss("fs", 1 << 20, 1 << 20, bench._big_child, args)
+
+
+def test_quick_smoke_run_on_s3(tmp_path, capsys):
+    code, out, doc = _run(capsys, ["--total", "1M", "--entry-sizes", "1024", "--s3-total", "2M",
+                                   "--s3-ledger-size", "1M", "--s3-big-ledger", "0", "--big-ledger", "0",
+                                   "--dir", str(tmp_path)])
+    _check_cases(code, out, doc, [f"{k}_1024" for k in (
+        "fs_offload", "read_batches", "read_entries", "proof", "offload_no_checksums", "read_unverified")]
+        + ["s3_offload", "s3_catchup"])
+    assert doc["s3"]["s3_ledgers"] == 2 and doc["s3"]["s3_gets_per_8MiB"] > 0
+    assert "GETs per 8 MiB" in out
