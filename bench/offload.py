@@ -220,7 +220,7 @@ def format_case(what: str, baseline: str, s: dict) -> str:
             f"({s['baseline_spread']:.0%})")
     head = f"{what:<38} {baseline:<22} {tgt:>7}  "
     if s["too_noisy"]:
-        return (f"{head}too noisy, rerun: baseline spread {s['baseline_spread']:.0%} > {s['max_spread']:.0%} "
+        return (f"{head}too noisy, rerun: baseline spread {s['baseline_spread']:.1%} > {s['max_spread']:.1%} "
                 f"({base[:base.rindex(' (')]} MB/s)")
     verdict = "" if s["met"] is None else ("  met" if s["met"] else "  NOT met")
     med = f"{s['median_ratio']:.2f}x ({s['ratio_of_medians']:.2f}x)"

@@ -101,7 +101,7 @@ def test_too_noisy_baseline_withholds_every_ratio_and_the_verdict():
     assert s["median_ratio"] is None and s["ratio_of_medians"] is None and s["best_of_ratio"] is None
     assert s["met"] is None
     line = bench.format_case("fs offload, 1 KiB", "cp + fsync", s)
-    assert "too noisy, rerun" in line and "45% > 25%" in line and "80-125 MB/s" in line
+    assert "too noisy, rerun" in line and "45.0% > 25.0%" in line and "80-125 MB/s" in line
     assert ">=0.90x" in line and re.search(r"\d\.\d\dx", line.split(">=0.90x")[1]) is None  # target, no ratio
 
 
