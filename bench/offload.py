@@ -1,30 +1,42 @@
-"""Offload and read-back throughput against a plain file copy of the same bytes (not a test).
+"""Offload and read-back throughput against a plain copy of the same bytes, on the median (not a test).
 
-For each entry size: write ledgers totalling --total bytes into a hot tier, then --rounds times, each
-phase after a `sync` so none inherits another's dirty pages:
-  1. baselines: copy the ledgers' files as plain files (shutil.copyfile, i.e. `cp`: an in-kernel
-     copy_file_range), and again through a 1 MiB user-space buffer; + fsync when the store fsyncs,
-  2. offload every ledger to the filesystem object store (Pulsar format, 64 MiB blocks),
-  3. read every entry back sequentially through the offloaded read handle (1,000 entries or ~4 MiB per
-     call, as EntryBatches, what catch-up readers use; and again as Entry objects),
-  4. the integrity costs: the same offload without chunk checksums, the same read without verifying
-     them, and the deletion-lag cleanup's proof (every offloaded frame read back and compared with the
-     hot tier's CRC32C, tieredcore.offload.verify),
-and print MB/s of payload bytes (best and median over the rounds) and the ratios to the baseline. The
-machines are shared virtual machines whose disk throughput swings several-fold between seconds, so the
-rounds alternate the phases and both the best-of and the median ratios are printed. A last phase
-offloads one --big-ledger sized ledger in a child process and reports that process's peak RSS
-(VmHWM): offloading holds about two blocks, whatever the ledger size.
+Method. Every measured case is a pair: a baseline (a plain copy of the same bytes) and a candidate (what
+the project does). Each of --rounds rounds (at least 5) times every pair back to back, baseline then
+candidate, and the next round candidate then baseline (A/B, then B/A), each side after an `os.sync()`, so
+both sides of a ratio see the same disk weather and neither always goes first. Per case it reports:
 
-With --s3-total (default 256M; 0 skips) the same is measured on S3, a moto server started on loopback
-by the benchmark: the offload against boto3's upload_file (its transfer manager, default concurrency) of
-the same ledger files to the same server, and a catch-up read of every offloaded ledger against boto3's
-download_file of the same data objects, with the GETs per 8 MiB read, and the peak RSS of a process
-offloading one --s3-big-ledger sized ledger to S3. moto reads a whole object for every ranged GET, so
-the S3 ledgers are --s3-ledger-size (32 MiB) each.
+  - the MEDIAN first: the median of the per-round ratios (baseline time / candidate time of the same
+    round; > 1 means faster than the baseline), and the ratio of the medians;
+  - the best-of ratio second (best baseline / best candidate): what a lucky round shows, not what users get;
+  - the baseline's spread: its min-max MB/s over the rounds and (max - min) / median. When that spread
+    exceeds --max-spread the disk swung too much within the run for any ratio to mean something: the case
+    prints "too noisy, rerun" instead of ratios, the JSON says so, and the exit code is 3;
+  - the issue's target (medians) and whether the median ratio meets it.
+
+Cases, per entry size (--entry-sizes; ledgers totalling --total bytes written into a hot tier first):
+  - fs offload: every ledger offloaded to the filesystem object store (Pulsar format, 64 MiB blocks)
+    vs `cp` (shutil.copyfile, an in-kernel copy_file_range) of the ledgers' files, + fsync when the store
+    fsyncs;
+  - sequential read: every entry read back through the offloaded read handle, 1,000 entries or ~4 MiB per
+    call, as EntryBatches (what catch-up readers use), vs the same `cp`;
+  - Entry reads: the same read as Entry objects, vs `cp`;
+  - the lag cleanup's proof: every offloaded frame read back and compared with the hot tier's CRC32C
+    (tieredcore.offload.verify), vs `cp`;
+  - secondary, the integrity costs: the offload without chunk checksums and the read without verifying
+    them, each vs `cp` (no target; the cost of the checksums is the ratio of the candidates' medians).
+With --s3-total (default 256M; 0 skips) on a moto server started on loopback: the S3 offload vs boto3's
+upload_file (its transfer manager, default concurrency) of the same ledger files, and a catch-up read of
+every offloaded ledger vs boto3's download_file of the same data objects, with the GETs per 8 MiB. moto
+reads a whole object for every ranged GET, so the S3 ledgers are --s3-ledger-size (32 MiB) each.
+Last, the peak RSS (VmHWM) of a child process offloading one --big-ledger sized ledger to the filesystem
+store, and one --s3-big-ledger sized ledger to S3: target at most 2 blocks + 64 MiB, whatever the size.
+
+Exit codes: 0 measured; 2 bad arguments; 3 at least one case too noisy (its ratios withheld).
+--quick allows fewer than 5 rounds (default 2: one A/B and one B/A) for smoke runs; its figures are not
+measurements.
 
     .venv/bin/python bench/offload.py                       # 1 GiB per entry size, 1 KiB and 64 KiB
-    .venv/bin/python bench/offload.py --total 256M --big-ledger 0
+    .venv/bin/python bench/offload.py --total 128M --big-ledger 0 --s3-total 128M
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,13 +64,170 @@ from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
 from tieredcore.offload.verify import verify_offloaded  # noqa: E402
 
 MB = 1_000_000
+MiB = 1 << 20
+MIN_ROUNDS = 5
+QUICK_ROUNDS = 2
+TOO_NOISY_EXIT = 3  # 2 is argparse's usage error
+# Default bound on the baseline's spread, (max - min) / median of its MB/s over the rounds; see README.md
+# ("Benchmarks": how it was chosen).
+DEFAULT_MAX_SPREAD = 0.25
+
+# The issue's targets (medians, ratio to the baseline), by case and entry size; None: no target.
+TARGETS: dict[tuple[str, int | None], float] = {
+    ("fs_offload", 1024): 0.9,
+    ("fs_offload", 65536): 0.9,
+    ("read_batches", 1024): 1.0,
+    ("read_entries", 1024): 0.6,
+    ("proof", 1024): 0.8,
+    ("s3_offload", None): 0.95,
+    ("s3_catchup", None): 1.0,
+}
+
+
+def target_for(case: str, entry_size: int | None) -> float | None:
+    return TARGETS.get((case, entry_size))
 
 
 def human_size(text: str) -> int:
-    """'1G', '128M', '64K' or plain bytes."""
+    """'1G', '128M', '64K' or plain bytes; a clear error for anything else."""
     t = text.strip().upper()
     mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(t[-1:], 1)
-    return int(float(t[:-1] if mult > 1 else t) * mult)
+    try:
+        n = int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M or G)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"a size cannot be negative: {text!r}")
+    return n
+
+
+def entry_sizes(text: str) -> list[int]:
+    """'1024,65536': entry sizes in bytes, each at least 1."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"entry sizes are comma-separated byte counts, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"entry sizes must be at least 1 byte, got {text!r}")
+    return sizes
+
+
+def spread_bound(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-spread is a fraction such as 0.25, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"--max-spread must be above 0, got {text!r}")
+    return v
+
+
+# ---- the method: interleaved pairs and their statistics (pure, tested in tests/test_bench_offload.py) ----
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class Pair:
+    """One measured case: a baseline and a candidate, timed back to back in every round."""
+
+    key: str  # JSON key, e.g. "fs_offload_1024"
+    what: str
+    baseline: str
+    payload: int  # bytes moved by either side, for MB/s
+    run_baseline: Callable[[], object]
+    run_candidate: Callable[[], object]
+    target: float | None = None
+    primary: bool = True  # False: a secondary line (integrity costs)
+    # untimed, before each side: clear what the last run left (copies, objects), build handles
+    reset_baseline: Callable[[], object] = _nothing
+    reset_candidate: Callable[[], object] = _nothing
+    base_s: list[float] = field(default_factory=list)
+    cand_s: list[float] = field(default_factory=list)
+
+
+def round_order(rnd: int) -> tuple[str, str]:
+    """Round 0, 2, 4...: baseline first; 1, 3, 5...: candidate first, so neither always goes first."""
+    return ("baseline", "candidate") if rnd % 2 == 0 else ("candidate", "baseline")
+
+
+def time_pair(pair: Pair, rnd: int, sync: Callable[[], None] | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Time both sides of `pair` for round `rnd`, in round_order(rnd), each after its reset and a sync;
+    return (baseline seconds, candidate seconds)."""
+    took: dict[str, float] = {}
+    for side in round_order(rnd):
+        reset, run = ((pair.reset_baseline, pair.run_baseline) if side == "baseline"
+                      else (pair.reset_candidate, pair.run_candidate))
+        reset()
+        (sync or os.sync)()  # neither side inherits the other's dirty pages
+        t0 = clock()
+        run()
+        took[side] = clock() - t0
+    return took["baseline"], took["candidate"]
+
+
+def spread_of(mbps: list[float]) -> float:
+    """(max - min) / median: how far the rounds swung, as a fraction of the typical round."""
+    return (max(mbps) - min(mbps)) / statistics.median(mbps)
+
+
+def summarize(base_s: list[float], cand_s: list[float], payload: int, max_spread: float,
+              target: float | None = None) -> dict:
+    """The statistics of one case: medians first, best-of second, the baseline's spread, the verdict.
+
+    Ratios are baseline time / candidate time (> 1: the candidate is faster). When the baseline's spread
+    exceeds max_spread the ratios are withheld (None) and too_noisy is True."""
+    if not base_s or len(base_s) != len(cand_s):
+        raise ValueError(f"need one baseline and one candidate time per round, got {len(base_s)} and "
+                         f"{len(cand_s)}")
+    if min(base_s) <= 0 or min(cand_s) <= 0:
+        raise ValueError("times must be positive")
+    base_mbps = [payload / t / MB for t in base_s]
+    med_mbps = statistics.median(base_mbps)
+    spread = spread_of(base_mbps)
+    too_noisy = spread > max_spread
+    ratios = [b / c for b, c in zip(base_s, cand_s, strict=True)]
+    out = {
+        "rounds": len(base_s), "baseline_s": base_s, "candidate_s": cand_s,
+        "baseline_MBps_min": min(base_mbps), "baseline_MBps_max": max(base_mbps),
+        "baseline_MBps_median": med_mbps, "candidate_MBps_median": payload / statistics.median(cand_s) / MB,
+        "baseline_spread": spread, "max_spread": max_spread, "too_noisy": too_noisy,
+        "candidate_spread": spread_of([payload / t / MB for t in cand_s]),  # for the reader; not a bound
+        "median_ratio": None, "ratio_of_medians": None, "best_of_ratio": None,
+        "target": target, "met": None,
+        "status": "too noisy, rerun" if too_noisy else "measured",
+    }
+    if not too_noisy:
+        out["median_ratio"] = statistics.median(ratios)
+        out["ratio_of_medians"] = statistics.median(base_s) / statistics.median(cand_s)
+        out["best_of_ratio"] = min(base_s) / min(cand_s)
+        if target is not None:
+            out["met"] = out["median_ratio"] >= target
+    return out
+
+
+HEADER = (f"{'what':<38} {'baseline':<22} {'target':>7}  {'median ratio (of medians)':<26} {'best-of':>7}  "
+          f"baseline MB/s min-max (spread)")
+
+
+def format_case(what: str, baseline: str, s: dict) -> str:
+    """One line of the table; a too-noisy case shows no ratio."""
+    tgt = f">={s['target']:.2f}x" if s["target"] is not None else "-"
+    base = (f"{s['baseline_MBps_min']:,.0f}-{s['baseline_MBps_max']:,.0f} "
+            f"({s['baseline_spread']:.0%})")
+    head = f"{what:<38} {baseline:<22} {tgt:>7}  "
+    if s["too_noisy"]:
+        return (f"{head}too noisy, rerun: baseline spread {s['baseline_spread']:.1%} > {s['max_spread']:.1%} "
+                f"({base[:base.rindex(' (')]} MB/s)")
+    verdict = "" if s["met"] is None else ("  met" if s["met"] else "  NOT met")
+    med = f"{s['median_ratio']:.2f}x ({s['ratio_of_medians']:.2f}x)"
+    return f"{head}{med:<26} {s['best_of_ratio']:>6.2f}x  {base}{verdict}"
+
+
+# ---- the filesystem cases ----
 
 
 def fill_ledgers(hot: LocalLedgerStore, total: int, entry_size: int, per_ledger: int) -> list[int]:
@@ -79,6 +250,7 @@ def fill_ledgers(hot: LocalLedgerStore, total: int, entry_size: int, per_ledger:
 
 
 def copy_baseline(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> None:
+    """`cp` of every ledger's file (an in-kernel copy), + fsync when the store fsyncs."""
     dst.mkdir(parents=True, exist_ok=True)
     for lid in ids:
         target = dst / f"{lid}.copy"
@@ -87,17 +259,6 @@ def copy_baseline(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> Non
             fd = os.open(target, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
-
-
-def copy_userspace(hot_root: Path, ids: list[int], dst: Path, fsync: bool) -> None:
-    """The same copy through a 1 MiB user-space buffer (what a program moving the bytes itself does)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for lid in ids:
-        with open(hot_root / f"{lid}.log", "rb") as src, open(dst / f"{lid}.copy", "wb") as out:
-            shutil.copyfileobj(src, out, 1024 * 1024)
-            out.flush()
-            if fsync:
-                os.fsync(out.fileno())
 
 
 def per_call(h) -> int:
@@ -136,6 +297,130 @@ def verify_against_hot(off: LedgerOffloader, hot: LocalLedgerStore, done: list[t
     return entries
 
 
+def _expect(what: str, got: tuple[int, int] | int, want: tuple[int, int] | int) -> None:
+    """A benchmark that moved the wrong bytes measured nothing: stop (not an assert: -O drops those)."""
+    if got != want:
+        raise RuntimeError(f"{what}: got {got}, expected {want}")
+
+
+@dataclass
+class FsCase:
+    """One entry size's ledgers in a hot tier, and what the candidates share within a round."""
+
+    root: Path
+    hot: LocalLedgerStore
+    ids: list[int]
+    entries: int
+    payload: int
+    block: int
+    fsync: bool
+    off: LedgerOffloader | None = None
+    off_unverified: LedgerOffloader | None = None
+    done: list[tuple[int, str]] = field(default_factory=list)
+
+    def offloader(self, cold: str, **kw) -> LedgerOffloader:
+        return LedgerOffloader(FilesystemBlobStore(self.root / cold, fsync=self.fsync), max_block_size=self.block,
+                               **kw)
+
+    def clear_copy(self) -> None:
+        shutil.rmtree(self.root / "copy", ignore_errors=True)
+
+    def copy(self) -> None:
+        copy_baseline(self.root / "hot", self.ids, self.root / "copy", self.fsync)
+
+    def fresh_cold(self) -> None:
+        shutil.rmtree(self.root / "cold", ignore_errors=True)
+        self.off, self.done = self.offloader("cold"), []
+
+    def offload(self) -> None:
+        for lid in self.ids:
+            u = str(uuid.uuid4())
+            h = self.hot.open_ledger(lid)
+            self.off.offload(h, u)
+            h.close()
+            self.done.append((lid, u))
+
+    def offload_without_checksums(self) -> None:
+        off = self.offloader("cold-nock", checksum_chunk=0)
+        for lid in self.ids:
+            h = self.hot.open_ledger(lid)
+            off.offload(h, str(uuid.uuid4()))
+            h.close()
+
+    def read(self, per_entry: bool = False, verify: bool = True) -> None:
+        off = self.off if verify else self.off_unverified
+        _expect("read back", read_back(off, self.done, per_entry), (self.entries, self.payload))
+
+    def unverified_reader(self) -> None:
+        self.off_unverified = self.offloader("cold", verify_reads=False)
+
+    def proof(self) -> None:
+        _expect("proof", verify_against_hot(self.off, self.hot, self.done), self.entries)
+
+    def pairs(self, es: int) -> list[Pair]:
+        """The cases of this entry size, in the order each round times them (the offload first: the
+        others read what it wrote)."""
+        size = f"{es // 1024} KiB" if es % 1024 == 0 else f"{es} B"
+        cp = "cp + fsync" if self.fsync else "cp"
+        common = {"baseline": cp, "payload": self.payload, "run_baseline": self.copy,
+                  "reset_baseline": self.clear_copy}
+        nock_reset = lambda: shutil.rmtree(self.root / "cold-nock", ignore_errors=True)  # noqa: E731
+        return [
+            Pair(f"fs_offload_{es}", f"fs offload, {size}", run_candidate=self.offload,
+                 reset_candidate=self.fresh_cold, target=target_for("fs_offload", es), **common),
+            Pair(f"read_batches_{es}", f"sequential read (batches), {size}", run_candidate=self.read,
+                 target=target_for("read_batches", es), **common),
+            Pair(f"read_entries_{es}", f"Entry reads, {size}", run_candidate=lambda: self.read(per_entry=True),
+                 target=target_for("read_entries", es), **common),
+            Pair(f"proof_{es}", f"lag cleanup's proof, {size}", run_candidate=self.proof,
+                 target=target_for("proof", es), **common),
+            Pair(f"offload_no_checksums_{es}", f"  offload, no chunk checksums, {size}",
+                 run_candidate=self.offload_without_checksums, reset_candidate=nock_reset, primary=False,
+                 **common),
+            Pair(f"read_unverified_{es}", f"  read w/o verifying, {size}",
+                 run_candidate=lambda: self.read(verify=False), reset_candidate=self.unverified_reader,
+                 primary=False, **common),
+        ]
+
+
+def run_rounds(pairs: list[Pair], rounds: int, warmup: int, label: str,
+               before: Callable[[int], object] = lambda i: None) -> None:
+    """`warmup` uncounted rounds, then `rounds` counted ones; each times every pair back to back (A/B, the
+    next round B/A) and is printed. `before(i)` (untimed) prepares round i."""
+    for i in range(warmup + rounds):
+        rnd = i - warmup  # the counted rounds start with the baseline first
+        before(i)
+        times = [time_pair(p, rnd) for p in pairs]
+        if rnd >= 0:
+            for p, (b, c) in zip(pairs, times, strict=True):
+                p.base_s.append(b)
+                p.cand_s.append(c)
+        first = "A/B" if round_order(rnd)[0] == "baseline" else "B/A"
+        name = f"round {rnd + 1}" if rnd >= 0 else "warm-up (not counted)"
+        parts = [f"{p.key} {p.payload / b / MB:,.0f}/{p.payload / c / MB:,.0f}"
+                 for p, (b, c) in zip(pairs, times, strict=True)]
+        print(f"  {label} {name} ({first}), MB/s baseline/candidate: " + ", ".join(parts), flush=True)
+
+
+def fs_cases(a: argparse.Namespace, scratch: Path, es: int) -> list[Pair]:
+    root = scratch / f"e{es}"
+    hot = LocalLedgerStore(root / "hot")
+    ids = fill_ledgers(hot, a.total, es, a.ledger_size)
+    metas = [hot.ledger_metadata(i) for i in ids]
+    case = FsCase(root, hot, ids, sum(m.entries for m in metas), sum(m.length for m in metas), a.block_size,
+                  not a.no_fsync)
+    pairs = case.pairs(es)
+    print(f"entry {es} B: {len(ids)} ledgers, {case.payload / MiB:,.0f} MiB, {case.entries:,} entries", flush=True)
+    try:
+        run_rounds(pairs, a.rounds, a.warmup, f"{es} B")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return pairs
+
+
+# ---- S3 (a moto server on loopback) ----
+
+
 def _free_port() -> int:
     import socket
 
@@ -163,105 +448,108 @@ def _start_moto() -> tuple[subprocess.Popen, str]:
             time.sleep(0.05)
 
 
-def _s3_big_child(hot_root: str, url: str, bucket: str, lid: int, block: int, q) -> None:
-    from tieredcore.cold.backends.s3 import S3BlobStore
+@dataclass
+class S3Case:
+    """The S3 ledgers in a hot tier, the server, and what the candidates share within a round."""
 
-    hot = LocalLedgerStore(hot_root)
-    off = LedgerOffloader(S3BlobStore(bucket, endpoint_url=url, region="us-east-1"), max_block_size=block)
-    base = _vm_kib("VmHWM")
-    t0 = time.perf_counter()
-    obj = off.offload(hot.open_ledger(lid), uuid.uuid4())
-    q.put({"seconds": time.perf_counter() - t0, "bytes": obj.payload_bytes,
-           "rss_before_kib": base, "peak_rss_kib": _vm_kib("VmHWM")})
+    root: Path
+    hot: LocalLedgerStore
+    ids: list[int]
+    payload: int
+    block: int
+    url: str
+    client: object
+    bucket: str = ""
+    off: LedgerOffloader | None = None
+    done: list[tuple[int, str, str]] = field(default_factory=list)
+    gets: list[int] = field(default_factory=list)
+
+    def new_bucket(self, rnd: int) -> None:
+        """Each round its own bucket; the last round's objects go (moto keeps them in memory)."""
+        if self.bucket:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket)
+            for page in pages:
+                for o in page.get("Contents", []):
+                    self.client.delete_object(Bucket=self.bucket, Key=o["Key"])
+        self.bucket = f"bench-{rnd}"
+        self.client.create_bucket(Bucket=self.bucket)
+
+    def upload_file(self) -> None:
+        for lid in self.ids:
+            self.client.upload_file(str(self.root / "hot" / f"{lid}.log"), self.bucket, f"copy/{lid}")
+
+    def fresh_offloader(self) -> None:
+        from tieredcore.cold.backends.s3 import S3BlobStore
+
+        store = S3BlobStore(self.bucket, endpoint_url=self.url, region="us-east-1")
+        self.off, self.done = LedgerOffloader(store, max_block_size=self.block), []
+
+    def offload(self) -> None:
+        for lid in self.ids:
+            u = str(uuid.uuid4())
+            h = self.hot.open_ledger(lid)
+            self.done.append((lid, u, self.off.offload(h, u).data_key))
+            h.close()
+
+    def download_file(self) -> None:
+        for _lid, _u, key in self.done:
+            self.client.download_file(self.bucket, key, str(self.root / "download"))
+
+    def catch_up(self) -> None:
+        requests = nbytes = 0
+        for lid, u, _key in self.done:
+            h = self.off.read_offloaded(lid, u)
+            lac = h.last_add_confirmed
+            step = per_call(h)
+            for first in range(0, lac + 1, step):
+                nbytes += h.read_batch(first, min(first + step - 1, lac)).payload_bytes
+            requests += h.requests
+            h.close()
+        _expect("S3 catch-up read", nbytes, self.payload)
+        self.gets.append(requests)
+
+    def pairs(self) -> list[Pair]:
+        return [
+            Pair("s3_offload", "S3 offload (moto)", "boto3 upload_file", self.payload, self.upload_file,
+                 self.offload, reset_candidate=self.fresh_offloader, target=target_for("s3_offload", None)),
+            Pair("s3_catchup", "S3 catch-up read (moto)", "boto3 download_file", self.payload, self.download_file,
+                 self.catch_up, target=target_for("s3_catchup", None)),
+        ]
 
 
-def s3_phase(a: argparse.Namespace, root: Path, block: int) -> dict:
-    """Offload and catch-up read on a moto S3 server against boto3's own transfers of the same bytes."""
+def s3_cases(a: argparse.Namespace, root: Path) -> tuple[list[Pair], dict]:
+    """Offload and catch-up read on a moto S3 server against boto3's own transfers of the same bytes;
+    and the peak RSS of an S3 offload of one --s3-big-ledger ledger."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     import boto3
 
-    from tieredcore.cold.backends.s3 import S3BlobStore
-
-    total, es = human_size(a.s3_total), a.s3_entry_size
     proc, url = _start_moto()
     try:
         hot = LocalLedgerStore(root / "hot")
-        ids = fill_ledgers(hot, total, es, human_size(a.s3_ledger_size))
+        ids = fill_ledgers(hot, a.s3_total, a.s3_entry_size, a.s3_ledger_size)
         payload = sum(hot.ledger_metadata(i).length for i in ids)
         client = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
-        up_s, off_s, down_s, read_s, gets = [], [], [], [], []
-        for rnd in range(a.rounds):
-            bucket = f"bench-{rnd}"
-            client.create_bucket(Bucket=bucket)
-            t0 = time.perf_counter()
-            for lid in ids:
-                client.upload_file(str(root / "hot" / f"{lid}.log"), bucket, f"copy/{lid}")
-            up_s.append(time.perf_counter() - t0)
-            store = S3BlobStore(bucket, endpoint_url=url, region="us-east-1")
-            off = LedgerOffloader(store, max_block_size=block)
-            t0 = time.perf_counter()
-            done = []
-            for lid in ids:
-                u = str(uuid.uuid4())
-                h = hot.open_ledger(lid)
-                done.append((lid, u, off.offload(h, u).data_key))
-                h.close()
-            off_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            for _lid, _u, key in done:
-                client.download_file(bucket, key, str(root / "download"))
-            down_s.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            requests = 0
-            for lid, u, _key in done:
-                h = off.read_offloaded(lid, u)
-                lac = h.last_add_confirmed
-                step = per_call(h)
-                for first in range(0, lac + 1, step):
-                    h.read_batch(first, min(first + step - 1, lac))
-                requests += h.requests
-                h.close()
-            read_s.append(time.perf_counter() - t0)
-            gets.append(requests)
-            print(f"  S3 round {rnd + 1}: upload_file {payload / up_s[-1] / MB:,.0f} MB/s, offload "
-                  f"{payload / off_s[-1] / MB:,.0f} MB/s, download_file {payload / down_s[-1] / MB:,.0f} MB/s, "
-                  f"catch-up read {payload / read_s[-1] / MB:,.0f} MB/s ({requests} GETs)", flush=True)
-        r = {
-            "s3_entry_size": es, "s3_ledgers": len(ids), "s3_payload_bytes": payload, "rounds": a.rounds,
-            "upload_file_MBps": payload / min(up_s) / MB, "s3_offload_MBps": payload / min(off_s) / MB,
-            "s3_offload_ratio": min(up_s) / min(off_s),
-            "s3_offload_ratio_median": statistics.median(up_s) / statistics.median(off_s),
-            "download_file_MBps": payload / min(down_s) / MB, "s3_read_MBps": payload / min(read_s) / MB,
-            "s3_read_ratio": min(down_s) / min(read_s),
-            "s3_read_ratio_median": statistics.median(down_s) / statistics.median(read_s),
-            "s3_gets_per_8MiB": gets[-1] / (payload / (8 << 20)),
-        }
-        print(f"S3 (moto), {es} B entries, {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | "
-              f"offload {r['s3_offload_MBps']:,.0f} MB/s vs upload_file {r['upload_file_MBps']:,.0f} MB/s "
-              f"(x{r['s3_offload_ratio']:.2f}; median x{r['s3_offload_ratio_median']:.2f}) | catch-up read "
-              f"{r['s3_read_MBps']:,.0f} MB/s vs download_file {r['download_file_MBps']:,.0f} MB/s "
-              f"(x{r['s3_read_ratio']:.2f}; median x{r['s3_read_ratio_median']:.2f}), "
-              f"{r['s3_gets_per_8MiB']:.2f} GETs per 8 MiB", flush=True)
-        big = human_size(a.s3_big_ledger)
-        if big:
-            (lid,) = fill_ledgers(hot, big, 65536, big)
+        case = S3Case(root, hot, ids, payload, a.block_size, url, client)
+        pairs = case.pairs()
+        print(f"S3 (moto), {a.s3_entry_size} B entries: {len(ids)} ledgers, {payload / MiB:,.0f} MiB", flush=True)
+        run_rounds(pairs, a.rounds, a.warmup, "S3", before=case.new_bucket)
+        case.gets = case.gets[a.warmup:]
+        info = {"s3_entry_size": a.s3_entry_size, "s3_ledgers": len(ids), "s3_payload_bytes": payload,
+                "s3_gets_per_8MiB": statistics.median(case.gets) / (payload / (8 << 20))}
+        if a.s3_big_ledger:
+            (lid,) = fill_ledgers(hot, a.s3_big_ledger, 65536, a.s3_big_ledger)
             client.create_bucket(Bucket="bench-big")
-            ctx = mp.get_context("spawn")
-            q = ctx.Queue()
-            p = ctx.Process(target=_s3_big_child, args=(str(root / "hot"), url, "bench-big", lid, block, q))
-            p.start()
-            m = q.get()
-            p.join()
-            r["s3_big_ledger"] = m
-            print(f"S3 big ledger {big / 2**20:,.0f} MiB offloaded in {m['seconds']:.1f}s; peak RSS of the "
-                  f"offloading process {m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} "
-                  f"MiB; block size {block / 2**20:.0f} MiB, parts sent 4 at a time)", flush=True)
-        return r
+            info["s3_big_ledger"] = peak_rss("S3", a.s3_big_ledger, a.block_size, _s3_big_child,
+                                             (str(root / "hot"), url, "bench-big", lid, a.block_size))
+        return pairs, info
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- peak RSS of one big ledger's offload, in a child process ----
 
 
 def _vm_kib(field: str) -> int:
@@ -273,9 +561,7 @@ def _vm_kib(field: str) -> int:
     return -1
 
 
-def _big_child(hot_root: str, store_root: str, lid: int, fsync: bool, q) -> None:
-    hot = LocalLedgerStore(hot_root)
-    off = LedgerOffloader(FilesystemBlobStore(store_root, fsync=fsync))
+def _measure_offload(off: LedgerOffloader, hot: LocalLedgerStore, lid: int, q) -> None:
     base = _vm_kib("VmHWM")
     t0 = time.perf_counter()
     obj = off.offload(hot.open_ledger(lid), uuid.uuid4())
@@ -283,159 +569,170 @@ def _big_child(hot_root: str, store_root: str, lid: int, fsync: bool, q) -> None
            "rss_before_kib": base, "peak_rss_kib": _vm_kib("VmHWM")})
 
 
-def main(argv: list[str] | None = None) -> int:
+def _big_child(hot_root: str, store_root: str, lid: int, block: int, fsync: bool, q) -> None:
+    off = LedgerOffloader(FilesystemBlobStore(store_root, fsync=fsync), max_block_size=block)
+    _measure_offload(off, LocalLedgerStore(hot_root), lid, q)
+
+
+def _s3_big_child(hot_root: str, url: str, bucket: str, lid: int, block: int, q) -> None:
+    from tieredcore.cold.backends.s3 import S3BlobStore
+
+    off = LedgerOffloader(S3BlobStore(bucket, endpoint_url=url, region="us-east-1"), max_block_size=block)
+    _measure_offload(off, LocalLedgerStore(hot_root), lid, q)
+
+
+def rss_verdict(peak_kib: int, block: int) -> tuple[int, bool]:
+    """The peak-RSS target: at most 2 blocks + 64 MiB (bytes), and whether peak_kib meets it."""
+    limit = 2 * block + 64 * MiB
+    return limit, peak_kib * 1024 <= limit
+
+
+def peak_rss(where: str, size: int, block: int, child: Callable, args: tuple) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(*args, q))
+    p.start()
+    m = _child_result(p, q)
+    limit, met = rss_verdict(m["peak_rss_kib"], block)
+    m.update(where=where, ledger_bytes=size, block_size=block, target_bytes=limit, met=met)
+    print(f"  {rss_line(m)}", flush=True)
+    return m
+
+
+def _child_result(p, q) -> dict:
+    """The child's report; a clear error, not a wait forever, when it dies without one."""
+    import queue
+
+    while True:
+        try:
+            m = q.get(timeout=0.5)
+        except queue.Empty:
+            if not p.is_alive():
+                p.join()
+                raise RuntimeError(f"the peak-RSS child process exited with code {p.exitcode} without a "
+                                   "result (its traceback is above)") from None
+            continue
+        p.join()
+        return m
+
+
+def rss_line(m: dict) -> str:
+    return (f"peak RSS, {m['where']} offload of one {m['ledger_bytes'] / MiB:,.0f} MiB ledger: "
+            f"{m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} MiB; "
+            f"{m['seconds']:.1f}s) | target <= 2 blocks + 64 MiB = {m['target_bytes'] / MiB:,.0f} MiB: "
+            f"{'met' if m['met'] else 'NOT met'}")
+
+
+# ---- the report ----
+
+
+def checksum_costs(pairs: list[Pair], rows: list[dict]) -> dict[str, float | None]:
+    """What the chunk checksums cost: candidate time with them / without them (medians, same rounds);
+    None when either case's baseline was too noisy."""
+    by_key = {p.key: (p, r) for p, r in zip(pairs, rows, strict=True)}
+    costs: dict[str, float | None] = {}
+    for key, (p, r) in by_key.items():
+        kind, _, es = key.rpartition("_")
+        if kind not in ("offload_no_checksums", "read_unverified"):
+            continue
+        with_them, wr = by_key[("fs_offload_" if kind == "offload_no_checksums" else "read_batches_") + es]
+        noisy = r["too_noisy"] or wr["too_noisy"]
+        cost = None if noisy else statistics.median(with_them.cand_s) / statistics.median(p.cand_s)
+        costs[f"{'write' if kind == 'offload_no_checksums' else 'read'}_{es}"] = cost
+        print(f"  checksums cost the {with_them.what}: "
+              + ("too noisy, rerun" if noisy else f"x{cost:.2f} its time (medians of the same rounds)"))
+    return costs
+
+
+def report(pairs: list[Pair], out: dict, max_spread: float) -> None:
+    """Print the table (medians first) and the peak RSS, and put the JSON rows into `out`."""
+    rows = []
+    print(f"\nmedians of {len(pairs[0].base_s) if pairs else 0} interleaved rounds (after warm-up); "
+          f"ratio = baseline time / candidate time (> 1: faster); baseline spread bound {max_spread:.0%}")
+    print(HEADER)
+    for p in pairs:
+        s = summarize(p.base_s, p.cand_s, p.payload, max_spread, p.target)
+        print(format_case(p.what, p.baseline, s))
+        rows.append({"case": p.key, "what": p.what.strip(), "baseline": p.baseline, "primary": p.primary,
+                     "payload_bytes": p.payload, **s})
+    out["cases"] = rows
+    out["checksum_costs"] = checksum_costs(pairs, rows)
+    if "s3" in out:
+        print(f"S3 catch-up: {out['s3']['s3_gets_per_8MiB']:.2f} GETs per 8 MiB (median)")
+    for m in (out.get("big_ledger"), out.get("s3", {}).get("s3_big_ledger")):
+        if m:
+            print(rss_line(m))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--total", default="1G", help="payload bytes per entry size (e.g. 1G, 256M)")
-    ap.add_argument("--entry-sizes", default="1024,65536")
-    ap.add_argument("--ledger-size", default="128M", help="payload bytes per ledger")
-    ap.add_argument("--block-size", default="64M")
-    ap.add_argument("--big-ledger", default="2G", help="size of the peak-RSS ledger (0 to skip)")
+    ap.add_argument("--total", default="1G", type=human_size, help="payload bytes per entry size (e.g. 1G, 128M)")
+    ap.add_argument("--entry-sizes", default="1024,65536", type=entry_sizes)
+    ap.add_argument("--ledger-size", default="128M", type=human_size, help="payload bytes per ledger")
+    ap.add_argument("--block-size", default="64M", type=human_size)
+    ap.add_argument("--big-ledger", default="2G", type=human_size, help="size of the peak-RSS ledger (0 to skip)")
     ap.add_argument("--no-fsync", action="store_true", help="neither the store nor the baseline fsyncs")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of copy / offload / read")
-    ap.add_argument("--s3-total", default="256M", help="payload bytes offloaded to S3 (moto); 0 skips S3")
+    ap.add_argument("--rounds", type=int, help=f"interleaved rounds (default and minimum {MIN_ROUNDS})")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="uncounted rounds first (a process's first round faults its buffers in, moto warms up)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"a smoke run: fewer rounds allowed (default {QUICK_ROUNDS}); not a measurement")
+    ap.add_argument("--max-spread", type=spread_bound, default=DEFAULT_MAX_SPREAD,
+                    help="largest baseline spread, (max-min)/median MB/s, for which a ratio is printed "
+                         f"(default {DEFAULT_MAX_SPREAD})")
+    ap.add_argument("--s3-total", default="256M", type=human_size,
+                    help="payload bytes offloaded to S3 (moto); 0 skips S3")
     ap.add_argument("--s3-entry-size", type=int, default=4096)
-    ap.add_argument("--s3-ledger-size", default="32M")
-    ap.add_argument("--s3-big-ledger", default="512M", help="size of the S3 peak-RSS ledger (0 to skip)")
+    ap.add_argument("--s3-ledger-size", default="32M", type=human_size)
+    ap.add_argument("--s3-big-ledger", default="512M", type=human_size,
+                    help="size of the S3 peak-RSS ledger (0 to skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    total = human_size(a.total)
-    per_ledger = human_size(a.ledger_size)
-    block = human_size(a.block_size)
-    fsync = not a.no_fsync
+    if a.rounds is None:
+        a.rounds = QUICK_ROUNDS if a.quick else MIN_ROUNDS
+    if a.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.warmup < 0:
+        ap.error(f"--warmup cannot be negative, got {a.warmup}")
+    if a.rounds < MIN_ROUNDS and not a.quick:
+        ap.error(f"--rounds {a.rounds}: a measurement needs at least {MIN_ROUNDS} interleaved rounds for its "
+                 "medians; pass --quick for a smoke run")
+    if a.total < 1 or a.block_size < 1 or a.ledger_size < 1 or a.s3_ledger_size < 1 or a.s3_entry_size < 1:
+        ap.error("--total, --ledger-size, --block-size, --s3-ledger-size and --s3-entry-size must be above 0")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="bench-offload-", dir=a.dir or Path(__file__).parent))
-    results = []
+    pairs: list[Pair] = []
+    out: dict = {"rounds": a.rounds, "warmup_rounds": a.warmup, "quick": a.quick, "max_spread": a.max_spread,
+                 "fsync": not a.no_fsync}
     try:
-        for es in (int(x) for x in a.entry_sizes.split(",")):
-            root = scratch / f"e{es}"
-            hot = LocalLedgerStore(root / "hot")
-            t0 = time.perf_counter()
-            ids = fill_ledgers(hot, total, es, per_ledger)
-            gen_s = time.perf_counter() - t0
-            payload = sum(hot.ledger_metadata(i).length for i in ids)
-
-            copy_s, user_s, off_s, read_s = [], [], [], []
-            nock_s, nover_s, proof_s, entry_s = [], [], [], []
-            for rnd in range(a.rounds):
-                for d in (root / "copy", root / "ucopy", root / "cold"):
-                    shutil.rmtree(d, ignore_errors=True)
-                os.sync()
-                t0 = time.perf_counter()
-                copy_baseline(root / "hot", ids, root / "copy", fsync)
-                copy_s.append(time.perf_counter() - t0)
-                os.sync()
-                t0 = time.perf_counter()
-                copy_userspace(root / "hot", ids, root / "ucopy", fsync)
-                user_s.append(time.perf_counter() - t0)
-
-                off = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block)
-                os.sync()
-                t0 = time.perf_counter()
-                done = []
-                for lid in ids:
-                    u = str(uuid.uuid4())
-                    h = hot.open_ledger(lid)
-                    off.offload(h, u)
-                    h.close()
-                    done.append((lid, u))
-                off_s.append(time.perf_counter() - t0)
-
-                os.sync()
-                t0 = time.perf_counter()
-                n, nb = read_back(off, done)
-                read_s.append(time.perf_counter() - t0)
-                assert nb == payload, (nb, payload)
-                t0 = time.perf_counter()
-                assert read_back(off, done, per_entry=True)[1] == payload
-                entry_s.append(time.perf_counter() - t0)
-
-                # integrity costs: reads without verifying, the lag cleanup's proof, writes without checksums
-                off_nv = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block,
-                                         verify_reads=False)
-                t0 = time.perf_counter()
-                assert read_back(off_nv, done)[1] == payload
-                nover_s.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                assert verify_against_hot(off, hot, done) == n
-                proof_s.append(time.perf_counter() - t0)
-                shutil.rmtree(root / "cold", ignore_errors=True)
-                off_nc = LedgerOffloader(FilesystemBlobStore(root / "cold", fsync=fsync), max_block_size=block,
-                                         checksum_chunk=0)
-                os.sync()
-                t0 = time.perf_counter()
-                for lid in ids:
-                    h = hot.open_ledger(lid)
-                    off_nc.offload(h, str(uuid.uuid4()))
-                    h.close()
-                nock_s.append(time.perf_counter() - t0)
-                print(f"  round {rnd + 1}: copy {payload / copy_s[-1] / MB:,.0f} MB/s, user-space copy "
-                      f"{payload / user_s[-1] / MB:,.0f} MB/s, offload "
-                      f"{payload / off_s[-1] / MB:,.0f} MB/s (no checksums {payload / nock_s[-1] / MB:,.0f}), read "
-                      f"{payload / read_s[-1] / MB:,.0f} MB/s (unverified {payload / nover_s[-1] / MB:,.0f}, "
-                      f"as Entry objects {payload / entry_s[-1] / MB:,.0f}), "
-                      f"proof against hot {payload / proof_s[-1] / MB:,.0f} MB/s", flush=True)
-            series = (("copy", copy_s), ("user", user_s), ("offload", off_s), ("read", read_s),
-                      ("nock", nock_s), ("nover", nover_s), ("proof", proof_s), ("entry", entry_s))
-            best = {k: min(v) for k, v in series}
-            med = {k: statistics.median(v) for k, v in series}
-            r = {
-                "entry_size": es, "ledgers": len(ids), "entries": n, "payload_bytes": payload, "rounds": a.rounds,
-                "generate_MBps": payload / gen_s / MB,
-                "plain_copy_MBps": payload / best["copy"] / MB,
-                "userspace_copy_MBps": payload / best["user"] / MB,
-                "offload_ratio_userspace": best["user"] / best["offload"],
-                "read_ratio_userspace": best["user"] / best["read"],
-                "offload_MBps": payload / best["offload"] / MB,
-                "read_MBps": payload / best["read"] / MB,
-                "offload_ratio": best["copy"] / best["offload"],
-                "read_ratio": best["copy"] / best["read"],
-                "offload_ratio_median": med["copy"] / med["offload"],
-                "read_ratio_median": med["copy"] / med["read"],
-                # integrity: what checksums cost (time with / time without, medians), and the proof's speed
-                "checksum_write_cost": med["offload"] / med["nock"],
-                "checksum_read_cost": med["read"] / med["nover"],
-                "proof_MBps": payload / best["proof"] / MB,
-                "proof_ratio": best["copy"] / best["proof"],
-                "entry_read_MBps": payload / best["entry"] / MB,
-                "entry_read_ratio": best["copy"] / best["entry"],
-            }
-            results.append(r)
-            print(f"entry {es:>6} B: {len(ids)} ledgers, {payload / 2**20:,.0f} MiB, best of {a.rounds} | plain copy "
-                  f"{r['plain_copy_MBps']:,.0f} MB/s | offload {r['offload_MBps']:,.0f} MB/s "
-                  f"(x{r['offload_ratio']:.2f}; median x{r['offload_ratio_median']:.2f}) | sequential read "
-                  f"{r['read_MBps']:,.0f} MB/s (x{r['read_ratio']:.2f}; median x{r['read_ratio_median']:.2f}; "
-                  f"as Entry objects {r['entry_read_MBps']:,.0f} MB/s, x{r['entry_read_ratio']:.2f})", flush=True)
-            print(f"{'':>17} against a user-space copy ({r['userspace_copy_MBps']:,.0f} MB/s): offload "
-                  f"x{r['offload_ratio_userspace']:.2f}, sequential read x{r['read_ratio_userspace']:.2f}", flush=True)
-            print(f"{'':>17} integrity: writing chunk checksums costs x{r['checksum_write_cost']:.2f} offload time, "
-                  f"verifying them x{r['checksum_read_cost']:.2f} read time (medians); the lag cleanup's proof "
-                  f"against the hot CRCs runs at {r['proof_MBps']:,.0f} MB/s (x{r['proof_ratio']:.2f} of a plain "
-                  f"copy)", flush=True)
-            shutil.rmtree(root)
-
-        if human_size(a.s3_total):
-            results.append(s3_phase(a, scratch / "s3", block))
-        big = human_size(a.big_ledger)
-        if big:
+        for es in a.entry_sizes:
+            pairs += fs_cases(a, scratch, es)
+        if a.s3_total:
+            s3_pairs, out["s3"] = s3_cases(a, scratch / "s3")
+            pairs += s3_pairs
+        if a.big_ledger:
             root = scratch / "big"
-            hot = LocalLedgerStore(root / "hot")
-            (lid,) = fill_ledgers(hot, big, 65536, big)
-            q = mp.get_context("spawn").Queue()
-            p = mp.get_context("spawn").Process(
-                target=_big_child, args=(str(root / "hot"), str(root / "cold"), lid, fsync, q))
-            p.start()
-            m = q.get()
-            p.join()
-            m["ledger_bytes"] = big
-            results.append({"big_ledger": m})
-            print(f"big ledger {big / 2**30:.1f} GiB offloaded in {m['seconds']:.1f}s; peak RSS of the "
-                  f"offloading process {m['peak_rss_kib'] / 1024:,.0f} MiB (at start {m['rss_before_kib'] / 1024:,.0f} "
-                  f"MiB; block size {block / 2**20:.0f} MiB)", flush=True)
+            (lid,) = fill_ledgers(LocalLedgerStore(root / "hot"), a.big_ledger, 65536, a.big_ledger)
+            out["big_ledger"] = peak_rss("fs", a.big_ledger, a.block_size, _big_child,
+                                         (str(root / "hot"), str(root / "cold"), lid, a.block_size, not a.no_fsync))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    report(pairs, out, a.max_spread)
+    noisy = [r["case"] for r in out["cases"] if r["too_noisy"]]
+    out["too_noisy"] = noisy
+    out["exit_code"] = TOO_NOISY_EXIT if noisy else 0
+    if noisy:
+        print(f"\ntoo noisy, rerun: {', '.join(noisy)} (exit code {TOO_NOISY_EXIT})")
+    if a.quick:
+        print("--quick: a smoke run, not a measurement")
     if a.json:
-        print(json.dumps(results, indent=2))
-    return 0
+        print(json.dumps(out, indent=2))
+    return out["exit_code"]
 
 
 if __name__ == "__main__":
