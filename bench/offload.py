@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tieredcore.cold.backends.fs import FilesystemBlobStore  # noqa: E402
 from tieredcore.hot.local import LocalLedgerStore  # noqa: E402
 from tieredcore.offload.offloader import LedgerOffloader  # noqa: E402
-from tieredcore.offload.verify import verify_offloaded  # noqa: E402
+from tieredcore.offload.verify import hot_frame_ranges, verify_offloaded  # noqa: E402
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -291,7 +291,8 @@ def verify_against_hot(off: LedgerOffloader, hot: LocalLedgerStore, done: list[t
     entries = 0
     for lid, u in done:
         h, hh = off.read_offloaded(lid, u), hot.open_ledger(lid)
-        entries += verify_offloaded(h, hh.entry_crcs(), expected_sizes=hh.entry_sizes()).entries
+        entries += verify_offloaded(h, hh.entry_crcs(), expected_sizes=hh.entry_sizes(),
+                                    expected_ranges=hot_frame_ranges(hh)).entries
         h.close()
         hh.close()
     return entries
