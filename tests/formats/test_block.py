@@ -494,3 +494,32 @@ def test_plan_blocks_refuses_frame_ends_of_another_ledger() -> None:
 
     with pytest.raises(ValidationError, match="3 cumulative frame ends for 3 entries"):
         plan_blocks([1, 2, 3], 4096, frame_ends([1, 2]))
+
+
+def _checkpoints_by_the_rule(plans, sizes: list[int], interval: int) -> list[tuple[int, int]]:
+    """The checkpoint rule one frame at a time: in each block, the first frame at least ``interval`` bytes
+    after the block's first frame or the previous checkpoint."""
+    out, off = [], 0
+    for p in plans:
+        pos, last_cp = off + 128, off + 128
+        for eid in range(p.first_entry, p.last_entry + 1):
+            if eid > p.first_entry and pos - last_cp >= interval:
+                out.append((eid, pos))
+                last_cp = pos
+            pos += 12 + sizes[eid]
+        off += p.block_size
+    return out
+
+
+@given(st.one_of(
+    st.lists(st.integers(0, 3000), min_size=1, max_size=300),
+    st.tuples(st.integers(0, 2000), st.integers(1, 400)).map(lambda t: [t[0]] * t[1]),  # one size: the fast path
+    st.tuples(st.integers(0, 500), st.integers(1, 200), st.integers(0, 500)).map(  # one size, then another
+        lambda t: [t[0]] * t[1] + [t[2]] * t[1])),
+    st.integers(3200, 20000), st.integers(1, 5000))
+def test_checkpoints_follow_the_rule_for_entries_of_one_size_and_of_many(sizes: list[int], block: int,
+                                                                        interval: int) -> None:
+    from tieredcore.formats.block import checkpoints_for
+
+    plans = plan_blocks(sizes, block)
+    assert checkpoints_for(plans, sizes, interval) == _checkpoints_by_the_rule(plans, sizes, interval)

@@ -12,6 +12,7 @@ frames is inherently one step per entry (lengths are variable) and uses one ``un
 from __future__ import annotations
 
 import struct
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from tieredcore.formats.index import IndexEntry, LedgerIndex
 
 Buffer = bytes | bytearray | memoryview
 
+_BULK_ENTRIES = 16384  # from here on frame_ends sums with numpy
 _FRAME = struct.Struct(">iq")
 _INT = struct.Struct(">i")
 _BLOCK_HEADER = struct.Struct(">Iqqq")  # magic, header length, block length, first entry id
@@ -121,13 +123,32 @@ class BlockPlan:
         return self.block_size - BLOCK_HEADER_LENGTH - self.frames_length
 
 
-def frame_ends(entry_sizes: Sequence[int]) -> list[int]:
-    """Cumulative frame bytes: element i = total frame bytes of entries 0..i-1 (n + 1 elements). Shared by
-    plan_blocks and checkpoints_for (computed once per ledger: a million entries cost ~30 ms here)."""
-    return list(accumulate(map(ENTRY_HEADER_SIZE.__add__, entry_sizes), initial=0))
+def frame_ends(entry_sizes: Sequence[int]) -> Sequence[int]:
+    """Cumulative frame bytes: element i = total frame bytes of entries 0..i-1 (n + 1 elements), as an
+    ``array('q')``. Shared by plan_blocks and checkpoints_for (computed once per ledger). Large ledgers go
+    through numpy: a million entries cost ~80 ms as Python ints, ~10 ms as one cumulative sum."""
+    n = len(entry_sizes)
+    out = array("q")
+    if n < _BULK_ENTRIES:
+        out.extend(accumulate(map(ENTRY_HEADER_SIZE.__add__, entry_sizes), initial=0))
+        return out
+    import numpy as np  # imported here: a 60 ms import that small ledgers (and most CLI runs) never need
+
+    ends = np.empty(n + 1, dtype=np.int64)
+    ends[0] = 0
+    np.cumsum(np.asarray(entry_sizes, dtype=np.int64) + ENTRY_HEADER_SIZE, out=ends[1:])
+    out.frombytes(ends.tobytes())
+    return out
 
 
-def plan_blocks(entry_sizes: Sequence[int], max_block_size: int, cum: list[int] | None = None) -> list[BlockPlan]:
+def _one_size(sizes: Sequence[int]) -> bool:
+    """Whether every entry in ``sizes`` (non-empty) has the same size (compared as bytes when an array)."""
+    if isinstance(sizes, array):
+        return sizes == array(sizes.typecode, sizes[:1]) * len(sizes)
+    return min(sizes) == max(sizes)
+
+
+def plan_blocks(entry_sizes: Sequence[int], max_block_size: int, cum: Sequence[int] | None = None) -> list[BlockPlan]:
     """Split a ledger with payload sizes ``entry_sizes`` (entry ids 0..n-1) into blocks.
 
     Block starting at entry ``first`` after ``written`` payload bytes (docs/formats.md):
@@ -193,7 +214,7 @@ def index_entries_for(plans: Sequence[BlockPlan]) -> list[IndexEntry]:
 
 
 def checkpoints_for(
-    plans: Sequence[BlockPlan], entry_sizes: Sequence[int], interval: int, cum: list[int] | None = None
+    plans: Sequence[BlockPlan], entry_sizes: Sequence[int], interval: int, cum: Sequence[int] | None = None
 ) -> list[tuple[int, int]]:
     """``(entryId, frame offset)`` checkpoints inside blocks: in every block, the first frame at least
     ``interval`` bytes after the block's first frame or the previous checkpoint. A frame is then never
@@ -207,6 +228,14 @@ def checkpoints_for(
     for plan, off in zip(plans, block_offsets(plans), strict=True):
         base = cum[plan.first_entry]
         data_start = off + BLOCK_HEADER_LENGTH
+        first, last = plan.first_entry, plan.last_entry
+        if _one_size(entry_sizes[first : last + 1]):  # entries of one size: every step-th entry
+            frame = cum[first + 1] - base
+            step = -(-interval // frame)
+            ids = range(first + step, last + 1, step)
+            out += zip(ids, range(data_start + step * frame, data_start + frame * (last - first) + 1, step * frame),
+                       strict=True)
+            continue
         last_cp = base
         while True:
             k = bisect_left(cum, last_cp + interval, plan.first_entry + 1, plan.last_entry + 1)

@@ -18,6 +18,7 @@ damaged section cannot silently turn verification off.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,7 +138,7 @@ def encode_checkpoints(checkpoints: Sequence[tuple[int, int]]) -> bytes:
     """The ``TSC1`` section of ``(entryId, frame offset in the data object)`` pairs."""
     if not checkpoints:
         return b""
-    flat = [v for cp in checkpoints for v in cp]
+    flat = list(itertools.chain.from_iterable(checkpoints))
     return _CP_HEADER.pack(INDEX_CHECKPOINTS_MAGIC, len(checkpoints)) + struct.pack(f">{len(flat)}q", *flat)
 
 

@@ -30,6 +30,7 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.fileio import pread_exact, preadv_exact
+from tieredcore.formats.block import frame_ends
 from tieredcore.formats.frame_ranges import FrameRanges, decode_frame_ranges
 from tieredcore.hot.files import close_quietly
 from tieredcore.hot.format import FRAME_HEADER, FRAME_HEADER_LEN
@@ -141,15 +142,16 @@ class LocalLedgerHandle:
         buf, rel = self._read_verified(first, last, out, verify)
         return rel[-1]
 
-    def frame_ranges(self) -> FrameRanges | None:
+    def frame_ranges(self, ends: Sequence[int] | None = None) -> FrameRanges | None:
         """The CRC32C per ~1 MiB of frames recorded when the ledger was sealed (``<id>.rng``), or None:
         not sealed by its writer (recovered), written before ranges existed, damaged, or index records
-        that do not add up (every frame is then checked on its own, which names the bad one)."""
+        that do not add up (every frame is then checked on its own, which names the bad one). ``ends``:
+        the caller's cumulative frame ends from this ledger's sizes (spares recomputing them)."""
         if self._ranges is False:
-            self._ranges = self._load_ranges()
+            self._ranges = self._load_ranges(ends)
         return self._ranges  # type: ignore[return-value]
 
-    def _load_ranges(self) -> FrameRanges | None:
+    def _load_ranges(self, ends: Sequence[int] | None) -> FrameRanges | None:
         if self._ranges_path is None or not self._meta.is_closed or self._lac < 0:
             return None
         try:
@@ -162,9 +164,11 @@ class LocalLedgerHandle:
         except FormatError as e:
             log.warning("ledger %d: frame ranges ignored, every frame's CRC is checked instead: %s", self._id, e)
             return None
-        ends = array.array("q", itertools.accumulate(
-            map(operator.add, self._lens, itertools.repeat(FRAME_HEADER_LEN)), initial=0))
-        if ends[-1] != self._end or ends[:-1] != self._offsets:
+        # each record's offset = the previous one's + 12 + its length (ranges skip the per-frame check that
+        # would otherwise see a record that does not)
+        if not (isinstance(ends, array.array) and ends.typecode == "q" and len(ends) == self._lac + 2):
+            ends = frame_ends(self._lens)
+        if ends[-1] != self._end or ends[:-1] != self._offsets:  # arrays of one type: compared as bytes
             return None
         return ranges
 

@@ -43,8 +43,9 @@ class FrameSource(HotLedger, Protocol):
         frame ranges instead), written into `out` (exactly their length)."""
         ...
 
-    def frame_ranges(self) -> FrameRanges | None:
-        """CRC32C per ~1 MiB run of frames recorded at seal (None: check every frame's own CRC)."""
+    def frame_ranges(self, ends: Sequence[int] | None = None) -> FrameRanges | None:
+        """CRC32C per ~1 MiB run of frames recorded at seal (None: check every frame's own CRC); ``ends``:
+        cumulative frame ends of the ledger's sizes, when the caller has them."""
         ...
 
     def frames_slice(self, first: int, last: int) -> FileSlice:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 def range_check_for(frames: FrameSource | None, ends: Sequence[int]) -> RangeCheck | None:
     """The range check of a whole-ledger offload of ``frames`` (cumulative frame ends ``ends``), or None:
     every frame is checked on its own."""
-    ranges = frames.frame_ranges() if frames is not None else None
+    ranges = frames.frame_ranges(ends) if frames is not None else None
     if ranges is None:
         return None
     try:

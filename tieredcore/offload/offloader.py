@@ -97,7 +97,7 @@ class _Layout:
     ledger: ReadHandle
     frames: FrameSource | None  # the ledger itself when its entries are stored as offload frames
     sizes: Sequence[int]
-    ends: list[int]
+    ends: Sequence[int]
     plans: list[BlockPlan]
     total: int  # bytes of the data object
     data_key: str
@@ -329,7 +329,7 @@ class LedgerOffloader:
             quietly(f"delete {dkey} after failed index write", self.store.delete, [dkey])
             raise
 
-    def _index_prefix(self, ledger: ReadHandle, plans: Sequence[BlockPlan], sizes: Sequence[int], ends: list[int],
+    def _index_prefix(self, ledger: ReadHandle, plans: Sequence[BlockPlan], sizes: Sequence[int], ends: Sequence[int],
                       total: int) -> bytes:
         """The V1 index and its checkpoint section (the checksums follow once every byte is hashed)."""
         index = encode_index_v1(encode_ledger_metadata(_ledger_metadata(ledger)), total, index_entries_for(plans))

@@ -118,7 +118,7 @@ class _Hot:
     CRC32C per ~1 MiB of frames (then one C call per range, not one per frame, proves the bytes)."""
 
     crcs: array
-    cum: list[int] | None
+    cum: Sequence[int] | None
     ranges: RangeCheck | None = None
 
     @classmethod
