@@ -466,24 +466,30 @@ class S3Case:
     gets: list[int] = field(default_factory=list)
 
     def new_bucket(self, rnd: int) -> None:
-        """Each round its own bucket; the last round's objects go (moto keeps them in memory)."""
+        """One bucket for the run, emptied before each round (moto keeps objects in memory)."""
         if self.bucket:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket)
             for page in pages:
                 for o in page.get("Contents", []):
                     self.client.delete_object(Bucket=self.bucket, Key=o["Key"])
-        self.bucket = f"bench-{rnd}"
-        self.client.create_bucket(Bucket=self.bucket)
+        else:
+            self.bucket = "bench-s3"
+            self.client.create_bucket(Bucket=self.bucket)
 
     def upload_file(self) -> None:
         for lid in self.ids:
             self.client.upload_file(str(self.root / "hot" / f"{lid}.log"), self.bucket, f"copy/{lid}")
 
     def fresh_offloader(self) -> None:
+        """The round's offloads start afresh; the offloader (its S3 client, part buffers and threads) is
+        the run's, as a workspace's is for a sweep's ledgers. upload_file's client is the run's too: a
+        fresh client's first requests would be timed on one side only."""
         from tieredcore.cold.backends.s3 import S3BlobStore
 
-        store = S3BlobStore(self.bucket, endpoint_url=self.url, region="us-east-1")
-        self.off, self.done = LedgerOffloader(store, max_block_size=self.block), []
+        if self.off is None:
+            store = S3BlobStore(self.bucket, endpoint_url=self.url, region="us-east-1")
+            self.off = LedgerOffloader(store, max_block_size=self.block)
+        self.done = []
 
     def offload(self) -> None:
         for lid in self.ids:
