@@ -32,7 +32,7 @@ from tieredcore.reports import (
 @pytest.mark.parametrize("run_id,expected", [
     ("scheduled__2026-01-01T00:00:00+00:00", "scheduled__2026-01-01T00=3A00=3A00+00=3A00"),
     ("manual run/1", "manual=20run=2F1"),
-    ("../../etc/passwd", "..=2F..=2Fetc=2Fpasswd"),
+    ("../../etc/passwd", "=2E.=2F..=2Fetc=2Fpasswd"),
     ("..", "=2E=2E"),
     (".", "=2E"),
     ("a=b", "a=3Db"),
@@ -406,3 +406,11 @@ def test_a_run_by_hand_beside_an_old_layout_run_of_the_same_id_gets_its_own_part
     _publish(reports, place, 1, _report("scrub", ledgers=4))
     assert reports.parts("scrub", "20260101T000000Z") == ["scrub"]
     assert reports.read_summary("scrub", "20260101T000000Z", "scrub")["totals"]["ledgers"] == 4
+
+
+@pytest.mark.parametrize("run_id", [".0", ".hidden", "..x", ".", ".."])
+def test_a_run_id_starting_with_a_dot_gets_a_key_that_is_not_hidden(tmp_path: Path, run_id: str) -> None:
+    """Found by hypothesis: '.0' made a hidden key the layout refused. The leading dot is escaped."""
+    reports = RunReports(tmp_path)
+    d = reports.claim("g", run_id)
+    assert not d.name.startswith(".") and reports.run_id("g", d.name) == run_id

@@ -165,7 +165,7 @@ _HASHED = "=~"  # marks a key shortened to KEY_MAX (never produced by the escape
 
 def report_name(run_id: str) -> str:
     """The run key of a run id (an Airflow run_id unaltered, or a run's own name outside Airflow): one
-    path component of ``[A-Za-z0-9_.+=~-]``, never '', '.' or '..'. Every other character is written as
+    path component of ``[A-Za-z0-9_.+=~-]``, never '', '.', '..' or starting with '.'. Every other character is written as
     ``=XX`` per UTF-8 byte (``=`` itself too), so two distinct run ids never share a key
     (``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00=3A00=3A00+00=3A00``); a key longer
     than KEY_MAX keeps its start and a SHA-256 of the whole id (and :meth:`RunReports.claim` refuses the
@@ -176,6 +176,8 @@ def report_name(run_id: str) -> str:
                   for c in run_id)
     if key.strip(".") == "":  # '.', '..': not a directory name of its own
         key = key.replace(".", "=2E")
+    elif key.startswith("."):  # a hidden name ('.0'): its leading dot escaped ('=' never stands for itself)
+        key = "=2E" + key[1:]
     if len(key) > KEY_MAX:
         digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         key = key[:KEY_MAX - len(_HASHED) - 16] + _HASHED + digest
