@@ -288,7 +288,8 @@ class WritableLedger:
                 os.ftruncate(self._idx_fd, self._next * IDX_RECORD_LEN)
             os.fdatasync(self._log_fd)
             os.fdatasync(self._idx_fd)
-            ranges = self._ranges.result() if self._ranges is not None and self._broken is None else None
+            # (no ranges when a write failed part-way: the accumulator was dropped then)
+            ranges = self._ranges.result() if self._ranges is not None else None
             if ranges is not None and self._write_ranges is not None:
                 self._write_ranges(encode_frame_ranges(ranges))  # before the seal: a sealed ledger's are final
             if not os.path.exists(self._meta_path):

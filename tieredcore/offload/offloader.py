@@ -535,6 +535,52 @@ def _object_pieces(layout: _Layout, window: int) -> Iterator[Buffer | _FrameRun]
         yield padding(plan.block_size - C.BLOCK_HEADER_LENGTH - plan.frames_length)
 
 
+class _Parts:
+    """The part being filled by _fill_parts: buffers taken from ``free``, each full one handed to ``ready``
+    as (part number, buffer, length)."""
+
+    def __init__(self, part_size: int, free: queue.SimpleQueue, ready: queue.SimpleQueue,
+                 stop: threading.Event) -> None:
+        self.part_size, self.free, self.ready, self.stop = part_size, free, ready, stop
+        self.buf: mmap.mmap | None = None
+        self.fill = self.number = 0
+
+    def room(self) -> int:
+        """Bytes left in the current part, after taking a buffer when there is none (0: stopped)."""
+        if self.buf is None:
+            self.buf = self.free.get()
+            if self.buf is None or self.stop.is_set():
+                self.stop.set()
+                return 0
+        return self.part_size - self.fill
+
+    def filled(self, n: int) -> None:
+        """``n`` more bytes were written at ``fill``; a full part is handed over."""
+        self.fill += n
+        if self.fill == self.part_size:
+            self.number += 1
+            self.ready.put((self.number, self.buf, self.fill))
+            self.buf, self.fill = None, 0
+
+    def copy(self, piece: Buffer) -> None:
+        mv = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
+        pos, n = 0, len(mv)
+        while pos < n:
+            room = self.room()
+            if not room:
+                return
+            take = min(room, n - pos)
+            self.buf[self.fill : self.fill + take] = mv[pos : pos + take]  # type: ignore[index]
+            self.filled(take)
+            pos += take
+        mv.release()
+
+    def finish(self) -> None:
+        if self.fill:
+            self.ready.put((self.number + 1, self.buf, self.fill))
+        self.ready.put(None)
+
+
 def _fill_parts(layout: _Layout, pieces: Iterator[Buffer | _FrameRun], part_size: int, scratch: mmap.mmap,
                 crcs: ChunkCrcWriter | None, free: queue.SimpleQueue, ready: queue.SimpleQueue,
                 stop: threading.Event) -> None:
@@ -543,64 +589,33 @@ def _fill_parts(layout: _Layout, pieces: Iterator[Buffer | _FrameRun], part_size
     chunk checksums in order, and hand each full buffer to ``ready`` as (part number, buffer, length); then
     None. An error is handed over instead (the uploading side raises it)."""
     try:
-        buf, fill, number = None, 0, 0
+        parts = _Parts(part_size, free, ready, stop)
         for piece in pieces:
             if isinstance(piece, _FrameRun):
-                if buf is None:
-                    buf = free.get()
-                    if buf is None or stop.is_set():
-                        return
-                if piece.size <= part_size - fill:  # straight into the part
-                    with memoryview(buf)[fill : fill + piece.size] as into:
-                        read_checked(layout.frames, piece.first, piece.last, into, layout.ranges)  # type: ignore[arg-type]
-                        if crcs is not None:
-                            crcs.update(into)
-                    fill += piece.size
-                    if fill == part_size:
-                        number += 1
-                        ready.put((number, buf, fill))
-                        buf, fill = None, 0
-                    continue
-                with (memoryview(scratch)[: piece.size] if piece.size <= len(scratch)
-                      else memoryview(bytearray(piece.size))) as run:
-                    read_checked(layout.frames, piece.first, piece.last, run, layout.ranges)  # type: ignore[arg-type]
-                    buf, fill, number = _copy_into_parts(run, buf, fill, number, part_size, crcs, free, ready, stop)
+                room = parts.room()
+                if not room:
+                    return
+                fits = piece.size <= room
+                into = (memoryview(parts.buf)[parts.fill : parts.fill + piece.size] if fits  # type: ignore[arg-type]
+                        else memoryview(scratch)[: piece.size] if piece.size <= len(scratch)
+                        else memoryview(bytearray(piece.size)))
+                with into:
+                    read_checked(layout.frames, piece.first, piece.last, into, layout.ranges)  # type: ignore[arg-type]
+                    if crcs is not None:
+                        crcs.update(into)
+                    if not fits:  # straddles two parts: copied across from the scratch window
+                        parts.copy(into)
+                if fits:
+                    parts.filled(piece.size)
             else:
-                buf, fill, number = _copy_into_parts(piece, buf, fill, number, part_size, crcs, free, ready, stop)
+                if crcs is not None:
+                    crcs.update(piece)
+                parts.copy(piece)
             if stop.is_set():
                 return
-        if fill:
-            ready.put((number + 1, buf, fill))
-        ready.put(None)
+        parts.finish()
     except BaseException as e:  # noqa: BLE001 - handed to the uploading thread, which raises it
         ready.put(e)
-
-
-def _copy_into_parts(piece: Buffer, buf: mmap.mmap | None, fill: int, number: int, part_size: int,
-                     crcs: ChunkCrcWriter | None, free: queue.SimpleQueue, ready: queue.SimpleQueue,
-                     stop: threading.Event) -> tuple[mmap.mmap | None, int, int]:
-    """Copy ``piece`` into the part buffers from ``fill`` of ``buf`` on (taking new ones as parts fill up);
-    returns the new (buffer, fill, parts handed over). Stops early when ``stop`` is set."""
-    if crcs is not None:
-        crcs.update(piece)
-    mv = memoryview(piece).cast("B") if not isinstance(piece, bytes) else memoryview(piece)
-    pos, n = 0, len(mv)
-    while pos < n:
-        if buf is None:
-            buf = free.get()
-            if buf is None or stop.is_set():
-                stop.set()
-                return None, 0, number
-        take = min(part_size - fill, n - pos)
-        buf[fill : fill + take] = mv[pos : pos + take]
-        fill += take
-        pos += take
-        if fill == part_size:
-            number += 1
-            ready.put((number, buf, fill))
-            buf, fill = None, 0
-    mv.release()
-    return buf, fill, number
 
 
 def _send_part(store: BlobStore, key: str, upload_id: str, number: int, buf: mmap.mmap, n: int,

@@ -151,11 +151,15 @@ def hot_frame_ranges(hot: HotLedger | None) -> FrameRanges | None:
     return hot.frame_ranges() if isinstance(hot, FrameSource) else None
 
 
+def _differs(key: str, entry: int, a: int, b: int, got: int, want: int) -> CorruptObjectError:
+    """Entry ``entry`` (object bytes ``a .. b - 1``) is not the hot copy's."""
+    return CorruptObjectError(f"{key}: entry {entry} at bytes {a}-{b - 1} differs from the hot copy "
+                              f"(CRC32C {got:08x}, hot {want:08x})")
+
+
 def _range_error(key: str, e: RangeMismatch) -> CorruptObjectError:
     if e.entry is not None:
-        (a, b), (got, want) = e.entry_bytes, e.entry_crcs
-        return CorruptObjectError(f"{key}: entry {e.entry} at bytes {a}-{b - 1} differs from the hot copy "
-                                  f"(CRC32C {got:08x}, hot {want:08x})")
+        return _differs(key, e.entry, *e.entry_bytes, *e.entry_crcs)
     return CorruptObjectError(f"{key}: entries {e.first}..{e.stop - 1} differ from the hot copy (CRC32C of their "
                               f"frames {e.got:08x}, hot {e.want:08x}; each frame matches its own CRC)")
 
@@ -220,9 +224,7 @@ def _frames_cut_by_hot(s: _Stream, key: str, where: str, i: int, pos: int, end: 
             want = hot.crcs[k:j]
             if got != want:
                 x = next(x for x, (g, h) in enumerate(zip(got, want, strict=True)) if g != h)
-                a, b = base + bounds[x], base + bounds[x + 1]
-                raise CorruptObjectError(f"{key}: entry {k + x} at bytes {a}-{b - 1} differs from the hot copy "
-                                         f"(CRC32C {got[x]:08x}, hot {want[x]:08x})")
+                raise _differs(key, k + x, base + bounds[x], base + bounds[x + 1], got[x], want[x])
         if w.msgs is not None:
             if bounds is None:
                 bounds = list(map(operator.add, cum[k : j + 1], itertools.repeat(shift - base)))
@@ -314,10 +316,7 @@ class _FrameSink:
             want = self.expected[self.first : self.first + len(got)]
             if got != want:
                 k = next(k for k, (g, x) in enumerate(zip(got, want, strict=True)) if g != x)
-                a, b = self.base + starts[k], self.base + stops[k]
-                raise CorruptObjectError(
-                    f"{self.key}: entry {self.first + k} at bytes {a}-{b - 1} differs from the hot copy "
-                    f"(CRC32C {got[k]:08x}, hot {want[k]:08x})")
+                raise _differs(self.key, self.first + k, self.base + starts[k], self.base + stops[k], got[k], want[k])
         if self.msgs is not None:
             payload_starts = list(map(operator.add, starts, itertools.repeat(C.ENTRY_HEADER_SIZE)))
             self.msgs.feed(buf, self.first, payload_starts, list(map(operator.sub, stops, payload_starts)))
