@@ -67,6 +67,7 @@ CORE_LAYERS = (
     Layer("settings", ("tieredcore.policy", "tieredcore.config", "tieredcore.pulsar_policies")),
     Layer("protocol", ("tieredcore.offload.*",)),
     Layer("topics", ("tieredcore.topic.*", "tieredcore.workspace", "tieredcore.attach")),
+    Layer("the archive as data", ("tieredcore.query.*",)),
     Layer("jobs", ("tieredcore.lifecycle.*",)),
     Layer("cli", ("tieredcore.cli.*",)),
 )
@@ -128,6 +129,10 @@ PACKAGE_LAYERS = {
         Layer("settings of a run", ("compaction_settings",)),
         Layer("the attached cluster's view", ("attached_view",)),
     ),
+    "tieredcore.query": (
+        Layer("rows and statistics", ("rows", "stats"), peers=True),
+        Layer("plans and reads", ("scan",)),
+    ),
     "tieredcore.lifecycle.reconcile": (
         Layer("listing and references", ("listing", "references")),
         Layer("orphans", ("orphans",)),
@@ -154,7 +159,7 @@ ALLOWED = {
 # -- 3. entry points: above the whole core; of each other they import only declared helpers ---------------
 
 NOT_FOR_ENTRY_POINTS = ("tieredcore.cli.*",)  # the command line is an entry point too
-SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit")  # what a Spark job may import of the entry points
+SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit", "spark_jobs.datasource")  # what a Spark job may import of the entry points
 # every plugins/ module (they import each other freely)
 PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_pages", "tiered_plugin", "tiered_report_pages", "tiered_timetables",
            "tiered_units", "tiered_views", "tiered_web")

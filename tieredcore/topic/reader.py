@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 TIER_HOT = "hot"
 TIER_OFFLOADED = "offloaded"
+TIER_SEGMENTS = "segments"  # how TopicReader.read_tiered_batches names an offloaded copy held by segments
 
 # failures of one copy that another copy may not share (a bad range or bad input is the caller's)
 COPY_FAILURES = (NotFoundError, FormatError, BlobStoreError, CorruptEntryError, LedgerStateError)
@@ -165,6 +166,18 @@ class TopicReader:
         readers: no object per entry)."""
         for _lid, s, first, last in self._ranges(topic, start, end):
             yield s.read_batch(first, last)
+
+    def read_tiered_batches(
+        self, topic: str | TopicName, start: Position | None = None, end: Position | None = None
+    ) -> Iterator[tuple[str, EntryBatch]]:
+        """As :meth:`read_batches`, each batch with the copy it was read from: ``hot``, ``offloaded`` (a V1
+        object) or ``segments`` (PIP-76 segments), after any fallback."""
+        for _lid, s, first, last in self._ranges(topic, start, end):
+            batch = s.read_batch(first, last)
+            tier = s.tier
+            if tier == TIER_OFFLOADED and isinstance(s.handle, SegmentLedgerHandle):
+                tier = TIER_SEGMENTS
+            yield tier or TIER_HOT, batch
 
     def _ranges(
         self, topic: str | TopicName, start: Position | None, end: Position | None
