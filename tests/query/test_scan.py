@@ -11,14 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.query import expected_rows, generated_entries, scanned_rows
+from tests.support.query import damaged_topic, expected_rows, generated_entries, scanned_rows
 from tests.support.workspaces import build_workspace, offload, sealed, stream
 from tieredcore.cli import main as cli
 from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.requests import count_requests
 from tieredcore.config import Config
 from tieredcore.errors import MessageFormatError, ValidationError
-from tieredcore.formats.messages import OutMessage, encode_message
 from tieredcore.names import TopicName
 from tieredcore.query import stats
 from tieredcore.query.scan import (
@@ -31,7 +30,6 @@ from tieredcore.query.scan import (
     read_part,
     resolve_topics,
 )
-from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
 NS = "acme/orders"
@@ -148,23 +146,11 @@ def test_ledger_and_entry_ranges_prune_and_narrow(mixed):
     assert {p.topic for p in plan.parts} == {T1}
 
 
-def _damaged_topic(ws: Workspace, topic: str) -> list[bytes]:
-    entries = [encode_message(OutMessage(payload=f"m{i}".encode() * 10, key=f"k{i}"), producer="p", sequence_id=i,
-                              publish_time=1_700_000_000_000 + i) for i in range(6)]
-    bad = bytearray(entries[3])
-    bad[-1] ^= 0x01  # a payload bit: the message's own CRC32C no longer matches
-    entries[3] = bytes(bad)
-    ws.ml.create_topic(topic)
-    with TopicWriter(ws.ml, ws.hot, topic) as w:
-        w.append_many(entries)
-    return entries
-
-
 def test_damaged_entries_fail_the_read_or_are_counted_and_skipped(tmp_path):
     cfg = build_workspace(tmp_path / "ws", [NS], ledgers=1, entries=1, messages=True)
     topic = f"persistent://{NS}/damaged"
     with Workspace(Config.load(cfg, env={})) as ws:
-        _damaged_topic(ws, topic)
+        damaged_topic(ws, topic)
         (part,) = plan_scan(ws, [TopicName.parse(topic)]).parts
         with pytest.raises(MessageFormatError) as e:
             list(read_part(ws, part))

@@ -10,8 +10,9 @@ import pyarrow as pa
 
 from tieredcore.cli.common import properties_of
 from tieredcore.cli.workload import PROP_FIRST_SEQ, PayloadGenerator
-from tieredcore.formats.messages import decode_entry
+from tieredcore.formats.messages import OutMessage, decode_entry, encode_message
 from tieredcore.names import TopicName
+from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
 Row = tuple
@@ -69,3 +70,17 @@ def scanned_rows(batches: Iterable[pa.RecordBatch | dict]) -> list[Row]:
                         _ms(r["event_time"]), r["key"], None if r["ordering_key"] is None else bytes(r["ordering_key"]),
                         tuple(sorted(props)), r["producer_name"], r["sequence_id"], bytes(r["payload"])))
     return sorted(out, key=lambda x: (x[0], x[1], x[2], x[3]))
+
+
+def damaged_topic(ws: Workspace, topic: str) -> list[bytes]:
+    """A topic of six messages in one hot ledger, entry 3 with a flipped payload bit (its own CRC32C fails;
+    the hot tier's frame checksum, computed over the damaged bytes, passes)."""
+    entries = [encode_message(OutMessage(payload=f"m{i}".encode() * 10, key=f"k{i}"), producer="p", sequence_id=i,
+                              publish_time=1_700_000_000_000 + i) for i in range(6)]
+    bad = bytearray(entries[3])
+    bad[-1] ^= 0x01  # a payload bit: the message's own CRC32C no longer matches
+    entries[3] = bytes(bad)
+    ws.ml.create_topic(topic)
+    with TopicWriter(ws.ml, ws.hot, topic) as w:
+        w.append_many(entries)
+    return entries
