@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from tieredcore.formats.messages import Message
+from tieredcore.formats.messages import MessageColumns
 from tieredcore.model import EntryBatch
 
 TS = pa.timestamp("us", tz="UTC")
@@ -81,68 +81,23 @@ def _ms_to_us(values: Sequence[int | None], n: int, nullable: bool) -> pa.Array:
     return pa.array([None if v is None else v * 1000 for v in values], TS)
 
 
-def message_batch(topic: str, tier: str, msgs: Sequence[Message]) -> pa.RecordBatch:
-    """The rows of ``msgs`` (decoded from one ledger). Fields are read as :class:`Message`'s properties
-    read them (Pulsar's consumer: a batched message's own key, ordering key, properties, event time and
-    sequence id; the entry's producer and publish time), inlined: this loop is the scan's hot path."""
-    n = len(msgs)
-    eids: list[int] = []
-    bidx: list[int] = []
-    pub: list[int] = []
-    evt: list[int | None] = []
-    keys: list[str | None] = []
-    okeys: list[bytes | None] = []
-    prod: list[str] = []
-    seq: list[int] = []
-    pay: list = []
-    poff = [0]
-    pkeys: list[str] = []
-    pvals: list[str] = []
-    last = None
-    m_pub = m_seq = m_evt = 0
-    m_prod = ""
-    for _lid, eid, bi, payload, meta, single, _broker in msgs:
-        eids.append(eid)
-        bidx.append(bi)
-        pay.append(payload)
-        if meta is not last:  # the messages of a batch share their entry's metadata
-            last = meta
-            m_pub, m_prod, m_seq, m_evt = meta.publish_time, meta.producer_name, meta.sequence_id, meta.event_time
-        pub.append(m_pub)
-        prod.append(m_prod)
-        if single is None:
-            own = meta
-            seq.append(m_seq)
-            evt.append(m_evt or None)
-        else:
-            own = single
-            has = single.HasField
-            seq.append(single.sequence_id if has("sequence_id") else m_seq + bi)
-            evt.append((single.event_time if has("event_time") else m_evt) or None)
-        has = own.HasField
-        keys.append(own.partition_key if has("partition_key") and not own.null_partition_key else None)
-        okeys.append(own.ordering_key if has("ordering_key") else None)
-        props = own.properties
-        if props:
-            for kv in props:
-                pkeys.append(kv.key)
-                pvals.append(kv.value)
-        poff.append(len(pkeys))
-    lid = msgs[0].ledger_id if n else 0
+def message_batch(topic: str, tier: str, ledger_id: int, c: MessageColumns) -> pa.RecordBatch:
+    """The rows of the messages ``c`` (decoded from entries of one ledger)."""
+    n = len(c)
     cols = [
         _const(topic, n),
-        pa.array(np.full(n, lid, np.int64)),
-        pa.array(np.array(eids, np.int64)),
-        pa.array(np.array(bidx, np.int32)),
-        _ms_to_us(pub, n, False),
-        _ms_to_us(evt, n, True),
-        pa.array(keys, pa.string()),
-        pa.array(okeys, pa.binary()),
-        pa.MapArray.from_arrays(pa.array(poff, pa.int32()), pa.array(pkeys, pa.string()),
-                                pa.array(pvals, pa.string())),
-        pa.array(prod, pa.string()),
-        pa.array(seq, pa.int64()),
-        _binary(pay, n),
+        pa.array(np.full(n, ledger_id, np.int64)),
+        pa.array(np.array(c.entry_ids, np.int64)),
+        pa.array(np.array(c.batch_index, np.int32)),
+        _ms_to_us(c.publish_time, n, False),
+        _ms_to_us(c.event_time, n, True),
+        pa.array(c.key, pa.string()),
+        pa.array(c.ordering_key, pa.binary()),
+        pa.MapArray.from_arrays(pa.array(c.prop_offsets, pa.int32()), pa.array(c.prop_keys, pa.string()),
+                                pa.array(c.prop_values, pa.string())),
+        pa.array(c.producer_name, pa.string()),
+        pa.array(c.sequence_id, pa.int64()),
+        _binary(c.payload, n),
         _const(tier, n),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=MESSAGE_SCHEMA)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tieredcore.errors import MessageFormatError, NotFoundError, ValidationError
-from tieredcore.formats.messages import BadEntry, decode_entries
+from tieredcore.formats.messages import BadEntry, decode_columns
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.model import Position
 from tieredcore.names import NamespaceName, TopicName
@@ -319,7 +319,7 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
             else:
                 bad: list[BadEntry] | None = [] if on_damage == "skip" else None
                 try:
-                    msgs = decode_entries(batch, bad)
+                    msgs = decode_columns(batch, bad)
                 except MessageFormatError as e:
                     raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
                                              "(option onDamage=skip counts and skips such entries)",
@@ -332,7 +332,7 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
                 if not msgs:
                     continue
                 c.messages += len(msgs)
-                out = rows.message_batch(part.topic, tier, msgs)
+                out = rows.message_batch(part.topic, tier, part.ledger_id, msgs)
                 pt = out.column(4)
                 mn, mx = pc.min_max(pt).values()
                 mn, mx = mn.value // 1000, mx.value // 1000
