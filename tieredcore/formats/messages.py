@@ -422,8 +422,9 @@ def check_entries(batch: EntryBatch, deep: bool = False) -> EntryCheck:
 class MessageColumns:
     """The messages of entries as columns (what a scan turns into Arrow arrays without an object per
     message): field ``x[i]`` belongs to message ``i``; a message's properties are
-    ``prop_keys[prop_offsets[i]:prop_offsets[i + 1]]`` (and ``prop_values``). Fields read as
-    :class:`Message`'s properties read them."""
+    ``prop_keys[prop_offsets[i]:prop_offsets[i + 1]]`` (and ``prop_values``; a key given twice once, with
+    its last value, as Pulsar's ``MessageImpl.getProperties``). Fields read as :class:`Message`'s
+    properties read them."""
 
     entry_ids: list[int] = field(default_factory=list)
     batch_index: list[int] = field(default_factory=list)
@@ -467,9 +468,15 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
         okeys.append(own.ordering_key if has("ordering_key") else None)
         props = own.properties
         if props:
+            start = len(pkeys)
             for kv in props:
                 pkeys.append(kv.key)
                 pvals.append(kv.value)
+            if len(props) > 1 and len(set(pkeys[start:])) < len(props):  # a repeated key: the last wins
+                last = dict(zip(pkeys[start:], pvals[start:], strict=True))
+                del pkeys[start:], pvals[start:]
+                pkeys.extend(last)
+                pvals.extend(last.values())
         poff.append(len(pkeys))
 
     for s, n in zip(batch.starts, batch.lengths, strict=True):
