@@ -73,3 +73,16 @@ def test_a_repeated_property_key_keeps_its_last_value(tmp_path: Path):
     batch = entry_batch(tmp_path, [body])
     (row,) = columns_rows(m.decode_columns(batch))
     assert row[6] == (("a", "3"), ("b", "2")) == tuple(m.decode_entries(batch)[0].properties.items())
+
+
+def test_singles_without_their_own_sequence_id_or_event_time_take_the_entrys(tmp_path: Path):
+    """Older clients leave them out of SingleMessageMetadata (RawMessageImpl falls back to the entry's)."""
+    smms = [m.SingleMessageMetadata(payload_size=1), m.SingleMessageMetadata(payload_size=1, event_time=9,
+                                                                             sequence_id=70)]
+    body = b"".join(struct.pack(">i", len(s := x.SerializeToString())) + s + b"z" for x in smms)
+    meta = m.MessageMetadata(producer_name="p", sequence_id=40, publish_time=1, event_time=5, num_messages_in_batch=2)
+    md = meta.SerializeToString()
+    batch = entry_batch(tmp_path, [struct.pack(">i", len(md)) + md + body])
+    rows = columns_rows(m.decode_columns(batch))
+    assert rows == as_columns(m.decode_entries(batch))
+    assert [(r[3], r[8]) for r in rows] == [(5, 40), (9, 70)]
