@@ -26,6 +26,7 @@ returns) and can collect bad entries instead of stopping at the first.
 from __future__ import annotations
 
 import base64
+import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,21 @@ _SMM_parse = SingleMessageMetadata.FromString
 _crc = crc32c.crc32c
 _inflate = compression.inflate
 _COMPRESSION_FIELD = MessageMetadata.DESCRIPTOR.fields_by_name["compression"].number
+
+
+def _native_split():
+    """:func:`decode_columns`' per-message loop over a batch in C (tieredcore/formats/cbatch.c), or None:
+    not built, not loadable (a zip on ``sys.path``, as Spark's --py-files), or ``TIERED_NO_C`` set."""
+    if os.environ.get("TIERED_NO_C", "") not in ("", "0"):
+        return None
+    try:
+        from tieredcore.formats import cbatch
+    except ImportError:
+        return None
+    return cbatch.split
+
+
+_split_c = _native_split()
 
 
 class MessageId(NamedTuple):
@@ -461,6 +477,7 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
     eids, bidx, pubs, evts = c.entry_ids, c.batch_index, c.publish_time, c.event_time
     keys, okeys, prods, seqs, pays = c.key, c.ordering_key, c.producer_name, c.sequence_id, c.payload
     poff, pkeys, pvals = c.prop_offsets, c.prop_keys, c.prop_values
+    split_c = _split_c
 
     def own_fields(own: MessageMetadata | SingleMessageMetadata) -> None:
         has = own.HasField
@@ -495,7 +512,14 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
                 evts.append(evt or None)
                 pays.append(payload)
                 own_fields(meta)
+            elif split_c is not None and split_c(
+                    payload, meta.num_messages_in_batch, seq, evt, eid, pub, prod,
+                    eids, bidx, pubs, prods, seqs, evts, keys, okeys, pays, poff, pkeys, pvals) is None:
+                pass  # the whole batch read in C
             else:
+                # no C reader, or it stopped (malformed, or beyond what it reads): the batch again in
+                # Python, whose errors (texts included) and readings are the reference
+                c.truncate(kept)
                 for k, (single, body) in enumerate(_singles(lid, eid, meta.num_messages_in_batch, payload)):
                     has = single.HasField
                     eids.append(eid)

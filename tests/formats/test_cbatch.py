@@ -1,0 +1,321 @@
+"""decode_columns' per-message loop in C (tieredcore/formats/cbatch.c) against the Python loop it replaces.
+
+The C reader parses SingleMessageMetadata's wire format itself; whatever it refuses (malformed, or beyond
+what it reads: groups, a known field of an unexpected wire type, strings that are not UTF-8) the Python
+reader reads again, so errors and edge cases stay the Python reader's. What matters is that the C reader
+never accepts what upb refuses and never reads a field differently: a differential test over random
+batches, random wire-format metadata and corrupted batches, plus exact vectors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tieredcore.errors import MessageFormatError
+from tieredcore.formats import messages as m
+from tieredcore.model import EntryBatch
+
+cbatch = pytest.importorskip("tieredcore.formats.cbatch", reason="the C extension is not built")
+ROOT = Path(__file__).resolve().parents[2]
+
+U64 = 2**64 - 1
+
+
+def entry_batch(entries: list[bytes], first: int = 0) -> EntryBatch:
+    starts, pos = [], 0
+    for e in entries:
+        starts.append(pos)
+        pos += len(e)
+    return EntryBatch(ledger_id=7, first_entry=first, buf=b"".join(entries), starts=starts,
+                      lengths=[len(e) for e in entries], frames_start=0, frames_end=pos)
+
+
+def batch_entry(raw: bytes, count: int, seq: int = 100, event_time: int | None = None) -> bytes:
+    """An entry (no checksum: corrupted payloads reach the batch reader) whose inflated batch is ``raw``."""
+    meta = m.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1234,
+                             num_messages_in_batch=count, uncompressed_size=len(raw))
+    if event_time is not None:
+        meta.event_time = event_time
+    return m.frame_entry(meta, raw, checksum=False)
+
+
+def framed(*smms: tuple[bytes, bytes]) -> bytes:
+    """``[uint32 size][SingleMessageMetadata][payload]`` per (metadata bytes, payload)."""
+    return b"".join(struct.pack(">I", len(s)) + s + p for s, p in smms)
+
+
+def run(batch: EntryBatch, native: bool, collect: bool):
+    """decode_columns' columns (payloads as bytes) and bad entries, or the error it raised."""
+    saved = m._split_c
+    m._split_c = cbatch.split if native else None
+    try:
+        bad: list[m.BadEntry] | None = [] if collect else None
+        try:
+            c = m.decode_columns(batch, bad)
+        except MessageFormatError as ex:
+            return ("error", type(ex), str(ex), ex.position)
+        cols = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+        cols["payload"] = [bytes(p) for p in c.payload]
+        return ("ok", cols, bad)
+    finally:
+        m._split_c = saved
+
+
+def same(batch: EntryBatch) -> tuple:
+    """Both readers, both error modes: identical results; the C reader's (raising mode) returned."""
+    c_raise, py_raise = run(batch, True, False), run(batch, False, False)
+    assert c_raise == py_raise
+    assert run(batch, True, True) == run(batch, False, True)
+    return c_raise
+
+
+def split_direct(raw: bytes, count: int, seq: int = 100, evt: int = 0):
+    """cbatch.split on its own: (its return, the columns it filled)."""
+    c = m.MessageColumns()
+    r = cbatch.split(memoryview(raw), count, seq, evt, 0, 1234, "p", c.entry_ids, c.batch_index,
+                     c.publish_time, c.producer_name, c.sequence_id, c.event_time, c.key, c.ordering_key,
+                     c.payload, c.prop_offsets, c.prop_keys, c.prop_values)
+    return r, c
+
+
+# --- wire format, written by hand ----------------------------------------------------------------------
+
+
+def varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def tag(num: int, wt: int) -> bytes:
+    return varint(num << 3 | wt)
+
+
+def ld(num: int, data: bytes) -> bytes:
+    return tag(num, 2) + varint(len(data)) + data
+
+
+def vi(num: int, v: int) -> bytes:
+    return tag(num, 0) + varint(v)
+
+
+# --- exact vectors -------------------------------------------------------------------------------------
+
+
+def test_the_c_reader_is_used_unless_turned_off() -> None:
+    assert m._split_c is (None if os.environ.get("TIERED_NO_C", "") not in ("", "0") else cbatch.split)
+    code = "from tieredcore.formats import messages as m; print(m._split_c is None)"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TIERED_NO_C="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
+    smm = (vi(3, 5) + vi(20, U64) + tag(21, 1) + b"12345678" + ld(22, b"\x00\xff junk")
+           + tag(23, 5) + b"abcd" + ld(2, "clé".encode()) + vi(8, 9) + vi(5, 77) + ld(7, b"\x00ok")
+           + ld(1, ld(1, b"k") + vi(9, 1) + ld(2, b"v")) + vi(2**20, 3))
+    raw = framed((smm, b"hello"), (vi(3, 0) + vi(10, 1) + ld(2, b"gone"), b""))
+    r, c = split_direct(raw, 2, seq=100, evt=55)
+    assert r is None
+    assert (c.batch_index, c.sequence_id, c.event_time, c.key, c.ordering_key) == (
+        [0, 1], [9, 101], [77, 55], ["clé", None], [b"\x00ok", None])
+    assert (c.prop_offsets, c.prop_keys, c.prop_values) == ([0, 1, 1], ["k"], ["v"])
+    assert [bytes(p) for p in c.payload] == [b"hello", b""]
+    res = same(entry_batch([batch_entry(raw, 2, seq=100, event_time=55)]))
+    assert res[0] == "ok" and res[1]["key"] == ["clé", None]
+
+
+def test_groups_are_left_to_the_python_reader() -> None:
+    smm = vi(3, 1) + tag(24, 3) + vi(1, 5) + tag(25, 3) + tag(25, 4) + tag(24, 4) + ld(2, b"k")
+    raw = framed((smm, b"x"))
+    r, _ = split_direct(raw, 1)
+    assert r[0] == cbatch.UNSUPPORTED
+    res = same(entry_batch([batch_entry(raw, 1)]))
+    assert res[0] == "ok" and res[1]["key"] == ["k"]  # upb skips the group; so does the Python reader
+
+
+def test_a_known_field_of_another_wire_type() -> None:
+    raw = framed((vi(3, 1) + vi(2, 5), b"x"))  # partition_key as a varint: upb keeps it aside
+    assert split_direct(raw, 1)[0][0] == cbatch.UNSUPPORTED
+    res = same(entry_batch([batch_entry(raw, 1)]))
+    assert res[0] == "ok" and res[1]["key"] == [None]
+
+
+def test_strings_that_are_not_utf8() -> None:
+    """upb (proto2 strings: no UTF-8 check) parses them and hands out bytes; the C reader leaves them to
+    it, so the columns hold what the Python reader returns."""
+    raw = framed((vi(3, 0) + ld(2, b"\xff\xfe") + ld(1, ld(1, b"\xc3(") + ld(2, b"v")), b""))
+    assert split_direct(raw, 1)[0][0] == cbatch.UNSUPPORTED
+    res = same(entry_batch([batch_entry(raw, 1)]))
+    assert res[0] == "ok" and res[1]["key"] == [b"\xff\xfe"] and res[1]["prop_keys"] == [b"\xc3("]
+
+
+def test_missing_payload_size() -> None:
+    raw = framed((vi(3, 0), b""), (ld(2, b"k"), b""))
+    assert split_direct(raw, 2)[0][:2] == (cbatch.NO_PAYLOAD_SIZE, 1)
+    res = same(entry_batch([batch_entry(raw, 2)]))
+    assert res[2] == ("entry 7:0: not a Pulsar message: message 1 of the batch: SingleMessageMetadata "
+                      "lacks payload_size")
+
+
+@pytest.mark.parametrize("smm", [
+    vi(3, 1) + tag(8, 0) + b"\x80\x80",  # truncated varint
+    vi(3, 1) + tag(8, 0) + b"\xff" * 10 + b"\x01",  # 11 bytes
+    vi(3, 1) + ld(2, b"abc")[:-1],  # truncated string
+    vi(3, 1) + b"\x00",  # field 0
+    vi(3, 1) + tag(30, 7),  # wire type 7
+    vi(3, 1) + tag(30, 1) + b"1234",  # truncated fixed64
+    vi(3, 1) + ld(1, tag(1, 2) + b"\x05ab"),  # a KeyValue's string overruns the KeyValue
+], ids=["truncated-varint", "long-varint", "truncated-string", "field-0", "wire-type-7", "fixed64",
+        "kv-overrun"])
+def test_metadata_that_does_not_parse(smm: bytes) -> None:
+    raw = framed((smm, b"x"))
+    assert split_direct(raw, 1)[0][:2] == (cbatch.PARSE, 0)
+    res = same(entry_batch([batch_entry(raw, 1)]))
+    assert res[0] == "error"
+    assert res[2].startswith("entry 7:0: not a Pulsar message: message 0 of the batch: SingleMessageMetadata "
+                             "does not parse: ")
+
+
+def test_framing_errors() -> None:
+    good = framed((vi(3, 1), b"x"))
+    cases = {
+        good + b"\x00\x00": (cbatch.TRUNCATED, "the batch ends before message 1 of 2"),
+        good + b"\x00\x00\x00\x09" + vi(3, 1): (cbatch.META_OVERRUN,
+                                                  "message 1 of the batch: its metadata overruns the batch"),
+        good + framed((vi(3, 5), b"abc")): (cbatch.PAYLOAD_OVERRUN,
+                                              "message 1 of the batch: its 5-byte payload overruns the batch"),
+        good + framed((vi(3, 2**32 - 3), b"abc")): (cbatch.PAYLOAD_OVERRUN,
+                                                      "message 1 of the batch: its -3-byte payload overruns"),
+    }
+    for raw, (code, text) in cases.items():
+        assert split_direct(raw, 2)[0][:2] == (code, 1)
+        res = same(entry_batch([batch_entry(raw, 2)]))
+        assert res[0] == "error" and text in res[2]
+
+
+def test_sequence_ids_past_2_64_are_left_to_python() -> None:
+    raw = framed((vi(3, 0), b""), (vi(3, 0), b""))
+    assert split_direct(raw, 2, seq=U64)[0][0] == cbatch.UNSUPPORTED
+    res = same(entry_batch([batch_entry(raw, 2, seq=U64)]))
+    assert res[1]["sequence_id"] == [U64, U64 + 1]
+
+
+def test_bad_entries_are_collected_as_before() -> None:
+    good = m.encode_batch([m.OutMessage(b"a", key="k", properties={"p": "1"}), m.OutMessage(b"b")],
+                          producer="p", sequence_id=5, publish_time=9)
+    broken = batch_entry(framed((vi(3, 1), b"x"), (vi(3, 9), b"y")), 2)
+    batch = entry_batch([good, broken, good], first=10)
+    for native in (True, False):
+        kind, cols, bad = run(batch, native, True)
+        assert cols["entry_ids"] == [10, 10, 12, 12] and cols["payload"] == [b"a", b"b", b"a", b"b"]
+        assert cols["prop_offsets"] == [0, 1, 1, 2, 2] and cols["prop_keys"] == ["p", "p"]
+        assert [(b.position.entry_id, b.reason, b.checksum) for b in bad] == [
+            (11, "entry 7:11: not a Pulsar message: message 1 of the batch: its 9-byte payload overruns "
+                 "the batch", False)]
+    with pytest.raises(MessageFormatError, match="its 9-byte payload"):
+        run_raise = m.decode_columns
+        run_raise(batch)
+
+
+# --- differential, random ------------------------------------------------------------------------------
+
+texts = st.text(max_size=8)
+out_messages = st.builds(
+    m.OutMessage,
+    payload=st.binary(max_size=24),
+    key=st.none() | texts,
+    key_is_b64=st.booleans(),
+    ordering_key=st.none() | st.binary(max_size=6),
+    properties=st.lists(st.tuples(texts, texts), max_size=3),
+    event_time=st.none() | st.integers(0, U64),
+    sequence_id=st.none() | st.integers(0, U64),
+    null_value=st.booleans(),
+    null_key=st.booleans(),
+    compacted_out=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=st.lists(st.tuples(st.lists(out_messages, min_size=1, max_size=5), st.integers(0, 2**63),
+                                  st.none() | st.integers(0, U64)), min_size=1, max_size=3))
+def test_random_batches(batches) -> None:
+    entries = []
+    for msgs, seq, evt in batches:
+        e = m.encode_batch(msgs, producer="prod", sequence_id=seq, publish_time=42)
+        if evt is not None:  # the entry's event time, for messages without their own
+            f = m.parse_entry(e)
+            f.metadata.event_time = evt
+            e = m.frame_entry(f.metadata, bytes(f.payload))
+        entries.append(e)
+    res = same(entry_batch(entries))
+    assert res[0] == "ok" and len(res[1]["entry_ids"]) == sum(len(b[0]) for b in batches)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(out_messages, min_size=1, max_size=4), data=st.data())
+def test_corrupted_batches(msgs, data) -> None:
+    smms = [m.single_metadata(x, 100 + i) for i, x in enumerate(msgs)]
+    raw = bytearray(m.batch_payload(zip(smms, (b"" if x.null_value else x.payload for x in msgs),
+                                        strict=True)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        how = data.draw(st.sampled_from(["flip", "set", "cut", "insert"]))
+        at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
+        if how == "flip" and raw:
+            raw[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif how == "set" and raw:
+            raw[at] = data.draw(st.integers(0, 255))
+        elif how == "cut":
+            del raw[at:]
+        else:
+            raw[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    count = data.draw(st.sampled_from([len(msgs), len(msgs) + 1, max(len(msgs) - 1, 1)]))
+    same(entry_batch([batch_entry(bytes(raw), count)]))
+
+
+# a SingleMessageMetadata of random fields, numbers and wire types (the known ones among them)
+def _field(num: int, wt: int, value: int, blob: bytes) -> bytes:
+    if wt == 0:
+        return tag(num, 0) + varint(value)
+    if wt == 1:
+        return tag(num, 1) + blob.ljust(8, b"\0")[:8]
+    if wt == 5:
+        return tag(num, 5) + blob.ljust(4, b"\0")[:4]
+    if wt == 2:
+        return ld(num, blob)
+    if wt == 3:
+        return tag(num, 3) + blob + tag(num, 4)
+    return tag(num, wt) + blob
+
+
+kv_blob = st.builds(lambda k, v, extra: ld(1, k) + extra + ld(2, v),
+                    st.binary(max_size=4), st.binary(max_size=4), st.sampled_from([b"", vi(7, 3), b"\x08"]))
+fields = st.builds(_field, st.integers(1, 12) | st.integers(13, 2**29 - 1), st.integers(0, 7),
+                   st.integers(0, U64) | st.integers(0, 300), kv_blob | st.binary(max_size=10))
+
+
+@settings(max_examples=400, deadline=None)
+@given(smms=st.lists(st.tuples(st.lists(fields, max_size=6), st.booleans(), st.binary(max_size=6)),
+                     min_size=1, max_size=3))
+def test_random_wire_format(smms) -> None:
+    parts = []
+    for fs, with_size, payload in smms:
+        body = b"".join(fs) + (vi(3, len(payload)) if with_size else b"")
+        parts.append((body, payload))
+    same(entry_batch([batch_entry(framed(*parts), len(parts))]))
