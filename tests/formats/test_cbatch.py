@@ -210,6 +210,16 @@ def test_framing_errors() -> None:
         assert res[0] == "error" and text in res[2]
 
 
+def test_small_payloads_are_copied_large_ones_viewed() -> None:
+    big = bytes(range(256)) * 300  # 76800 bytes: over the 64 KiB copied
+    raw = framed((vi(3, 3), b"abc"), (vi(3, len(big)), big), (vi(3, 65536), big[:65536]))
+    r, c = split_direct(raw, 3)
+    assert r is None
+    assert [type(p) for p in c.payload] == [bytes, memoryview, bytes]
+    assert [bytes(p) for p in c.payload] == [b"abc", big, big[:65536]]
+    same(entry_batch([batch_entry(raw, 3)]))
+
+
 def test_sequence_ids_past_2_64_are_left_to_python() -> None:
     raw = framed((vi(3, 0), b""), (vi(3, 0), b""))
     assert split_direct(raw, 2, seq=U64)[0][0] == cbatch.UNSUPPORTED

@@ -5,7 +5,8 @@
  *
  * walks an inflated batch, [uint32 BE size][SingleMessageMetadata][payload] x count, parsing each
  * SingleMessageMetadata's protobuf wire format itself, and appends every message's fields to the column
- * lists as messages._singles + decode_columns do. Returns None when the whole batch was read, else a tuple
+ * lists as messages._singles + decode_columns do (payloads up to 64 KiB as bytes copies, larger ones as
+ * memoryview slices of ``payload``). Returns None when the whole batch was read, else a tuple
  * (code, message index, reason): the caller drops what was appended for the entry and reads it again in
  * Python, which raises the exact MessageFormatError (or accepts what this reader is stricter about).
  *
@@ -202,9 +203,43 @@ append_new(PyObject *list, PyObject *o, fail *f)
     return r;
 }
 
+/* Property keys seen in this batch (a producer's messages mostly carry the same few): one str each. */
+#define KEY_CACHE 8
+typedef struct {
+    int n;
+    span keys[KEY_CACHE];
+    PyObject *objs[KEY_CACHE];
+} key_cache;
+
+static PyObject *
+cached_key(key_cache *c, span s, fail *f)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->keys[i].n == s.n && memcmp(c->keys[i].p, s.p, (size_t)s.n) == 0) {
+            Py_INCREF(c->objs[i]);
+            return c->objs[i];
+        }
+    }
+    PyObject *o = utf8(s, f);
+    if (o != NULL && c->n < KEY_CACHE) {
+        c->keys[c->n] = s;
+        Py_INCREF(o);
+        c->objs[c->n++] = o;
+    }
+    return o;
+}
+
+static void
+key_cache_clear(key_cache *c)
+{
+    for (int i = 0; i < c->n; i++)
+        Py_DECREF(c->objs[i]);
+    c->n = 0;
+}
+
 /* One KeyValue: appends its key and value (strings, "" when absent: upb does not check required). */
 static int
-parse_kv(span m, PyObject *pkeys, PyObject *pvals, fail *f)
+parse_kv(span m, PyObject *pkeys, PyObject *pvals, key_cache *kc, fail *f)
 {
     const uint8_t *p = m.p, *e = m.p + m.n;
     span key = {(const uint8_t *)"", 0}, val = {(const uint8_t *)"", 0};
@@ -222,10 +257,12 @@ parse_kv(span m, PyObject *pkeys, PyObject *pvals, fail *f)
             return -1;
         }
     }
-    if (append_new(pkeys, utf8(key, f), f) < 0)
+    if (append_new(pkeys, cached_key(kc, key, f), f) < 0)
         return -1;
     return append_new(pvals, utf8(val, f), f);
 }
+
+#define SMALL_PAYLOAD 65536
 
 typedef struct {
     span key, okey;
@@ -235,7 +272,8 @@ typedef struct {
 } smm;
 
 static int
-parse_smm(const uint8_t *p, const uint8_t *e, smm *s, PyObject *pkeys, PyObject *pvals, fail *f)
+parse_smm(const uint8_t *p, const uint8_t *e, smm *s, PyObject *pkeys, PyObject *pvals, key_cache *kc,
+          fail *f)
 {
     memset(s, 0, sizeof *s);
     while (p < e) {
@@ -249,7 +287,7 @@ parse_smm(const uint8_t *p, const uint8_t *e, smm *s, PyObject *pkeys, PyObject 
         case 1: /* properties */
             if (wt != 2)
                 WRONG_TYPE();
-            if (read_bytes(&p, e, &m, f) < 0 || parse_kv(m, pkeys, pvals, f) < 0)
+            if (read_bytes(&p, e, &m, f) < 0 || parse_kv(m, pkeys, pvals, kc, f) < 0)
                 return -1;
             break;
         case 2: /* partition_key */
@@ -342,6 +380,8 @@ split(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const Py_ssize_t end = view.len;
     Py_ssize_t q = 0;
     PyObject *evt_entry = NULL; /* the entry's event time (None for 0), made once */
+    key_cache kc;
+    kc.n = 0;
 
     for (k = 0; k < count; k++) {
         if (end - q < 4) {
@@ -358,7 +398,7 @@ split(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         smm s;
-        if (parse_smm(base + q, base + q + size, &s, pkeys, pvals, &f) < 0)
+        if (parse_smm(base + q, base + q + size, &s, pkeys, pvals, &kc, &f) < 0)
             break;
         q += size;
         if (!s.has_ps) {
@@ -416,13 +456,17 @@ split(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             f.code = CODE_PYERROR;
             break;
         }
-        if (append_new(pays, PySequence_GetSlice(payload, q, q + n), &f) < 0)
+        /* a small payload copied into bytes (not tracked by the garbage collector, joined fast), a large
+         * one a memoryview slice (no copy) */
+        if (append_new(pays, n <= SMALL_PAYLOAD ? PyBytes_FromStringAndSize((const char *)base + q, n)
+                                                : PySequence_GetSlice(payload, q, q + n), &f) < 0)
             break;
         if (append_new(poff, PyLong_FromSsize_t(PyList_GET_SIZE(pkeys)), &f) < 0)
             break;
         q += n;
     }
     Py_XDECREF(evt_entry);
+    key_cache_clear(&kc);
     PyBuffer_Release(&view);
     if (f.code == CODE_OK)
         Py_RETURN_NONE;

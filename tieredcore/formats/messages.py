@@ -450,7 +450,7 @@ class MessageColumns:
     ordering_key: list[bytes | None] = field(default_factory=list)
     producer_name: list[str] = field(default_factory=list)
     sequence_id: list[int] = field(default_factory=list)
-    payload: list[memoryview] = field(default_factory=list)
+    payload: list[memoryview | bytes] = field(default_factory=list)  # the C reader copies small ones
     prop_offsets: list[int] = field(default_factory=lambda: [0])
     prop_keys: list[str] = field(default_factory=list)
     prop_values: list[str] = field(default_factory=list)
