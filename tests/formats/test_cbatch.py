@@ -14,6 +14,7 @@ import os
 import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,25 @@ def test_the_c_reader_is_used_unless_turned_off() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_from_a_zip_the_python_reader_is_used(tmp_path: Path) -> None:
+    """Spark executors import tieredcore from a --py-files zip, where extension modules cannot load."""
+    archive = tmp_path / "deps.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in (ROOT / "tieredcore").rglob("*"):
+            if f.suffix in (".py", ".so", ".proto"):
+                z.write(f, f.relative_to(ROOT))
+        assert any(n.endswith(".so") for n in z.namelist())  # the built module is in it, and still unused
+    code = ("from tieredcore.formats import messages as m; from tieredcore.model import EntryBatch\n"
+            "e = m.encode_batch([m.OutMessage(b'x', key='k')] * 2, producer='p', sequence_id=1, publish_time=2)\n"
+            "c = m.decode_columns(EntryBatch(1, 0, e, [0], [len(e)], 0, len(e)))\n"
+            f"print(m._split_c is None, m.__file__.startswith({str(archive)!r}), c.key, c.sequence_id)")
+    env = {k: v for k, v in os.environ.items() if k != "TIERED_NO_C"}
+    env["PYTHONPATH"] = str(archive)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["True", "True", "['k',", "'k']", "[1,", "2]"]
 
 
 def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
