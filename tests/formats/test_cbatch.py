@@ -161,6 +161,15 @@ def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
     assert res[0] == "ok" and res[1]["key"] == ["clé", None]
 
 
+def test_key_values_lacking_key_or_value() -> None:
+    """KeyValue's key and value are required; upb does not check: "" for the missing one."""
+    smm = vi(3, 0) + ld(1, ld(2, b"v")) + ld(1, ld(1, b"k")) + ld(1, b"") + ld(1, ld(1, b"a") + ld(1, b"b"))
+    raw = framed((smm, b""))
+    r, c = split_direct(raw, 1)
+    assert r is None and (c.prop_keys, c.prop_values) == (["", "k", "", "b"], ["v", "", "", ""])
+    same(entry_batch([batch_entry(raw, 1)]))
+
+
 def test_groups_are_left_to_the_python_reader() -> None:
     smm = vi(3, 1) + tag(24, 3) + vi(1, 5) + tag(25, 3) + tag(25, 4) + tag(24, 4) + ld(2, b"k")
     raw = framed((smm, b"x"))

@@ -470,7 +470,9 @@ class MessageColumns:
 
 def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify: bool = True) -> MessageColumns:
     """What :func:`decode_entries` returns, as :class:`MessageColumns` (the same messages, errors and
-    ``bad`` handling; one loop, no tuple per message)."""
+    ``bad`` handling; one loop, no tuple per message). A batch's messages are read in C when
+    tieredcore/formats/cbatch.c is built (see :func:`_native_split`); a batch it stops at (malformed, or
+    beyond what it reads) is read again here, so errors and readings are this loop's."""
     mv = memoryview(batch.buf)
     lid, eid = batch.ledger_id, batch.first_entry
     c = MessageColumns()
