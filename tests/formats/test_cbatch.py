@@ -166,8 +166,27 @@ def test_key_values_lacking_key_or_value() -> None:
     smm = vi(3, 0) + ld(1, ld(2, b"v")) + ld(1, ld(1, b"k")) + ld(1, b"") + ld(1, ld(1, b"a") + ld(1, b"b"))
     raw = framed((smm, b""))
     r, c = split_direct(raw, 1)
-    assert r is None and (c.prop_keys, c.prop_values) == (["", "k", "", "b"], ["v", "", "", ""])
+    # key "" twice: once, in its first place, with its last value
+    assert r is None and (c.prop_keys, c.prop_values) == (["", "k", "b"], ["", "", ""])
     same(entry_batch([batch_entry(raw, 1)]))
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 17, 40])
+def test_a_repeated_property_key_keeps_its_last_value(n: int) -> None:
+    """As decode_columns' Python loop (Pulsar's getProperties): a key given twice once, in its first
+    place, with its last value; pairwise up to 16 properties, through a dict beyond."""
+    props = [(f"k{i % (n - 1)}", f"v{i}") for i in range(n)]  # the last repeats the first key
+    distinct = [(f"k{i}", f"v{i}") for i in range(n)]
+    smm = vi(3, 0) + b"".join(ld(1, ld(1, k.encode()) + ld(2, v.encode())) for k, v in props)
+    smm2 = vi(3, 0) + b"".join(ld(1, ld(1, k.encode()) + ld(2, v.encode())) for k, v in distinct)
+    raw = framed((smm, b""), (smm2, b""))
+    r, c = split_direct(raw, 2)
+    want = dict(props)
+    assert r is None
+    assert c.prop_offsets == [0, n - 1, 2 * n - 1]
+    assert (c.prop_keys[: n - 1], c.prop_values[: n - 1]) == (list(want), list(want.values()))
+    assert (c.prop_keys[n - 1 :], c.prop_values[n - 1 :]) == ([k for k, _ in distinct], [v for _, v in distinct])
+    same(entry_batch([batch_entry(raw, 2)]))
 
 
 def test_groups_are_left_to_the_python_reader() -> None:
@@ -282,7 +301,7 @@ out_messages = st.builds(
     key=st.none() | texts,
     key_is_b64=st.booleans(),
     ordering_key=st.none() | st.binary(max_size=6),
-    properties=st.lists(st.tuples(texts, texts), max_size=3),
+    properties=st.lists(st.tuples(st.sampled_from(["a", "b", ""]) | texts, texts), max_size=4),  # repeats
     event_time=st.none() | st.integers(0, U64),
     sequence_id=st.none() | st.integers(0, U64),
     null_value=st.booleans(),

@@ -264,6 +264,64 @@ parse_kv(span m, PyObject *pkeys, PyObject *pvals, key_cache *kc, fail *f)
 
 #define SMALL_PAYLOAD 65536
 
+/* A message's properties pkeys[start:] (and pvals) with a key given twice once, in the place it came
+ * first, with its last value: what decode_columns' dict(zip(keys, values)) makes (Pulsar's
+ * MessageImpl.getProperties). Equal str objects here are equal UTF-8 bytes: strict decoding. */
+static int
+dedupe(PyObject *pkeys, PyObject *pvals, Py_ssize_t start, fail *f)
+{
+    Py_ssize_t end = PyList_GET_SIZE(pkeys), n = end - start;
+    if (n < 2)
+        return 0;
+    if (n <= 16) { /* the usual few: pairwise, no dict */
+        int repeated = 0;
+        for (Py_ssize_t i = start + 1; i < end && !repeated; i++) {
+            PyObject *a = PyList_GET_ITEM(pkeys, i);
+            for (Py_ssize_t j = start; j < i; j++) {
+                PyObject *b = PyList_GET_ITEM(pkeys, j);
+                if (a == b || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+                               PyUnicode_Compare(a, b) == 0)) {
+                    repeated = 1;
+                    break;
+                }
+            }
+        }
+        if (PyErr_Occurred())
+            goto error;
+        if (!repeated)
+            return 0;
+    }
+    PyObject *last = PyDict_New();
+    if (last == NULL)
+        goto error;
+    for (Py_ssize_t i = start; i < end; i++) {
+        if (PyDict_SetItem(last, PyList_GET_ITEM(pkeys, i), PyList_GET_ITEM(pvals, i)) < 0) {
+            Py_DECREF(last);
+            goto error;
+        }
+    }
+    if (PyDict_GET_SIZE(last) < n) {
+        if (PyList_SetSlice(pkeys, start, end, NULL) < 0 || PyList_SetSlice(pvals, start, end, NULL) < 0) {
+            Py_DECREF(last);
+            goto error;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(last, &pos, &k, &v)) {
+            if (PyList_Append(pkeys, k) < 0 || PyList_Append(pvals, v) < 0) {
+                Py_DECREF(last);
+                goto error;
+            }
+        }
+    }
+    Py_DECREF(last);
+    return 0;
+error:
+    f->code = CODE_PYERROR;
+    f->reason = "python error";
+    return -1;
+}
+
 typedef struct {
     span key, okey;
     uint64_t evt, seq;
@@ -398,7 +456,9 @@ split(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         smm s;
-        if (parse_smm(base + q, base + q + size, &s, pkeys, pvals, &kc, &f) < 0)
+        Py_ssize_t pstart = PyList_GET_SIZE(pkeys);
+        if (parse_smm(base + q, base + q + size, &s, pkeys, pvals, &kc, &f) < 0 ||
+            dedupe(pkeys, pvals, pstart, &f) < 0)
             break;
         q += size;
         if (!s.has_ps) {
