@@ -252,7 +252,9 @@ def _create(catalog, ident: tuple[str, str], schema: pa.Schema):
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(ident[0])
     try:
-        txn = catalog.create_table_transaction(ident, schema)
+        # no retries inside pyiceberg: a retry would re-apply our files on top of a concurrent commit whose
+        # exported ledgers we have not seen (commit_table reloads and decides again instead)
+        txn = catalog.create_table_transaction(ident, schema, properties={"commit.retry.num-retries": "0"})
         with txn.update_spec() as spec:
             spec.add_field("publish_time", DayTransform(), "publish_day")
         txn.commit_transaction()
@@ -582,12 +584,12 @@ def _closure(files: list[dict[str, Any]], seeds: set[tuple[str, int]]) -> set[tu
     return out
 
 
-def _commit(catalog, ident: tuple[str, str], files: list[str], ledgers: dict[str, set[int]], run_id: str) -> int | None:
-    """One Iceberg commit: the files and the exported ledgers, asserting the snapshot the exported sets were
-    read from (CommitFailedException when another commit came in between). The new snapshot id."""
+def _commit(tbl, files: list[str], ledgers: dict[str, set[int]], run_id: str) -> int | None:
+    """One Iceberg commit on ``tbl`` as loaded when the run decided what to add: the files and the exported
+    ledgers, asserting that snapshot (CommitFailedException when another commit came in between). The new
+    snapshot id."""
     from pyiceberg.table.update import AssertRefSnapshotId
 
-    tbl = catalog.load_table(ident)
     base = tbl.metadata.current_snapshot_id
     props = {EXPORTED_PREFIX + t: range_text(exported(tbl, t) | ids) for t, ids in ledgers.items() if ids}
     txn = tbl.transaction()
@@ -636,12 +638,11 @@ def commit_table(catalog, work: TableWork, records: list[dict[str, Any]], run_id
         try:
             if dtbl is not None and not dlq_committed:
                 dkeep = [f for f in dlqs if not {tuple(x) for x in f["ledgers"]} & out]
-                result.dlq_snapshot_id = _commit(catalog, work.dlq_ident, [f["path"] for f in dkeep],  # type: ignore[arg-type]
-                                                 _ledger_map(commit), run_id)
+                result.dlq_snapshot_id = _commit(dtbl, [f["path"] for f in dkeep], _ledger_map(commit), run_id)
                 result.dlq_rows += sum(f["rows"] for f in dkeep)
                 dlq_committed = True
                 _drop([f for f in dlqs if f not in dkeep])
-            result.snapshot_id = _commit(catalog, work.ident, [f["path"] for f in keep], _ledger_map(commit), run_id)
+            result.snapshot_id = _commit(tbl, [f["path"] for f in keep], _ledger_map(commit), run_id)
         except CommitFailedException as e:
             result.conflicts += 1
             log.info("%s: commit conflict (attempt %d), reloading: %s", work.name, attempt + 1, e)
