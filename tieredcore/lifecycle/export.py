@@ -721,13 +721,14 @@ def run_export(config: Config, catalog, plan: ExportPlan, write: Writer, *, run_
                progress: Callable[[str], None] | None = None) -> list[TableResult]:
     """Write every table's files (``write``: in-process, or distributed by Spark), commit per table,
     redo the ledgers a concurrent commit forced out (a few rounds), then expire and list files."""
-    rid = run_id or f"export-{uuid.uuid4().hex[:12]}"
+    prefix = f"export-{uuid.uuid4().hex[:12]}"  # file names: unique per run, whatever its id
+    rid = run_id or prefix
     results = {w.name: TableResult(w.name, w.namespace, already=w.already) for w in plan.tables}
     pending = [w for w in plan.tables if w.ledgers]
     for rnd in range(MAX_ROUNDS):
         if not pending:
             break
-        tasks = [t for w in pending for t in write_tasks(w, f"{rid}-r{rnd}")]
+        tasks = [t for w in pending for t in write_tasks(w, f"{prefix}-r{rnd}")]
         if progress:
             progress(f"round {rnd + 1}: {len(tasks)} write task(s) over {len(pending)} table(s)")
         records = write(tasks)
