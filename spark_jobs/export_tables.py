@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Workspace(run.config) as ws:
             catalog = ex.open_catalog(run.config)
             return ex.plan_export(ws, catalog, plan_topics(ws, args.namespace, args.topic), run.as_of_ms,
-                                  create=not run.dry_run)
+                                  create=False)  # reads only: tables are created in execute
 
     def describe(planned: ex.ExportPlan) -> str:
         return (f"{len(planned.tables)} table(s), {sum(w.ledger_count for w in planned.tables)} ledger(s), "
@@ -147,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     .collect())
 
         catalog = ex.open_catalog(config)
+        ex.ensure_tables(catalog, planned)
         results = ex.run_export(config, catalog, planned, write, run_id=run.run_id, orphan_age_s=args.orphan_age,
                                 progress=lambda m: print(f"INFO {JOB}: {m}", flush=True))
         return ExportReport(run.as_of_ms, False, planned, results)

@@ -375,6 +375,17 @@ def plan_export(ws: Workspace, catalog, topics: Sequence[TopicName], as_of_ms: i
     return plan
 
 
+def ensure_tables(catalog, plan: ExportPlan) -> None:
+    """Create the plan's tables (and DLQ tables) that do not exist yet and fill in their locations: a job
+    plans with ``create=False`` (its plan only reads) and creates them once its checks passed. A table an
+    overlapping run created meanwhile is loaded; its exported ledgers are seen at the commit."""
+    for w in plan.tables:
+        if not w.location:
+            w.location = _create(catalog, w.ident, table_schema(w.settings)).location()
+        if w.dlq_ident and not w.dlq_location:
+            w.dlq_location = _create(catalog, w.dlq_ident, DLQ_SCHEMA).location()
+
+
 # -- writing (executors, or the CLI in-process) -----------------------------------------------------------------
 
 
