@@ -268,3 +268,50 @@ def test_ranges_round_trip() -> None:
     assert ex.range_text([5, 0, 1, 2, 3, 41, 45, 40]) == "0-3,5,40-41,45"
     assert ex.parse_ranges("0-3,5,40-41,45") == {0, 1, 2, 3, 5, 40, 41, 45}
     assert ex.parse_ranges("") == set()
+
+
+KILLED_RUN = """
+import os, signal, sys
+from tieredcore.lifecycle import export as ex
+from tieredcore.cli.main import main
+ex.before_commit = lambda table: os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_process_killed_with_sigkill_before_its_commit_is_redone_exactly_once(cli: Cli) -> None:
+    import os
+    import subprocess
+    import sys
+
+    generate(cli, NS)
+    offload(cli)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "TIERED_NO_PROGRESS": "1"}
+    p = subprocess.run([sys.executable, "-c", KILLED_RUN, "--workspace", str(cli.root), "export", T0, "--as-of", LATER],
+                       env=env, capture_output=True, timeout=120)
+    assert p.returncode == -9, p.stderr.decode()
+    cat = ex.open_catalog(cli.config())
+    tbl = cat.load_table(("public_default", "topic_0000"))
+    assert tbl.metadata.current_snapshot_id is None  # files written, nothing visible
+    assert any(Path(tbl.location().removeprefix("file://")).rglob("*.parquet"))
+    res = export(cli, T0)
+    assert res["tables"][0]["ledgers"] == 4
+    got = table_of(cli, T0)
+    assert got.equals(expected(cli, T0).cast(got.schema))
+    assert export(cli, T0)["tables"][0]["ledgers"] == 0
+
+
+def test_payloads_against_the_schema() -> None:
+    schema = {"id": "long", "name": "string", "at": "timestamp", "x": "double", "ok": "boolean"}
+    assert ex.parse_value(b'{"id": 1, "x": 2, "at": 5}', schema, ("id",)) == {
+        "id": 1, "name": None, "at": 5000, "x": 2.0, "ok": None}
+    for payload, why in ((b"\xff", "not JSON"), (b'"text"', "not a JSON object"), (b'{"id": true}', "not a long"),
+                         (b'{"id": 2, "name": "\\ud800"}', "not a string"), (b'{"id": 1, "at": 1e400}', "timestamp"),
+                         (b'{"id": 1, "at": 99999999999999999999}', "range"), (b"{}", "required field 'id'"),
+                         (b'{"id": 1, "ok": 1}', "not a boolean")):
+        with pytest.raises(ValueError, match=why):
+            ex.parse_value(payload, schema, ("id",))
+    with pytest.raises(ex.ValidationError, match="'uuid'"):
+        ex.parse_schema({"a": "uuid"})
+    assert ex.parse_schema({"properties": {"a": {"type": "integer"}}, "required": ["a"]}) == ({"a": "long"}, ("a",))

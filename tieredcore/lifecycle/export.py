@@ -409,16 +409,28 @@ def _ts_value(v: object) -> int:
     if isinstance(v, bool):
         raise ValueError("a boolean is no timestamp")
     if isinstance(v, int):
-        return v * 1000
-    if isinstance(v, str):
+        us = v * 1000
+    elif isinstance(v, str):
         d = datetime.fromisoformat(v.replace("Z", "+00:00"))
         d = d if d.tzinfo else d.replace(tzinfo=UTC)
-        return int(d.timestamp() * 1_000_000)
-    raise ValueError(f"{v!r} is no timestamp")
+        delta = d - datetime(1970, 1, 1, tzinfo=UTC)
+        us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    else:
+        raise ValueError(f"{v!r} is no timestamp")
+    if not -2**63 <= us < 2**63:
+        raise ValueError(f"{v!r} is out of the timestamp range")
+    return us
+
+
+def _utf8(v: object) -> bool:
+    try:
+        return isinstance(v, str) and bool(v.encode("utf-8") or True)
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800") parses as JSON but is no text
+        return False
 
 
 _CHECK: dict[str, Callable[[object], bool]] = {
-    "string": lambda v: isinstance(v, str),
+    "string": _utf8,
     "long": lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63,
     "double": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
@@ -465,9 +477,9 @@ class _Files:
         if not table.num_rows:
             return
         days = pc.strftime(table.column("publish_time"), format="%Y-%m-%d", locale="C")
-        for day in pc.unique(days).to_pylist():
-            part = table.filter(pc.equal(days, day)) if len(set(days.to_pylist())) > 1 else table
-            self._write(day, part, topic, ledger)
+        distinct = pc.unique(days).to_pylist()
+        for day in distinct:
+            self._write(day, table.filter(pc.equal(days, day)) if len(distinct) > 1 else table, topic, ledger)
 
     def _write(self, day: str, part: pa.Table, topic: str, ledger: int) -> None:
         if day not in self.open:
