@@ -16,9 +16,11 @@ import pytest
 from spark_jobs import export_tables
 from tests.support.workspaces import build_workspace, offload, sealed
 from tieredcore.config import Config
+from tieredcore.formats.messages import OutMessage, encode_message
 from tieredcore.lifecycle import export as ex
 from tieredcore.names import TopicName
 from tieredcore.query.scan import ScanFilter, plan_scan, read_part
+from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
 from .conftest import spark_env, spark_submit
@@ -28,11 +30,25 @@ AS_OF = "2026-01-02T00:00:00Z"
 KEY = ["topic", "ledger_id", "entry_id", "batch_index"]
 
 
+JSON_NS = "public/json"
+
+
 def workspace(root: Path) -> Path:
+    """Two generated topics (no schema), and a topic of JSON payloads, a third of which do not match the
+    schema its namespace sets (DLQ); every sealed ledger offloaded."""
     cfg = build_workspace(root, [NS], topics=2, ledgers=3, entries=40, entry_size="16-300", messages=True)
     with Workspace(Config.load(cfg, env={})) as ws:
-        for t in ws.ml.list_topics(NS):
-            offload(ws, t.full, sealed(ws, t.full))
+        t = TopicName.parse(f"{JSON_NS}/orders")
+        for _ in range(3):
+            w = TopicWriter(ws.ml, ws.hot, t, max_entries=1000, max_bytes=1 << 30, clock_ms=lambda: 1_767_225_600_000)
+            w.append_many([encode_message(OutMessage(json.dumps({"id": i}).encode() if i % 3 else b"oops"),
+                                          producer="p", sequence_id=i, publish_time=1_767_225_600_000 + i)
+                           for i in range(30)])
+            w.close(seal=True)
+        ex.save_settings(ws, JSON_NS, ex.ExportSettings(schema={"id": "long"}, required=("id",)))
+        for ns in (NS, JSON_NS):
+            for t in ws.ml.list_topics(ns):
+                offload(ws, t.full, sealed(ws, t.full))
     return cfg
 
 
@@ -53,11 +69,17 @@ def test_export_job_writes_on_executors_and_commits_once(tmp_path: Path) -> None
     assert rc == 0, log
     summary = json.loads(next((tmp_path / "ws" / "reports").rglob("summary.json")).read_text())
     t = summary["totals"]
-    assert t["ledgers"] == 6 and t["failures"] == 0 and t["outcomes"] == {"exported": 6}
+    assert t["ledgers"] == 8 and t["failures"] == 0 and t["outcomes"] == {"exported": 8}
     assert t["namespaces"][NS]["tables"] == 2 and t["counters"]["rows"] > 0
+    # the JSON topic: 2 offloaded ledgers of 30 messages, every third one not JSON
+    assert t["namespaces"][JSON_NS]["rows"] == 40 and t["namespaces"][JSON_NS]["dlq_rows"] == 20
     assert all(x["snapshot_id"] for x in summary["tables"]) and summary["spark"]["master"].startswith("local")
 
     cat = ex.open_catalog(config)
+    orders = ex.read_table(cat, ("public_json", "orders"))
+    assert sorted(v["id"] for v in orders.column("value").to_pylist()) == sorted([i for i in range(30) if i % 3] * 2)
+    dlq = ex.read_table(cat, ("public_json", "orders_dlq"))
+    assert set(dlq.column("payload").to_pylist()) == {b"oops"} and dlq.num_rows == 20
     with Workspace(config) as ws:
         for topic in ws.ml.list_topics(NS):
             ident = ex.table_ident(topic, "topic")
