@@ -9,7 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, xcom
+from .conftest import SWEEP_AT, get_dag, make_workspace, run_dag, set_policy, xcom
+
+
+def test_params_refuse_bad_input() -> None:
+    """The trigger form refuses what the plan would (the plan checks again), the schedule has both halves."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = get_dag("tiered_table_export")
+    age = dag.params.get_param("orphan_age")
+    for good in (0, 3600):
+        assert age.resolve(good) == good
+    for bad in (-1, "1h", 1.5, 10**9):
+        with pytest.raises(ParamValidationError):
+            age.resolve(bad)
+    ns = dag.params.get_param("namespaces")
+    assert ns.resolve(["public/default"]) == ["public/default"]
+    with pytest.raises(ParamValidationError):
+        ns.resolve(["public/default/topic"])
+    assert "tiered_offloaded" in dag.description and dag.default_args["retries"] >= 1
 
 
 @pytest.mark.slow
