@@ -315,3 +315,81 @@ def test_payloads_against_the_schema() -> None:
     with pytest.raises(ex.ValidationError, match="'uuid'"):
         ex.parse_schema({"a": "uuid"})
     assert ex.parse_schema({"properties": {"a": {"type": "integer"}}, "required": ["a"]}) == ({"a": "long"}, ("a",))
+
+
+def no_duplicates(t: pa.Table) -> bool:
+    keys = pc.binary_join_element_wise(pc.cast(t["ledger_id"], pa.string()), pc.cast(t["entry_id"], pa.string()),
+                                       pc.cast(t["batch_index"], pa.string()), ":")
+    return len(pc.unique(keys)) == t.num_rows
+
+
+def test_a_run_that_loses_part_of_its_file_to_an_overlapping_run_redoes_the_rest(
+        cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other run commits the two older ledgers between our write (one file holding all four) and our
+    commit: the file cannot be added in part, so it is dropped and the two newer ledgers are redone."""
+    generate(cli, NS)
+    offload(cli)
+    config = cli.config()
+    raced: list = []
+
+    def race(table: str) -> None:
+        if raced:
+            return
+        raced.append(None)
+        with Workspace(config) as ws:
+            cat = ex.open_catalog(config)
+            plan = ex.plan_export(ws, cat, [TopicName.parse(T0)], ex_ms("2025-12-31T23:45:00Z"))
+            raced[:] = ex.run_export(config, cat, plan, ex.local_writer(config))
+
+    monkeypatch.setattr(ex, "before_commit", race)
+    (res,) = export(cli, T0)["tables"]
+    assert raced[0].ledgers == 2
+    assert res["conflicts"] == 1 and res["redone"] == 2 and res["ledgers"] == 2
+    got = table_of(cli, T0)
+    assert no_duplicates(got) and got.equals(expected(cli, T0).cast(got.schema))
+    tbl = ex.open_catalog(config).load_table(("public_default", "topic_0000"))
+    assert tbl.properties[ex.EXPORTED_PREFIX + f"persistent://{T0}"] == "0-3"
+
+
+def test_two_runs_in_threads_meeting_at_the_commit_add_everything_once(cli: Cli,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    generate(cli, NS, topics=2)
+    offload(cli)
+    config = cli.config()
+    gate = threading.Barrier(2, timeout=20)
+    met: set[int] = set()
+
+    def meet(table: str) -> None:
+        me = threading.get_ident()
+        if me not in met:  # each run's first commit waits for the other's: both decided on the same state
+            met.add(me)
+            gate.wait()
+
+    monkeypatch.setattr(ex, "before_commit", meet)
+    results: dict[int, list] = {}
+
+    def run(i: int) -> None:
+        with Workspace(config) as ws:
+            cat = ex.open_catalog(config)
+            plan = ex.plan_export(ws, cat, [TopicName.parse(T0), TopicName.parse(T1)], 2**62)
+            results[i] = ex.run_export(config, cat, plan, ex.local_writer(config))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert set(results) == {0, 1}
+    for name, topic in (("public_default.topic_0000", T0), ("public_default.topic_0001", T1)):
+        mine = [r for rs in results.values() for r in rs if r.table == name]
+        assert sorted(r.ledgers for r in mine) == [0, 4] and sum(r.conflicts for r in mine) >= 1
+        got = table_of(cli, topic)
+        assert no_duplicates(got) and got.equals(expected(cli, topic).cast(got.schema))
+
+
+def ex_ms(iso: str) -> int:
+    from tieredcore.clock import parse_time_ms
+
+    return parse_time_ms(iso, "as of")

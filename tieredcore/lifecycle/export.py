@@ -26,7 +26,6 @@ only (its DLQ rows are not written twice).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -221,7 +220,14 @@ def open_catalog(config: Config):
         Path(unquote(urlparse(wh).path)).mkdir(parents=True, exist_ok=True)
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("tiered", uri=url, warehouse=wh)
+    for attempt in range(5):
+        try:
+            return SqlCatalog("tiered", uri=url, warehouse=wh)
+        except Exception as e:  # two runs creating a new catalog's own tables at once: the other one won
+            if "already exists" not in str(e) or attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def value_type(settings: ExportSettings) -> pa.StructType | None:
@@ -242,15 +248,26 @@ DLQ_SCHEMA = pa.schema([qrows.MESSAGE_SCHEMA.field(n) for n in
 
 
 def _create(catalog, ident: tuple[str, str], schema: pa.Schema):
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.exceptions import (
+        CommitFailedException,
+        NamespaceAlreadyExistsError,
+        NoSuchTableError,
+        TableAlreadyExistsError,
+    )
     from pyiceberg.transforms import DayTransform
 
     try:
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
-    with contextlib.suppress(NamespaceAlreadyExistsError):
+    try:
         catalog.create_namespace(ident[0])
+    except NamespaceAlreadyExistsError:
+        pass
+    except Exception:  # two runs creating it at once: the SQL catalog's unique key refused the second
+        if (ident[0],) not in catalog.list_namespaces():
+            raise
+
     try:
         # no retries inside pyiceberg: a retry would re-apply our files on top of a concurrent commit whose
         # exported ledgers we have not seen (commit_table reloads and decides again instead)
@@ -258,8 +275,8 @@ def _create(catalog, ident: tuple[str, str], schema: pa.Schema):
         with txn.update_spec() as spec:
             spec.add_field("publish_time", DayTransform(), "publish_day")
         txn.commit_transaction()
-    except TableAlreadyExistsError:
-        pass  # an overlapping run created it
+    except (TableAlreadyExistsError, CommitFailedException):
+        pass  # an overlapping run created it (the SQL catalog says so with either)
     return catalog.load_table(ident)
 
 
@@ -715,7 +732,7 @@ def after_commit(catalog, ident: tuple[str, str], keep: int, orphan_age_s: float
                 p.unlink(missing_ok=True)
                 deleted += 1
         doc = {"table": ".".join(ident), "snapshot_id": tbl.metadata.current_snapshot_id, "files": files}
-        tmp = root / f".{CURRENT_FILES}.{os.getpid()}.tmp"
+        tmp = root / f".{CURRENT_FILES}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
         tmp.replace(root / CURRENT_FILES)
     return deleted
