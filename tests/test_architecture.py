@@ -127,6 +127,7 @@ PACKAGE_LAYERS = {
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
         Layer("settings of a run", ("compaction_settings",)),
+        Layer("the Iceberg export", ("export",)),
         Layer("the attached cluster's view", ("attached_view",)),
     ),
     "tieredcore.query": (
@@ -141,7 +142,7 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
-        Layer("commands", ("compact", "data", "deletions", "init", "keys", "offload", "policies", "read",
+        Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
                            "scrub", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),

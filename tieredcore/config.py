@@ -93,6 +93,8 @@ ENV_OVERRIDES = {
     "TIERED_PRICE_LIST_1000": "price_list_per_1000",
     "TIERED_PRICE_DELETE_1000": "price_delete_per_1000",
     "TIERED_BROKERS_DEFAULT": "brokers_default",
+    "TIERED_EXPORT_CATALOG_URL": "export_catalog_url",
+    "TIERED_EXPORT_WAREHOUSE": "export_warehouse",
 }
 PRICE_FIELDS = ("price_storage_gb_month", "price_get_per_1000", "price_put_per_1000", "price_list_per_1000",
                 "price_delete_per_1000")
@@ -154,6 +156,11 @@ class Config:
     # attached to a Pulsar cluster: the operator stated that store_url is its brokers' default offload bucket
     # (broker.conf, which ZooKeeper does not hold): namespaces whose policies name no bucket offload there
     brokers_default: bool = False
+    # the Iceberg export's catalog (an SQLAlchemy URL: sqlite:///..., postgresql+psycopg2://...) and warehouse
+    # (file://... or an object store URL pyiceberg can write); empty: SQLite and a warehouse directory in the
+    # workspace, <workspace>/iceberg/ (tieredcore.lifecycle.export, docs/export.md)
+    export_catalog_url: str = ""
+    export_warehouse: str = ""
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):

@@ -12,6 +12,7 @@ from spark_jobs import (
     compact_segments,
     deletion_drain,
     deletion_lag_cleanup,
+    export_tables,
     offload_sweep,
     reconcile_orphans,
     retention_sweep,
@@ -28,7 +29,8 @@ from .test_jobs import no_spark  # noqa: F401  (fixture)
 
 JOBS = {"offload_sweep": offload_sweep, "deletion_lag_cleanup": deletion_lag_cleanup,
         "retention_sweep": retention_sweep, "scrub": scrub, "compact_segments": compact_segments,
-        "deletion_drain": deletion_drain, "reconcile_orphans": reconcile_orphans, "rotate_keys": rotate_keys}
+        "deletion_drain": deletion_drain, "reconcile_orphans": reconcile_orphans, "rotate_keys": rotate_keys,
+        "export_tables": export_tables}
 
 
 @pytest.fixture(scope="module")

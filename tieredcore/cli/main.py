@@ -14,7 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tieredcore.cli import compact, data, deletions, init, keys, offload, policies, read, scrub, topics
+from tieredcore.cli import (
+    compact,
+    data,
+    deletions,
+    export,
+    init,
+    keys,
+    offload,
+    policies,
+    read,
+    scrub,
+    topics,
+)
 from tieredcore.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -37,7 +49,8 @@ from tieredcore.usage import OneLineParser
 from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
-                                    deletions.GROUP, scrub.GROUP, compact.GROUP, keys.GROUP)
+                                    deletions.GROUP, scrub.GROUP, compact.GROUP, keys.GROUP,
+                                    export.GROUP)
 COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.commands}
 
 
