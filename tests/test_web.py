@@ -390,3 +390,39 @@ def test_overview_page_shows_the_latest_scrubs_message_counts(tmp_path: Path) ->
     r = client.get("/reports/scrub/s1/")  # a run outside Airflow: its one part is the run
     assert r.status_code == 200 and "messages_damaged 1" in r.text
     assert f"persistent://t/a/topic-0000 {li.ledgerId}:7" in r.text  # summary.json's damaged_messages
+
+
+def test_the_overview_shows_exported_tables_and_their_lag(tmp_path: Path) -> None:
+    """After `tiered export`, the view lists the table (its rows and bytes as the Iceberg snapshot says) and
+    how far it is behind the offload: a ledger offloaded after the export is counted, its age is the lag."""
+    from tieredcore.cli import main as cli
+    from tieredcore.lifecycle.export import open_catalog
+    from tieredcore.names import TopicName
+    from tieredcore.query.scan import plan_scan, read_part
+
+    cfg = Config.load(build_workspace(tmp_path / "ws", ["t/a"], ledgers=3, entries=20, messages=True), env={})
+    with Workspace(cfg) as ws:
+        ids = sealed(ws, TOPIC)
+        offload(ws, TOPIC, ids[:2], as_of=END_MS)
+        messages = sum(b.num_rows for p in plan_scan(ws, [TopicName.parse(TOPIC)]).parts
+                       if p.ledger_id in ids[:2] for b in read_part(ws, p))
+    client = mount(cfg)
+    assert 'id="exports"' not in client.get(f"/overview?at={END_MS}").text  # no export yet: no section, no catalog
+    assert not (tmp_path / "ws" / "iceberg").exists()
+    assert cli.main(["--workspace", str(tmp_path / "ws"), "export", "--namespace", "t/a", "--as-of",
+                     "2026-01-01T00:00:00Z"]) == 0
+    with Workspace(cfg) as ws:
+        offload(ws, TOPIC, ids[2:], as_of=END_MS + 60_000)
+    now = END_MS + 3_600_000
+    r = client.get(f"/overview?at={now}")
+    assert r.status_code == 200 and 'id="exports"' in r.text
+    shown = cells(r.text)
+    table = "t_a.topic_0000"
+    snap = open_catalog(cfg).load_table(("t_a", "topic_0000")).current_snapshot()
+    assert shown[(table, "rows")] == ("n", str(messages), f"{messages:,}")
+    assert shown[(table, "bytes")][1] == snap.summary["total-files-size"]
+    assert shown[(table, "unexported_ledgers")][2] == "1"
+    assert shown[(table, "export_lag")][1] == str(now - (END_MS + 60_000))
+    assert shown[(table, "dlq_rows")][2] == "—"
+    (row,) = client.get(f"/overview.json?at={now}").json()["exports"]
+    assert (row["table"], row["rows"], row["topics"], row["unexported_ledgers"]) == (table, messages, 1, 1)

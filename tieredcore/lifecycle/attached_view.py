@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tieredcore.errors import FormatError, NotFoundError, UnreadableRecordError
+from tieredcore.lifecycle.export import export_overview
 from tieredcore.lifecycle.overview import (
     RECONCILE_JOB,
     SCRUB_JOB,
@@ -111,6 +112,7 @@ class AttachedOverview:
     history: list[dict[str, Any]]  # per run: BookKeeper only / BookKeeper + bucket / bucket only bytes
     prices: Prices
     hot_tier: str = HOT_TIER
+    exports: list[Any] = field(default_factory=list)  # the Iceberg export's tables (lifecycle.export.ExportedTable)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -256,7 +258,8 @@ def _totals(rows: list[AttachedNamespace], by_job: dict[str, list[RunInfo]], las
 
 
 def overview_of(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices) -> Overview | AttachedOverview:
-    """The view a workspace gets: the attached cluster's, or the project's own tiers."""
-    if ws.attached:
-        return build_attached_overview(ws, reports_dir, now_ms, prices)
-    return build_overview(ws, reports_dir, now_ms, prices)
+    """The view a workspace gets: the attached cluster's, or the project's own tiers; with the tables the
+    Iceberg export wrote, when it ever ran."""
+    ov = (build_attached_overview if ws.attached else build_overview)(ws, reports_dir, now_ms, prices)
+    ov.exports = export_overview(ws, now_ms)
+    return ov

@@ -805,3 +805,81 @@ def _redo_work(catalog, w: TableWork, redo: set[tuple[str, int]]) -> TableWork:
 def read_table(catalog, ident: tuple[str, str]) -> pa.Table:
     """The table as Iceberg scans it (tests, the CLI's checks)."""
     return catalog.load_table(ident).scan().to_arrow()
+
+
+# -- the view: exported tables, their size and how far the export is behind the offload ---------------------
+
+
+@dataclass
+class ExportedTable:
+    """One exported table as the "Tiered storage" view shows it. Lag: offloaded ledgers of its topics not
+    in the table yet (count, bytes) and how long the oldest of them has been offloaded."""
+
+    namespace: str
+    table: str  # <iceberg namespace>.<table>
+    topics: int = 0
+    rows: int = 0
+    bytes: int = 0  # data files of the current snapshot
+    snapshots: int = 0
+    last_commit_ms: int | None = None
+    dlq_rows: int | None = None  # with a JSON schema: rows of <table>_dlq
+    unexported_ledgers: int = 0
+    unexported_bytes: int = 0
+    lag_ms: int | None = None
+
+
+def _summary_int(snapshot, key: str) -> int:
+    if snapshot is None:
+        return 0
+    try:
+        return int(snapshot.summary[key])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def export_overview(ws: Workspace, now_ms: int) -> list[ExportedTable]:
+    """Every exported table of the workspace's namespaces (none when no catalog was ever written: the view
+    creates nothing)."""
+    try:
+        url, _ = catalog_location(ws.config)
+    except ValidationError:
+        return []
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return []
+    catalog = open_catalog(ws.config)
+    out: dict[tuple[str, str], ExportedTable] = {}
+    tables: dict[tuple[str, str], Any] = {}
+    for ns in ws.ml.list_namespaces():
+        try:
+            s = load_settings(ws, ns)
+        except ValidationError:
+            continue
+        for t in ws.ml.list_topics(ns):
+            ident = table_ident(t, s.layout)
+            if ident not in tables:
+                tables[ident] = _load(catalog, ident)
+            tbl = tables[ident]
+            if tbl is None:
+                continue
+            row = out.get(ident)
+            if row is None:
+                snap = tbl.current_snapshot()
+                row = out[ident] = ExportedTable(ns, ".".join(ident), rows=_summary_int(snap, "total-records"),
+                                                 bytes=_summary_int(snap, "total-files-size"),
+                                                 snapshots=len(tbl.snapshots()),
+                                                 last_commit_ms=snap.timestamp_ms if snap is not None else None)
+                if s.schema is not None:
+                    dlq = _load(catalog, (ident[0], ident[1] + DLQ_SUFFIX))
+                    row.dlq_rows = _summary_int(dlq.current_snapshot(), "total-records") if dlq is not None else 0
+            row.topics += 1
+            done = exported(tbl, t.full)
+            info, _ = ws.ml.get_topic(t)
+            for li in info.ledgerInfo:
+                if is_offloaded(li) and li.ledgerId not in done:
+                    row.unexported_ledgers += 1
+                    row.unexported_bytes += li.size
+                    when = li.offloadContext.timestamp if li.offloadContext.complete else 0
+                    if when > 0:
+                        age = max(0, now_ms - when)
+                        row.lag_ms = age if row.lag_ms is None else max(row.lag_ms, age)
+    return sorted(out.values(), key=lambda r: (r.namespace, r.table))

@@ -257,6 +257,7 @@ class Overview:
     last_runs: list[RunInfo]  # newest run of each job
     history: list[dict[str, Any]]  # recent runs with a tier snapshot: {job, run_id, as_of_ms, hot, both, cold}
     prices: Prices
+    exports: list[Any] = field(default_factory=list)  # the Iceberg export's tables (lifecycle.export.ExportedTable)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
