@@ -1,8 +1,8 @@
 """The "Tiered storage" view and the report pages inside Airflow 3's UI in headless Chromium, behind the
 real API server (tests/airflow/test_ui_browser.py's fixtures), over a workspace a real sweep DAG run
-offloaded: the view at 1400 px and 1024 px in the UI's light and dark mode, checked for clipping (the
-frame's document never wider than the frame; a table wider than its box only inside its own scroll box)
-with screenshots under tests/artifacts/ui/view-*.png; drill-down to a topic's ledgers by clicking; the
+offloaded and `tiered export` exported (the view's "Exported tables"): the view at 1400 px and 1024 px
+in the UI's light and dark mode, checked for clipping (the frame's document never wider than the frame; a
+table wider than its box only inside its own scroll box) with screenshots under tests/artifacts/ui/view-*.png; drill-down to a topic's ledgers by clicking; the
 task instance's "Tiered report" tab showing its try, back to the run's report and on to the DAG run in
 the UI; the "Run report" extra link opening inside the UI."""
 
@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, topic_ledgers
+from .conftest import SWEEP_AT, make_workspace, run_dag, set_policy, tiered, topic_ledgers
 from .test_ui_browser import ARTIFACTS, _chromium, api_server, open_view
 
 DAG = "tiered_offload_sweep"
@@ -52,6 +52,9 @@ def test_the_view_and_reports_inside_the_ui(tmp_path, spark_env):
         set_policy(cfg, "acme/orders", offload_threshold_seconds=0)  # due, never offloaded: lag
         dr, states = run_dag(DAG, SWEEP_AT, {"config": str(cfg), "namespaces": ["public/default"]})
         assert states["offload[0]"] == "success", states
+        # the Iceberg export of what the sweep offloaded: the view lists its table
+        assert tiered("--config", str(cfg), "export", "--namespace", "public/default", "--as-of",
+                      SWEEP_AT.isoformat()) == 0
         base = starting.wait()
         run_id = dr.run_id
         with sync_playwright() as pw:
@@ -89,6 +92,10 @@ def _view_fits(browser, base: str, width: int, scheme: str) -> None:
         assert frame.locator("#attention li[data-kind=offload-lag]").first.inner_text().startswith("acme/orders: ")
         cell = frame.locator("#namespaces td[data-ns='public/default'][data-field=both_bytes]")
         assert cell.inner_text().endswith(("B", "KiB", "MiB")) and int(cell.get_attribute("data-value")) > 0
+        # the exported table: its rows, nothing left to export
+        table = frame.locator("#exports tr[data-table='public_default.topic_0000']")
+        assert int(table.locator("td[data-field=rows]").get_attribute("data-value")) > 0
+        assert table.locator("td[data-field=unexported_ledgers]").inner_text() == "0"
         # the time axis: uPlot's x axis labelled with the runs' logical time
         assert frame.locator("#tier-plot .u-axis").count() == 2
         # switching the UI's mode switches the frame's (the frame watches the UI's <html> class)
@@ -102,7 +109,7 @@ def _view_fits(browser, base: str, width: int, scheme: str) -> None:
 def _drill_down(page, base: str, cfg: Path) -> None:
     """Overview → namespace → topic, by clicking; the ledgers with the positions `up_to` takes."""
     frame = open_view(page, base)
-    frame.get_by_role("link", name="public/default", exact=True).click()
+    frame.locator("#namespaces").get_by_role("link", name="public/default", exact=True).click()
     frame.locator("#topics").wait_for()
     [topic] = [t for t in topic_ledgers(cfg) if "/public/default/" in t]
     frame.get_by_role("link", name=topic).click()
