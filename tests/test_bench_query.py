@@ -20,6 +20,7 @@ bench = importlib.import_module("bench.query")
     (["--ledgers", "0"], "--ledgers must be at least 1"),
     (["--range-ledgers", "0"], "--range-ledgers is a fraction"),
     (["--warmup", "-1"], "--warmup cannot be negative"),
+    (["--baseline-repeat", "0"], "--baseline-repeat must be at least 1"),
 ])
 def test_bad_arguments_exit_2_saying_why(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -40,7 +41,7 @@ def test_the_export_hook_adds_no_case_yet(tmp_path):
 
 @pytest.mark.slow
 def test_quick_smoke_run(tmp_path, capsys):
-    code = bench.main(["--quick", "--json", "--total", "2M", "--ledgers", "10", "--range-ledgers", "0.1",
+    code = bench.main(["--quick", "--json", "--baseline-repeat", "2", "--total", "2M", "--ledgers", "10", "--range-ledgers", "0.1",
                        "--dir", str(tmp_path)])
     out = capsys.readouterr().out
     doc = json.loads(out[out.index("\n{") + 1:])
@@ -48,6 +49,7 @@ def test_quick_smoke_run(tmp_path, capsys):
     assert (code == bench.TOO_NOISY_EXIT) == bool(doc["too_noisy"])
     [case] = doc["cases"]
     assert case["case"] == "full_scan" and case["rounds"] == 2 and case["target"] == 0.5
+    assert case["payload_bytes"] == doc["payload_bytes"]  # per scan, the baseline's repeats averaged
     assert (case["median_ratio"] is None) == case["too_noisy"]
     assert "warm-up (not counted)" in out and "round 1 (A/B)" in out and "round 2 (B/A)" in out
     assert "full scan (every column)" in out and "spark.read.parquet" in out
