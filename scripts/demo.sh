@@ -8,8 +8,9 @@
 # streaming namespace back from the object store alone, and every entry through the cross-tier reader; a
 # deep scrub checks every copy and every message's own CRC32C (message-level counts per namespace).
 # Then a compaction (docs/compaction.md) of a namespace of small ledgers: its objects before and after, the
-# old ones deleted once the delete delay has passed, every entry read back. Ends with chunked objects: a
-# compressed and an encrypted namespace of text, stored bytes vs logical bytes, read back.
+# old ones deleted once the delete delay has passed, every entry read back. Then chunked objects: a
+# compressed and an encrypted namespace of text, stored bytes vs logical bytes, read back. Last, three Spark SQL
+# queries over acme/audit through the tiered data source (scripts/demo_queries.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WS=$(realpath -m "${1:-workspace}")
@@ -156,6 +157,12 @@ for ns in sys.argv[1:]:
 tiered keys status
 tiered verify --offloaded-only --namespace $LOGS
 tiered verify --offloaded-only --namespace $VAULT
+# the archive as data (docs/query_examples.py has more): Spark SQL over acme/audit through format("tiered"),
+# across tiers; a publish-time range that plans one ledger (its planned/pruned parts, GETs); latest per key
+step "queries: Spark SQL over acme/audit through the tiered data source (scripts/demo_queries.py)"
+python scripts/demo_queries.py "$WS" --namespace acme/audit
+# placeholder: the same data as an Iceberg table (to come with the table export)
+# python scripts/demo_queries.py "$WS" --iceberg ...
 printf '\ndone in %ss; reports under %s/reports\n' "$((SECONDS - started))" "$WS"
 cat <<EOF
 
