@@ -22,7 +22,9 @@ Cases:
     with read_part (a fresh workspace: no cache), the GETs and GET bytes against those of reading every part
     the same way. Target: GET bytes <= 2% of the full read's. The Spark query's rows are checked against
     the in-process read, and its time is printed (median of the rounds).
-  - export throughput vs pyarrow alone: not measured yet, see export_pairs() (the export is another change).
+  - export throughput vs pyarrow alone: the Iceberg export of the topic (in-process: read, day split,
+    Parquet, the commit, snapshot expiry, the data-file list) vs read_part + pyarrow's write_table of the
+    same rows, in the same interleaved rounds, each into a fresh catalog / directory. Target >= 0.7x.
 
 Exit codes: 0 measured (a missed target is reported as "NOT met", not as an exit code); 2 bad arguments;
 3 the full scan's baseline too noisy (its ratios withheld). --quick allows fewer than 5 rounds
@@ -68,7 +70,7 @@ from bench.offload import (  # noqa: E402
 
 NAMESPACE = "bench/query"
 TOPIC = f"persistent://{NAMESPACE}/topic-0000"
-TARGETS = {"full_scan": 0.5, "range_get_bytes_fraction": 0.02}
+TARGETS = {"full_scan": 0.5, "range_get_bytes_fraction": 0.02, "export": 0.7}
 LEDGER_INTERVAL = 60  # seconds between the generated ledgers' closes
 
 
@@ -187,11 +189,63 @@ def range_inside_ledgers(config: str, n: int) -> tuple[int, int, list[int]]:
 
 
 def export_pairs(a: argparse.Namespace, spark, config: str, scratch: Path) -> list[Pair]:
-    """HOOK(export): "export throughput vs pyarrow alone" goes here once the table export exists (another
-    change builds it): return Pair(s) timing the export of TOPIC against pyarrow writing the same record
-    batches (e.g. pyarrow.parquet.write_table of the read_part batches), target per the issue. run() adds
-    whatever this returns to the rounds and the table; until then it returns no case."""
-    return []
+    """The Iceberg export (tieredcore.lifecycle.export.run_export with its in-process writer: read, split
+    by day, Parquet (zstd), the Iceberg commit with its exported ledgers, snapshot expiry, the data-file
+    list) vs pyarrow alone writing the same rows (read_part of every part, pyarrow.parquet.write_table,
+    zstd): both in this process, each run into a fresh catalog / directory (reset, untimed). Target: the
+    export at >= 0.7x pyarrow's throughput."""
+    from dataclasses import replace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tieredcore.config import Config
+    from tieredcore.lifecycle import export as ex
+    from tieredcore.names import TopicName
+    from tieredcore.query.scan import plan_scan, read_part
+    from tieredcore.workspace import Workspace
+
+    base = Config.load(config)
+    runs = {"n": 0}
+    out = scratch / "export-bench"
+
+    def fresh() -> Path:
+        runs["n"] += 1
+        d = out / f"run-{runs['n']}"
+        shutil.rmtree(out, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    dirs: dict[str, Path] = {}
+
+    def reset_pyarrow() -> None:
+        dirs["pyarrow"] = fresh()
+
+    def reset_export() -> None:
+        dirs["export"] = fresh()
+
+    def pyarrow_alone() -> None:
+        with Workspace(base) as ws:
+            batches = [b for p in plan_scan(ws, [TopicName.parse(TOPIC)]).parts
+                       for b in read_part(ws, p, record_stats=False)]
+        t = pa.Table.from_batches(batches).drop_columns(["tier"])
+        pq.write_table(t, dirs["pyarrow"] / "topic.parquet", compression="zstd")
+
+    def export() -> None:
+        d = dirs["export"]
+        cfg = replace(base, export_catalog_url=f"sqlite:///{d / 'catalog.db'}", export_warehouse=f"file://{d / 'wh'}")
+        with Workspace(cfg) as ws:
+            cat = ex.open_catalog(cfg)
+            plan = ex.plan_export(ws, cat, [TopicName.parse(TOPIC)], 2**62)
+            res = ex.run_export(cfg, cat, plan, ex.local_writer(cfg))
+        if sum(r.rows for r in res) == 0:
+            raise RuntimeError("the export wrote no rows")
+
+    payload = int(spark.read.format("tiered").option("config", config).option("topic", TOPIC).load()
+                  .selectExpr("sum(length(payload)) AS b").first().b)
+    return [Pair("export", "Iceberg export (in-process)", "pyarrow write_table", payload,
+                 run_baseline=pyarrow_alone, run_candidate=export, target=TARGETS["export"],
+                 reset_baseline=reset_pyarrow, reset_candidate=reset_export)]
 
 
 # ---- the run ----
@@ -258,7 +312,7 @@ def run(a: argparse.Namespace, scratch: Path) -> dict:
                     p.cand_s.append(c)
             first = "A/B" if round_order(rnd)[0] == "baseline" else "B/A"
             name = f"round {rnd + 1}" if rnd >= 0 else "warm-up (not counted)"
-            print(f"  full scan {name} ({first}), MB/s baseline/candidate: "
+            print(f"  {name} ({first}), MB/s baseline/candidate: "
                   + ", ".join(f"{p.key} {p.payload / b / MB:,.0f}/{p.payload / c / MB:,.0f}"
                               for p, (b, c) in zip(pairs, times, strict=True)), flush=True)
 
@@ -319,9 +373,8 @@ def report(res: dict, max_spread: float) -> dict:
           f"GET bytes {r['get_bytes']:,} of {r['full_get_bytes']:,} "
           f"({'-' if frac is None else f'{frac:.2%}'}; target <= {r['target_fraction']:.0%}) {verdict}")
     print(f"  rows {r['rows']:,} of {res['messages']:,}; Spark query median {r['spark_seconds_median']:.2f}s")
-    print("\nexport throughput vs pyarrow alone: not measured yet (bench/query.py export_pairs, HOOK(export))")
     return {"cases": cases, "too_noisy": noisy, "range": r, "workspace": res["workspace"],
-            "messages": res["messages"], "payload_bytes": res["payload_bytes"], "export": None}
+            "messages": res["messages"], "payload_bytes": res["payload_bytes"]}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
