@@ -159,10 +159,11 @@ tiered verify --offloaded-only --namespace $LOGS
 tiered verify --offloaded-only --namespace $VAULT
 # the archive as data (docs/query_examples.py has more): Spark SQL over acme/audit through format("tiered"),
 # across tiers; a publish-time range that plans one ledger (its planned/pruned parts, GETs); latest per key
-step "queries: Spark SQL over acme/audit through the tiered data source (scripts/demo_queries.py)"
-python scripts/demo_queries.py "$WS" --namespace acme/audit
-# placeholder: the same data as an Iceberg table (to come with the table export)
-# python scripts/demo_queries.py "$WS" --iceberg ...
+# and the Iceberg export (docs/export.md) of its offloaded ledgers, read back as a table
+step "the Iceberg export of acme/audit (tiered export: one table per topic, partitioned by day)"
+tiered export --namespace acme/audit --as-of "$CLEANUP_AT"
+step "queries: Spark SQL over acme/audit through the tiered data source and its Iceberg table (scripts/demo_queries.py)"
+python scripts/demo_queries.py "$WS" --namespace acme/audit --iceberg
 printf '\ndone in %ss; reports under %s/reports\n' "$((SECONDS - started))" "$WS"
 cat <<EOF
 

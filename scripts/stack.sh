@@ -119,9 +119,13 @@ TIERED_STORE_URL=s3://$TOPOLOGY_BUCKET/$TOPOLOGY_STORE_PREFIX?endpoint=http://12
 TIERED_HOT_URL=file://$STACK_DIR/data/hot
 EOF
     fi
+    # the Iceberg export's catalog (docs/export.md): pyiceberg's SQL catalog in the stack's PostgreSQL (its
+    # own tables beside Airflow's), the warehouse on the stack's disk, which every part of it shares
     cat <<EOF
 TIERED_REPORTS_DIR=$STACK_DIR/data/reports
 TIERED_SPARK_MASTER=spark://127.0.0.1:$SPARK_MASTER_PORT
+TIERED_EXPORT_CATALOG_URL=postgresql+psycopg2://$TOPOLOGY_AIRFLOW_DB_USER:$TOPOLOGY_AIRFLOW_DB_PASSWORD@127.0.0.1:$POSTGRES_PORT/$TOPOLOGY_AIRFLOW_DB_NAME
+TIERED_EXPORT_WAREHOUSE=file://$STACK_DIR/data/iceberg
 EOF
 }
 

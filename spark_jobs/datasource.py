@@ -41,12 +41,15 @@ from tieredcore.policy import READ_PRIORITIES, TIERED_FIRST
 from tieredcore.query import rows
 from tieredcore.query.scan import (
     DEFAULT_PART_BYTES,
+    PACK_SPREAD,
     Range,
     ReadCounters,
     ScanFilter,
     ScanPart,
     add_condition,
     check_options,
+    pack_parts,
+    pack_target,
     parse_time,
     plan_scan,
     read_part,
@@ -62,9 +65,12 @@ _OPS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<",
 
 
 def register(spark: Any) -> None:
-    """Make ``format("tiered")`` and ``tiered.`<topic>``` known to this session, with filter pushdown."""
+    """Make ``format("tiered")`` known to this session, with filter pushdown. The session's parallelism
+    goes with it (a subclass made here, pickled by value): small ledgers are packed into two tasks per
+    core, as Spark packs small files (a Python task costs ~50-100 ms to start)."""
     spark.conf.set(PUSHDOWN_CONF, "true")
-    spark.dataSource.register(TieredDataSource)
+    cores = spark.sparkContext.defaultParallelism
+    spark.dataSource.register(type("TieredDataSource", (TieredDataSource,), {"parallelism": cores}))
 
 
 def topic_view(spark: Any, view: str, *, config: str | None = None, topic: str | None = None,
@@ -139,6 +145,8 @@ class ScanOptions:
 
 
 class TieredDataSource(DataSource):
+    parallelism = 0  # the session's default parallelism (register() sets it); 0: not known
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
@@ -147,12 +155,13 @@ class TieredDataSource(DataSource):
         return rows.spark_ddl(raw=ScanOptions.parse(self.options).raw)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return TieredReader(ScanOptions.parse(self.options))
+        return TieredReader(ScanOptions.parse(self.options), self.parallelism)
 
 
 class TieredReader(DataSourceReader):
-    def __init__(self, opts: ScanOptions) -> None:
+    def __init__(self, opts: ScanOptions, parallelism: int = 0) -> None:
         self.opts = opts
+        self.tasks = 2 * parallelism if parallelism > 0 else PACK_SPREAD
         self.filter = ScanFilter(publish=opts.publish)
         with Workspace(opts.load_config()) as ws:  # bad names fail here, at planning, in one line
             self.topics = [t.full for t in resolve_topics(ws.ml, opts.topic, opts.namespace)]
@@ -177,20 +186,22 @@ class TieredReader(DataSourceReader):
         if plan.in_bookkeeper:
             log.warning("tiered: %d ledger(s) only Pulsar's BookKeeper holds are not read (first: %s)",
                         len(plan.in_bookkeeper), plan.in_bookkeeper[0])
-        log.info("tiered: %d part(s), %d bytes; %d part(s) pruned (%d bytes) by %s", len(plan.parts),
-                 plan.bytes, plan.pruned, plan.pruned_bytes, self.filter.describe())
-        return [InputPartition(p) for p in plan.parts]
+        tasks = pack_parts(plan.parts, pack_target(plan.bytes, self.opts.part_bytes, self.tasks))
+        log.info("tiered: %d part(s) in %d task(s), %d bytes; %d part(s) pruned (%d bytes) by %s", len(plan.parts),
+                 len(tasks), plan.bytes, plan.pruned, plan.pruned_bytes, self.filter.describe())
+        return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        part: ScanPart = partition.value
+        parts: list[ScanPart] = partition.value
         ws = _workspace(self.opts)
-        c = ReadCounters()
-        yield from read_part(ws, part, raw=self.opts.raw, on_damage=self.opts.on_damage, filt=self.filter,
-                             counters=c, read_priority=self.opts.read_priority)
-        if c.damaged:
-            print(f"WARNING tiered: {part.topic} ledger {part.ledger_id} entries {part.first}..{part.last}: "
-                  f"{len(c.damaged)} damaged entr{'y' if len(c.damaged) == 1 else 'ies'} skipped "
-                  f"(first: {c.damaged[0].position}: {c.damaged[0].reason})", flush=True)
+        for part in parts:
+            c = ReadCounters()
+            yield from read_part(ws, part, raw=self.opts.raw, on_damage=self.opts.on_damage, filt=self.filter,
+                                 counters=c, read_priority=self.opts.read_priority)
+            if c.damaged:
+                print(f"WARNING tiered: {part.topic} ledger {part.ledger_id} entries {part.first}..{part.last}: "
+                      f"{len(c.damaged)} damaged entr{'y' if len(c.damaged) == 1 else 'ies'} skipped "
+                      f"(first: {c.damaged[0].position}: {c.damaged[0].reason})", flush=True)
 
 
 # one workspace per Python worker and configuration (workers are reused across tasks)

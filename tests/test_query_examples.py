@@ -46,7 +46,8 @@ def test_demo_queries_on_a_small_workspace(tmp_path):
     _tiered("generate", "--namespace", "acme/audit", "--topics", "2", "--ledgers", "8", "--entries", "200",
             "--entry-size", "16-256", "--batch", "0", "--keys", "20", "--ledger-interval", "300", cwd=ws)
     _tiered("offload", "--namespace", "acme/audit", "--keep-bytes", "64K", cwd=ws)
-    p = _run(str(ROOT / "scripts" / "demo_queries.py"), str(ws), cwd=tmp_path)
+    _tiered("export", "--namespace", "acme/audit", cwd=ws)
+    p = _run(str(ROOT / "scripts" / "demo_queries.py"), str(ws), "--iceberg", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout
     assert "-- 1. messages per key per hour, per tier" in out and "groups; messages per tier:" in out
@@ -54,6 +55,8 @@ def test_demo_queries_on_a_small_workspace(tmp_path):
     assert m and int(m.group(1)) == 1 and int(m.group(2)) == 7
     assert re.search(r"read_part over the planned parts: [\d,]+ rows, [1-9]\d* object-store GET", out)
     assert "-- 3. the latest message per key" in out and "20 keys" in out
+    m = re.search(r"-- 4\. the Iceberg table acme_audit\.topic_0000 .*\n(?:.*\n)*?  ([\d,]+) rows; the Iceberg snapshot says ([\d,]+)", out)
+    assert m and m.group(1) == m.group(2) and int(m.group(1).replace(",", "")) > 0, out
 
 
 def test_demo_queries_refuses_a_directory_without_a_workspace(tmp_path):

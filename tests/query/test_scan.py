@@ -266,3 +266,38 @@ def test_an_attached_clusters_offloaded_ledgers_are_rows(pulsar_cluster, tmp_pat
         with pytest.raises(MessageFormatError, match=f"{li.ledger_id}:{li.damaged_entry}"):
             for p in plan.parts:
                 list(read_part(ws, p))
+
+
+def test_times_no_timestamp_holds_are_null_and_never_prune(tmp_path):
+    """A producer's uint64 publish or event time past what a µs timestamp holds (year 294,247): null in the
+    row (Spark's TimestampType has no such value), the part gets no statistics (so it is never pruned)."""
+    from tieredcore.formats.messages import OutMessage, encode_message
+    from tieredcore.topic.writer import TopicWriter
+
+    cfg = build_workspace(tmp_path / "ws", [NS], ledgers=1, entries=1, messages=True)
+    topic = f"persistent://{NS}/far-future"
+    with Workspace(Config.load(cfg, env={})) as ws:
+        ws.ml.create_topic(topic)
+        with TopicWriter(ws.ml, ws.hot, topic) as w:
+            w.append_many([encode_message(OutMessage(b"a", event_time=2**64 - 1), producer="p", sequence_id=0,
+                                          publish_time=1_700_000_000_000),
+                           encode_message(OutMessage(b"b"), producer="p", sequence_id=1, publish_time=2**63 + 5)])
+        (part,) = plan_scan(ws, [TopicName.parse(topic)]).parts
+        rows = [r for b in read_part(ws, part) for r in b.to_pylist()]
+        assert [(r["payload"], r["event_time"], r["publish_time"] is None) for r in rows] == \
+            [(b"a", None, False), (b"b", None, True)]
+        assert stats.load(ws.metadata, TopicName.parse(topic)) == {}
+
+
+def test_small_parts_are_packed_into_tasks():
+    from tieredcore.query.scan import PACK_MIN, ScanPart, pack_parts, pack_target
+
+    mib = 1024 * 1024
+    parts = [ScanPart(T0, i, 0, 9, s) for i, s in enumerate([3 * mib, 3 * mib, 3 * mib, 20 * mib, 1 * mib, 9 * mib])]
+    assert pack_target(sum(p.size for p in parts), 128 * mib, tasks=8) == PACK_MIN  # 39 MiB / 8 < 8 MiB
+    assert pack_target(400 * mib, 128 * mib, tasks=4) == 100 * mib
+    assert pack_target(10 * 1024 * mib, 128 * mib, tasks=4) == 128 * mib  # never above the part size
+    assert pack_target(400 * mib, 4096, tasks=4) == 4096  # a small part size packs nothing larger
+    groups = pack_parts(parts, 8 * mib)
+    assert [[p.ledger_id for p in g] for g in groups] == [[0, 1], [2], [3], [4], [5]]
+    assert [p for g in groups for p in g] == parts  # every part once, in plan order

@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
                  "spark_master": stack_env["TIERED_SPARK_MASTER"]}
     assert overrides["metadata_url"].startswith("zk://127.0.0.1:") and overrides["store_url"].startswith("s3://")
     cfg_path = build_workspace(tmp_path / "ws", [NAMESPACE], topics=TOPICS, ledgers=LEDGERS, entries=ENTRIES,
-                               end=END.isoformat(), config_overrides=overrides)
+                               end=END.isoformat(), config_overrides=overrides, messages=True)
     config = Config.load(cfg_path, env={})
     with Workspace(config) as ws:
         ws.policies.set_namespace(NAMESPACE, {"offload_threshold_bytes": 0, "deletion_lag_ms": 30 * 60_000})
@@ -263,6 +264,25 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
         keys = {o.key for o in iter_objects(ws.store) if not o.key.startswith("tiered-owner.")}
         assert keys == {f"{context_uuid(li)}-ledger-{li.ledgerId}{suffix}" for t in topics
                         for li in ws.ml.get_topic(t)[0].ledgerInfo[:-1] for suffix in ("", "-index")}
+
+    # the Iceberg export on the stack: its catalog in PostgreSQL, its executors on the workers (the
+    # project from the --py-files zip: messages decoded by the Python reader), every message once
+    export = api.trigger("tiered_table_export", CLEANUP_AT, conf)
+    tis = api.wait(export, deadline, logs)
+    assert ("export", "success") in {(t["task_id"], t["state"]) for t in tis}, tis
+    phase("Iceberg export")
+    from tieredcore.lifecycle.export import open_catalog, table_ident
+    from tieredcore.names import TopicName
+    from tieredcore.query.scan import plan_scan, read_part
+
+    exporting = replace(config, export_catalog_url=stack_env["TIERED_EXPORT_CATALOG_URL"],
+                        export_warehouse=stack_env["TIERED_EXPORT_WAREHOUSE"])
+    catalog = open_catalog(exporting)
+    with Workspace(config) as ws:
+        for t in topics:
+            messages = sum(b.num_rows for p in plan_scan(ws, [TopicName.parse(t)]).parts for b in read_part(ws, p))
+            snap = catalog.load_table(table_ident(TopicName.parse(t), "topic")).current_snapshot()
+            assert int(snap.summary["total-records"]) == messages > 0, t
 
     # down stops exactly what up started: nothing of it is left
     tree = process_tree(set(pids.values()))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tieredcore.formats.messages import MessageColumns
 from tieredcore.model import EntryBatch
@@ -53,32 +54,31 @@ def spark_ddl(raw: bool = False) -> str:
 
 
 def _binary(pieces: Sequence, n: int) -> pa.Array:
-    """A binary column of ``pieces`` (bytes-like; None for null) as one data buffer and an offsets array."""
-    lengths = np.fromiter((0 if p is None else len(p) for p in pieces), dtype=np.int64, count=n)
+    """A binary column of ``pieces`` (bytes-like, none null) as one data buffer and an offsets array."""
+    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        return pa.array([None if p is None else bytes(p) for p in pieces], pa.large_binary()).cast(pa.binary())
-    data = b"".join(p for p in pieces if p is not None)
-    nulls = [i for i, p in enumerate(pieces) if p is None]
-    validity = None
-    if nulls:
-        mask = np.ones(n, dtype=bool)
-        mask[nulls] = False
-        validity = pa.array(mask).buffers()[1]
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                                  pa.py_buffer(data)], null_count=len(nulls))
+    if offsets[-1] >= 2**31:  # past 32-bit offsets (a batch of huge entries): Arrow's own conversion says so
+        return pa.array(list(map(bytes, pieces)), pa.binary())
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(b"".join(pieces))])
 
 
 def _const(text: str, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(text, pa.string()), n)
 
 
-def _ms_to_us(values: Sequence[int | None], n: int, nullable: bool) -> pa.Array:
-    if not nullable:
-        a = np.fromiter(values, dtype=np.int64, count=n) * 1000
-        return pa.array(a, TS)
-    return pa.array([None if v is None else v * 1000 for v in values], TS)
+_MS_LIMIT = (2**63 - 1) // 1000  # the largest millisecond count a microsecond timestamp holds
+
+
+def _ms_to_us(values: Sequence[int | None], n: int, nullable: bool = True) -> pa.Array:
+    """Epoch milliseconds as timestamps (µs). A time no timestamp can hold (a producer's uint64 beyond year
+    294,247) is null: Spark's TimestampType has no value for it."""
+    try:
+        return pc.multiply_checked(pa.array(values, pa.int64()), 1000).cast(TS)
+    except (pa.ArrowInvalid, OverflowError):
+        return pa.array([v * 1000 if v is not None and -_MS_LIMIT <= v <= _MS_LIMIT else None for v in values],
+                        pa.int64()).cast(TS)
 
 
 def message_batch(topic: str, tier: str, ledger_id: int, c: MessageColumns) -> pa.RecordBatch:

@@ -219,6 +219,31 @@ class ScanPlan:
         return sum(p.size for p in self.parts)
 
 
+PACK_MIN = 8 * 1024 * 1024
+PACK_SPREAD = 16  # tasks a scan is packed into when the cluster's parallelism is not known
+
+
+def pack_target(total: int, part_bytes: int, tasks: int = PACK_SPREAD) -> int:
+    """Bytes per task when parts are packed together: ``total / tasks`` within [8 MiB, part_bytes] (never
+    above ``part_bytes``; a ``part_bytes`` below 8 MiB packs nothing larger than itself)."""
+    return max(min(part_bytes, PACK_MIN), min(part_bytes, -(-total // max(1, tasks))))
+
+
+def pack_parts(parts: list[ScanPart], target: int) -> list[list[ScanPart]]:
+    """Consecutive parts grouped into tasks of at most ``target`` bytes (a larger part alone), in plan order:
+    a task per small ledger would cost more to start than to read (as Spark packs small files)."""
+    out: list[list[ScanPart]] = []
+    size = 0
+    for p in parts:
+        if out and size + p.size <= target:
+            out[-1].append(p)
+            size += p.size
+        else:
+            out.append([p])
+            size = p.size
+    return out
+
+
 def _ledger_entries(ws: Workspace, li) -> int:
     if li.HasField("entries") and li.entries > 0:
         return li.entries
@@ -335,9 +360,12 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
                 out = rows.message_batch(part.topic, tier, part.ledger_id, msgs)
                 pt = out.column(4)
                 mn, mx = pc.min_max(pt).values()
-                mn, mx = mn.value // 1000, mx.value // 1000
-                lo = mn if lo is None else min(lo, mn)
-                hi = mx if hi is None else max(hi, mx)
+                if pt.null_count:  # a publish time no timestamp holds: no statistics for this part
+                    whole = False
+                elif mn.is_valid:
+                    mn, mx = mn.value // 1000, mx.value // 1000
+                    lo = mn if lo is None else min(lo, mn)
+                    hi = mx if hi is None else max(hi, mx)
                 count += len(msgs)
                 if filt.publish.bounded:
                     out = _publish_filter(out, filt.publish)
