@@ -141,6 +141,7 @@ class Pair:
     run_candidate: Callable[[], object]
     target: float | None = None
     primary: bool = True  # False: a secondary line (integrity costs)
+    baseline_repeat: int = 1  # run_baseline runs the baseline this many times: its time is divided by it
     # untimed, before each side: clear what the last run left (copies, objects), build handles
     reset_baseline: Callable[[], object] = _nothing
     reset_candidate: Callable[[], object] = _nothing
@@ -166,7 +167,7 @@ def time_pair(pair: Pair, rnd: int, sync: Callable[[], None] | None = None,
         t0 = clock()
         run()
         took[side] = clock() - t0
-    return took["baseline"], took["candidate"]
+    return took["baseline"] / pair.baseline_repeat, took["candidate"]
 
 
 def spread_of(mbps: list[float]) -> float:

@@ -55,17 +55,15 @@ sys.path.insert(0, str(ROOT))
 from bench.offload import (  # noqa: E402
     DEFAULT_MAX_SPREAD,
     HEADER,
-    MB,
     MIN_ROUNDS,
     QUICK_ROUNDS,
     TOO_NOISY_EXIT,
     Pair,
     format_case,
     human_size,
-    round_order,
+    run_rounds,
     spread_bound,
     summarize,
-    time_pair,
 )
 
 NAMESPACE = "bench/query"
@@ -298,23 +296,10 @@ def run(a: argparse.Namespace, scratch: Path) -> dict:
                 noop(spark.read.parquet(parquet))
 
         full = Pair("full_scan", "full scan (every column)", "spark.read.parquet", payload,
-                    run_baseline=parquet_scans, run_candidate=lambda: noop(src()), target=TARGETS["full_scan"])
-        # the baseline's times are per Parquet scan (its side's time / --baseline-repeat)
+                    run_baseline=parquet_scans, run_candidate=lambda: noop(src()), target=TARGETS["full_scan"],
+                    baseline_repeat=a.baseline_repeat)  # the baseline's times: per Parquet scan
         pairs = [full, *export_pairs(a, spark, config, scratch)]
-        repeats = {id(full): a.baseline_repeat}
-        for i in range(a.warmup + a.rounds):
-            rnd = i - a.warmup  # the counted rounds start with the baseline first
-            times = [time_pair(p, rnd) for p in pairs]
-            times = [(b / repeats.get(id(p), 1), c) for p, (b, c) in zip(pairs, times, strict=True)]
-            if rnd >= 0:
-                for p, (b, c) in zip(pairs, times, strict=True):
-                    p.base_s.append(b)
-                    p.cand_s.append(c)
-            first = "A/B" if round_order(rnd)[0] == "baseline" else "B/A"
-            name = f"round {rnd + 1}" if rnd >= 0 else "warm-up (not counted)"
-            print(f"  {name} ({first}), MB/s baseline/candidate: "
-                  + ", ".join(f"{p.key} {p.payload / b / MB:,.0f}/{p.payload / c / MB:,.0f}"
-                              for p, (b, c) in zip(pairs, times, strict=True)), flush=True)
+        run_rounds(pairs, a.rounds, a.warmup, "queries:")
 
         # the range query: the full scans recorded statistics
         n_range = max(1, round(a.ledgers * a.range_ledgers))

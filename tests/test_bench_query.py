@@ -35,10 +35,6 @@ def test_defaults():
     assert bench.parse_args(["--quick"]).rounds == 2
 
 
-def test_the_export_hook_adds_no_case_yet(tmp_path):
-    assert bench.export_pairs(bench.parse_args(["--quick"]), None, "tiered.toml", tmp_path) == []
-
-
 @pytest.mark.slow
 def test_quick_smoke_run(tmp_path, capsys):
     code = bench.main(["--quick", "--json", "--baseline-repeat", "2", "--total", "2M", "--ledgers", "10", "--range-ledgers", "0.1",
@@ -47,8 +43,12 @@ def test_quick_smoke_run(tmp_path, capsys):
     doc = json.loads(out[out.index("\n{") + 1:])
     assert code in (0, bench.TOO_NOISY_EXIT) and doc["exit_code"] == code
     assert (code == bench.TOO_NOISY_EXIT) == bool(doc["too_noisy"])
-    [case] = doc["cases"]
+    case, export = doc["cases"]
     assert case["case"] == "full_scan" and case["rounds"] == 2 and case["target"] == 0.5
+    # the export against pyarrow alone, the same rounds, the same payload
+    assert (export["case"], export["rounds"], export["target"]) == ("export", 2, 0.7)
+    assert export["payload_bytes"] == doc["payload_bytes"] and (export["median_ratio"] is None) == export["too_noisy"]
+    assert "Iceberg export (in-process)" in out and "pyarrow write_table" in out
     assert case["payload_bytes"] == doc["payload_bytes"]  # per scan, the baseline's repeats averaged
     assert (case["median_ratio"] is None) == case["too_noisy"]
     assert "warm-up (not counted)" in out and "round 1 (A/B)" in out and "round 2 (B/A)" in out
@@ -61,5 +61,4 @@ def test_quick_smoke_run(tmp_path, capsys):
     assert r["get_bytes_fraction"] == pytest.approx(r["get_bytes"] / r["full_get_bytes"])
     assert r["met"] is False  # 1 of 10 ledgers is 10%, above the 2% target
     assert "publish-time range (1 of 10 ledgers" in out and "GET bytes" in out
-    assert doc["export"] is None and "HOOK(export)" in out
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
