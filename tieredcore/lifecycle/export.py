@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -48,7 +48,7 @@ from tieredcore.errors import TieredError, ValidationError
 from tieredcore.names import NamespaceName, TopicName
 from tieredcore.offload.context import is_offloaded
 from tieredcore.query import rows as qrows
-from tieredcore.query.scan import ScanFilter, ScanPart, plan_scan, read_part
+from tieredcore.query.scan import ScanFilter, ScanPart, epoch_us, pack_parts, plan_scan, read_part
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -408,14 +408,7 @@ def ensure_tables(catalog, plan: ExportPlan) -> None:
 
 def write_tasks(work: TableWork, run_id: str) -> list[dict[str, Any]]:
     """The table's parts in bins of up to its target file size: one write task each (a Spark element)."""
-    bins: list[list[ScanPart]] = [[]]
-    size = 0
-    for p in work.parts:
-        if bins[-1] and size + p.size > work.settings.target_file_size:
-            bins.append([])
-            size = 0
-        bins[-1].append(p)
-        size += p.size
+    bins = pack_parts(work.parts, work.settings.target_file_size)
     return [{"table": work.name, "location": work.location, "dlq_location": work.dlq_location,
              "settings": work.settings.as_dict(), "run_id": run_id, "task": i,
              "parts": [asdict(p) for p in b], "dlq_skip": {k: list(v) for k, v in work.dlq_skip.items()}}
@@ -428,10 +421,7 @@ def _ts_value(v: object) -> int:
     if isinstance(v, int):
         us = v * 1000
     elif isinstance(v, str):
-        d = datetime.fromisoformat(v.replace("Z", "+00:00"))
-        d = d if d.tzinfo else d.replace(tzinfo=UTC)
-        delta = d - datetime(1970, 1, 1, tzinfo=UTC)
-        us = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+        us = epoch_us(datetime.fromisoformat(v.replace("Z", "+00:00")))  # no zone: UTC
     else:
         raise ValueError(f"{v!r} is no timestamp")
     if not -2**63 <= us < 2**63:
