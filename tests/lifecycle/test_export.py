@@ -306,10 +306,13 @@ def test_payloads_against_the_schema() -> None:
     schema = {"id": "long", "name": "string", "at": "timestamp", "x": "double", "ok": "boolean"}
     assert ex.parse_value(b'{"id": 1, "x": 2, "at": 5}', schema, ("id",)) == {
         "id": 1, "name": None, "at": 5000, "x": 2.0, "ok": None}
+    for at in ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00", "2026-01-01T01:00:00+01:00"):  # no zone: UTC
+        assert ex.parse_value(b'{"id": 1, "at": "%s"}' % at.encode(), schema, ())["at"] == 1_767_225_600_000_000
     for payload, why in ((b"\xff", "not JSON"), (b'"text"', "not a JSON object"), (b'{"id": true}', "not a long"),
                          (b'{"id": 2, "name": "\\ud800"}', "not a string"), (b'{"id": 1, "at": 1e400}', "timestamp"),
                          (b'{"id": 1, "at": 99999999999999999999}', "range"), (b"{}", "required field 'id'"),
-                         (b'{"id": 1, "ok": 1}', "not a boolean")):
+                         (b'{"id": 1, "ok": 1}', "not a boolean"),
+                         (b'{"id": 1, "at": "yesterday"}', "field 'at'")):
         with pytest.raises(ValueError, match=why):
             ex.parse_value(payload, schema, ("id",))
     with pytest.raises(ex.ValidationError, match="'uuid'"):
