@@ -206,12 +206,15 @@ def test_a_known_field_of_another_wire_type() -> None:
 
 
 def test_strings_that_are_not_utf8() -> None:
-    """upb (proto2 strings: no UTF-8 check) parses them and hands out bytes; the C reader leaves them to
-    it, so the columns hold what the Python reader returns."""
+    """upb (proto2 strings: no UTF-8 check) parses them and hands out bytes, which no string column holds;
+    the C reader leaves them to the Python reader, which calls the entry damaged, naming the field."""
     raw = framed((vi(3, 0) + ld(2, b"\xff\xfe") + ld(1, ld(1, b"\xc3(") + ld(2, b"v")), b""))
     assert split_direct(raw, 1)[0][0] == cbatch.UNSUPPORTED
     res = same(entry_batch([batch_entry(raw, 1)]))
-    assert res[0] == "ok" and res[1]["key"] == [b"\xff\xfe"] and res[1]["prop_keys"] == [b"\xc3("]
+    assert res[:3] == ("error", MessageFormatError,
+                       "entry 7:0: not a Pulsar message: message 0 of the batch: partition_key is not UTF-8")
+    raw = framed((vi(3, 0) + ld(1, ld(1, b"\xc3(") + ld(2, b"v")), b""))
+    assert same(entry_batch([batch_entry(raw, 1)]))[2].endswith("message 0 of the batch: a property is not UTF-8")
 
 
 def test_missing_payload_size() -> None:

@@ -536,11 +536,722 @@ split(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(ins)", f.code, k, f.reason ? f.reason : "");
 }
 
+
+/* ---- columns: whole entries straight into Arrow buffers ---------------------------------------------
+ *
+ * columns(buf, starts, lengths, index, verify, inflate)
+ *   -> (stop, code, reason, n, buffers)
+ *
+ * reads entries index.. of an EntryBatch (each buf[starts[i] : starts[i] + lengths[i]]): the frame
+ * (optional broker entry metadata, optional CRC32C, checked when verify), MessageMetadata, the payload
+ * (inflated by calling inflate(kind, view, size) when compressed), and, for a batch, every message, and
+ * writes each message's fields into Arrow-layout buffers (bytearrays; see tieredcore.query.rows). It stops
+ * at the first entry it does not take (code != 0: damaged, or outside the common case this reader
+ * handles: encrypted or chunked entries, invalid UTF-8, unusual protobuf); ``stop`` is that entry's index,
+ * and buffers hold the messages of the entries before it. The caller reads that entry in Python
+ * (decode_columns, the reference, which raises the exact error or reads it) and calls again after it.
+ * code LIMIT: stopped before entry ``stop`` because the payload buffer would pass 32-bit offsets.
+ * code 0: every entry read; stop == len(starts).
+ */
+
+enum { CODE_LIMIT = 8, CODE_FRAME = 9 };
+
+typedef struct {
+    PyObject *ba; /* a bytearray, grown by doubling, cut to n at the end */
+    char *p;
+    Py_ssize_t n, cap;
+} gbuf;
+
+static int
+gb_init(gbuf *b, Py_ssize_t cap)
+{
+    if (cap < 64)
+        cap = 64;
+    b->ba = PyByteArray_FromStringAndSize(NULL, cap);
+    if (b->ba == NULL)
+        return -1;
+    b->p = PyByteArray_AS_STRING(b->ba);
+    b->n = 0;
+    b->cap = cap;
+    return 0;
+}
+
+static int
+gb_grow(gbuf *b, Py_ssize_t more)
+{
+    Py_ssize_t want = b->n + more, cap = b->cap;
+    while (cap < want)
+        cap = cap < ((Py_ssize_t)1 << 40) ? cap * 2 : want;
+    if (PyByteArray_Resize(b->ba, cap) < 0)
+        return -1;
+    b->p = PyByteArray_AS_STRING(b->ba);
+    b->cap = cap;
+    return 0;
+}
+
+static inline int
+gb_put(gbuf *b, const void *src, Py_ssize_t n)
+{
+    if (b->n + n > b->cap && gb_grow(b, n) < 0)
+        return -1;
+    if (n)
+        memcpy(b->p + b->n, src, (size_t)n);
+    b->n += n;
+    return 0;
+}
+
+#define GB_PUT_VALUE(b, T, v)          \
+    do {                               \
+        T v_ = (v);                    \
+        if (gb_put((b), &v_, sizeof v_) < 0) \
+            goto pyerror;              \
+    } while (0)
+
+/* CRC32C (Castagnoli), reflected; SSE4.2's crc32 instruction when the CPU has it. */
+static uint32_t crc_table[256];
+static int crc_hw;
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t
+crc_sse42(const uint8_t *p, size_t n)
+{
+    uint64_t c = 0xffffffffu;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32 ^ 0xffffffffu;
+}
+#endif
+
+static uint32_t
+crc32c_of(const uint8_t *p, size_t n)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (crc_hw)
+        return crc_sse42(p, n);
+#endif
+    uint32_t c = 0xffffffffu;
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+/* Strict UTF-8 (what Python's decoder accepts: no overlongs, no surrogates, nothing past U+10FFFF). */
+static int
+utf8_ok(const uint8_t *p, Py_ssize_t n)
+{
+    const uint8_t *e = p + n;
+    while (p < e) {
+        if (e - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                p += 8;
+                continue;
+            }
+        }
+        uint8_t c = *p;
+        if (c < 0x80) {
+            p++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (e - p < 2 || (p[1] & 0xC0) != 0x80)
+                return 0;
+            p += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (e - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F))
+                return 0;
+            p += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (e - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))
+                return 0;
+            p += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    span k, v;
+} kv;
+
+typedef struct {
+    kv *a;
+    Py_ssize_t n, cap;
+} kvlist;
+
+static int
+kv_push(kvlist *l, span k, span v)
+{
+    if (l->n == l->cap) {
+        Py_ssize_t cap = l->cap ? l->cap * 2 : 16;
+        kv *a = PyMem_Realloc(l->a, (size_t)cap * sizeof(kv));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        l->a = a;
+        l->cap = cap;
+    }
+    l->a[l->n].k = k;
+    l->a[l->n].v = v;
+    l->n++;
+    return 0;
+}
+
+/* One KeyValue into l; required: both present (MessageMetadata's, which Pulsar's reader checks) or ""
+ * when absent (SingleMessageMetadata's: upb does not check). Returns 0, -1 with f set, -2 Python error. */
+static int
+kv_parse(span m, kvlist *l, int required, fail *f)
+{
+    const uint8_t *p = m.p, *e = m.p + m.n;
+    span key = {(const uint8_t *)"", 0}, val = {(const uint8_t *)"", 0};
+    int has = 0;
+    while (p < e) {
+        uint32_t num;
+        unsigned wt;
+        if (read_tag(&p, e, &num, &wt, f) < 0)
+            return -1;
+        if (num == 1 || num == 2) {
+            if (wt != 2)
+                WRONG_TYPE();
+            if (read_bytes(&p, e, num == 1 ? &key : &val, f) < 0)
+                return -1;
+            has |= num;
+        } else if (skip_field(&p, e, wt, f) < 0) {
+            return -1;
+        }
+    }
+    if ((required && has != 3) || !utf8_ok(key.p, key.n) || !utf8_ok(val.p, val.n)) {
+        f->code = CODE_UNSUPPORTED;
+        f->reason = "a property to check in Python";
+        return -1;
+    }
+    return kv_push(l, key, val) < 0 ? -2 : 0;
+}
+
+/* Properties l->a[start:] with a key given twice kept once, where it came first, with its last value
+ * (decode_columns' dict(zip(keys, values)); Pulsar's MessageImpl.getProperties). */
+static void
+kv_dedupe(kvlist *l, Py_ssize_t start)
+{
+    Py_ssize_t n = l->n - start, out = start;
+    if (n < 2)
+        return;
+    kv *a = l->a;
+    for (Py_ssize_t i = start; i < l->n; i++) {
+        Py_ssize_t j;
+        for (j = start; j < out; j++)
+            if (a[j].k.n == a[i].k.n && memcmp(a[j].k.p, a[i].k.p, (size_t)a[i].k.n) == 0)
+                break;
+        if (j < out)
+            a[j].v = a[i].v; /* seen: the last value wins, the first place stays */
+        else
+            a[out++] = a[i];
+    }
+    l->n = out;
+}
+
+/* MessageMetadata's fields this reader takes; anything else it sends to Python. */
+typedef struct {
+    span producer, key, okey;
+    uint64_t seq, pub, evt;
+    uint32_t usize;
+    int32_t nmb, chunks;
+    int compression, has_producer, has_seq, has_pub, has_key, has_okey, has_nmb, null_key;
+} mmeta;
+
+/* wire types of MessageMetadata's fields 1..30 (-1: not a field) */
+static const signed char MM_WT[31] = {-1, 2, 0, 0, 2, 2, 2, 2, 0, 0, -1, 0, 0, 2, 2, 2, 2, 0, 2, 0, 0,
+                                      -1, 0, 0, 0, 0, 2, 0, 0, 0, 0};
+
+static int
+parse_mm(const uint8_t *p, const uint8_t *e, mmeta *m, kvlist *props, fail *f)
+{
+    memset(m, 0, sizeof *m);
+    while (p < e) {
+        uint32_t num;
+        unsigned wt;
+        uint64_t v = 0;
+        span s;
+        if (read_tag(&p, e, &num, &wt, f) < 0)
+            return -1;
+        if (num > 30 || MM_WT[num] < 0) {
+            if (skip_field(&p, e, wt, f) < 0)
+                return -1;
+            continue;
+        }
+        if ((int)wt != MM_WT[num])
+            WRONG_TYPE();
+        if (wt == 0) {
+            if (read_varint(&p, e, &v) < 0) {
+                f->code = CODE_PARSE;
+                f->reason = "malformed varint";
+                return -1;
+            }
+        } else if (read_bytes(&p, e, &s, f) < 0) {
+            return -1;
+        }
+        switch (num) {
+        case 1: m->producer = s; m->has_producer = 1; break;
+        case 2: m->seq = v; m->has_seq = 1; break;
+        case 3: m->pub = v; m->has_pub = 1; break;
+        case 4: {
+            int r = kv_parse(s, props, 1, f);
+            if (r < 0)
+                return r;
+            break;
+        }
+        case 6: m->key = s; m->has_key = 1; break;
+        case 8:
+            if (v > 4) { /* a codec this reader does not know: Python says so */
+                f->code = CODE_UNSUPPORTED;
+                f->reason = "unknown compression";
+                return -1;
+            }
+            m->compression = (int)v;
+            break;
+        case 9: m->usize = (uint32_t)v; break;
+        case 11: m->nmb = (int32_t)(uint32_t)v; m->has_nmb = 1; break;
+        case 12: m->evt = v; break;
+        case 13:
+            f->code = CODE_UNSUPPORTED;
+            f->reason = "encrypted";
+            return -1;
+        case 18: m->okey = s; m->has_okey = 1; break;
+        case 27: m->chunks = (int32_t)(uint32_t)v; break;
+        case 30: m->null_key = v != 0; break;
+        default: break;
+        }
+    }
+    if (!m->has_producer || !m->has_seq || !m->has_pub || m->chunks > 1 ||
+        !utf8_ok(m->producer.p, m->producer.n) || (m->has_key && !utf8_ok(m->key.p, m->key.n))) {
+        f->code = CODE_UNSUPPORTED;
+        f->reason = "metadata to read in Python";
+        return -1;
+    }
+    return 0;
+}
+
+/* SingleMessageMetadata into s, its properties into props; 0, -1 with f set, -2 Python error. */
+static int
+parse_smm2(const uint8_t *p, const uint8_t *e, smm *s, kvlist *props, fail *f)
+{
+    memset(s, 0, sizeof *s);
+    while (p < e) {
+        uint32_t num;
+        unsigned wt;
+        uint64_t v;
+        span m;
+        if (read_tag(&p, e, &num, &wt, f) < 0)
+            return -1;
+        switch (num) {
+        case 1: {
+            if (wt != 2)
+                WRONG_TYPE();
+            if (read_bytes(&p, e, &m, f) < 0)
+                return -1;
+            int r = kv_parse(m, props, 0, f);
+            if (r < 0)
+                return r;
+            break;
+        }
+        case 2:
+        case 7:
+            if (wt != 2)
+                WRONG_TYPE();
+            if (read_bytes(&p, e, num == 2 ? &s->key : &s->okey, f) < 0)
+                return -1;
+            if (num == 2)
+                s->has_key = 1;
+            else
+                s->has_okey = 1;
+            break;
+        case 3: case 4: case 5: case 6: case 8: case 9: case 10:
+            if (wt != 0)
+                WRONG_TYPE();
+            if (read_varint(&p, e, &v) < 0) {
+                f->code = CODE_PARSE;
+                f->reason = "malformed varint";
+                return -1;
+            }
+            if (num == 3) {
+                s->payload_size = (int32_t)(uint32_t)v;
+                s->has_ps = 1;
+            } else if (num == 5) {
+                s->evt = v;
+                s->has_evt = 1;
+            } else if (num == 8) {
+                s->seq = v;
+                s->has_seq = 1;
+            } else if (num == 10) {
+                s->null_key = v != 0;
+            }
+            break;
+        default:
+            if (skip_field(&p, e, wt, f) < 0)
+                return -1;
+        }
+    }
+    if (s->has_key && !utf8_ok(s->key.p, s->key.n)) {
+        f->code = CODE_UNSUPPORTED;
+        f->reason = "a key to check in Python";
+        return -1;
+    }
+    return 0;
+}
+
+#define MS_LIMIT ((uint64_t)(INT64_MAX / 1000))
+#define NBUF 22
+
+/* the buffers, in the order columns() returns them */
+enum {
+    B_EID, B_BIDX, B_PUB, B_PUBV, B_EVT, B_EVTV, B_KOFF, B_KDATA, B_KV, B_OOFF, B_ODATA, B_OV,
+    B_POFF, B_PDATA, B_SEQ, B_YOFF, B_YDATA, B_MOFF, B_MKOFF, B_MKDATA, B_MVOFF, B_MVDATA
+};
+
+typedef struct {
+    gbuf b[NBUF];
+    Py_ssize_t n;
+} cols;
+
+/* One message's fields. Returns 0 or -1 (Python error). */
+static int
+put_message(cols *c, int64_t eid, int32_t bidx, uint64_t pub, uint64_t evt, const span *key, const span *okey,
+            span producer, uint64_t seq, span payload, const kvlist *props, Py_ssize_t pstart)
+{
+    gbuf *b = c->b;
+    GB_PUT_VALUE(&b[B_EID], int64_t, eid);
+    GB_PUT_VALUE(&b[B_BIDX], int32_t, bidx);
+    GB_PUT_VALUE(&b[B_PUB], int64_t, pub <= MS_LIMIT ? (int64_t)pub * 1000 : 0);
+    GB_PUT_VALUE(&b[B_PUBV], uint8_t, pub <= MS_LIMIT);
+    GB_PUT_VALUE(&b[B_EVT], int64_t, evt && evt <= MS_LIMIT ? (int64_t)evt * 1000 : 0);
+    GB_PUT_VALUE(&b[B_EVTV], uint8_t, evt && evt <= MS_LIMIT);
+    if (key && gb_put(&b[B_KDATA], key->p, key->n) < 0)
+        goto pyerror;
+    GB_PUT_VALUE(&b[B_KOFF], int32_t, (int32_t)b[B_KDATA].n);
+    GB_PUT_VALUE(&b[B_KV], uint8_t, key != NULL);
+    if (okey && gb_put(&b[B_ODATA], okey->p, okey->n) < 0)
+        goto pyerror;
+    GB_PUT_VALUE(&b[B_OOFF], int32_t, (int32_t)b[B_ODATA].n);
+    GB_PUT_VALUE(&b[B_OV], uint8_t, okey != NULL);
+    if (gb_put(&b[B_PDATA], producer.p, producer.n) < 0)
+        goto pyerror;
+    GB_PUT_VALUE(&b[B_POFF], int32_t, (int32_t)b[B_PDATA].n);
+    GB_PUT_VALUE(&b[B_SEQ], int64_t, (int64_t)seq); /* Java's long: uint64 read as two's complement */
+    if (gb_put(&b[B_YDATA], payload.p, payload.n) < 0)
+        goto pyerror;
+    GB_PUT_VALUE(&b[B_YOFF], int32_t, (int32_t)b[B_YDATA].n);
+    for (Py_ssize_t i = pstart; i < props->n; i++) {
+        if (gb_put(&b[B_MKDATA], props->a[i].k.p, props->a[i].k.n) < 0 ||
+            gb_put(&b[B_MVDATA], props->a[i].v.p, props->a[i].v.n) < 0)
+            goto pyerror;
+        GB_PUT_VALUE(&b[B_MKOFF], int32_t, (int32_t)b[B_MKDATA].n);
+        GB_PUT_VALUE(&b[B_MVOFF], int32_t, (int32_t)b[B_MVDATA].n);
+    }
+    GB_PUT_VALUE(&b[B_MOFF], int32_t, (int32_t)(b[B_MKOFF].n / 4 - 1));
+    c->n++;
+    return 0;
+pyerror:
+    return -1;
+}
+
+/* the columns' state at a point, to drop what an entry appended when it turns out not to be taken */
+typedef struct {
+    Py_ssize_t len[NBUF], n;
+} mark;
+
+static void
+cols_mark(const cols *c, mark *m)
+{
+    for (int i = 0; i < NBUF; i++)
+        m->len[i] = c->b[i].n;
+    m->n = c->n;
+}
+
+static void
+cols_reset(cols *c, const mark *m)
+{
+    for (int i = 0; i < NBUF; i++)
+        c->b[i].n = m->len[i];
+    c->n = m->n;
+}
+
+static Py_ssize_t
+seq_item(PyObject *fast, Py_ssize_t i)
+{
+    return PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+}
+
+#define ENTRY_FAIL(c_, r_)  \
+    do {                    \
+        f.code = (c_);      \
+        f.reason = (r_);    \
+        goto entry_failed;  \
+    } while (0)
+
+static PyObject *
+columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "columns takes 6 arguments");
+        return NULL;
+    }
+    PyObject *bufobj = args[0], *inflate = args[5];
+    Py_ssize_t index = PyLong_AsSsize_t(args[3]);
+    int verify = PyObject_IsTrue(args[4]);
+    if ((index == -1 || verify < 0) && PyErr_Occurred())
+        return NULL;
+    PyObject *starts = PySequence_Fast(args[1], "columns: starts must be a sequence");
+    if (starts == NULL)
+        return NULL;
+    PyObject *lengths = PySequence_Fast(args[2], "columns: lengths must be a sequence");
+    if (lengths == NULL) {
+        Py_DECREF(starts);
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(starts);
+    if (PySequence_Fast_GET_SIZE(lengths) != count || index < 0 || index > count) {
+        Py_DECREF(starts);
+        Py_DECREF(lengths);
+        PyErr_SetString(PyExc_ValueError, "columns: starts and lengths differ in size, or a bad index");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(starts);
+        Py_DECREF(lengths);
+        return NULL;
+    }
+    const uint8_t *base = (const uint8_t *)view.buf;
+    cols c;
+    memset(&c, 0, sizeof c);
+    kvlist props = {NULL, 0, 0};
+    PyObject *result = NULL;
+    fail f = {NULL, CODE_OK};
+    Py_ssize_t i = index;
+    Py_ssize_t guess = count - index;
+    for (int k = 0; k < NBUF; k++) {
+        Py_ssize_t cap = (k == B_YDATA) ? view.len / 2 : (k == B_EID || k == B_PUB || k == B_EVT || k == B_SEQ) ? guess * 64 : guess * 16;
+        if (gb_init(&c.b[k], cap) < 0)
+            goto done;
+    }
+    GB_PUT_VALUE(&c.b[B_KOFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_OOFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_POFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_YOFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_MOFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_MKOFF], int32_t, 0);
+    GB_PUT_VALUE(&c.b[B_MVOFF], int32_t, 0);
+
+    for (; i < count; i++) {
+        Py_ssize_t s0 = seq_item(starts, i), len = seq_item(lengths, i);
+        if ((s0 == -1 || len == -1) && PyErr_Occurred())
+            goto done;
+        if (s0 < 0 || len < 0 || s0 > view.len || len > view.len - s0) {
+            PyErr_SetString(PyExc_ValueError, "columns: an entry outside the buffer");
+            goto done;
+        }
+        mark before;
+        cols_mark(&c, &before);
+        PyObject *inflated = NULL;
+        Py_buffer iview;
+        int have_iview = 0;
+        const uint8_t *p = base + s0, *e = p + len;
+        if (e - p < 4)
+            ENTRY_FAIL(CODE_FRAME, "short");
+        uint16_t head = (uint16_t)((p[0] << 8) | p[1]);
+        if (head == 0x0e02) { /* broker entry metadata: walked (it must parse), not kept */
+            if (e - p < 6)
+                ENTRY_FAIL(CODE_FRAME, "broker");
+            uint32_t bsz = ((uint32_t)p[2] << 24) | ((uint32_t)p[3] << 16) | ((uint32_t)p[4] << 8) | p[5];
+            if ((int64_t)bsz > (int64_t)(e - p) - 10)
+                ENTRY_FAIL(CODE_FRAME, "broker");
+            const uint8_t *q = p + 6, *qe = p + 6 + bsz;
+            while (q < qe) {
+                uint32_t num;
+                unsigned wt;
+                if (read_tag(&q, qe, &num, &wt, &f) < 0)
+                    goto entry_failed;
+                if ((num == 1 || num == 2) && wt != 0)
+                    ENTRY_FAIL(CODE_UNSUPPORTED, "broker wire type");
+                if (skip_field(&q, qe, wt, &f) < 0)
+                    goto entry_failed;
+            }
+            p = qe;
+            head = (uint16_t)((p[0] << 8) | p[1]);
+        }
+        uint32_t msize;
+        if (head == 0x0e01) {
+            if (e - p < 10)
+                ENTRY_FAIL(CODE_FRAME, "checksum");
+            uint32_t stored = ((uint32_t)p[2] << 24) | ((uint32_t)p[3] << 16) | ((uint32_t)p[4] << 8) | p[5];
+            p += 6;
+            if (verify && crc32c_of(p, (size_t)(e - p)) != stored)
+                ENTRY_FAIL(CODE_FRAME, "checksum mismatch");
+        }
+        msize = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+        if ((int64_t)msize > (int64_t)(e - p) - 4)
+            ENTRY_FAIL(CODE_FRAME, "metadata overruns");
+        mmeta m;
+        Py_ssize_t pstart = props.n = 0;
+        {
+            int r = parse_mm(p + 4, p + 4 + msize, &m, &props, &f);
+            if (r == -2)
+                goto done;
+            if (r < 0)
+                goto entry_failed;
+        }
+        span payload = {p + 4 + msize, e - (p + 4 + msize)};
+        if (m.compression) {
+            PyObject *mv = PyMemoryView_FromMemory((char *)payload.p, payload.n, PyBUF_READ);
+            if (mv == NULL)
+                goto done;
+            inflated = PyObject_CallFunction(inflate, "iOI", m.compression, mv, (unsigned int)m.usize);
+            Py_DECREF(mv);
+            if (inflated == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    goto done;
+                PyErr_Clear();
+                ENTRY_FAIL(CODE_FRAME, "inflate");
+            }
+            if (PyObject_GetBuffer(inflated, &iview, PyBUF_SIMPLE) < 0) {
+                PyErr_Clear();
+                Py_DECREF(inflated);
+                inflated = NULL;
+                ENTRY_FAIL(CODE_UNSUPPORTED, "inflated buffer");
+            }
+            have_iview = 1;
+            payload.p = (const uint8_t *)iview.buf;
+            payload.n = iview.len;
+        }
+        if (!m.has_nmb) {
+            kv_dedupe(&props, pstart);
+            int null_key = !m.has_key || m.null_key;
+            if (put_message(&c, i, -1, m.pub, m.evt, null_key ? NULL : &m.key, m.has_okey ? &m.okey : NULL,
+                            m.producer, m.seq, payload, &props, pstart) < 0)
+                goto entry_pyerror;
+        } else {
+            if (m.nmb <= 0)
+                ENTRY_FAIL(CODE_FRAME, "batch count");
+            if ((uint64_t)m.nmb > 0xffffffffffffffffULL - m.seq)
+                ENTRY_FAIL(CODE_UNSUPPORTED, "sequence ids past 2**64");
+            const uint8_t *q = payload.p, *qe = payload.p + payload.n;
+            for (int32_t k = 0; k < m.nmb; k++) {
+                if (qe - q < 4)
+                    ENTRY_FAIL(CODE_TRUNCATED, "truncated");
+                uint32_t size = ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
+                q += 4;
+                if ((int64_t)size > (int64_t)(qe - q))
+                    ENTRY_FAIL(CODE_META_OVERRUN, "metadata overruns");
+                smm s;
+                props.n = 0;
+                int r = parse_smm2(q, q + size, &s, &props, &f);
+                if (r == -2)
+                    goto entry_pyerror;
+                if (r < 0)
+                    goto entry_failed;
+                kv_dedupe(&props, 0);
+                q += size;
+                if (!s.has_ps)
+                    ENTRY_FAIL(CODE_NO_PAYLOAD_SIZE, "no payload_size");
+                if (s.payload_size < 0 || s.payload_size > qe - q)
+                    ENTRY_FAIL(CODE_PAYLOAD_OVERRUN, "payload overruns");
+                span body = {q, s.payload_size};
+                int null_key = !s.has_key || s.null_key;
+                if (put_message(&c, i, k, m.pub, s.has_evt ? s.evt : m.evt, null_key ? NULL : &s.key,
+                                s.has_okey ? &s.okey : NULL, m.producer,
+                                s.has_seq ? s.seq : m.seq + (uint64_t)k, body, &props, 0) < 0)
+                    goto entry_pyerror;
+                q += s.payload_size;
+            }
+        }
+        if (have_iview)
+            PyBuffer_Release(&iview);
+        Py_XDECREF(inflated);
+        if (c.b[B_KDATA].n > INT32_MAX || c.b[B_ODATA].n > INT32_MAX || c.b[B_PDATA].n > INT32_MAX ||
+            c.b[B_YDATA].n > INT32_MAX || c.b[B_MKDATA].n > INT32_MAX || c.b[B_MVDATA].n > INT32_MAX) {
+            /* past 32-bit offsets: this entry starts the next call (alone: left to Python) */
+            cols_reset(&c, &before);
+            f.code = c.n ? CODE_LIMIT : CODE_UNSUPPORTED;
+            f.reason = "past 32-bit offsets";
+            break;
+        }
+        continue;
+    entry_pyerror:
+        if (have_iview)
+            PyBuffer_Release(&iview);
+        Py_XDECREF(inflated);
+        goto done;
+    entry_failed:
+        if (have_iview)
+            PyBuffer_Release(&iview);
+        Py_XDECREF(inflated);
+        cols_reset(&c, &before);
+        break;
+    }
+    {
+        PyObject *bufs = PyTuple_New(NBUF);
+        if (bufs == NULL)
+            goto done;
+        for (int k = 0; k < NBUF; k++) {
+            if (PyByteArray_Resize(c.b[k].ba, c.b[k].n) < 0) {
+                Py_DECREF(bufs);
+                goto done;
+            }
+            PyTuple_SET_ITEM(bufs, k, c.b[k].ba);
+            c.b[k].ba = NULL;
+        }
+        result = Py_BuildValue("(nisnN)", i, f.code, f.reason ? f.reason : "", c.n, bufs);
+    }
+    goto done;
+pyerror:
+done:
+    for (int k = 0; k < NBUF; k++)
+        Py_XDECREF(c.b[k].ba);
+    PyMem_Free(props.a);
+    PyBuffer_Release(&view);
+    Py_DECREF(starts);
+    Py_DECREF(lengths);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(payload, count, seq, evt, eid, pub, prod, eids, bidx, pubs, prods, seqs, evts, keys, okeys, "
      "pays, poff, pkeys, pvals) -> None | (code, index, reason): append an inflated batch's messages to "
      "the columns (see tieredcore.formats.messages.decode_columns)."},
+    {"columns", (PyCFunction)(void (*)(void))columns, METH_FASTCALL,
+     "columns(buf, starts, lengths, index, verify, inflate) -> (stop, code, reason, n, buffers): entries "
+     "index.. of an EntryBatch into Arrow buffers (see tieredcore.query.rows.message_batches)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -553,6 +1264,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit_cbatch(void)
 {
+    crc_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -561,7 +1273,8 @@ PyInit_cbatch(void)
         PyModule_AddIntConstant(m, "PARSE", CODE_PARSE) < 0 ||
         PyModule_AddIntConstant(m, "NO_PAYLOAD_SIZE", CODE_NO_PAYLOAD_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "PAYLOAD_OVERRUN", CODE_PAYLOAD_OVERRUN) < 0 ||
-        PyModule_AddIntConstant(m, "UNSUPPORTED", CODE_UNSUPPORTED) < 0) {
+        PyModule_AddIntConstant(m, "UNSUPPORTED", CODE_UNSUPPORTED) < 0 ||
+        PyModule_AddIntConstant(m, "LIMIT", CODE_LIMIT) < 0 || PyModule_AddIntConstant(m, "FRAME", CODE_FRAME) < 0) {
         Py_DECREF(m);
         return NULL;
     }

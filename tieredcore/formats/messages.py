@@ -77,6 +77,16 @@ def _native_split():
 _split_c = _native_split()
 
 
+def _native_columns():
+    """cbatch.columns (whole entries into Arrow buffers; tieredcore.query.rows.message_batches), or None
+    when the C reader is not there (see :func:`_native_split`)."""
+    return None if _split_c is None else _split_c.__self__.columns
+
+
+native_columns = _native_columns()
+NATIVE_LIMIT = 8  # columns()' code for "stopped before 32-bit offsets would overflow" (cbatch.LIMIT)
+
+
 class MessageId(NamedTuple):
     """Where a message is: ``ledger:entry`` for an entry that is not a batch, ``ledger:entry:index`` for
     message ``index`` of a batch (Pulsar's MessageId with batch index -1 / ``index``)."""
@@ -290,6 +300,11 @@ def _bad(lid: int, eid: int, what: str) -> MessageFormatError:
     return MessageFormatError(f"{_where(lid, eid)}: not a Pulsar message: {what}", position=Position(lid, eid))
 
 
+def _not_text(lid: int, eid: int, k: int, what: str) -> MessageFormatError:
+    where = f"message {k} of the batch: " if k >= 0 else ""
+    return _bad(lid, eid, f"{where}{what} is not UTF-8")
+
+
 def _metadata(mv: memoryview, ms: int, me: int, lid: int, eid: int) -> MessageMetadata:
     try:
         meta = _MM_parse(mv[ms:me])
@@ -481,14 +496,19 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
     poff, pkeys, pvals = c.prop_offsets, c.prop_keys, c.prop_values
     split_c = _split_c
 
-    def own_fields(own: MessageMetadata | SingleMessageMetadata) -> None:
+    def own_fields(own: MessageMetadata | SingleMessageMetadata, k: int = -1) -> None:
         has = own.HasField
-        keys.append(own.partition_key if has("partition_key") and not own.null_partition_key else None)
+        key = own.partition_key if has("partition_key") and not own.null_partition_key else None
+        if type(key) is bytes:  # upb hands a proto2 string that is not UTF-8 back as bytes
+            raise _not_text(lid, eid, k, "partition_key")
+        keys.append(key)
         okeys.append(own.ordering_key if has("ordering_key") else None)
         props = own.properties
         if props:
             start = len(pkeys)
             for kv in props:
+                if type(kv.key) is bytes or type(kv.value) is bytes:
+                    raise _not_text(lid, eid, k, "a property")
                 pkeys.append(kv.key)
                 pvals.append(kv.value)
             if len(props) > 1 and len(set(pkeys[start:])) < len(props):  # a repeated key: the last wins
@@ -505,6 +525,8 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
             meta = _metadata(mv, ms, me, lid, eid)
             payload, batched = _stored(lid, eid, meta, mv[me : s + n])
             pub, prod, seq, evt = meta.publish_time, meta.producer_name, meta.sequence_id, meta.event_time
+            if type(prod) is bytes:
+                raise _not_text(lid, eid, -1, "producer_name")
             if not batched:
                 eids.append(eid)
                 bidx.append(-1)
@@ -531,7 +553,7 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
                     seqs.append(single.sequence_id if has("sequence_id") else seq + k)
                     evts.append((single.event_time if has("event_time") else evt) or None)
                     pays.append(body)
-                    own_fields(single)
+                    own_fields(single, k)
         except MessageFormatError as ex:
             if bad is None:
                 raise

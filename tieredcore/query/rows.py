@@ -7,13 +7,14 @@ Timestamps are microseconds in UTC, which is what Spark's TimestampType holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tieredcore.formats.messages import MessageColumns
+from tieredcore.formats import compression
+from tieredcore.formats.messages import NATIVE_LIMIT, BadEntry, MessageColumns, decode_columns, native_columns
 from tieredcore.model import EntryBatch
 
 TS = pa.timestamp("us", tz="UTC")
@@ -96,11 +97,85 @@ def message_batch(topic: str, tier: str, ledger_id: int, c: MessageColumns) -> p
         pa.MapArray.from_arrays(pa.array(c.prop_offsets, pa.int32()), pa.array(c.prop_keys, pa.string()),
                                 pa.array(c.prop_values, pa.string())),
         pa.array(c.producer_name, pa.string()),
-        pa.array(c.sequence_id, pa.int64()),
+        pa.array([v - 2**64 if v >= 2**63 else v for v in c.sequence_id]  # Java's long, as the C reader
+                 if c.sequence_id and max(c.sequence_id) >= 2**63 else c.sequence_id, pa.int64()),
         _binary(c.payload, n),
         _const(tier, n),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=MESSAGE_SCHEMA)
+
+
+def _bitmap(valid: bytearray, n: int) -> tuple[pa.Buffer | None, int]:
+    """A validity bitmap from one byte per value (1: valid), and the null count (no bitmap: no nulls)."""
+    v = np.frombuffer(valid, np.uint8)
+    nulls = n - int(np.count_nonzero(v))
+    return (pa.py_buffer(np.packbits(v, bitorder="little")) if nulls else None), nulls
+
+
+def _native_batch(topic: str, tier: str, ledger_id: int, first_entry: int, n: int, b: tuple) -> pa.RecordBatch:
+    """The rows of what tieredcore/formats/cbatch.c's columns() read (its buffers, in its order)."""
+    (eid, bidx, pub, pubv, evt, evtv, koff, kdata, kv, ooff, odata, ov, poff, pdata, seq, yoff, ydata,
+     moff, mkoff, mkdata, mvoff, mvdata) = b
+    buf = pa.py_buffer
+
+    def nullable(typ: pa.DataType, values: bytearray, valid: bytearray, offsets: bytearray | None = None) -> pa.Array:
+        bitmap, nulls = _bitmap(valid, n)
+        bufs = [bitmap, buf(offsets), buf(values)] if offsets is not None else [bitmap, buf(values)]
+        return pa.Array.from_buffers(typ, n, bufs, null_count=nulls)
+
+    entry_ids = np.frombuffer(eid, np.int64)
+    if first_entry:
+        entry_ids = entry_ids + first_entry  # C counts entries from the batch's first
+    m = len(mkoff) // 4 - 1
+    cols = [
+        _const(topic, n),
+        pa.array(np.full(n, ledger_id, np.int64)),
+        pa.array(entry_ids),
+        pa.Array.from_buffers(pa.int32(), n, [None, buf(bidx)]),
+        nullable(TS, pub, pubv),
+        nullable(TS, evt, evtv),
+        nullable(pa.string(), kdata, kv, koff),
+        nullable(pa.binary(), odata, ov, ooff),
+        pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(moff)]),
+                                pa.Array.from_buffers(pa.string(), m, [None, buf(mkoff), buf(mkdata)]),
+                                pa.Array.from_buffers(pa.string(), m, [None, buf(mvoff), buf(mvdata)])),
+        pa.Array.from_buffers(pa.string(), n, [None, buf(poff), buf(pdata)]),
+        pa.Array.from_buffers(pa.int64(), n, [None, buf(seq)]),
+        pa.Array.from_buffers(pa.binary(), n, [None, buf(yoff), buf(ydata)]),
+        _const(tier, n),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=MESSAGE_SCHEMA)
+
+
+def message_batches(topic: str, tier: str, batch: EntryBatch, bad: list[BadEntry] | None = None,
+                    verify: bool = True) -> Iterator[pa.RecordBatch]:
+    """The rows of the messages of ``batch``'s entries, in position order: what :func:`message_batch` of
+    :func:`decode_columns` makes (the same rows, errors and ``bad`` handling). Entries are read in C when
+    tieredcore/formats/cbatch.c is built; an entry it does not take (damaged, or outside the common case) is
+    read by decode_columns, the reference."""
+    lid, n = batch.ledger_id, len(batch)
+    if native_columns is None:
+        c = decode_columns(batch, bad, verify)
+        if len(c):
+            yield message_batch(topic, tier, lid, c)
+        return
+    i = 0
+    while i < n:
+        stop, code, _reason, count, bufs = native_columns(batch.buf, batch.starts, batch.lengths, i, verify,
+                                                          compression.inflate)
+        if count:
+            yield _native_batch(topic, tier, lid, batch.first_entry, count, bufs)
+        if stop >= n:
+            return
+        if code == NATIVE_LIMIT:
+            i = stop
+            continue
+        one = EntryBatch(lid, batch.first_entry + stop, batch.buf, batch.starts[stop : stop + 1],
+                         batch.lengths[stop : stop + 1], 0, 0)
+        c = decode_columns(one, bad, verify)
+        if len(c):
+            yield message_batch(topic, tier, lid, c)
+        i = stop + 1
 
 
 def entry_batch(topic: str, tier: str, batch: EntryBatch) -> pa.RecordBatch:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tieredcore.errors import MessageFormatError, NotFoundError, ValidationError
-from tieredcore.formats.messages import BadEntry, decode_columns
+from tieredcore.formats.messages import BadEntry
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.model import Position
 from tieredcore.names import NamespaceName, TopicName
@@ -341,23 +341,25 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
             c.tiers[tier] = c.tiers.get(tier, 0) + len(batch)
             if raw:
                 out = rows.entry_batch(part.topic, tier, batch)
-            else:
-                bad: list[BadEntry] | None = [] if on_damage == "skip" else None
-                try:
-                    msgs = decode_columns(batch, bad)
-                except MessageFormatError as e:
-                    raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
-                                             "(option onDamage=skip counts and skips such entries)",
-                                             position=getattr(e, "position", None)) from e
-                if bad:
-                    c.damaged.extend(bad)
-                    for b in bad:
-                        log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
-                    whole = False  # statistics only from complete parts
-                if not msgs:
-                    continue
-                c.messages += len(msgs)
-                out = rows.message_batch(part.topic, tier, part.ledger_id, msgs)
+                if out.num_rows:
+                    c.rows += out.num_rows
+                    yield out
+                continue
+            bad: list[BadEntry] | None = [] if on_damage == "skip" else None
+            try:
+                outs = list(rows.message_batches(part.topic, tier, batch, bad))
+            except MessageFormatError as e:
+                raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
+                                         "(option onDamage=skip counts and skips such entries)",
+                                         position=getattr(e, "position", None)) from e
+            if bad:
+                c.damaged.extend(bad)
+                for b in bad:
+                    log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
+                whole = False  # statistics only from complete parts
+            for out in outs:
+                c.messages += out.num_rows
+                count += out.num_rows
                 pt = out.column(4)
                 mn, mx = pc.min_max(pt).values()
                 if pt.null_count:  # a publish time no timestamp holds: no statistics for this part
@@ -366,12 +368,11 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
                     mn, mx = mn.value // 1000, mx.value // 1000
                     lo = mn if lo is None else min(lo, mn)
                     hi = mx if hi is None else max(hi, mx)
-                count += len(msgs)
                 if filt.publish.bounded:
                     out = _publish_filter(out, filt.publish)
-            if out.num_rows:
-                c.rows += out.num_rows
-                yield out
+                if out.num_rows:
+                    c.rows += out.num_rows
+                    yield out
     finally:
         c.seconds += time.monotonic() - started
         if own:
