@@ -165,11 +165,13 @@ def test_null_value_flag_alone_is_not_read() -> None:
     assert item.size == 3 and not item.tombstone
 
 
-def test_entry_without_uncompressed_size_is_never_a_tombstone() -> None:
+def test_entry_without_uncompressed_size_sized_by_its_stored_payload() -> None:
+    # no uncompressed_size (not a Java producer): the payload after the metadata (Pulsar #25817)
     meta = MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, partition_key="a")
-    e = framed(meta, b"", checksum=False)
-    [item] = compaction_items(e, L, 0)
-    assert item.size == len(e) > 0
+    [empty] = compaction_items(framed(meta, b"", checksum=False), L, 0)
+    assert empty.size == 0 and empty.tombstone
+    [item] = compaction_items(framed(meta, b"abcd"), L, 1)
+    assert item.size == 4
 
 
 def test_batched_tombstones_null_value_and_empty() -> None:

@@ -81,11 +81,12 @@ def is_readable_batch(meta: MessageMetadata) -> bool:
     return meta.HasField("num_messages_in_batch") and len(meta.encryption_keys) == 0
 
 
-def entry_size(meta: MessageMetadata, entry_len: int) -> int:
+def entry_size(meta: MessageMetadata, stored_len: int) -> int:
     """The size phase one tests for an entry compacted whole (``extractKeyAndSize``): the metadata's
     ``uncompressed_size`` when present (producers always set it: 0 for a null or empty value), else the
-    length of the whole entry as the broker handed it over, which is never 0."""
-    return meta.uncompressed_size if meta.HasField("uncompressed_size") else entry_len
+    length of the payload as stored, after the metadata (Pulsar #25817; 4.x before it took the whole
+    entry's length, which is never 0, so such an entry was never a tombstone)."""
+    return meta.uncompressed_size if meta.HasField("uncompressed_size") else stored_len
 
 
 def _singles(raw: Buffer, count: int, where: str) -> list[tuple[SingleMessageMetadata, memoryview]]:
@@ -133,7 +134,7 @@ def compaction_items(data: Buffer, ledger_id: int, entry_id: int, verify: bool =
         return []
     if not is_readable_batch(meta):
         return [CompactionItem(MessageId(ledger_id, entry_id), compaction_key(meta),
-                               entry_size(meta, memoryview(data).nbytes))]
+                               entry_size(meta, frame.payload.nbytes))]
     where = f"entry {ledger_id}:{entry_id}"
     raw = _inflated(meta, frame.payload, where)
     if raw is None:
@@ -234,7 +235,7 @@ def rewrite_entry(data: Buffer, ledger_id: int, entry_id: int, latest: Mapping[s
         return bytes(data) if retain_null_key else None
     if latest.get(key) != MessageId(ledger_id, entry_id):
         return None
-    if entry_size(meta, memoryview(data).nbytes) <= 0:
+    if entry_size(meta, frame.payload.nbytes) <= 0:
         # Pulsar fails the compaction here ("found empty record from sorted key-map"): a map phase one
         # built never points at a tombstone
         raise ValueError(f"entry {ledger_id}:{entry_id}: latest value of {key!r} is a tombstone")
