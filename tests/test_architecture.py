@@ -80,6 +80,7 @@ PACKAGE_LAYERS = {
                                          "uuids")),
         Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest",
                                                   "frame_ranges")),
+        Layer("topic compaction's rules over messages", ("compacted",)),
         Layer("the index", ("index",)),
         Layer("blocks", ("block", "offsets")),
         Layer("segments", ("segment",)),
