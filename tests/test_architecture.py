@@ -76,8 +76,8 @@ CORE_LAYERS = (
 
 PACKAGE_LAYERS = {
     "tieredcore.formats": (
-        Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "transform",
-                                         "uuids")),
+        Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "native",
+                                         "transform", "uuids")),
         Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest",
                                                   "frame_ranges")),
         Layer("topic compaction's rules over messages", ("compacted",)),

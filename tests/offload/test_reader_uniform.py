@@ -11,6 +11,8 @@ from array import array
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.offload.test_reader import MIB, UUID, RecordingStore, _check_batch, offload, payload, rewrite
 from tieredcore.errors import FormatError
@@ -27,9 +29,17 @@ def frames(first: int, payloads: list[bytes]) -> bytes:
 # --- the inner loops on synthetic windows -----------------------------------------------------------
 
 
+@pytest.fixture(params=["python", *(["c"] if R._frames_c is not None else [])])
+def walker(request, monkeypatch) -> str:
+    """Each walk test twice: the C walk (tieredcore/formats/cbatch.c frames) and the Python loops."""
+    if request.param == "python":
+        monkeypatch.setattr(R, "_frames_c", None)
+    return request.param
+
+
 @pytest.mark.parametrize("length", [0, 1, 100, 1024])
 @pytest.mark.parametrize("bad", [0, 1, 15, 16, 17, 255, 511, 512, 513, 900, 1199])
-def test_frames_in_stops_at_a_wrong_id_inside_a_piece(length: int, bad: int) -> None:
+def test_frames_in_stops_at_a_wrong_id_inside_a_piece(length: int, bad: int, walker: str) -> None:
     """A frame whose id is not the next one stops the walk exactly there, wherever it lies in a piece
     (the frames before it are taken, their lengths recorded; the caller's loop reports it)."""
     n, first = 1200, 7000
@@ -42,7 +52,7 @@ def test_frames_in_stops_at_a_wrong_id_inside_a_piece(length: int, bad: int) -> 
 
 
 @pytest.mark.parametrize("odd", [0, 3, 16, 200, 511, 512, 700, 1199])
-def test_frames_in_walks_past_an_entry_of_another_length(odd: int) -> None:
+def test_frames_in_walks_past_an_entry_of_another_length(odd: int, walker: str) -> None:
     """An entry of another length inside a run of equal ones: the piece holding it is left to the plain
     loop, which walks it and every frame after it; all lengths come out in order."""
     n, first = 1200, 3
@@ -55,7 +65,7 @@ def test_frames_in_walks_past_an_entry_of_another_length(odd: int) -> None:
     assert list(lengths) == list(map(len, payloads))
 
 
-def test_frames_in_stops_at_padding_a_frame_crossing_the_window_and_a_negative_length() -> None:
+def test_frames_in_stops_at_padding_a_frame_crossing_the_window_and_a_negative_length(walker: str) -> None:
     first = 10
     body = frames(first, [payload(i, 64) for i in range(40)])
     stride = 76
@@ -77,7 +87,7 @@ def test_frames_in_stops_at_padding_a_frame_crossing_the_window_and_a_negative_l
     assert R._frames_in(bytes(bad), 0, first, first + 39, lengths) == (20 * stride, first + 20)
 
 
-def test_frames_in_never_takes_a_streaming_block_header_as_a_frame() -> None:
+def test_frames_in_never_takes_a_streaming_block_header_as_a_frame(walker: str) -> None:
     """After a full streaming block the next block's [magic][header length 128] sits where a frame header
     would: read as (length, id) it is (STREAMING_BLOCK_MAGIC, 128); with entry 128 next it must not be
     taken as a frame (the caller's loop recognises the block header)."""
@@ -86,6 +96,31 @@ def test_frames_in_never_takes_a_streaming_block_header_as_a_frame() -> None:
     block = struct.pack(">Iq", C.STREAMING_BLOCK_MAGIC, C.BLOCK_HEADER_LENGTH) + b"\0" * 200
     lengths = array("i")
     assert R._frames_in(body + block, 0, first, first + 40, lengths) == (len(body), 128)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=30), damage=st.lists(st.tuples(st.integers(0, 2000),
+       st.integers(0, 255)), max_size=3), start=st.integers(0, 8), room=st.integers(0, 80))
+def test_the_c_walk_equals_the_python_walk(lengths: list[int], damage: list, start: int, room: int) -> None:
+    """Random windows of frames (damaged bytes, short tails, padding): the same stop, id and lengths."""
+    if R._frames_c is None:
+        return
+    buf = bytearray(b"\x00" * start + frames(50, [bytes([i % 251]) * n for i, n in enumerate(lengths)]) + b"\x00" * room)
+    for at, v in damage:
+        if buf:
+            buf[at % len(buf)] = v
+    buf += b"\x00" * max(0, start + 12 - len(buf))
+    got = {}
+    for who in ("c", "python"):
+        saved = R._frames_c
+        if who == "python":
+            R._frames_c = None
+        try:
+            out = array("i")
+            got[who] = (R._frames_in(bytes(buf), start, 50, 50 + len(lengths) + 2, out), out.tolist())
+        finally:
+            R._frames_c = saved
+    assert got["c"] == got["python"]
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 511, 512, 513, 1000, 1537, 9000])

@@ -1244,6 +1244,66 @@ done:
     return result;
 }
 
+
+/* ---- frames: the offload reader's walk over [int32 length][int64 entry id][payload] frames ----------
+ *
+ * frames(buf, rel, eid, stop, lim) -> (rel, eid, lengths)
+ *
+ * tieredcore.offload.reader._frames_in's loop: frames of entries eid..stop from buf[rel:] while each
+ * frame's id is the next one and its length is 0 <= length <= lim - rel (so the next header lies inside
+ * buf: the caller's lim is at most len(buf) - 24 and rel + 12 <= len(buf) on entry). Returns where it
+ * stopped, the entry id there, and the lengths taken as native int32s (array('i').frombytes).
+ */
+static PyObject *
+frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "frames takes 5 arguments");
+        return NULL;
+    }
+    Py_ssize_t rel = PyLong_AsSsize_t(args[1]);
+    long long eid = PyLong_AsLongLong(args[2]), stop = PyLong_AsLongLong(args[3]);
+    Py_ssize_t lim = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (rel < 0 || rel + 12 > view.len || lim > view.len - 24) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "frames: rel or lim outside the buffer");
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t cap = stop >= eid ? (Py_ssize_t)(stop - eid + 1) : 0;
+    Py_ssize_t most = (view.len - rel) / 12 + 1;
+    if (cap > most)
+        cap = most;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, cap * 4);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int32_t *lengths = (int32_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t n = 0;
+    for (; eid <= stop && n < cap; eid++) {
+        const uint8_t *h = b + rel;
+        int32_t length = (int32_t)(((uint32_t)h[0] << 24) | ((uint32_t)h[1] << 16) | ((uint32_t)h[2] << 8) | h[3]);
+        uint64_t id = 0;
+        for (int k = 4; k < 12; k++)
+            id = (id << 8) | h[k];
+        if ((long long)id != eid || length < 0 || length > lim - rel)
+            break;
+        lengths[n++] = length;
+        rel += 12 + length;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out, n * 4) < 0)
+        return NULL;
+    return Py_BuildValue("(nLN)", rel, eid, out);
+}
+
 static PyMethodDef methods[] = {
     {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
      "split(payload, count, seq, evt, eid, pub, prod, eids, bidx, pubs, prods, seqs, evts, keys, okeys, "
@@ -1252,6 +1312,9 @@ static PyMethodDef methods[] = {
     {"columns", (PyCFunction)(void (*)(void))columns, METH_FASTCALL,
      "columns(buf, starts, lengths, index, verify, inflate) -> (stop, code, reason, n, buffers): entries "
      "index.. of an EntryBatch into Arrow buffers (see tieredcore.query.rows.message_batches)."},
+    {"frames", (PyCFunction)(void (*)(void))frames, METH_FASTCALL,
+     "frames(buf, rel, eid, stop, lim) -> (rel, eid, lengths): the offload reader's frame walk "
+     "(see tieredcore.offload.reader._frames_in)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,7 +26,6 @@ returns) and can collect bad entries instead of stopping at the first.
 from __future__ import annotations
 
 import base64
-import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
 from tieredcore.errors import FormatError, MessageChecksumError, MessageFormatError
-from tieredcore.formats import compression
+from tieredcore.formats import compression, native
 from tieredcore.formats.proto import PulsarApi_pb2 as pb
 from tieredcore.model import Buffer, EntryBatch, Position
 
@@ -62,28 +61,10 @@ _inflate = compression.inflate
 _COMPRESSION_FIELD = MessageMetadata.DESCRIPTOR.fields_by_name["compression"].number
 
 
-def _native_split():
-    """:func:`decode_columns`' per-message loop over a batch in C (tieredcore/formats/cbatch.c), or None:
-    not built, not loadable (a zip on ``sys.path``, as Spark's --py-files), or ``TIERED_NO_C`` set."""
-    if os.environ.get("TIERED_NO_C", "") not in ("", "0"):
-        return None
-    try:
-        from tieredcore.formats import cbatch
-    except ImportError:
-        return None
-    return cbatch.split
-
-
-_split_c = _native_split()
-
-
-def _native_columns():
-    """cbatch.columns (whole entries into Arrow buffers; tieredcore.query.rows.message_batches), or None
-    when the C reader is not there (see :func:`_native_split`)."""
-    return None if _split_c is None else _split_c.__self__.columns
-
-
-native_columns = _native_columns()
+# the C readers (tieredcore/formats/native.py): a batch's messages into lists (decode_columns), whole
+# entries into Arrow buffers (tieredcore.query.rows.message_batches); None when not there
+_split_c = native.cbatch.split if native.cbatch else None
+native_columns = native.cbatch.columns if native.cbatch else None
 NATIVE_LIMIT = 8  # columns()' code for "stopped before 32-bit offsets would overflow" (cbatch.LIMIT)
 
 
@@ -486,7 +467,7 @@ class MessageColumns:
 def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify: bool = True) -> MessageColumns:
     """What :func:`decode_entries` returns, as :class:`MessageColumns` (the same messages, errors and
     ``bad`` handling; one loop, no tuple per message). A batch's messages are read in C when
-    tieredcore/formats/cbatch.c is built (see :func:`_native_split`); a batch it stops at (malformed, or
+    tieredcore/formats/cbatch.c is built (see tieredcore/formats/native.py); a batch it stops at (malformed, or
     beyond what it reads) is read again here, so errors and readings are this loop's."""
     mv = memoryview(batch.buf)
     lid, eid = batch.ledger_id, batch.first_entry

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from tieredcore.cold.blob import BlobStore
 from tieredcore.errors import BadRangeError, FormatError
 from tieredcore.formats import constants as C
+from tieredcore.formats import native
 from tieredcore.formats.index import LedgerIndex, index_trailer
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.formats.trailer import ChunkChecksums, IndexTrailer
@@ -51,6 +52,7 @@ from tieredcore.offload.cache import OffsetCache
 from tieredcore.offload.sidecar import OffsetsSidecar
 
 _FRAME = struct.Struct(">iq")
+_frames_c = native.cbatch.frames if native.cbatch else None
 _MAX_WINDOWS = 8
 _MAX_WINDOW_BYTES = 40 * 1024 * 1024  # fetched windows kept per handle (at least the newest one)
 _MAX_STREAMS = 16
@@ -85,6 +87,10 @@ def _frames_in(buf: bytes, rel: int, eid: int, stop: int, lengths: array) -> tup
     the window's end, a wrong id) the caller's loop handles and reports, so the checks stay the same. A
     streaming block's magic read as a length (a frame header's place after a full block) never fits."""
     lim = min(len(buf), C.STREAMING_BLOCK_MAGIC) - 24
+    if _frames_c is not None:  # the same loop in C (tieredcore/formats/cbatch.c)
+        rel, eid, got = _frames_c(buf, rel, eid, stop, lim)
+        lengths.frombytes(got)
+        return rel, eid
     rel, eid = _uniform_frames(buf, rel, eid, stop, lim, lengths)
     add, unpack = lengths.append, _FRAME.unpack_from
     for e in range(eid, stop + 1):
