@@ -396,3 +396,28 @@ def ex_ms(iso: str) -> int:
     from tieredcore.clock import parse_time_ms
 
     return parse_time_ms(iso, "as of")
+
+
+@pytest.mark.parametrize("far", [False, True])
+def test_files_split_rows_by_day_and_keep_rows_without_a_publish_day(tmp_path: Path, far: bool) -> None:
+    """A task's files: one per day, rows of three days and rows whose publish time no timestamp holds
+    (null) in one read batch, split into one file per day (nulls in their own), none dropped; rows gathered
+    into one row group per file. ``far``: a day past year 9999 (the strftime path, not the date cast)."""
+    schema = pa.schema([pa.field("publish_time", pa.timestamp("us", tz="UTC")), pa.field("n", pa.int64())])
+    day = 86_400 * 10**6
+    times = [0, 5, day + 1, 2 * day, None, 2 * day + 7, 9] + ([20_000 * 365 * day] if far else [])
+    table = pa.table({"publish_time": pa.array(times, schema.field(0).type), "n": list(range(len(times)))})
+    files = ex._Files(f"file://{tmp_path}", schema, "run", 0, 2**30)
+    files.add(table.slice(0, 3), "t", 1)
+    files.add(table.slice(3), "t", 2)
+    done = files.close()
+    got = {}
+    for rec in done:
+        f = pq.ParquetFile(rec["path"].removeprefix("file://"))
+        assert f.metadata.num_row_groups == 1
+        got[rec["path"].split("publish_day=")[1].split("/")[0]] = sorted(f.read().column("n").to_pylist())
+    want = {"1970-01-01": [0, 1, 6], "1970-01-02": [2], "1970-01-03": [3, 5], "None": [4]}
+    if far:
+        want[pc.strftime(table.column("publish_time")[7:], format="%Y-%m-%d").to_pylist()[0]] = [7]
+    assert got == want
+    assert sum(r["rows"] for r in done) == len(times)

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -471,22 +471,52 @@ def parse_value(payload: bytes | None, schema: Mapping[str, str], required: Sequ
     return out
 
 
+ROW_GROUP_BYTES = 64 * 2**20  # Arrow bytes gathered per day before a Parquet row group is written
+
+
+def _days(col: pa.ChunkedArray) -> tuple[pa.Array | pa.ChunkedArray, list[Any]]:
+    """Each row's publish day, and the distinct days (as ``YYYY-MM-DD`` strings, the partition's value):
+    a cast to date32 (vectorised); strftime when a time is null or outside years 1..9999 (where a date
+    does not print that way)."""
+    if not col.null_count:
+        lo, hi = pc.min_max(col).values()
+        if lo.is_valid and lo.value >= _MIN_US and hi.value < _MAX_US:
+            dates = pc.cast(col, pa.date32())
+            return dates, [d.isoformat() for d in pc.unique(dates).to_pylist()]
+    days = pc.strftime(col, format="%Y-%m-%d", locale="C")
+    return days, pc.unique(days).to_pylist()
+
+
+_MIN_US = -62135596800 * 10**6  # 0001-01-01T00:00:00Z
+_MAX_US = 253402300800 * 10**6  # 10000-01-01T00:00:00Z
+
+
 class _Files:
     """Parquet files of one table in a task: one open file per day (a file holds one partition, so
-    pyiceberg's add_files can tell its partition), rolled over at the target size."""
+    pyiceberg's add_files can tell its partition), rolled over at the target size. Rows are gathered per
+    day and written in row groups of about ROW_GROUP_BYTES (a row group per read batch would be small)."""
 
     def __init__(self, location: str, schema: pa.Schema, run_id: str, task: int, target: int) -> None:
         self.location, self.schema, self.run_id, self.task, self.target = location, schema, run_id, task, target
         self.open: dict[str, tuple[pq.ParquetWriter, str, dict[str, Any]]] = {}
+        self.pending: dict[str, list[pa.Table]] = {}
+        self.pending_bytes: dict[str, int] = {}
         self.done: list[dict[str, Any]] = []
 
     def add(self, table: pa.Table, topic: str, ledger: int) -> None:
         if not table.num_rows:
             return
-        days = pc.strftime(table.column("publish_time"), format="%Y-%m-%d", locale="C")
-        distinct = pc.unique(days).to_pylist()
+        days, distinct = _days(table.column("publish_time"))
         for day in distinct:
-            self._write(day, table.filter(pc.equal(days, day)) if len(distinct) > 1 else table, topic, ledger)
+            if len(distinct) == 1:
+                part = table
+            elif day is None:  # a publish time no timestamp holds: those rows together, never dropped
+                part = table.filter(pc.is_null(days))
+            elif days.type == pa.date32():
+                part = table.filter(pc.equal(days, pa.scalar(date.fromisoformat(day), pa.date32())))
+            else:
+                part = table.filter(pc.equal(days, day))
+            self._write(str(day), part, topic, ledger)
 
     def _write(self, day: str, part: pa.Table, topic: str, ledger: int) -> None:
         if day not in self.open:
@@ -497,14 +527,24 @@ class _Files:
             w = pq.ParquetWriter(str(local) if local is not None else path, self.schema, compression="zstd")
             self.open[day] = (w, path, {"path": path, "rows": 0, "arrow_bytes": 0, "ledgers": set()})
         w, path, rec = self.open[day]
-        w.write_table(part.cast(self.schema))
+        self.pending.setdefault(day, []).append(part)
+        self.pending_bytes[day] = self.pending_bytes.get(day, 0) + part.nbytes
         rec["rows"] += part.num_rows
         rec["arrow_bytes"] += part.nbytes
         rec["ledgers"].add((topic, ledger))
         if rec["arrow_bytes"] >= self.target:
             self._close(day)
+        elif self.pending_bytes[day] >= ROW_GROUP_BYTES:
+            self._flush(day)
+
+    def _flush(self, day: str) -> None:
+        parts = self.pending.pop(day, [])
+        self.pending_bytes.pop(day, None)
+        if parts:
+            self.open[day][0].write_table(pa.concat_tables(parts).cast(self.schema), row_group_size=2**31 - 1)
 
     def _close(self, day: str) -> None:
+        self._flush(day)
         w, path, rec = self.open.pop(day)
         w.close()
         local = _fs_path(path)
