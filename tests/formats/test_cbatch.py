@@ -1,15 +1,16 @@
-"""decode_columns' per-message loop in C (tieredcore/formats/cbatch.c) against the Python loop it replaces.
+"""The whole-entry C reader (tieredcore/formats/cbatch.c ``columns``) on batches' SingleMessageMetadata,
+against the Python reader it replaces (decode_columns read in Python, then message_batch).
 
 The C reader parses SingleMessageMetadata's wire format itself; whatever it refuses (malformed, or beyond
 what it reads: groups, a known field of an unexpected wire type, strings that are not UTF-8) the Python
 reader reads again, so errors and edge cases stay the Python reader's. What matters is that the C reader
 never accepts what upb refuses and never reads a field differently: a differential test over random
-batches, random wire-format metadata and corrupted batches, plus exact vectors.
+batches, random wire-format metadata and corrupted batches, plus exact vectors. Framing, MessageMetadata
+and codecs: tests/query/test_native_rows.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 import subprocess
@@ -21,9 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.query.test_native_rows import TOPIC, read, same
 from tieredcore.errors import MessageFormatError
+from tieredcore.formats import compression
 from tieredcore.formats import messages as m
 from tieredcore.model import EntryBatch
+from tieredcore.query import rows
 
 cbatch = pytest.importorskip("tieredcore.formats.cbatch", reason="the C extension is not built")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,38 +58,19 @@ def framed(*smms: tuple[bytes, bytes]) -> bytes:
     return b"".join(struct.pack(">I", len(s)) + s + p for s, p in smms)
 
 
-def run(batch: EntryBatch, native: bool, collect: bool):
-    """decode_columns' columns (payloads as bytes) and bad entries, or the error it raised."""
-    saved = m._split_c
-    m._split_c = cbatch.split if native else None
-    try:
-        bad: list[m.BadEntry] | None = [] if collect else None
-        try:
-            c = m.decode_columns(batch, bad)
-        except MessageFormatError as ex:
-            return ("error", type(ex), str(ex), ex.position)
-        cols = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
-        cols["payload"] = [bytes(p) for p in c.payload]
-        return ("ok", cols, bad)
-    finally:
-        m._split_c = saved
+def direct(raw: bytes, count: int, seq: int = 100, evt: int | None = None) -> tuple[int, list[dict]]:
+    """cbatch.columns on one batch entry alone: its code (0: taken) and the rows it read."""
+    batch = entry_batch([batch_entry(raw, count, seq, evt)])
+    stop, code, _, n, bufs = cbatch.columns(batch.buf, batch.starts, batch.lengths, 0, True, compression.inflate)
+    assert stop == (1 if code == 0 else 0)
+    got = rows._native_batch(TOPIC, "hot", 7, 0, n, bufs).to_pylist() if n else []
+    return code, got
 
 
-def same(batch: EntryBatch) -> tuple:
-    """Both readers, both error modes: identical results; the C reader's (raising mode) returned."""
-    c_raise, py_raise = run(batch, True, False), run(batch, False, False)
-    assert c_raise == py_raise
-    assert run(batch, True, True) == run(batch, False, True)
-    return c_raise
-
-
-def split_direct(raw: bytes, count: int, seq: int = 100, evt: int = 0):
-    """cbatch.split on its own: (its return, the columns it filled)."""
-    c = m.MessageColumns()
-    r = cbatch.split(memoryview(raw), count, seq, evt, 0, 1234, "p", c.entry_ids, c.batch_index,
-                     c.publish_time, c.producer_name, c.sequence_id, c.event_time, c.key, c.ordering_key,
-                     c.payload, c.prop_offsets, c.prop_keys, c.prop_values)
-    return r, c
+def col(res: tuple, name: str) -> list:
+    """One column of same()'s rows."""
+    assert res[0] == "ok", res
+    return [r[name] for r in res[1]]
 
 
 # --- wire format, written by hand ----------------------------------------------------------------------
@@ -119,8 +104,9 @@ def vi(num: int, v: int) -> bytes:
 
 
 def test_the_c_reader_is_used_unless_turned_off() -> None:
-    assert m._split_c is (None if os.environ.get("TIERED_NO_C", "") not in ("", "0") else cbatch.split)
-    code = "from tieredcore.formats import messages as m; print(m._split_c is None)"
+    off = os.environ.get("TIERED_NO_C", "") not in ("", "0")
+    assert rows.native_columns is (None if off else cbatch.columns)
+    code = "from tieredcore.query import rows; print(rows.native_columns is None)"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TIERED_NO_C="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          check=True)
@@ -136,9 +122,11 @@ def test_from_a_zip_the_python_reader_is_used(tmp_path: Path) -> None:
                 z.write(f, f.relative_to(ROOT))
         assert any(n.endswith(".so") for n in z.namelist())  # the built module is in it, and still unused
     code = ("from tieredcore.formats import messages as m; from tieredcore.model import EntryBatch\n"
+            "from tieredcore.query import rows\n"
             "e = m.encode_batch([m.OutMessage(b'x', key='k')] * 2, producer='p', sequence_id=1, publish_time=2)\n"
-            "c = m.decode_columns(EntryBatch(1, 0, e, [0], [len(e)], 0, len(e)))\n"
-            f"print(m._split_c is None, m.__file__.startswith({str(archive)!r}), c.key, c.sequence_id)")
+            "(b,) = rows.message_batches('t', 'hot', EntryBatch(1, 0, e, [0], [len(e)], 0, len(e)))\n"
+            f"print(rows.native_columns is None, m.__file__.startswith({str(archive)!r}), "
+            "b.column('key').to_pylist(), b.column('sequence_id').to_pylist())")
     env = {k: v for k, v in os.environ.items() if k != "TIERED_NO_C"}
     env["PYTHONPATH"] = str(archive)
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -151,65 +139,60 @@ def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
            + tag(23, 5) + b"abcd" + ld(2, "clé".encode()) + vi(8, 9) + vi(5, 77) + ld(7, b"\x00ok")
            + ld(1, ld(1, b"k") + vi(9, 1) + ld(2, b"v")) + vi(2**20, 3))
     raw = framed((smm, b"hello"), (vi(3, 0) + vi(10, 1) + ld(2, b"gone"), b""))
-    r, c = split_direct(raw, 2, seq=100, evt=55)
-    assert r is None
-    assert (c.batch_index, c.sequence_id, c.event_time, c.key, c.ordering_key) == (
-        [0, 1], [9, 101], [77, 55], ["clé", None], [b"\x00ok", None])
-    assert (c.prop_offsets, c.prop_keys, c.prop_values) == ([0, 1, 1], ["k"], ["v"])
-    assert [bytes(p) for p in c.payload] == [b"hello", b""]
+    code, got = direct(raw, 2, seq=100, evt=55)
+    assert code == 0
+    assert [(r["batch_index"], r["sequence_id"], r["key"], r["ordering_key"], r["properties"], r["payload"])
+            for r in got] == [(0, 9, "clé", b"\x00ok", [("k", "v")], b"hello"), (1, 101, None, None, [], b"")]
+    assert [r["event_time"].timestamp() * 1000 for r in got] == [77, 55]
     res = same(entry_batch([batch_entry(raw, 2, seq=100, event_time=55)]))
-    assert res[0] == "ok" and res[1]["key"] == ["clé", None]
+    assert col(res, "key") == ["clé", None]
 
 
 def test_key_values_lacking_key_or_value() -> None:
-    """KeyValue's key and value are required; upb does not check: "" for the missing one."""
+    """A batched message's KeyValue: key and value are required; upb does not check: "" for the missing
+    one."""
     smm = vi(3, 0) + ld(1, ld(2, b"v")) + ld(1, ld(1, b"k")) + ld(1, b"") + ld(1, ld(1, b"a") + ld(1, b"b"))
     raw = framed((smm, b""))
-    r, c = split_direct(raw, 1)
+    code, got = direct(raw, 1)
     # key "" twice: once, in its first place, with its last value
-    assert r is None and (c.prop_keys, c.prop_values) == (["", "k", "b"], ["", "", ""])
+    assert code == 0 and got[0]["properties"] == [("", ""), ("k", ""), ("b", "")]
     same(entry_batch([batch_entry(raw, 1)]))
 
 
 @pytest.mark.parametrize("n", [2, 5, 16, 17, 40])
 def test_a_repeated_property_key_keeps_its_last_value(n: int) -> None:
     """As decode_columns' Python loop (Pulsar's getProperties): a key given twice once, in its first
-    place, with its last value; pairwise up to 16 properties, through a dict beyond."""
+    place, with its last value."""
     props = [(f"k{i % (n - 1)}", f"v{i}") for i in range(n)]  # the last repeats the first key
     distinct = [(f"k{i}", f"v{i}") for i in range(n)]
     smm = vi(3, 0) + b"".join(ld(1, ld(1, k.encode()) + ld(2, v.encode())) for k, v in props)
     smm2 = vi(3, 0) + b"".join(ld(1, ld(1, k.encode()) + ld(2, v.encode())) for k, v in distinct)
     raw = framed((smm, b""), (smm2, b""))
-    r, c = split_direct(raw, 2)
-    want = dict(props)
-    assert r is None
-    assert c.prop_offsets == [0, n - 1, 2 * n - 1]
-    assert (c.prop_keys[: n - 1], c.prop_values[: n - 1]) == (list(want), list(want.values()))
-    assert (c.prop_keys[n - 1 :], c.prop_values[n - 1 :]) == ([k for k, _ in distinct], [v for _, v in distinct])
+    code, got = direct(raw, 2)
+    assert code == 0
+    assert got[0]["properties"] == list(dict(props).items()) and got[1]["properties"] == distinct
     same(entry_batch([batch_entry(raw, 2)]))
 
 
 def test_groups_are_left_to_the_python_reader() -> None:
     smm = vi(3, 1) + tag(24, 3) + vi(1, 5) + tag(25, 3) + tag(25, 4) + tag(24, 4) + ld(2, b"k")
     raw = framed((smm, b"x"))
-    r, _ = split_direct(raw, 1)
-    assert r[0] == cbatch.UNSUPPORTED
+    assert direct(raw, 1)[0] == cbatch.UNSUPPORTED
     res = same(entry_batch([batch_entry(raw, 1)]))
-    assert res[0] == "ok" and res[1]["key"] == ["k"]  # upb skips the group; so does the Python reader
+    assert col(res, "key") == ["k"]  # upb skips the group; so does the Python reader
 
 
 def test_a_known_field_of_another_wire_type() -> None:
     raw = framed((vi(3, 1) + vi(2, 5), b"x"))  # partition_key as a varint: upb keeps it aside
-    assert split_direct(raw, 1)[0][0] == cbatch.UNSUPPORTED
-    res = same(entry_batch([batch_entry(raw, 1)]))
-    assert res[0] == "ok" and res[1]["key"] == [None]
+    assert direct(raw, 1)[0] == cbatch.UNSUPPORTED
+    assert col(same(entry_batch([batch_entry(raw, 1)])), "key") == [None]
 
 
 def test_strings_that_are_not_utf8() -> None:
     """upb (proto2 strings: no UTF-8 check) parses them and hands out bytes, which no string column holds;
     the C reader leaves them to the Python reader, which calls the entry damaged, naming the field."""
     raw = framed((vi(3, 0) + ld(2, b"\xff\xfe") + ld(1, ld(1, b"\xc3(") + ld(2, b"v")), b""))
-    assert split_direct(raw, 1)[0][0] == cbatch.UNSUPPORTED
+    assert direct(raw, 1)[0] == cbatch.UNSUPPORTED
     res = same(entry_batch([batch_entry(raw, 1)]))
     assert res[:3] == ("error", MessageFormatError,
                        "entry 7:0: not a Pulsar message: message 0 of the batch: partition_key is not UTF-8")
@@ -219,7 +202,7 @@ def test_strings_that_are_not_utf8() -> None:
 
 def test_missing_payload_size() -> None:
     raw = framed((vi(3, 0), b""), (ld(2, b"k"), b""))
-    assert split_direct(raw, 2)[0][:2] == (cbatch.NO_PAYLOAD_SIZE, 1)
+    assert direct(raw, 2)[0] == cbatch.NO_PAYLOAD_SIZE
     res = same(entry_batch([batch_entry(raw, 2)]))
     assert res[2] == ("entry 7:0: not a Pulsar message: message 1 of the batch: SingleMessageMetadata "
                       "lacks payload_size")
@@ -237,7 +220,7 @@ def test_missing_payload_size() -> None:
         "kv-overrun"])
 def test_metadata_that_does_not_parse(smm: bytes) -> None:
     raw = framed((smm, b"x"))
-    assert split_direct(raw, 1)[0][:2] == (cbatch.PARSE, 0)
+    assert direct(raw, 1)[0] == cbatch.PARSE
     res = same(entry_batch([batch_entry(raw, 1)]))
     assert res[0] == "error"
     assert res[2].startswith("entry 7:0: not a Pulsar message: message 0 of the batch: SingleMessageMetadata "
@@ -256,26 +239,26 @@ def test_framing_errors() -> None:
                                                       "message 1 of the batch: its -3-byte payload overruns"),
     }
     for raw, (code, text) in cases.items():
-        assert split_direct(raw, 2)[0][:2] == (code, 1)
+        assert direct(raw, 2)[0] == code
         res = same(entry_batch([batch_entry(raw, 2)]))
         assert res[0] == "error" and text in res[2]
 
 
-def test_small_payloads_are_copied_large_ones_viewed() -> None:
-    big = bytes(range(256)) * 300  # 76800 bytes: over the 64 KiB copied
+def test_large_payloads_read_whole() -> None:
+    big = bytes(range(256)) * 300  # 76,800 bytes
     raw = framed((vi(3, 3), b"abc"), (vi(3, len(big)), big), (vi(3, 65536), big[:65536]))
-    r, c = split_direct(raw, 3)
-    assert r is None
-    assert [type(p) for p in c.payload] == [bytes, memoryview, bytes]
-    assert [bytes(p) for p in c.payload] == [b"abc", big, big[:65536]]
+    code, got = direct(raw, 3)
+    assert code == 0 and [r["payload"] for r in got] == [b"abc", big, big[:65536]]
     same(entry_batch([batch_entry(raw, 3)]))
 
 
-def test_sequence_ids_past_2_64_are_left_to_python() -> None:
+def test_sequence_ids_wrap_past_2_64_as_javas_long() -> None:
+    """A batch's sequence ids count on from the entry's (RawMessageImpl) in Java's long: U64 is -1, the next
+    0."""
     raw = framed((vi(3, 0), b""), (vi(3, 0), b""))
-    assert split_direct(raw, 2, seq=U64)[0][0] == cbatch.UNSUPPORTED
-    res = same(entry_batch([batch_entry(raw, 2, seq=U64)]))
-    assert res[1]["sequence_id"] == [U64, U64 + 1]
+    code, got = direct(raw, 2, seq=U64)
+    assert code == 0 and [r["sequence_id"] for r in got] == [-1, 0]
+    assert col(same(entry_batch([batch_entry(raw, 2, seq=U64)])), "sequence_id") == [-1, 0]
 
 
 def test_bad_entries_are_collected_as_before() -> None:
@@ -284,15 +267,14 @@ def test_bad_entries_are_collected_as_before() -> None:
     broken = batch_entry(framed((vi(3, 1), b"x"), (vi(3, 9), b"y")), 2)
     batch = entry_batch([good, broken, good], first=10)
     for native in (True, False):
-        kind, cols, bad = run(batch, native, True)
-        assert cols["entry_ids"] == [10, 10, 12, 12] and cols["payload"] == [b"a", b"b", b"a", b"b"]
-        assert cols["prop_offsets"] == [0, 1, 1, 2, 2] and cols["prop_keys"] == ["p", "p"]
+        kind, got, bad = read(batch, native, True)
+        assert [r["entry_id"] for r in got] == [10, 10, 12, 12] and [r["payload"] for r in got] == [b"a", b"b"] * 2
+        assert [r["properties"] for r in got] == [[("p", "1")], [], [("p", "1")], []]
         assert [(b.position.entry_id, b.reason, b.checksum) for b in bad] == [
             (11, "entry 7:11: not a Pulsar message: message 1 of the batch: its 9-byte payload overruns "
                  "the batch", False)]
     with pytest.raises(MessageFormatError, match="its 9-byte payload"):
-        run_raise = m.decode_columns
-        run_raise(batch)
+        list(rows.message_batches(TOPIC, "hot", batch))
 
 
 # --- differential, random ------------------------------------------------------------------------------
@@ -326,7 +308,7 @@ def test_random_batches(batches) -> None:
             e = m.frame_entry(f.metadata, bytes(f.payload))
         entries.append(e)
     res = same(entry_batch(entries))
-    assert res[0] == "ok" and len(res[1]["entry_ids"]) == sum(len(b[0]) for b in batches)
+    assert res[0] == "ok" and len(res[1]) == sum(len(b[0]) for b in batches)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -43,9 +43,9 @@ def entry_batch(entries: list[bytes], first: int = 0, gap: bytes = b"") -> Entry
 
 def read(batch: EntryBatch, native: bool, collect: bool):
     """The rows (a list of dicts), the skipped entries, or the error raised."""
-    saved_cols, saved_split = rows.native_columns, m._split_c
+    saved = rows.native_columns
     if not native:
-        rows.native_columns, m._split_c = None, None
+        rows.native_columns = None
     try:
         bad: list[m.BadEntry] | None = [] if collect else None
         try:
@@ -60,7 +60,7 @@ def read(batch: EntryBatch, native: bool, collect: bool):
         as_int = pa.schema([f.with_type(pa.int64()) if f.type == rows.TS else f for f in rows.MESSAGE_SCHEMA])
         return ("ok", table.cast(as_int).to_pylist(), bad)
     finally:
-        rows.native_columns, m._split_c = saved_cols, saved_split
+        rows.native_columns = saved
 
 
 def same(batch: EntryBatch) -> tuple:

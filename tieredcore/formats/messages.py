@@ -61,9 +61,8 @@ _inflate = compression.inflate
 _COMPRESSION_FIELD = MessageMetadata.DESCRIPTOR.fields_by_name["compression"].number
 
 
-# the C readers (tieredcore/formats/native.py): a batch's messages into lists (decode_columns), whole
-# entries into Arrow buffers (tieredcore.query.rows.message_batches); None when not there
-_split_c = native.cbatch.split if native.cbatch else None
+# the C reader of whole entries into Arrow buffers (tieredcore.query.rows.message_batches; formats/native.py),
+# None when not there; decode_columns, in Python, is its reference
 native_columns = native.cbatch.columns if native.cbatch else None
 NATIVE_LIMIT = 8  # columns()' code for "stopped before 32-bit offsets would overflow" (cbatch.LIMIT)
 
@@ -466,16 +465,15 @@ class MessageColumns:
 
 def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify: bool = True) -> MessageColumns:
     """What :func:`decode_entries` returns, as :class:`MessageColumns` (the same messages, errors and
-    ``bad`` handling; one loop, no tuple per message). A batch's messages are read in C when
-    tieredcore/formats/cbatch.c is built (see tieredcore/formats/native.py); a batch it stops at (malformed, or
-    beyond what it reads) is read again here, so errors and readings are this loop's."""
+    ``bad`` handling; one loop, no tuple per message), except that a string field that is not UTF-8 makes
+    its entry damaged (no string column holds it). The reference for the C reader of whole entries
+    (``native_columns``), which hands it every entry it does not take."""
     mv = memoryview(batch.buf)
     lid, eid = batch.ledger_id, batch.first_entry
     c = MessageColumns()
     eids, bidx, pubs, evts = c.entry_ids, c.batch_index, c.publish_time, c.event_time
     keys, okeys, prods, seqs, pays = c.key, c.ordering_key, c.producer_name, c.sequence_id, c.payload
     poff, pkeys, pvals = c.prop_offsets, c.prop_keys, c.prop_values
-    split_c = _split_c
 
     def own_fields(own: MessageMetadata | SingleMessageMetadata, k: int = -1) -> None:
         has = own.HasField
@@ -517,14 +515,7 @@ def decode_columns(batch: EntryBatch, bad: list[BadEntry] | None = None, verify:
                 evts.append(evt or None)
                 pays.append(payload)
                 own_fields(meta)
-            elif split_c is not None and split_c(
-                    payload, meta.num_messages_in_batch, seq, evt, eid, pub, prod,
-                    eids, bidx, pubs, prods, seqs, evts, keys, okeys, pays, poff, pkeys, pvals) is None:
-                pass  # the whole batch read in C
             else:
-                # no C reader, or it stopped (malformed, or beyond what it reads): the batch again in
-                # Python, whose errors (texts included) and readings are the reference
-                c.truncate(kept)
                 for k, (single, body) in enumerate(_singles(lid, eid, meta.num_messages_in_batch, payload)):
                     has = single.HasField
                     eids.append(eid)

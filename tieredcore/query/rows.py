@@ -97,7 +97,7 @@ def message_batch(topic: str, tier: str, ledger_id: int, c: MessageColumns) -> p
         pa.MapArray.from_arrays(pa.array(c.prop_offsets, pa.int32()), pa.array(c.prop_keys, pa.string()),
                                 pa.array(c.prop_values, pa.string())),
         pa.array(c.producer_name, pa.string()),
-        pa.array([v - 2**64 if v >= 2**63 else v for v in c.sequence_id]  # Java's long, as the C reader
+        pa.array([(v + 2**63) % 2**64 - 2**63 for v in c.sequence_id]  # Java's long, as the C reader
                  if c.sequence_id and max(c.sequence_id) >= 2**63 else c.sequence_id, pa.int64()),
         _binary(c.payload, n),
         _const(tier, n),
