@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.query.test_native_rows import TOPIC, read, same
+from tests.support.wire import damage, ld, tag, varint, vi
 from tieredcore.errors import MessageFormatError
 from tieredcore.formats import compression
 from tieredcore.formats import messages as m
@@ -74,30 +75,6 @@ def col(res: tuple, name: str) -> list:
 
 
 # --- wire format, written by hand ----------------------------------------------------------------------
-
-
-def varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def tag(num: int, wt: int) -> bytes:
-    return varint(num << 3 | wt)
-
-
-def ld(num: int, data: bytes) -> bytes:
-    return tag(num, 2) + varint(len(data)) + data
-
-
-def vi(num: int, v: int) -> bytes:
-    return tag(num, 0) + varint(v)
 
 
 # --- exact vectors -------------------------------------------------------------------------------------
@@ -317,17 +294,7 @@ def test_corrupted_batches(msgs, data) -> None:
     smms = [m.single_metadata(x, 100 + i) for i, x in enumerate(msgs)]
     raw = bytearray(m.batch_payload(zip(smms, (b"" if x.null_value else x.payload for x in msgs),
                                         strict=True)))
-    for _ in range(data.draw(st.integers(1, 4))):
-        how = data.draw(st.sampled_from(["flip", "set", "cut", "insert"]))
-        at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
-        if how == "flip" and raw:
-            raw[at] ^= 1 << data.draw(st.integers(0, 7))
-        elif how == "set" and raw:
-            raw[at] = data.draw(st.integers(0, 255))
-        elif how == "cut":
-            del raw[at:]
-        else:
-            raw[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    damage(raw, data)
     count = data.draw(st.sampled_from([len(msgs), len(msgs) + 1, max(len(msgs) - 1, 1)]))
     same(entry_batch([batch_entry(bytes(raw), count)]))
 

@@ -20,6 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.support.v2_checker import V2CheckError, check_v2_segment
+from tests.support.wire import varint
 from tieredcore.errors import TieredError
 from tieredcore.formats.block import (
     DecodedBlock,
@@ -478,21 +479,11 @@ def compressed_record(draw: st.DrawFn) -> bytes:
         st.builds(_zstd_frame, st.none() | st.sampled_from((0, len(raw), 2**32 - 1, 2**31)), st.just(raw)),
     ))
     meta = pb.ManagedLedgerInfoMetadata()
-    meta.ParseFromString(b"\x08" + _varint(kind) + b"\x10" + _varint(declared))
+    meta.ParseFromString(b"\x08" + varint(kind) + b"\x10" + varint(declared))
     mb = meta.SerializePartialToString()
     mb = mb if draw(st.booleans()) else draw(mutated(mb))
     meta_len = len(mb) if draw(st.booleans()) else draw(st.sampled_from(EXTREMES) | st.integers(-10, 300))
     return struct.pack(">h", 0x4778) + struct.pack(">I", meta_len % 2**32) + mb + payload
-
-
-def _varint(v: int) -> bytes:
-    v %= 1 << 64
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
 
 
 @FUZZ

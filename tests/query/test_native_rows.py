@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.wire import damage, varint
 from tieredcore.errors import MessageFormatError
 from tieredcore.formats import compression
 from tieredcore.formats import messages as m
@@ -190,40 +191,21 @@ def test_random_entries(es, first) -> None:
 def test_corrupted_entries(es, data) -> None:
     k = data.draw(st.integers(0, len(es) - 1))
     raw = bytearray(es[k])
-    for _ in range(data.draw(st.integers(1, 3))):
-        how = data.draw(st.sampled_from(["flip", "set", "cut", "insert"]))
-        at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
-        if how == "flip" and raw:
-            raw[at] ^= 1 << data.draw(st.integers(0, 7))
-        elif how == "set" and raw:
-            raw[at] = data.draw(st.integers(0, 255))
-        elif how == "cut":
-            del raw[at:]
-        else:
-            raw[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    damage(raw, data, 3)
     es[k] = bytes(raw)
     same(entry_batch(es))
 
 
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
 def _field(num: int, wt: int, value: int, blob: bytes) -> bytes:
-    tag = _varint(num << 3 | wt)
+    tag = varint(num << 3 | wt)
     if wt == 0:
-        return tag + _varint(value)
+        return tag + varint(value)
     if wt == 1:
         return tag + blob.ljust(8, b"\0")[:8]
     if wt == 5:
         return tag + blob.ljust(4, b"\0")[:4]
     if wt == 2:
-        return tag + _varint(len(blob)) + blob
+        return tag + varint(len(blob)) + blob
     return tag + blob
 
 
