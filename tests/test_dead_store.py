@@ -28,6 +28,7 @@ from tests.support.faulty_s3_proxy import FaultyS3Proxy
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.cli import main as cli
 from tieredcore.config import ENV_CONFIG, ENV_OVERRIDES, Config
+from tieredcore.errors import TieredError
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.scrub import plan_scrub
 from tieredcore.lifecycle.sweep import plan_offload
@@ -66,14 +67,15 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIERED_NO_PROGRESS", "1")
 
 
-def _build(tmp_path: Path, moto_endpoint: str, **overrides: str) -> Iterator[DeadStore]:
+def _build(tmp_path: Path, moto_endpoint: str, messages: bool = False, **overrides: str) -> Iterator[DeadStore]:
     bucket = f"dead-{uuid.uuid4().hex[:16]}"
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     with FaultyS3Proxy(moto_endpoint, rate=0.0) as proxy:
         url = f"s3://{bucket}/p?endpoint={proxy.url}&region=us-east-1"
         root = tmp_path / "ws"
         cfg = build_workspace(root, [NAMESPACE], topics=2, ledgers=6, entries=20,
-                              config_overrides={"store_url": url, "max_block_size": 5 * 1024 * 1024, **overrides})
+                              config_overrides={"store_url": url, "max_block_size": 5 * 1024 * 1024, **overrides},
+                              messages=messages)
         with Workspace(Config.load(cfg, env={})) as ws:
             topics = sorted(t.full for t in ws.ml.list_topics(NAMESPACE))
             for t in topics:
@@ -85,6 +87,12 @@ def _build(tmp_path: Path, moto_endpoint: str, **overrides: str) -> Iterator[Dea
 def store(tmp_path: Path, moto_endpoint: str, clean_env: None) -> Iterator[DeadStore]:
     """Two topics of six sealed ledgers; the two oldest of each offloaded; the store still answering."""
     yield from _build(tmp_path, moto_endpoint)
+
+
+@pytest.fixture
+def message_store(tmp_path: Path, moto_endpoint: str, clean_env: None) -> Iterator[DeadStore]:
+    """As ``store``, its entries Pulsar messages (what the export and the data source read)."""
+    yield from _build(tmp_path, moto_endpoint, messages=True)
 
 
 @pytest.fixture
@@ -274,6 +282,64 @@ def test_spark_sweep_and_scrub_units(store: DeadStore, monkeypatch: pytest.Monke
     assert_names_the_dead_store(rows[-1]["error"], store)
     rows = list(run_work(config, scrub_units))
     assert rows and {r["outcome"] for r in rows} <= {"failed", "aborted"}, rows
+
+
+def _drop_hot_copies(s: DeadStore) -> list[tuple[str, int]]:
+    """The hot copies of the offloaded ledgers deleted, as the deletion-lag cleanup would: only the store
+    has them. Returns (topic, ledger) of each."""
+    out = []
+    with Workspace(Config.load(s.root / "tiered.toml", env={})) as ws:
+        for t in s.topics:
+            for lid in sorted(_offloaded(ws, t)):
+                ws.hot.delete_ledger(lid)
+                out.append((t, lid))
+    return out
+
+
+def test_export(message_store: DeadStore, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The Iceberg export of ledgers only the store holds: with the store dead it ends, exit 1, naming the
+    store, and commits nothing; alive again, the rerun exports all of them."""
+    s = message_store
+    assert len(_drop_hot_copies(s)) == 4
+    fast(monkeypatch, s)
+    s.die()
+    rc, out, err = run(s, capsys, "export", "--namespace", NAMESPACE)
+    assert rc == 1, (out, err)
+    assert_names_the_dead_store(out + err, s)
+    assert sum(t["ledgers"] for t in json.loads(out)["tables"]) == 0
+    s.proxy.blackhole = False
+    rc, out, err = run(s, capsys, "export", "--namespace", NAMESPACE)
+    assert rc == 0, (out, err)
+    assert sum(t["ledgers"] for t in json.loads(out)["tables"]) == 4
+
+
+def test_query_parts_of_offloaded_ledgers(message_store: DeadStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a Spark task of format("tiered") does (read_part): a ledger only the store holds is, with the
+    store dead, an error naming the store (not a hang); ledgers with hot copies still read."""
+    from tieredcore.names import TopicName
+    from tieredcore.query.scan import plan_scan, read_part
+
+    s = message_store
+    cold = set(_drop_hot_copies(s))
+    fast(monkeypatch, s)
+    with Workspace(Config.load(s.root / "tiered.toml")) as ws:
+        plan = plan_scan(ws, [TopicName.parse(t) for t in s.topics])
+        s.die()
+        parts = {(p.topic, p.ledger_id): p for p in plan.parts}
+        assert cold <= set(parts) and len(parts) > len(cold)
+        for key, p in parts.items():
+            if key not in cold:
+                assert sum(b.num_rows for b in read_part(ws, p, record_stats=False)) > 0
+        with pytest.raises(TieredError) as e:
+            for _ in read_part(ws, parts[min(cold)], record_stats=False):
+                pass
+    assert_names_the_dead_store(str(e.value), s)
+
+
+def _offloaded(ws: Workspace, topic: str) -> set[int]:
+    from tieredcore.offload.context import is_offloaded
+
+    return {li.ledgerId for li in ws.ml.get_topic(topic)[0].ledgerInfo if is_offloaded(li)}
 
 
 # -- a store that refuses connections ----------------------------------------------------------------
