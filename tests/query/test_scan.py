@@ -4,6 +4,7 @@ one line. The Spark data source over the same functions: tests/query/test_dataso
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -217,14 +218,50 @@ def test_conditions_that_cannot_prune_are_left_to_spark():
 
 def test_statistics_that_do_not_parse_are_ignored(mixed, tmp_path: Path):
     t = TopicName.parse(f"persistent://{NS}/stats-probe")
-    path = stats.stats_path(t)
+    path = stats.bucket_path(t, 1)
     mixed.metadata.create(path, b"{not json")
+    mixed.metadata.create(stats.bucket_path(t, 5000), json.dumps({"version": 1, "parts": {"5000:0:1": "x"}}).encode())
     try:
         assert stats.load(mixed.metadata, t) == {}
         assert stats.record(mixed.metadata, t, {"1:0:1": (1, 2, 3)}, live_ledgers=[1])
         assert stats.load(mixed.metadata, t) == {"1:0:1": (1, 2, 3)}
     finally:
-        mixed.metadata.delete(path)
+        for p in (path, stats.bucket_path(t, 5000)):
+            mixed.metadata.delete(p)
+
+
+def test_statistics_are_kept_per_bucket_of_ledgers_and_trimmed_ledgers_are_forgotten(tmp_path: Path):
+    """A record per BUCKET_LEDGERS ledger ids (no record grows with the topic); the first layout's record
+    per topic still read; a plan drops the statistics of ledgers the topic no longer has."""
+    cfg = build_workspace(tmp_path / "ws", [NS], ledgers=3, entries=5, messages=True)
+    with Workspace(Config.load(cfg, env={})) as ws:
+        _buckets_and_forgetting(ws)
+
+
+def _buckets_and_forgetting(mixed: Workspace) -> None:
+    t = TopicName.parse(T0)
+    live = [li.ledgerId for li in mixed.ml.get_topic(t)[0].ledgerInfo]
+    gone = [max(live) + stats.BUCKET_LEDGERS * 3, 0 if 0 not in live else max(live) + 1]
+    store = mixed.metadata
+    legacy = stats.stats_path(t)
+    store.create(legacy, json.dumps({"version": 1, "parts": {f"{live[0]}:0:0": [7, 8, 1]}}).encode())
+    try:
+        found = {f"{lid}:0:1": (lid, lid + 1, 2) for lid in [*live, *gone]}
+        assert stats.record(store, t, found)
+        buckets = store.children(legacy)
+        assert buckets == sorted({stats.bucket_path(t, lid).rsplit("/", 1)[1] for lid in [*live, *gone]})
+        assert len(buckets) >= 2
+        assert stats.load(store, t) == {**found, f"{live[0]}:0:0": (7, 8, 1)}
+        # a bounded plan sees the trimmed ledgers' statistics and drops them
+        f = add_condition(ScanFilter(), "publish_time", ">=", datetime.fromtimestamp(0, UTC))
+        plan_scan(mixed, [t], f)
+        left = stats.load(store, t)
+        assert {int(k.split(":")[0]) for k in left} == set(live)
+        assert stats.bucket_path(t, gone[0]).rsplit("/", 1)[1] not in store.children(legacy)  # emptied: deleted
+    finally:
+        for c in store.children(legacy):
+            store.delete(f"{legacy}/{c}")
+        store.delete(legacy)
 
 
 # -- an attached Pulsar cluster: the ledgers its brokers offloaded, read from the bucket alone ----------------

@@ -270,6 +270,9 @@ def plan_scan(ws: Workspace, topics: Iterable[TopicName], filt: ScanFilter = Sca
             continue
         info, _ = ws.ml.get_topic(t)
         known = stats.load(ws.metadata, t) if filt.publish.bounded else {}
+        live = {li.ledgerId for li in info.ledgerInfo}
+        if any(int(k.split(":", 1)[0]) not in live for k in known):  # trimmed ledgers' statistics
+            stats.forget(ws.metadata, t, live)
         for li in info.ledgerInfo:
             lid = li.ledgerId
             if not filt.ledgers.overlaps(lid, lid) or (filt.ledger_in is not None and lid not in filt.ledger_in):
