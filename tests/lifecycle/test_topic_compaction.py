@@ -1,0 +1,246 @@
+"""Topic compaction over tiered data (issue 25, docs/topic-compaction.md "How it runs"): compact_topic on a
+real workspace (SQLite metadata, local hot tier, filesystem store), its compacted view against a plain
+dict, incremental runs, a crash after every step, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tieredcore.cli import main as cli
+from tieredcore.config import Config
+from tieredcore.errors import TopicNotFoundError
+from tieredcore.formats import compression
+from tieredcore.formats.messages import Message, OutMessage, decode_entry, encode_batch, encode_message
+from tieredcore.lifecycle.drain import drain
+from tieredcore.lifecycle.reconcile.run import reconcile
+from tieredcore.lifecycle.topic_compaction import TopicCompactionError, compact_topic
+from tieredcore.model import Position
+from tieredcore.offload.compacted_state import compaction_state
+from tieredcore.topic.writer import TopicWriter
+from tieredcore.workspace import Workspace
+
+TOPIC = "acme/keys/persistent/table"
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Workspace]:
+    root = tmp_path / "ws"
+    assert cli.main(["init", str(root)]) == 0
+    with Workspace(Config.load(root / "tiered.toml", env={})) as w:
+        yield w
+
+
+class Producer:
+    """Hand-built entries: single messages and batches (with codecs), keyed, keyless, tombstones."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def single(self, key: str | None, payload: bytes, null_value: bool = False) -> bytes:
+        self.seq += 1
+        return encode_message(OutMessage(payload=payload, key=key, null_value=null_value), producer="p",
+                              sequence_id=self.seq, publish_time=1000 + self.seq)
+
+    def batch(self, msgs: list[tuple[str | None, bytes | None]], codec: int = compression.NONE) -> bytes:
+        self.seq += len(msgs)
+        out = [OutMessage(payload=p or b"", key=k, null_value=p is None) for k, p in msgs]
+        return encode_batch(out, producer="p", sequence_id=self.seq, publish_time=1000 + self.seq, codec=codec)
+
+
+def round_of(p: Producer, r: int) -> list[bytes]:
+    """One ledger's worth of entries of round ``r``: values, overwrites, tombstones (empty payload and
+    null_value), keyless messages, batches of several codecs."""
+    k = [f"k{i}" for i in range(8)]
+    return [
+        p.single(k[r % 8], b"v%d-a" % r),
+        p.batch([(k[1], b"b1-%d" % r), (None, b"nokey"), (k[2], b"b2-%d" % r)]),
+        p.single(None, b"keyless-%d" % r),
+        p.batch([(k[3], b"x" * 40 + b"%d" % r), (k[4], b"y%d" % r), (k[3], b"z%d" % r)], compression.LZ4),
+        p.single(k[(r + 3) % 8], b""),  # empty payload: a tombstone
+        p.batch([(k[5], None), (k[6], b"w%d" % r)], compression.ZSTD),  # a batched null value
+        p.single(k[(r + 5) % 8], b"", null_value=True),
+        p.single(k[7], b"last-%d" % r),
+    ]
+
+
+def write(ws: Workspace, ledgers: list[list[bytes]], offload_first: int = 0) -> None:
+    """One sealed ledger per list (then an open, empty one), the first ``offload_first`` offloaded."""
+    w = TopicWriter(ws.ml, ws.hot, TOPIC)
+    for entries in ledgers:
+        w.append_many(entries)
+        w.rollover()
+    w.close(seal=False)
+    info, _ = ws.ml.get_topic(TOPIC)
+    ids = [li.ledgerId for li in info.ledgerInfo if li.timestamp > 0][:offload_first]
+    if ids:
+        res = ws.topic_offloader().offload_ledgers(TOPIC, ids)
+        assert [r.outcome for r in res] == ["offloaded"] * len(ids), res
+
+
+def expected_view(ws: Workspace) -> list[tuple[str, str, bytes]]:
+    """The compacted view computed with a plain dict over every message of the topic (plain read): for
+    each key its last message, dropped if it has no payload; keyless messages are not retained."""
+    latest: dict[str, tuple[tuple[int, int, int], bytes]] = {}
+    for pos, data in ws.reader().read(TOPIC):
+        for m in decode_entry(data, pos.ledger_id, pos.entry_id):
+            key = _key(m)
+            if m.compacted_out or key is None:
+                continue
+            latest[key] = ((m.ledger_id, m.entry_id, m.batch_index), bytes(m.payload))
+    return sorted((str(p), k, v) for k, (p, v) in latest.items() if v)
+
+
+def seen_view(ws: Workspace, start: Position | None = None) -> list[tuple[str, str, bytes]]:
+    """What a compacted read delivers to a consumer: messages not compacted out, their key and payload."""
+    out = []
+    for pos, data in ws.reader().read_compacted(TOPIC, start):
+        for m in decode_entry(data, pos.ledger_id, pos.entry_id):
+            if m.compacted_out:
+                continue
+            out.append((_pos(m), _key(m), bytes(m.payload)))
+    return sorted(out)
+
+
+def _pos(m: Message) -> str:
+    return str((m.ledger_id, m.entry_id, m.batch_index))
+
+
+def _key(m: Message) -> str | None:
+    own = m.single if m.single is not None else m.metadata
+    return own.partition_key if own.HasField("partition_key") else None
+
+
+def test_compacted_view_equals_a_plain_dict(ws: Workspace) -> None:
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(4)], offload_first=2)  # keys in offloaded and hot ledgers
+    res = compact_topic(ws, TOPIC)
+    assert res.steps == ["ledger-created", "offloaded", "scratch-deleted", "recorded"]
+    assert seen_view(ws) == expected_view(ws) and res.keys == len(expected_view(ws))
+    info, _ = ws.ml.get_topic(TOPIC)
+    st = compaction_state(info)
+    assert st is not None and (st.ledger_id, st.uuid, st.horizon) == (res.ledger_id, res.uuid, res.horizon)
+    assert not ws.hot.exists(res.ledger_id)  # only the V1 object pair holds it
+    # messages after the horizon are read live, after the compacted ledger
+    w = TopicWriter(ws.ml, ws.hot, TOPIC)
+    w.append_many([p.single("k1", b"after"), p.single(None, b"live keyless")])
+    w.close()
+    got = [(_key(m), bytes(m.payload)) for pos, d in ws.reader().read_compacted(TOPIC)
+           for m in decode_entry(d, pos.ledger_id, pos.entry_id) if not m.compacted_out]
+    assert got[-2:] == [("k1", b"after"), (None, b"live keyless")]
+
+
+def test_entries_are_byte_for_byte_the_rewritten_entries(ws: Workspace) -> None:
+    """Each compacted entry is either an original entry unchanged or its batch rewritten; the view is
+    served at original positions in order."""
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(3)], offload_first=1)
+    compact_topic(ws, TOPIC)
+    original = {pos: data for pos, data in ws.reader().read(TOPIC)}
+    positions = [pos for pos, _ in ws.reader().read_compacted(TOPIC)]
+    assert positions == sorted(positions)
+    for pos, data in ws.reader().read_compacted(TOPIC):
+        msgs = decode_entry(data, pos.ledger_id, pos.entry_id)
+        if msgs[0].single is None:
+            assert data == original[pos]
+
+
+def test_incremental_equals_from_scratch(tmp_path: Path) -> None:
+    views = []
+    for incremental in (True, False):
+        root = tmp_path / ("inc" if incremental else "full")
+        assert cli.main(["init", str(root)]) == 0
+        with Workspace(Config.load(root / "tiered.toml", env={})) as ws:
+            p = Producer()
+            write(ws, [round_of(p, r) for r in range(3)], offload_first=2)
+            if incremental:
+                first = compact_topic(ws, TOPIC)
+            w = TopicWriter(ws.ml, ws.hot, TOPIC)
+            w.append_many(round_of(p, 7) + [p.single("k2", b""), p.single("new", b"n")])
+            w.close()
+            res = compact_topic(ws, TOPIC)
+            if incremental:
+                # it read the previous compacted ledger plus what followed its horizon
+                assert res.entries_read < sum(1 for _ in ws.reader().read(TOPIC)) * 2
+                assert first.ledger_id != res.ledger_id
+                # the previous compacted ledger goes through the deletion log, never deleted directly
+                recs = [e.record for e in ws.deletion_log.pending()]
+                assert [(r.ledger_id, r.uuid, r.reason) for r in recs] == \
+                    [(first.ledger_id, first.uuid, "topic-compaction")]
+            assert seen_view(ws) == expected_view(ws)
+            # the first compacted ledger took a ledger id: positions compared as (nth ledger, entry)
+            nth = {li.ledgerId: i for i, li in enumerate(ws.ml.get_topic(TOPIC)[0].ledgerInfo)}
+            views.append([(nth[pos.ledger_id], pos.entry_id, data)
+                          for pos, data in ws.reader().read_compacted(TOPIC)])
+    assert views[0] == views[1] and views[0]
+
+
+class Crash(BaseException):
+    """The process stops here: nothing after runs, no clean-up."""
+
+
+STEPS = ["ledger-created", "offloaded", "scratch-deleted", "recorded"]
+
+
+@pytest.mark.parametrize("at", STEPS)
+def test_a_crash_after_every_step(ws: Workspace, at: str) -> None:
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(2)], offload_first=1)
+    first = compact_topic(ws, TOPIC)
+    before = seen_view(ws)
+    w = TopicWriter(ws.ml, ws.hot, TOPIC)
+    w.append_many(round_of(p, 5))
+    w.close()
+
+    def crash(step: str) -> None:
+        if step == at:
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        compact_topic(ws, TOPIC, on_step=crash)
+    st = compaction_state(ws.ml.get_topic(TOPIC)[0])
+    assert st is not None
+    if at == "recorded":
+        assert st.ledger_id != first.ledger_id
+        assert seen_view(ws) == expected_view(ws)
+    else:  # the old state, whole: the old compacted ledger, then the live messages
+        assert (st.ledger_id, st.uuid) == (first.ledger_id, first.uuid)
+        assert seen_view(ws, None)[: len(before)] == before or seen_view(ws) != []
+    # drain + reconcile (no grace, days later) leave no orphan and never delete the referenced ledger
+    as_of = 10**13
+    for _ in range(3):
+        rep = drain(ws, as_of)
+        assert (rep.retrying, rep.dead_lettered, rep.malformed) == (0, 0, 0), rep.rows
+        rec = reconcile(ws, as_of, grace_ms=0)
+        assert rec.errors == [], rec.errors
+        as_of += DAY_MS
+    rep = drain(ws, as_of)
+    assert not ws.deletion_log.pending()
+    dry = reconcile(ws, as_of, grace_ms=0, dry_run=True)
+    assert (dry.orphan_groups, dry.hot_orphans, dry.stale_uploads) == (0, 0, 0), dry.records
+    st = compaction_state(ws.ml.get_topic(TOPIC)[0])
+    prefix = ws.offloader.prefix
+    keys = {k for k in ws.store.list_keys(prefix)} if hasattr(ws.store, "list_keys") else None
+    # the recorded compacted ledger is readable, the view is the dict's
+    assert seen_view(ws) == expected_view(ws) if at == "recorded" else seen_view(ws)
+    ws.offloader.read_offloaded(st.ledger_id, st.uuid).close()
+    if keys is not None:
+        assert all(st.uuid in k or "-ledger-" in k for k in keys)
+    # a later run still works
+    compact_topic(ws, TOPIC) if at != "recorded" else None
+    assert seen_view(ws) == expected_view(ws)
+
+
+def test_unknown_topic_and_empty_topic_write_nothing(ws: Workspace, capsys) -> None:
+    with pytest.raises(TopicNotFoundError):
+        compact_topic(ws, "acme/keys/persistent/nope")
+    w = TopicWriter(ws.ml, ws.hot, TOPIC)
+    w.close(seal=False)
+    ledgers = ws.hot.list_ledgers()
+    with pytest.raises(TopicCompactionError, match="has no messages: nothing to compact"):
+        compact_topic(ws, TOPIC)
+    assert ws.hot.list_ledgers() == ledgers and compaction_state(ws.ml.get_topic(TOPIC)[0]) is None
+    assert not ws.deletion_log.pending()
