@@ -19,9 +19,12 @@ from tieredcore.formats.messages import Message, OutMessage, decode_entry, encod
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.topic_compaction import TopicCompactionError, compact_topic
+from tieredcore.meta.deletion_log import TYPE_OFFLOADED
+from tieredcore.meta.reasons import Reason
 from tieredcore.model import Position
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
 from tieredcore.offload.context import referenced_uuids
+from tieredcore.offload.transaction import ObjectGroup
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
@@ -268,3 +271,39 @@ def test_unknown_topic_and_empty_topic_write_nothing(ws: Workspace) -> None:
         compact_topic(ws, TOPIC)
     assert ws.hot.list_ledgers() == ledgers and compaction_state(ws.ml.get_topic(TOPIC)[0]) is None
     assert not ws.deletion_log.pending()
+
+
+def test_the_drain_never_deletes_the_current_compacted_ledger(ws: Workspace) -> None:
+    """A pending deletion naming the recorded compacted ledger (a cover step whose switch never landed)
+    is acknowledged as still in use; its objects stay and the view reads."""
+    p = Producer()
+    write(ws, [round_of(p, 0)])
+    res = compact_topic(ws, TOPIC)
+    st = compaction_state(ws.ml.get_topic(TOPIC)[0])
+    assert st is not None
+    group = ObjectGroup(st.ledger_id, TYPE_OFFLOADED, st.uuid, st.driver)
+    ws.deletion_log.append([group.record(TOPIC, Reason.TOPIC_COMPACTION, 0)])
+    rep = drain(ws, 10**13)
+    assert rep.still_in_use == 1 and rep.deleted == 0, rep.rows
+    assert res.uuid in stored_uuids(ws) and seen_view(ws) == expected_view(ws)
+
+
+def test_a_run_that_loses_the_switch_gives_its_ledger_back(ws: Workspace) -> None:
+    """Another compaction lands while ours writes: ours is refused at the switch (one line), its objects
+    become a pending deletion, the other's state stays."""
+    p = Producer()
+    write(ws, [round_of(p, 0)])
+    other: list = []
+
+    def race(step: str) -> None:
+        if step == "scratch-deleted" and not other:
+            other.append(compact_topic(ws, TOPIC))
+
+    with pytest.raises(TopicCompactionError, match="compaction state changed meanwhile"):
+        compact_topic(ws, TOPIC, on_step=race)
+    st = compaction_state(ws.ml.get_topic(TOPIC)[0])
+    assert st is not None and st.uuid == other[0].uuid
+    recs = [e.record for e in ws.deletion_log.pending()]
+    assert [r.reason for r in recs] == ["topic-compaction-conflict"] and recs[0].uuid != st.uuid
+    drain(ws, 10**13)
+    assert stored_uuids(ws) == referenced(ws) and seen_view(ws) == expected_view(ws)
