@@ -4,6 +4,7 @@ dict, incremental runs, a crash after every step, bad input."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -307,3 +308,21 @@ def test_a_run_that_loses_the_switch_gives_its_ledger_back(ws: Workspace) -> Non
     assert [r.reason for r in recs] == ["topic-compaction-conflict"] and recs[0].uuid != st.uuid
     drain(ws, 10**13)
     assert stored_uuids(ws) == referenced(ws) and seen_view(ws) == expected_view(ws)
+
+
+def test_cli_reads_the_compacted_view(ws: Workspace, tmp_path: Path, capsys) -> None:
+    """`tiered read --compacted --messages`: the messages a consumer of the compacted view gets."""
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(2)], offload_first=1)
+    compact_topic(ws, TOPIC)
+    capsys.readouterr()
+    root = str(tmp_path / "ws")
+    assert cli.main(["--workspace", root, "--json", "read", TOPIC, "--compacted", "--messages"]) == 0
+    rows = json.loads(capsys.readouterr().out)["messages"]
+    want = expected_view(ws)
+    assert sorted((str((r["ledger"], r["entry"], r["batch_index"])), r["key"]) for r in rows) == \
+        sorted((pos, key) for pos, key, _v in want)
+    assert all(not r.get("compacted_out") for r in rows)
+    assert cli.main(["--workspace", root, "--json", "read", TOPIC, "--compacted"]) == 0
+    entries = json.loads(capsys.readouterr().out)["entries"]
+    assert [e["position"] for e in entries] == [str(pos) for pos, _ in ws.reader().read_compacted(TOPIC)]
