@@ -19,10 +19,11 @@ from tieredcore.formats.keys import parse_key
 from tieredcore.formats.messages import Message, OutMessage, decode_entry, encode_batch, encode_message
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.lifecycle.topic_compaction import TopicCompactionError, compact_topic
+from tieredcore.lifecycle.topic_compaction import TopicCompactionError, compact_topic, partition_of
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED
 from tieredcore.meta.reasons import Reason
 from tieredcore.model import Position
+from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
 from tieredcore.offload.context import referenced_uuids
 from tieredcore.offload.transaction import ObjectGroup
@@ -262,16 +263,46 @@ def test_a_crash_after_every_step(ws: Workspace, at: str) -> None:
     assert seen_view(ws) == expected_view(ws)
 
 
+def state_of_everything(ws: Workspace) -> tuple:
+    """The hot tier's ledgers, the store's objects, the deletion log and the topic records."""
+    topics = tuple(ws.ml.store.get(f"/managed-ledgers/{t.managed_ledger_name}").value
+                   for ns in ws.ml.list_namespaces() for t in ws.ml.list_topics(ns))
+    objects = sorted(o.key for o in iter_objects(ws.store, ws.offloader.prefix))
+    return sorted(ws.hot.list_ledgers()), objects, [e.raw for e in ws.deletion_log.pending()], topics
+
+
 def test_unknown_topic_and_empty_topic_write_nothing(ws: Workspace) -> None:
-    with pytest.raises(TopicNotFoundError):
+    """Bad input: one line saying what is wrong, and nothing written anywhere."""
+    before = state_of_everything(ws)
+    with pytest.raises(TopicNotFoundError) as e:
         compact_topic(ws, "acme/keys/persistent/nope")
+    assert str(e.value) == "topic persistent://acme/keys/nope not found (no managed-ledger record)"
+    assert state_of_everything(ws) == before
     w = TopicWriter(ws.ml, ws.hot, TOPIC)
     w.close(seal=False)
-    ledgers = ws.hot.list_ledgers()
-    with pytest.raises(TopicCompactionError, match="has no messages: nothing to compact"):
+    before = state_of_everything(ws)
+    with pytest.raises(TopicCompactionError) as e:
         compact_topic(ws, TOPIC)
-    assert ws.hot.list_ledgers() == ledgers and compaction_state(ws.ml.get_topic(TOPIC)[0]) is None
-    assert not ws.deletion_log.pending()
+    assert str(e.value) == f"topic persistent://{TOPIC.replace('/persistent/', '/')} has no messages: " \
+        "nothing to compact"
+    assert state_of_everything(ws) == before and compaction_state(ws.ml.get_topic(TOPIC)[0]) is None
+
+
+def test_nothing_after_the_horizon_writes_nothing(ws: Workspace) -> None:
+    p = Producer()
+    write(ws, [round_of(p, 0)])
+    res = compact_topic(ws, TOPIC)
+    before = state_of_everything(ws)
+    with pytest.raises(TopicCompactionError, match=f"no messages after its compaction horizon {res.horizon}"):
+        compact_topic(ws, TOPIC)
+    assert state_of_everything(ws) == before
+
+
+def test_partition_index_in_the_message_ids() -> None:
+    assert partition_of(TopicName.parse("persistent://a/b/t-partition-3")) == 3
+    assert partition_of(TopicName.parse("persistent://a/b/t")) == -1
+    assert partition_of(TopicName.parse("persistent://a/b/-partition-3")) == -1
+
 
 
 def test_the_drain_never_deletes_the_current_compacted_ledger(ws: Workspace) -> None:
