@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workspaces import stream
 from tieredcore.cli import main as cli
 from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
@@ -125,6 +126,10 @@ def _key(m: Message) -> str | None:
 def test_compacted_view_equals_a_plain_dict(ws: Workspace) -> None:
     p = Producer()
     write(ws, [round_of(p, r) for r in range(4)], offload_first=2)  # keys in offloaded and hot ledgers
+    stream(ws, TOPIC, as_of=10**13)  # and in PIP-76 segments
+    write(ws, [round_of(p, 4)])  # and hot again
+    tiers = {tier for tier, _b in ws.reader().read_tiered_batches(TOPIC)}
+    assert tiers == {"hot", "offloaded", "segments"}, tiers
     res = compact_topic(ws, TOPIC)
     assert res.steps == ["ledger-created", "offloaded", "scratch-deleted", "recorded"]
     assert seen_view(ws) == expected_view(ws) and res.keys == len(expected_view(ws))
