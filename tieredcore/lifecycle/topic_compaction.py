@@ -72,12 +72,15 @@ class TopicCompactionError(TieredError):
 
 @dataclass
 class CompactionResult:
+    """One run: the horizon, the compacted ledger (id, object uuid; "" when it holds nothing), the state it
+    replaced, messages phase one saw, keys retained, entries and bytes written, the steps done."""
+
     topic: str
     horizon: Position
     ledger_id: int
     uuid: str
     previous: CompactionState | None
-    entries_read: int = 0
+    messages_read: int = 0
     keys: int = 0
     entries_written: int = 0
     bytes_written: int = 0
@@ -194,7 +197,7 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
 
         latest = latest_per_key(counted())
         off = offloader if offloader is not None else ws.offloader
-        res = CompactionResult(name, horizon, -1, "", previous, entries_read=items, keys=len(latest))
+        res = CompactionResult(name, horizon, -1, "", previous, messages_read=items, keys=len(latest))
 
         def step(what: str) -> None:
             res.steps.append(what)
