@@ -63,6 +63,7 @@ __all__ = [
     "phase_two",
 ]
 
+APPEND_BATCH = 1000  # compacted entries per append to the hot tier (one durable write each)
 Source = Iterable[tuple[int, int, bytes]]  # (ledger id, entry id, entry) in position order
 
 
@@ -208,10 +209,16 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
         scratch = ws.hot.create_ledger(ledger_custom_metadata(t))
         res.ledger_id = scratch.ledger_id
         try:
+            pending: list[bytes] = []
             for e in phase_two(source(), latest, partition_of(t), retain_null_key):
-                scratch.append_many([e])
+                pending.append(e)
                 res.entries_written += 1
                 res.bytes_written += len(e)
+                if len(pending) >= APPEND_BATCH:
+                    scratch.append_many(pending)
+                    pending = []
+            if pending:
+                scratch.append_many(pending)
         finally:
             scratch.close()
         step("ledger-created")
