@@ -164,7 +164,8 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
                   retain_null_key: bool = RETAIN_NULL_KEY_DEFAULT, clock_ms: Callable[[], int] = now_ms,
                   uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
                   on_step: Callable[[str], None] | None = None) -> CompactionResult:
-    """Compact ``topic`` up to its last confirmed position (module docstring). Raises TopicNotFoundError
+    """Compact ``topic`` up to its last confirmed position (module docstring), writing the compacted
+    ledger with ``offloader`` (default: the one the topic's effective policy names). Raises TopicNotFoundError
     for an unknown topic and TopicCompactionError when there is nothing to compact or the state changed
     meanwhile; nothing is recorded then (and nothing is left behind but what reconciliation finds)."""
     started = time.monotonic()
@@ -182,6 +183,9 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
             raise TopicCompactionError(f"topic {t.full} has no messages after its compaction horizon "
                                        f"{previous.horizon}: nothing to compact")
 
+        # the compacted ledger goes where the topic's effective policy sends its offloads
+        off = offloader if offloader is not None else ws.offloader_for_policy(ws.policies.for_topic(t))
+
         def offloader_for(s: CompactionState) -> LedgerOffloader:
             return ws.offloader_for_driver(driver_metadata_from_dict(s.driver)) if s.driver else ws.offloader
 
@@ -197,7 +201,6 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
                 yield it
 
         latest = latest_per_key(counted())
-        off = offloader if offloader is not None else ws.offloader
         res = CompactionResult(name, horizon, -1, "", previous, messages_read=items, keys=len(latest))
 
         def step(what: str) -> None:
