@@ -112,7 +112,7 @@ PACKAGE_LAYERS = {
         Layer("implementations", ("sqlite", "zookeeper"), peers=True),
     ),
     "tieredcore.offload": (
-        Layer("records", ("context",)),
+        Layer("records", ("context", "compacted_state")),
         Layer("the compare-and-set step", ("transaction",)),
         Layer("caches and ownership", ("buffers", "cache", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
@@ -125,7 +125,8 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.lifecycle": (
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
-        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep")),
+        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep",
+                         "topic_compaction")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
         Layer("settings of a run", ("compaction_settings",)),
         Layer("the Iceberg export", ("export",)),

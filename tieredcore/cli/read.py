@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from tieredcore.cli.common import (
@@ -18,8 +19,10 @@ from tieredcore.cli.common import (
 from tieredcore.clock import iso_ms
 from tieredcore.errors import ValidationError
 from tieredcore.formats import compression
+from tieredcore.formats import constants as C
+from tieredcore.formats.block import encode_frames
 from tieredcore.formats.messages import BadEntry, Message, decode_entries
-from tieredcore.model import Position
+from tieredcore.model import EntryBatch, Position
 from tieredcore.names import TopicName
 from tieredcore.policy import READ_PRIORITIES, TIERED_FIRST
 from tieredcore.topic.reader import TopicReader
@@ -40,6 +43,10 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
                    help="decode each entry's Pulsar messages: position LEDGER:ENTRY[:BATCH-INDEX], publish time, "
                         "key, properties, payload size and a short preview; entries that are not Pulsar "
                         "messages or fail their CRC32C are reported with their position (exit 1)")
+    s.add_argument("--compacted", action="store_true",
+                   help="the compacted view (Pulsar's readCompacted): the topic's compacted ledger up to its "
+                        "compaction horizon, then the entries after it; with --messages, messages a compaction "
+                        "marked compacted_out are skipped, as Pulsar's consumer skips them")
     s.add_argument("--read-priority", choices=READ_PRIORITIES, default=TIERED_FIRST)
 
 
@@ -76,7 +83,7 @@ def run(args: argparse.Namespace, ws: Workspace, progress: Progress) -> dict[str
 def _read_entries(reader: TopicReader, t: TopicName, start: Position | None, end: Position | None,
                   args: argparse.Namespace) -> dict[str, Any]:
     out = []
-    for n, (pos, data) in enumerate(reader.read(t, start, end)):
+    for n, (pos, data) in enumerate(_entries(reader, t, start, end, args.compacted)):
         if args.limit is not None and n >= args.limit:
             break
         item = {"position": str(pos), "size": len(data)}
@@ -88,6 +95,25 @@ def _read_entries(reader: TopicReader, t: TopicName, start: Position | None, end
         if not args.json:
             print(f"{pos}\t{len(data)}" + (f"\t{item['data']}" if "data" in item else ""))
     return {"entries": out}
+
+
+def _entries(reader: TopicReader, t: TopicName, start: Position | None, end: Position | None,
+             compacted: bool) -> Iterator[tuple[Position, bytes]]:
+    if not compacted:
+        yield from reader.read(t, start, end)
+        return
+    for pos, data in reader.read_compacted(t, start):
+        if end is not None and pos > end:
+            return
+        yield pos, data
+
+
+def _compacted_batches(reader: TopicReader, t: TopicName, start: Position | None,
+                       end: Position | None) -> Iterator[EntryBatch]:
+    """The compacted view as one-entry batches (what decode_entries takes)."""
+    for pos, data in _entries(reader, t, start, end, True):
+        frames = encode_frames([(pos.entry_id, data)])
+        yield EntryBatch(pos.ledger_id, pos.entry_id, frames, [C.ENTRY_HEADER_SIZE], [len(data)], 0, len(frames))
 
 
 def preview(data: bytes | memoryview, limit: int = PREVIEW_BYTES) -> str:
@@ -134,11 +160,14 @@ def _read_messages(reader: TopicReader, t: TopicName, start: Position | None, en
     bad: list[BadEntry] = []
     entries = 0
     limit = args.limit
-    for batch in reader.read_batches(t, start, end):
+    batches = _compacted_batches(reader, t, start, end) if args.compacted else reader.read_batches(t, start, end)
+    for batch in batches:
         if limit is not None and len(rows) + len(bad) >= limit:
             break
         found: list[BadEntry] = []
         msgs = decode_entries(batch, found)
+        if args.compacted:
+            msgs = [m for m in msgs if not m.compacted_out]
         entries += len(batch)
         # messages and bad entries in entry order
         events = sorted([((m.entry_id, m.batch_index), m) for m in msgs]

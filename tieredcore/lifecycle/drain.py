@@ -12,7 +12,8 @@ For each due record, in this order:
      on, i.e. not (offloaded and ``bookkeeperDeleted``; offloaded: a complete V1 offload, or every entry
      in completed PIP-76 segments);
    - ``offloaded``: the topic exists, lists the ledger and the record's uuid is the ledger's current
-     OffloadContext uuid (complete or in flight);
+     OffloadContext uuid (complete or in flight), or the record names the topic's compacted ledger and its
+     uuid (topic compaction: docs/topic-compaction.md);
    - ``segment``: the topic exists and some ledger's offload segments name the uuid.
 
    In use → acknowledged, nothing deleted (counter ``still_in_use``). A topic record that cannot be read
@@ -100,6 +101,7 @@ from tieredcore.meta.deletion_log import (
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
+from tieredcore.offload.compacted_state import compacted_uuids, names_compacted
 from tieredcore.offload.context import (
     add_referenced_uuids,
     context_uuid,
@@ -205,6 +207,8 @@ def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
         if any(uuid in segment_uuids(li) for li in info.ledgerInfo):
             return f"segment {uuid} is still referenced by the topic"
         return None
+    if rec.type != TYPE_LEDGER and names_compacted(info, rec.ledger_id, uuid):
+        return f"uuid {uuid} is the topic's compacted ledger {rec.ledger_id}"
     li = find_ledger(info, rec.ledger_id)
     if li is None:
         return None
@@ -468,7 +472,7 @@ class _Drain:
                 else:
                     t = TopicName.parse(rec.topic)
                     info = self.ws.ml.get_topic(t)[0]  # fresh: not the copy _topic_info keeps
-                    refs: set[str] = set()
+                    refs: set[str] = compacted_uuids(info)
                     for li in info.ledgerInfo:
                         add_referenced_uuids(li, refs)
                     where = f"the ManagedLedgerInfo of {t.managed_ledger_name}" if uuid in refs else None
@@ -501,6 +505,7 @@ class _Drain:
                     info = ml.get_topic(t)[0]
                 except TopicNotFoundError:
                     continue
+                out |= compacted_uuids(info)
                 for li in info.ledgerInfo:
                     add_referenced_uuids(li, out)
         return out

@@ -17,4 +17,6 @@ class Reason(StrEnum):
     TOPIC_DELETION = "topic-deletion"
     COMPACTION = "compaction"  # old objects replaced by a compacted segment (due after the delete delay)
     COMPACTION_CONFLICT = "compaction-conflict"  # our new segment lost the switch, or failed
+    TOPIC_COMPACTION = "topic-compaction"  # a compacted ledger replaced by the next compaction of its topic
+    TOPIC_COMPACTION_CONFLICT = "topic-compaction-conflict"  # our compacted ledger lost the switch
     ORPHAN = "orphan"  # found by reconciliation: referenced by no topic record

@@ -35,12 +35,14 @@ from tieredcore.errors import (
     ValidationError,
 )
 from tieredcore.formats import constants as C
+from tieredcore.formats.compacted import parse_compacted_ledger_entry
 from tieredcore.formats.mlinfo import LedgerInfo
 from tieredcore.hot.tier import HotTier
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore, find_ledger
 from tieredcore.model import Entry, EntryBatch, Position, ReadHandle
 from tieredcore.names import TopicName
-from tieredcore.offload.context import is_offloaded
+from tieredcore.offload.compacted_state import compaction_state
+from tieredcore.offload.context import driver_metadata_from_dict, is_offloaded
 from tieredcore.offload.copies import copy_key, has_offloaded_copy, open_offloaded
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.segments import SegmentLedgerHandle
@@ -158,6 +160,37 @@ class TopicReader:
         for lid, s, first, last in self._ranges(topic, start, end):
             for entry in s.read(first, last):
                 yield Position(lid, entry.entry_id), entry.data
+
+    def read_compacted(
+        self, topic: str | TopicName, start: Position | None = None
+    ) -> Iterator[tuple[Position, bytes]]:
+        """The compacted view (Pulsar's ``readCompacted``): the compacted ledger's entries at their original
+        positions up to the compaction horizon, then the topic's entries after it; from ``start`` on (None:
+        the beginning). A topic never compacted reads as :meth:`read`."""
+        t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+        info, _ = self.ml.get_topic(t)
+        state = compaction_state(info)
+        if state is None:
+            yield from self.read(t, start)
+            return
+        if not state.empty and (start is None or start <= state.horizon):
+            off = self.offloader
+            if state.driver and self.offloader_for_driver is not None:
+                off = self.offloader_for_driver(driver_metadata_from_dict(state.driver))
+            h = off.read_offloaded(state.ledger_id, state.uuid)
+            try:
+                e = 0
+                while e <= h.last_add_confirmed:
+                    hi = min(e + self.batch_entries - 1, h.last_add_confirmed)
+                    for entry in h.read(e, hi):
+                        lid, eid, _partition, data = parse_compacted_ledger_entry(entry.data)
+                        if start is None or Position(lid, eid) >= start:
+                            yield Position(lid, eid), bytes(data)
+                    e = hi + 1
+            finally:
+                h.close()
+        after = Position(state.horizon.ledger_id, state.horizon.entry_id + 1)
+        yield from self.read(t, after if start is None or start < after else start)
 
     def read_batches(
         self, topic: str | TopicName, start: Position | None = None, end: Position | None = None

@@ -15,6 +15,7 @@ from tieredcore.meta.deletion_log import TYPE_LEDGER, DeletionLog
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.store import MetadataStore
 from tieredcore.names import TopicName
+from tieredcore.offload.compacted_state import compacted_uuids
 from tieredcore.offload.context import add_referenced_uuids
 
 _UUID_IN_TEXT = re.compile(UUID_PATTERN.encode())
@@ -40,10 +41,12 @@ def iter_topics(ml: ManagedLedgerStore,
 
 def metadata_uuids(ml: ManagedLedgerStore, unreadable: list[UnreadableRecordError] | None = None) -> set[str]:
     """Every uuid any ledger references (tieredcore.offload.context.referenced_uuids): its
-    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts. The
+    OffloadContext (complete or not), offloadSegment entries, abandoned and replacement attempts, and
+    the topic's compacted ledger. The
     records that cannot be read go to ``unreadable``: their references are missing from the set."""
     out: set[str] = set()
     for _t, info in iter_topics(ml, unreadable):
+        out |= compacted_uuids(info)  # the topic's compacted ledger (topic compaction)
         for li in info.ledgerInfo:
             add_referenced_uuids(li, out)
     return out
