@@ -250,7 +250,3 @@ def test_a_frame_without_room_for_its_metadata_size() -> None:
                 struct.pack(">I", 100) + b"abc"):
         kind = same(entry_batch([raw]))[0]
         assert kind == "error"
-
-
-def test_the_limit_code_is_the_extensions() -> None:
-    assert m.NATIVE_LIMIT == cbatch.LIMIT

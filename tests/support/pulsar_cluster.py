@@ -48,6 +48,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from tests.support import pulsar_objects
+from tests.support.wire import vi
 from tieredcore.formats import compression
 from tieredcore.formats.messages import OutMessage, encode_batch, encode_message
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
@@ -187,16 +188,7 @@ def ml_record(info: pb.ManagedLedgerInfo, codec: str | None, threshold: int = 0)
 
 def cursor_record(ledger_id: int, mark_delete: tuple[int, int]) -> bytes:
     """ManagedCursorInfo{cursorsLedgerId=1, markDeleteLedgerId=2, markDeleteEntryId=3} (protobuf varints)."""
-    def varint(n: int) -> bytes:
-        n &= (1 << 64) - 1
-        out = bytearray()
-        while True:
-            b, n = n & 0x7F, n >> 7
-            out.append(b | (0x80 if n else 0))
-            if not n:
-                return bytes(out)
-    return b"".join(bytes([tag << 3]) + varint(v) for tag, v in ((1, ledger_id), (2, mark_delete[0]),
-                                                                    (3, mark_delete[1])))
+    return b"".join(vi(tag, v) for tag, v in ((1, ledger_id), (2, mark_delete[0]), (3, mark_delete[1])))
 
 
 def driver_metadata(spec: ClusterSpec, bucket: str, endpoint: str, root: str) -> tuple[str, dict[str, str]]:

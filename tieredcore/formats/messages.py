@@ -64,7 +64,7 @@ _COMPRESSION_FIELD = MessageMetadata.DESCRIPTOR.fields_by_name["compression"].nu
 # the C reader of whole entries into Arrow buffers (tieredcore.query.rows.message_batches; formats/native.py),
 # None when not there; decode_columns, in Python, is its reference
 native_columns = native.cbatch.columns if native.cbatch else None
-NATIVE_LIMIT = 8  # columns()' code for "stopped before 32-bit offsets would overflow" (cbatch.LIMIT)
+NATIVE_LIMIT = native.cbatch.LIMIT if native.cbatch else None  # columns(): stopped before 32-bit offsets overflow
 
 
 class MessageId(NamedTuple):
