@@ -53,14 +53,19 @@ from tieredcore.topic.writer import ledger_custom_metadata
 from tieredcore.workspace import Workspace
 
 __all__ = [
+    "CompactionPlan",
     "CompactionResult",
     "TopicCompactionError",
     "compact_topic",
     "compaction_source",
     "last_position",
+    "offloader_for_state",
     "partition_of",
     "phase_one",
     "phase_two",
+    "plan_compaction",
+    "record_compaction",
+    "write_compacted",
 ]
 
 APPEND_BATCH = 1000  # compacted entries per append to the hot tier (one durable write each)
@@ -82,7 +87,9 @@ class CompactionResult:
     uuid: str
     previous: CompactionState | None
     messages_read: int = 0
-    keys: int = 0
+    bytes_read: int = 0  # the source's entries (the previous compacted ledger's, then the new ones)
+    keys_seen: int = 0  # distinct keys of the messages read (tombstoned keys included)
+    keys: int = 0  # keys retained
     entries_written: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
@@ -160,6 +167,40 @@ def compaction_source(reader: TopicReader, offloader_for: Callable[[CompactionSt
 # -- the run -----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What a run of one topic starts from: the state it replaces (None: never compacted), the horizon (the
+    topic's last confirmed position now) and the offloader the compacted ledger goes through."""
+
+    topic: TopicName
+    previous: CompactionState | None
+    horizon: Position
+    offloader: LedgerOffloader
+
+
+def plan_compaction(ws: Workspace, reader: TopicReader, t: TopicName,
+                    offloader: LedgerOffloader | None = None) -> CompactionPlan:
+    """The run's start (TopicNotFoundError for an unknown topic; TopicCompactionError when there is nothing
+    to compact: no messages, or none after the previous horizon)."""
+    ws.ml.require_writable(t)
+    info, _ = ws.ml.get_topic(t)
+    previous = compaction_state(info)
+    horizon = last_position(reader, t)
+    if horizon is None:
+        raise TopicCompactionError(f"topic {t.full} has no messages: nothing to compact")
+    if previous is not None and horizon <= previous.horizon:
+        raise TopicCompactionError(f"topic {t.full} has no messages after its compaction horizon "
+                                   f"{previous.horizon}: nothing to compact")
+    # the compacted ledger goes where the topic's effective policy sends its offloads
+    off = offloader if offloader is not None else ws.offloader_for_policy(ws.policies.for_topic(t))
+    return CompactionPlan(t, previous, horizon, off)
+
+
+def offloader_for_state(ws: Workspace, s: CompactionState) -> LedgerOffloader:
+    """The offloader that reads a compacted ledger's objects (the driver recorded with it)."""
+    return ws.offloader_for_driver(driver_metadata_from_dict(s.driver)) if s.driver else ws.offloader
+
+
 def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOffloader | None = None,
                   retain_null_key: bool = RETAIN_NULL_KEY_DEFAULT, clock_ms: Callable[[], int] = now_ms,
                   uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
@@ -170,87 +211,94 @@ def compact_topic(ws: Workspace, topic: str | TopicName, *, offloader: LedgerOff
     meanwhile; nothing is recorded then (and nothing is left behind but what reconciliation finds)."""
     started = time.monotonic()
     t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
-    name = t.managed_ledger_name
-    ws.ml.require_writable(t)
-    info, _ = ws.ml.get_topic(t)  # TopicNotFoundError for an unknown topic
-    previous = compaction_state(info)
     reader = ws.reader()
     try:
-        horizon = last_position(reader, t)
-        if horizon is None:
-            raise TopicCompactionError(f"topic {t.full} has no messages: nothing to compact")
-        if previous is not None and horizon <= previous.horizon:
-            raise TopicCompactionError(f"topic {t.full} has no messages after its compaction horizon "
-                                       f"{previous.horizon}: nothing to compact")
-
-        # the compacted ledger goes where the topic's effective policy sends its offloads
-        off = offloader if offloader is not None else ws.offloader_for_policy(ws.policies.for_topic(t))
-
-        def offloader_for(s: CompactionState) -> LedgerOffloader:
-            return ws.offloader_for_driver(driver_metadata_from_dict(s.driver)) if s.driver else ws.offloader
+        plan = plan_compaction(ws, reader, t, offloader)
 
         def source() -> Source:
-            return compaction_source(reader, offloader_for, t, previous, horizon)
+            return compaction_source(reader, lambda s: offloader_for_state(ws, s), t, plan.previous, plan.horizon)
 
         items = 0
+        read = 0
+        keys: set[str] = set()
 
         def counted() -> Iterator[CompactionItem]:
-            nonlocal items
-            for it in phase_one(source()):
-                items += 1
-                yield it
+            nonlocal items, read
+            for lid, eid, data in source():
+                read += len(data)
+                for it in compaction_items(data, lid, eid):
+                    items += 1
+                    if it.key is not None:
+                        keys.add(it.key)
+                    yield it
 
         latest = latest_per_key(counted())
-        res = CompactionResult(name, horizon, -1, "", previous, messages_read=items, keys=len(latest))
-
-        def step(what: str) -> None:
-            res.steps.append(what)
-            if on_step is not None:
-                on_step(what)
-
-        # 1. the compacted ledger, in the hot tier
-        scratch = ws.hot.create_ledger(ledger_custom_metadata(t))
-        res.ledger_id = scratch.ledger_id
-        try:
-            pending: list[bytes] = []
-            for e in phase_two(source(), latest, partition_of(t), retain_null_key):
-                pending.append(e)
-                res.entries_written += 1
-                res.bytes_written += len(e)
-                if len(pending) >= APPEND_BATCH:
-                    scratch.append_many(pending)
-                    pending = []
-            if pending:
-                scratch.append_many(pending)
-        finally:
-            scratch.close()
-        step("ledger-created")
-        # 2. its V1 object pair
-        if res.entries_written:
-            new_uuid = str(uuid_factory())
-            h = ws.hot.open_ledger(res.ledger_id)
-            try:
-                off.offload(h, new_uuid, {"managedledgername": name})
-            finally:
-                h.close()
-            res.uuid = new_uuid
-        step("offloaded")
-        # 3. the hot copy goes: nothing names it
-        ws.hot.delete_ledger(res.ledger_id)
-        step("scratch-deleted")
-        # 4. the record
-        driver = driver_dict(off.location.driver_metadata())
-        new = CompactionState(res.ledger_id, horizon, res.uuid, driver)
-        _record(ws, t, previous, new, clock_ms)
-        step("recorded")
+        res = CompactionResult(t.managed_ledger_name, plan.horizon, -1, "", plan.previous, messages_read=items,
+                               bytes_read=read, keys_seen=len(keys), keys=len(latest))
+        keys.clear()
+        write_compacted(ws, plan, phase_two(source(), latest, partition_of(t), retain_null_key), res,
+                        clock_ms=clock_ms, uuid_factory=uuid_factory, on_step=on_step)
         res.seconds = time.monotonic() - started
         return res
     finally:
         reader.close()
 
 
-def _record(ws: Workspace, t: TopicName, previous: CompactionState | None, new: CompactionState,
+def write_compacted(ws: Workspace, plan: CompactionPlan, entries: Iterable[bytes], res: CompactionResult, *,
+                    clock_ms: Callable[[], int] = now_ms, uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
+                    on_step: Callable[[str], None] | None = None) -> None:
+    """Steps 1-4 (module docstring) for the compacted ledger's ``entries`` (phase two's output, in position
+    order, each framed by :func:`compacted_ledger_entry`); fills ``res``'s ledger, uuid, entries, bytes
+    and steps. TopicCompactionError when the state changed since ``plan`` (nothing recorded)."""
+    t = plan.topic
+
+    def step(what: str) -> None:
+        res.steps.append(what)
+        if on_step is not None:
+            on_step(what)
+
+    # 1. the compacted ledger, in the hot tier
+    scratch = ws.hot.create_ledger(ledger_custom_metadata(t))
+    res.ledger_id = scratch.ledger_id
+    try:
+        pending: list[bytes] = []
+        for e in entries:
+            pending.append(e)
+            res.entries_written += 1
+            res.bytes_written += len(e)
+            if len(pending) >= APPEND_BATCH:
+                scratch.append_many(pending)
+                pending = []
+        if pending:
+            scratch.append_many(pending)
+    finally:
+        scratch.close()
+    step("ledger-created")
+    # 2. its V1 object pair
+    if res.entries_written:
+        new_uuid = str(uuid_factory())
+        h = ws.hot.open_ledger(res.ledger_id)
+        try:
+            plan.offloader.offload(h, new_uuid, {"managedledgername": t.managed_ledger_name})
+        finally:
+            h.close()
+        res.uuid = new_uuid
+    step("offloaded")
+    # 3. the hot copy goes: nothing names it
+    ws.hot.delete_ledger(res.ledger_id)
+    step("scratch-deleted")
+    # 4. the record
+    driver = driver_dict(plan.offloader.location.driver_metadata())
+    record_compaction(ws, t, plan.previous, CompactionState(res.ledger_id, plan.horizon, res.uuid, driver),
+                      clock_ms)
+    step("recorded")
+
+
+def record_compaction(ws: Workspace, t: TopicName, previous: CompactionState | None, new: CompactionState,
             clock_ms: Callable[[], int]) -> None:
+    """Step 4: one compare-and-set replaces ``previous`` by ``new`` (the previous compacted ledger's objects
+    into the deletion log first); a lost race gives ``new``'s objects to the deletion log and raises
+    TopicCompactionError."""
     txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=clock_ms)
     old = [] if previous is None or previous.empty else [
         ObjectGroup(previous.ledger_id, TYPE_OFFLOADED, previous.uuid, previous.driver)]
