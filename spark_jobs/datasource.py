@@ -11,7 +11,9 @@ executors read their parts as Arrow record batches (tieredcore.query.scan.read_p
 Options: ``config`` (a tiered.toml; default $TIERED_CONFIG or ./tiered.toml), ``topic`` or ``namespace`` (or
 the path: a name with ``://`` is a topic, ``tenant/ns`` a namespace), ``entries`` (``messages`` | ``raw``),
 ``onDamage`` (``fail`` | ``skip``), ``publishTimeFrom`` / ``publishTimeTo`` (epoch ms or ISO 8601, inclusive),
-``partitionBytes`` (default 128 MiB), ``readPriority`` (``tiered-storage-first`` | ``bookkeeper-first``).
+``partitionBytes`` (default 128 MiB), ``readPriority`` (``tiered-storage-first`` | ``bookkeeper-first``),
+``compacted`` (``false`` | ``true``: a compacted topic's view, as Pulsar's readCompacted: its compacted ledger,
+rows at the positions they stand for, tier ``compacted``, then its messages after the compaction horizon).
 """
 
 from __future__ import annotations
@@ -95,16 +97,17 @@ class ScanOptions:
     """The data source's options, checked."""
 
     def __init__(self, config: str | None, topic: str | None, namespace: str | None, raw: bool,
-                 on_damage: str, publish: Range, part_bytes: int, read_priority: str) -> None:
+                 on_damage: str, publish: Range, part_bytes: int, read_priority: str,
+                 compacted: bool = False) -> None:
         self.config, self.topic, self.namespace = config, topic, namespace
         self.raw, self.on_damage, self.publish = raw, on_damage, publish
-        self.part_bytes, self.read_priority = part_bytes, read_priority
+        self.part_bytes, self.read_priority, self.compacted = part_bytes, read_priority, compacted
 
     @classmethod
     def parse(cls, options: Any) -> ScanOptions:
         o = {k.lower(): v for k, v in dict(options).items()}
         known = {"config", "topic", "namespace", "path", "entries", "ondamage", "publishtimefrom",
-                 "publishtimeto", "partitionbytes", "readpriority"}
+                 "publishtimeto", "partitionbytes", "readpriority", "compacted"}
         unknown = sorted(set(o) - known)
         if unknown:
             raise ValidationError(f"unknown option(s) of the tiered data source: {', '.join(unknown)} "
@@ -132,8 +135,11 @@ class ScanOptions:
         priority = o.get("readpriority", TIERED_FIRST)
         if priority not in READ_PRIORITIES:
             raise ValidationError(f"option readPriority must be one of {', '.join(READ_PRIORITIES)}, got {priority!r}")
+        compacted = str(o.get("compacted", "false")).strip().lower()
+        if compacted not in ("true", "false"):
+            raise ValidationError(f"option compacted must be true or false, got {o['compacted']!r}")
         return cls(o.get("config") or None, topic, namespace, entries == "raw", on_damage, Range(lo, hi),
-                   part_bytes, priority)
+                   part_bytes, priority, compacted == "true")
 
     def load_config(self) -> Config:
         return Config.load(self.config)
@@ -182,7 +188,8 @@ class TieredReader(DataSourceReader):
         from tieredcore.names import TopicName
 
         with Workspace(self.opts.load_config()) as ws:
-            plan = plan_scan(ws, [TopicName.parse(t) for t in self.topics], self.filter, self.opts.part_bytes)
+            plan = plan_scan(ws, [TopicName.parse(t) for t in self.topics], self.filter, self.opts.part_bytes,
+                             compacted=self.opts.compacted)
         if plan.in_bookkeeper:
             log.warning("tiered: %d ledger(s) only Pulsar's BookKeeper holds are not read (first: %s)",
                         len(plan.in_bookkeeper), plan.in_bookkeeper[0])

@@ -144,6 +144,25 @@ def compaction_items(data: Buffer, ledger_id: int, entry_id: int, verify: bool =
             if not smm.compacted_out]
 
 
+def compacted_out_indexes(data: Buffer, ledger_id: int, entry_id: int, verify: bool = True) -> list[int]:
+    """Batch indexes of a readable batch's messages marked ``compacted_out`` (placeholders phase two left
+    in a compacted ledger's batches): Pulsar's consumer never delivers them
+    (pulsar-client ``ConsumerImpl.receiveIndividualMessagesFromBatch``: ``isCompactedOut`` skips). Empty for
+    any other entry; an entry that does not parse gives [] (the row reader reports the damage)."""
+    try:
+        frame = parse_entry(data, ledger_id, entry_id, verify)
+        meta = frame.metadata
+        if not is_readable_batch(meta):
+            return []
+        where = f"entry {ledger_id}:{entry_id}"
+        raw = _inflated(meta, frame.payload, where)
+        if raw is None:
+            return []
+        return [i for i, (smm, _) in enumerate(_singles(raw, meta.num_messages_in_batch, where)) if smm.compacted_out]
+    except (FormatError, ValueError):
+        return []
+
+
 def latest_per_key(items: Iterable[CompactionItem]) -> dict[str, MessageId]:
     """The reference reducer: ``key -> position of its latest value`` over ``items`` in position order, as
     phase one builds it: a value puts its position, a tombstone removes its key, a keyless item changes

@@ -22,15 +22,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tieredcore.errors import MessageFormatError, NotFoundError, ValidationError
+from tieredcore.formats.compacted import compacted_out_indexes, parse_compacted_ledger_entry
 from tieredcore.formats.messages import BadEntry
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
-from tieredcore.model import Position
+from tieredcore.model import EntryBatch, Position
 from tieredcore.names import NamespaceName, TopicName
-from tieredcore.offload.context import is_offloaded
+from tieredcore.offload.compacted_state import CompactionState, compaction_state
+from tieredcore.offload.context import driver_metadata_from_dict, is_offloaded
+from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.policy import TIERED_FIRST
 from tieredcore.query import rows, stats
 from tieredcore.topic.reader import TopicReader
@@ -39,6 +43,8 @@ from tieredcore.workspace import Workspace
 log = logging.getLogger(__name__)
 
 DEFAULT_PART_BYTES = 128 * 1024 * 1024
+COMPACTED_BATCH = 1000  # compacted ledger entries per read
+TIER_COMPACTED = "compacted"  # the tier column of rows read from a compacted ledger
 ON_DAMAGE = ("fail", "skip")
 RAW_VALUES = ("messages", "raw")
 
@@ -201,6 +207,9 @@ class ScanPart:
     first: int
     last: int
     size: int  # bytes, estimated from the topic record
+    # a piece of the topic's compacted ledger (ledger_id is its id, first..last its entries, which carry
+    # their original positions); None: a ledger of the topic
+    compacted: CompactionState | None = None
 
     @property
     def key(self) -> str:
@@ -259,8 +268,31 @@ def _ledger_entries(ws: Workspace, li) -> int:
         h.close()
 
 
+def compacted_offloader(ws: Workspace, state: CompactionState) -> LedgerOffloader:
+    """The offloader that reads a compacted ledger's objects (the store its driver metadata names)."""
+    return ws.offloader_for_driver(driver_metadata_from_dict(state.driver)) if state.driver else ws.offloader
+
+
+def _compacted_parts(ws: Workspace, t: TopicName, state: CompactionState, part_bytes: int) -> list[ScanPart]:
+    """The compacted ledger in pieces of about ``part_bytes`` (its size and entry count from its index)."""
+    h = compacted_offloader(ws, state).read_offloaded(state.ledger_id, state.uuid)
+    try:
+        n, size = h.last_add_confirmed + 1, h.index.length
+    finally:
+        h.close()
+    if n <= 0:
+        return []
+    per = math.ceil(n / max(1, min(n, math.ceil(size / part_bytes))))
+    return [ScanPart(t.full, state.ledger_id, first, min(n - 1, first + per - 1),
+                     size * (min(n - 1, first + per - 1) - first + 1) // n, state)
+            for first in range(0, n, per)]
+
+
 def plan_scan(ws: Workspace, topics: Iterable[TopicName], filt: ScanFilter = ScanFilter(),
-              part_bytes: int = DEFAULT_PART_BYTES) -> ScanPlan:
+              part_bytes: int = DEFAULT_PART_BYTES, compacted: bool = False) -> ScanPlan:
+    """The parts of ``topics``; with ``compacted``, a compacted topic's view (Pulsar's readCompacted): its
+    compacted ledger (never pruned by position: its entries carry the positions they stand for; Spark
+    applies the conditions to the rows), then its entries after the compaction horizon."""
     if part_bytes < 1:
         raise ValidationError(f"part size must be >= 1 byte, got {part_bytes}")
     plan = ScanPlan()
@@ -273,22 +305,32 @@ def plan_scan(ws: Workspace, topics: Iterable[TopicName], filt: ScanFilter = Sca
         live = {li.ledgerId for li in info.ledgerInfo}
         if any(int(k.split(":", 1)[0]) not in live for k in known):  # trimmed ledgers' statistics
             stats.forget(ws.metadata, t, live)
+        state = compaction_state(info) if compacted else None
+        after = None  # the first position after the compaction horizon
+        if state is not None:
+            if not state.empty:
+                plan.parts.extend(_compacted_parts(ws, t, state, part_bytes))
+            after = Position(state.horizon.ledger_id, state.horizon.entry_id + 1)
         for li in info.ledgerInfo:
             lid = li.ledgerId
+            if after is not None and lid < after.ledger_id:
+                continue
             if not filt.ledgers.overlaps(lid, lid) or (filt.ledger_in is not None and lid not in filt.ledger_in):
                 continue
             if attached and not is_offloaded(li):
                 plan.in_bookkeeper.append(f"{t.full} {lid}")
                 continue
             n = _ledger_entries(ws, li)
-            if n <= 0:
+            start = after.entry_id if after is not None and lid == after.ledger_id else 0
+            if n <= start:
                 continue
             size = li.size if li.size > 0 else 0
-            pieces = max(1, min(n, math.ceil(size / part_bytes))) if size else 1
-            per = math.ceil(n / pieces)
-            for first in range(0, n, per):
+            size = size * (n - start) // n
+            pieces = max(1, min(n - start, math.ceil(size / part_bytes))) if size else 1
+            per = math.ceil((n - start) / pieces)
+            for first in range(start, n, per):
                 last = min(n - 1, first + per - 1)
-                part = ScanPart(t.full, lid, first, last, size * (last - first + 1) // n)
+                part = ScanPart(t.full, lid, first, last, size * (last - first + 1) // (n - start))
                 s = known.get(part.key)
                 if not filt.entries.overlaps(first, last) or (s is not None and not filt.publish.overlaps(s[0], s[1])):
                     plan.pruned += 1
@@ -327,6 +369,9 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
     of it was read (message rows)."""
     check_options("raw" if raw else "messages", on_damage)
     c = counters if counters is not None else ReadCounters()
+    if part.compacted is not None:
+        yield from _read_compacted(ws, part, raw, on_damage, filt, c)
+        return
     t = TopicName.parse(part.topic)
     first = part.first if filt.entries.lo is None else max(part.first, filt.entries.lo)
     last = part.last if filt.entries.hi is None else min(part.last, filt.entries.hi)
@@ -382,6 +427,71 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
             r.close()
     if record_stats and not raw and whole and lo is not None and hi is not None:
         stats.record(ws.metadata, t, {part.key: (lo, hi, count)})
+
+
+def _read_compacted(ws: Workspace, part: ScanPart, raw: bool, on_damage: str, filt: ScanFilter,
+                    c: ReadCounters) -> Iterator[pa.RecordBatch]:
+    """The rows of a piece of a compacted ledger, at the positions its entries stand for (tier
+    ``compacted``); messages marked ``compacted_out`` are not rows (Pulsar's consumer skips them)."""
+    assert part.compacted is not None
+    started = time.monotonic()
+    h = compacted_offloader(ws, part.compacted).read_offloaded(part.ledger_id, part.compacted.uuid)
+    try:
+        for a in range(part.first, part.last + 1, COMPACTED_BATCH):
+            entries = h.read(a, min(part.last, a + COMPACTED_BATCH - 1))
+            lids = np.empty(len(entries), np.int64)
+            eids = np.empty(len(entries), np.int64)
+            pieces, starts, lengths = [], [], []
+            off = 0
+            for i, e in enumerate(entries):
+                lids[i], eids[i], _partition, data = parse_compacted_ledger_entry(e.data)
+                pieces.append(data)
+                starts.append(off)
+                lengths.append(len(data))
+                off += len(data)
+            batch = EntryBatch(0, 0, b"".join(pieces), starts, lengths, 0, 0)  # pseudo ids 0..n-1
+            c.entries += len(batch)
+            c.tiers[TIER_COMPACTED] = c.tiers.get(TIER_COMPACTED, 0) + len(batch)
+            if raw:
+                yield _at_positions(rows.entry_batch(part.topic, TIER_COMPACTED, batch), lids, eids)
+                c.rows += len(batch)
+                continue
+            drop = [(i << 32) | k for i, data in enumerate(pieces)
+                    for k in compacted_out_indexes(data, int(lids[i]), int(eids[i]))]
+            bad: list[BadEntry] | None = [] if on_damage == "skip" else None
+            try:
+                outs = list(rows.message_batches(part.topic, TIER_COMPACTED, batch, bad))
+            except MessageFormatError as ex:
+                pos = getattr(ex, "position", None)
+                raise MessageFormatError(f"{part.topic}: damaged entry in compacted ledger {part.ledger_id}, no rows "
+                                         f"returned: {ex} (option onDamage=skip counts and skips such entries)",
+                                         position=pos) from ex
+            if bad:
+                c.damaged.extend(bad)
+            for out in outs:
+                if drop:
+                    pseudo = out.column(2).to_numpy()
+                    idx = (pseudo << 32) | out.column(3).to_numpy().astype(np.int64)
+                    out = out.filter(pa.array(~np.isin(idx, np.array(drop, np.int64))))
+                c.messages += out.num_rows
+                if filt.publish.bounded:
+                    out = _publish_filter(out, filt.publish)
+                if out.num_rows:
+                    c.rows += out.num_rows
+                    yield _at_positions(out, lids, eids)
+    finally:
+        h.close()
+        c.seconds += time.monotonic() - started
+
+
+def _at_positions(batch: pa.RecordBatch, lids: np.ndarray, eids: np.ndarray) -> pa.RecordBatch:
+    """Rows of pseudo entry ids (column 2: an index into ``lids`` / ``eids``) moved to the positions the
+    compacted ledger's entries stand for."""
+    pseudo = batch.column(2).to_numpy()
+    cols = batch.columns
+    cols[1] = pa.array(lids[pseudo])
+    cols[2] = pa.array(eids[pseudo])
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 
 def _publish_filter(batch: pa.RecordBatch, r: Range) -> pa.RecordBatch:
