@@ -229,12 +229,17 @@ def referenced(ws: Workspace) -> set[str]:
 
 @pytest.mark.parametrize("at", STEPS)
 def test_a_crash_after_every_step(ws: Workspace, at: str) -> None:
+    crash_drill(ws, at, lambda w, on_step=None: compact_topic(w, TOPIC, on_step=on_step))
+
+
+def crash_drill(ws: Workspace, at: str, compact) -> None:
     """A crash after each step leaves the old state whole (the old compacted ledger, then the live
     messages after its horizon) or the new one; drain + reconcile then leave nothing unreferenced in the
-    store or the hot tier, and the recorded compacted ledger is never deleted."""
+    store or the hot tier, and the recorded compacted ledger is never deleted. ``compact(ws, on_step=)``
+    compacts TOPIC (in one process, or on Spark: tests/spark/test_topic_compaction_spark.py)."""
     p = Producer()
     write(ws, [round_of(p, r) for r in range(2)], offload_first=1)
-    first = compact_topic(ws, TOPIC)
+    first = compact(ws)
     old_view = list(ws.reader().read_compacted(TOPIC))
     w = TopicWriter(ws.ml, ws.hot, TOPIC)
     w.append_many(round_of(p, 5))
@@ -247,7 +252,7 @@ def test_a_crash_after_every_step(ws: Workspace, at: str) -> None:
             raise Crash(step)
 
     with pytest.raises(Crash):
-        compact_topic(ws, TOPIC, on_step=crash)
+        compact(ws, on_step=crash)
     st = compaction_state(ws.ml.get_topic(TOPIC)[0])
     assert st is not None
     if at == "recorded":
@@ -274,7 +279,7 @@ def test_a_crash_after_every_step(ws: Workspace, at: str) -> None:
     # the state left reads, and a later run reaches the dict's view
     assert list(ws.reader().read_compacted(TOPIC))
     if at != "recorded":
-        compact_topic(ws, TOPIC)
+        compact(ws)
     assert seen_view(ws) == expected_view(ws)
 
 
