@@ -10,9 +10,14 @@ shuffle by key in between, the compacted ledger written by the driver.
    latest item is a tombstone are dropped, keyless items never enter (the reference reducer
    ``latest_per_key`` computes the same from items in order). The retained keys are grouped by the entry
    holding their latest value.
-4. **Phase two** (a join on the entry's position, then ``mapInArrow``): each entry holding a retained value is
-   rewritten (tieredcore.formats.compacted.rewrite_entry with that entry's keys alone) and framed as a
-   compacted ledger entry; ``retain_null_key`` keeps every entry in the join (its keyless messages stay).
+4. **Phase two**: the driver plans the same view as the data source (tieredcore.query.scan.plan_scan, its
+   parts packed into groups as the data source packs them) and knows where each group starts (a compacted
+   ledger's piece by its first entry's original position). The retained values are range-partitioned by
+   the group holding them, so partitions come in position order; each task reads its groups' parts
+   (tieredcore.query.scan.read_part, raw: the data source's reader) and rewrites only the entries holding
+   a retained value (tieredcore.formats.compacted.rewrite_entry with that entry's keys alone), framed as
+   compacted ledger entries. The topic's entries are never shuffled, only the retained keys' positions.
+   ``retain_null_key`` visits every group (its keyless messages stay).
 5. **Write**: the driver streams the rewritten entries in position order (``toLocalIterator``: one partition
    at a time, so its memory is bounded by a partition, not by the topic) into the steps of
    tieredcore.lifecycle.topic_compaction.write_compacted: hot ledger, V1 object pair, hot copy deleted,
@@ -30,18 +35,27 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tieredcore.config import Config
-from tieredcore.formats.compacted import RETAIN_NULL_KEY_DEFAULT
+from tieredcore.formats.compacted import RETAIN_NULL_KEY_DEFAULT, parse_compacted_ledger_entry
 from tieredcore.lifecycle.topic_compaction import (
     CompactionResult,
     partition_of,
     plan_compaction,
     write_compacted,
 )
+from tieredcore.model import Position
 from tieredcore.names import TopicName
+from tieredcore.query.scan import (
+    DEFAULT_PART_BYTES,
+    ScanFilter,
+    ScanPart,
+    compacted_offloader,
+    pack_parts,
+    pack_target,
+    plan_scan,
+)
 from tieredcore.workspace import Workspace
 
 ITEMS = "key string, ledger_id long, entry_id long, batch_index int, size long"
-REWRITTEN = "ledger_id long, entry_id long, entry binary"
 
 
 def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
@@ -76,28 +90,90 @@ def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
     return run
 
 
-def _rewrite(partition: int, retain_null_key: bool, verify: bool) -> Callable[[Iterator], Iterator]:
-    """Phase two over Arrow batches of (ledger_id, entry_id, entry, kept: [(key, batch_index)])."""
+KEPT = "g int, key string, ledger_id long, entry_id long, batch_index int"
+
+
+def _groups(ws: Workspace, t: TopicName, horizon: Position, part_bytes: int, tasks: int
+            ) -> tuple[list[list[ScanPart]], list[tuple[int, int]]]:
+    """Phase two's groups of parts (the compacted view up to ``horizon``, packed as the data source packs
+    it) and each group's first position (a compacted ledger piece's: its first entry's original one)."""
+    plan = plan_scan(ws, [t], ScanFilter(), part_bytes, compacted=True)
+    parts = [p for p in plan.parts if p.compacted is not None or Position(p.ledger_id, p.first) <= horizon]
+    groups = pack_parts(parts, pack_target(sum(p.size for p in parts), part_bytes, tasks))
+    starts = []
+    for g in groups:
+        p = g[0]
+        if p.compacted is None:
+            starts.append((p.ledger_id, p.first))
+            continue
+        h = compacted_offloader(ws, p.compacted).read_offloaded(p.ledger_id, p.compacted.uuid)
+        try:
+            lid, eid, _part, _e = parse_compacted_ledger_entry(h.read(p.first, p.first)[0].data)
+        finally:
+            h.close()
+        starts.append((lid, eid))
+    return groups, starts
+
+
+def _assign(starts: list[tuple[int, int]]) -> Callable[[Iterator], Iterator]:
+    """The retained values (key, ledger_id, entry_id, batch_index) with the index of the group holding them."""
+
+    def run(batches: Iterator) -> Iterator:
+        from bisect import bisect_right
+
+        import pyarrow as pa
+
+        for b in batches:
+            g = [bisect_right(starts, (lid, eid)) - 1 for lid, eid in
+                 zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(), strict=True)]
+            yield pa.RecordBatch.from_arrays([pa.array(g, pa.int32()), *b.columns],
+                                             names=["g", *b.schema.names])
+
+    return run
+
+
+def _rewrite(config: Config, groups: list[list[ScanPart]], horizon: Position, partition: int,
+             retain_null_key: bool, verify: bool) -> Callable[[Iterator], Iterator]:
+    """Phase two over Arrow batches of the retained values sorted by (g, ledger_id, entry_id)."""
+
+    last = (horizon.ledger_id, horizon.entry_id)
 
     def run(batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         from tieredcore.formats.compacted import compacted_ledger_entry, rewrite_entry
         from tieredcore.formats.messages import MessageId
+        from tieredcore.query.scan import read_part
 
-        schema = pa.schema([("ledger_id", pa.int64()), ("entry_id", pa.int64()), ("entry", pa.binary())])
-        for b in batches:
-            lids, eids, outs = [], [], []
-            for lid, eid, d, kept in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
-                                         b.column("entry"), b.column("kept").to_pylist(), strict=True):
-                latest = {k["key"]: MessageId(lid, eid, k["batch_index"]) for k in kept or ()}
-                out = rewrite_entry(d.as_buffer(), lid, eid, latest, retain_null_key, verify)
-                if out is not None:
-                    lids.append(lid)
-                    eids.append(eid)
-                    outs.append(compacted_ledger_entry(out, lid, eid, partition))
-            yield pa.RecordBatch.from_arrays([pa.array(lids, pa.int64()), pa.array(eids, pa.int64()),
-                                              pa.array(outs, pa.binary())], schema=schema)
+        schema = pa.schema([("entry", pa.binary())])
+
+        def group(ws: Workspace, g: int, kept: dict[tuple[int, int], dict[str, MessageId]]) -> Iterator:
+            for part in groups[g]:
+                for b in read_part(ws, part, raw=True):
+                    outs = []
+                    for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
+                                           b.column("entry"), strict=True):
+                        latest = kept.get((lid, eid))
+                        if (latest is None and not retain_null_key) or (lid, eid) > last:
+                            continue
+                        out = rewrite_entry(d.as_buffer(), lid, eid, latest or {}, retain_null_key, verify)
+                        if out is not None:
+                            outs.append(compacted_ledger_entry(out, lid, eid, partition))
+                    if outs:
+                        yield pa.RecordBatch.from_arrays([pa.array(outs, pa.binary())], schema=schema)
+
+        with Workspace(config) as ws:
+            current, kept = -1, {}
+            for b in batches:
+                for g, key, lid, eid, bi in zip(*(b.column(i).to_pylist() for i in range(5)), strict=True):
+                    if g != current:
+                        if current >= 0:
+                            yield from group(ws, current, kept)
+                        current, kept = g, {}
+                    if key is not None:
+                        kept.setdefault((lid, eid), {})[key] = MessageId(lid, eid, bi)
+            if current >= 0:
+                yield from group(ws, current, kept)
 
     return run
 
@@ -123,7 +199,7 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
                      retain_null_key: bool = RETAIN_NULL_KEY_DEFAULT,
                      uuid_factory: Callable[[], uuidlib.UUID] = uuidlib.uuid4,
                      on_step: Callable[[str], None] | None = None, config_path: str | None = None,
-                     verify: bool = True) -> CompactionResult:
+                     verify: bool = True, part_bytes: int = DEFAULT_PART_BYTES) -> CompactionResult:
     """Compact ``topic`` on ``spark`` (module docstring). Raises TopicNotFoundError for an unknown topic and
     TopicCompactionError when there is nothing to compact or the state changed meanwhile (nothing recorded).
     Deletion-log records are stamped with ``as_of_ms`` (the run's logical time). ``config_path`` is the
@@ -157,13 +233,16 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
         try:
             keys_seen = latest.count()
             kept = latest.where(F.col("m.size") > 0).select("key", "m.ledger_id", "m.entry_id", "m.batch_index")
-            per_entry = kept.groupBy("ledger_id", "entry_id").agg(
-                F.collect_list(F.struct("key", "batch_index")).alias("kept"))
             keys = kept.count()
-            joined = entries.join(per_entry, ["ledger_id", "entry_id"], "left" if retain_null_key else "inner")
-            rewritten = (joined.select("ledger_id", "entry_id", "entry", "kept")
-                         .mapInArrow(_rewrite(partition_of(t), retain_null_key, verify), REWRITTEN)
-                         .orderBy("ledger_id", "entry_id"))
+            groups, starts = _groups(ws, t, h, part_bytes, 2 * spark.sparkContext.defaultParallelism)
+            by_group = kept.mapInArrow(_assign(starts), KEPT)
+            if retain_null_key:  # every group, even one holding no retained value: its keyless messages stay
+                by_group = by_group.unionByName(spark.createDataFrame(
+                    [(g, None, -1, -1, -1) for g in range(len(groups))], KEPT))
+            rewritten = (by_group.repartitionByRange(max(1, len(groups)), "g")
+                         .sortWithinPartitions("g", "ledger_id", "entry_id")
+                         .mapInArrow(_rewrite(config, groups, h, partition_of(t), retain_null_key, verify),
+                                     "entry binary"))
             messages, read = counts.value
             res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous, messages_read=messages,
                                    bytes_read=read, keys_seen=keys_seen, keys=keys)

@@ -74,8 +74,10 @@ def fill(w: Workspace, p: Producer, rounds: range) -> None:
     write(w, [round_of(p, rounds[-1])])
 
 
-@pytest.mark.parametrize("retain_null_key", [False, True])
-def test_the_shuffle_writes_what_the_reference_writes(spark, tmp_path: Path, retain_null_key: bool) -> None:
+# one group of parts; and many small ones (phase two's groups, the compacted ledger in pieces)
+@pytest.mark.parametrize(("retain_null_key", "part_bytes"), [(False, 1 << 27), (True, 1500)])
+def test_the_shuffle_writes_what_the_reference_writes(spark, tmp_path: Path, retain_null_key: bool,
+                                                      part_bytes: int) -> None:
     ref, dist = workspace(tmp_path / "ref"), workspace(tmp_path / "spark")
     try:
         for w in (ref, dist):
@@ -83,7 +85,7 @@ def test_the_shuffle_writes_what_the_reference_writes(spark, tmp_path: Path, ret
         tiers = {tier for tier, _b in dist.reader().read_tiered_batches(TOPIC)}
         assert tiers == {"hot", "offloaded", "segments"}, tiers
         want = compact_topic(ref, TOPIC, retain_null_key=retain_null_key)
-        got = on_spark(spark, dist, retain_null_key=retain_null_key)
+        got = on_spark(spark, dist, retain_null_key=retain_null_key, part_bytes=part_bytes)
         assert got.steps == STEPS
         for f in ("horizon", "ledger_id", "messages_read", "bytes_read", "keys_seen", "keys", "entries_written",
                   "bytes_written"):
@@ -99,7 +101,7 @@ def test_the_shuffle_writes_what_the_reference_writes(spark, tmp_path: Path, ret
             tw.append_many(round_of(p, 7) + [p.single("k2", b""), p.single("new", b"n")])
             tw.close()
         want2 = compact_topic(ref, TOPIC, retain_null_key=retain_null_key)
-        got2 = on_spark(spark, dist, retain_null_key=retain_null_key)
+        got2 = on_spark(spark, dist, retain_null_key=retain_null_key, part_bytes=part_bytes)
         assert (got2.messages_read, got2.keys, got2.bytes_written) == \
             (want2.messages_read, want2.keys, want2.bytes_written)
         assert got2.messages_read < got.messages_read + 20  # not the whole topic again
