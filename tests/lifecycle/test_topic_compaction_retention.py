@@ -392,3 +392,25 @@ def test_lag_cleanup_and_reconciliation_know_the_compacted_ledger(ws: Workspace)
     dr = drain(ws, later)
     assert (dr.entries, dr.still_in_use, dr.deleted) == (1, 1, 0), dr.rows
     assert of_uuid(objects(ws), first.uuid) == compacted_objects and seen_view(ws) == want
+
+
+def test_a_compaction_state_that_does_not_parse_trims_nothing(ws: Workspace) -> None:
+    """What the horizon holds back is unknown: retention reports the topic's record as unreadable (one
+    failed row) and removes no ledger."""
+    p = Producer()
+    write(ws, [p.round(r) for r in range(3)])
+    compact(ws)
+
+    def damage(info) -> bool:
+        for kv in info.properties:
+            if kv.key == "__compaction.markDeletePosition":
+                kv.value = "not-a-position"
+        return True
+
+    ws.ml.update_topic(TOPIC, damage)
+    before = ids(ws)
+    ws.policies.set_namespace(NS, {"retention_time_minutes": 0})
+    rows = run(ws, plan_retention(ws, [NS], T0 + MIN))
+    assert [(r.kind, r.outcome) for r in rows] == [(KIND_RETENTION, "failed")]
+    assert "compaction state in the topic record does not parse" in rows[0].error
+    assert ids(ws) == before and not ws.deletion_log.pending()
