@@ -1,8 +1,12 @@
 """Retention with a compacted view in place (issue 25, item 5; docs/topic-compaction.md, "Retention").
 
 Pulsar's ``__compaction`` subscription is a durable cursor whose mark-delete position is the compaction
-horizon, so retention (ManagedLedgerImpl.internalTrimLedgers) trims only ledgers that cursor has consumed;
-the compacted ledger is listed in no ``ledgerInfo`` and retention never sees it. On a real workspace
+horizon (pulsar-broker/src/main/java/org/apache/pulsar/broker/service/persistent/PersistentTopic.java,
+``createPersistentSubscription``; PulsarCompactorSubscription.java in the same package), so retention
+(managed-ledger/src/main/java/org/apache/bookkeeper/mledger/impl/ManagedLedgerImpl.java,
+``internalTrimLedgers``) trims only ledgers that cursor has consumed; the compacted ledger is listed in no
+``ledgerInfo`` and retention never sees it; the previous compacted ledger is deleted once the next one is
+recorded (PulsarCompactorSubscription.acknowledgeMessageAsync). On a real workspace
 (SQLite metadata, local hot tier, filesystem store): a keyed topic across the hot and offloaded tiers,
 compacted, then retention (plan, run, drain), the deletion-lag cleanup, orphan reconciliation and a second
 compaction; the compacted view is checked against a plain dict over the messages the test generated."""
