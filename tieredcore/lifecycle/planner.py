@@ -141,15 +141,32 @@ def ledgers_as_of(ledgers: Sequence, as_of_ms: int) -> list:
     return out
 
 
+def slowest_reader_ledger(ledgers: Sequence, mark_delete: Position) -> int:
+    """Pulsar's ``slowestReaderLedgerId`` for a durable cursor whose mark-delete position is
+    ``mark_delete`` (ManagedLedgerImpl.internalTrimLedgers): only ledgers with a smaller id may be
+    trimmed. It is the position's ledger, or the next id when the position is the last entry of a ledger
+    that is not the newest one (that ledger is then fully consumed)."""
+    for i, li in enumerate(ledgers):
+        if li.ledgerId == mark_delete.ledger_id:
+            if i != len(ledgers) - 1 and li.HasField("entries") and li.entries == mark_delete.entry_id + 1:
+                return li.ledgerId + 1
+            break
+    return mark_delete.ledger_id
+
+
 def select_retention(
-    ledgers: Sequence, retention_time_ms: int | None, retention_size_bytes: int | None, now_ms: int
+    ledgers: Sequence, retention_time_ms: int | None, retention_size_bytes: int | None, now_ms: int,
+    held_at: Position | None = None,
 ) -> list[int]:
     """Retention trim (Pulsar's ManagedLedgerImpl.internalTrimLedgers, docs/metadata.md): ledgers to remove from
     the topic, oldest first.
 
-    Candidates are the sealed ledgers before the newest one (this project has no cursors, so the slowest
-    reader is at the newest ledger, as in Pulsar for a topic without subscriptions). Walking oldest first
-    with ``to_delete += size``, a ledger goes if ``time >= 0 and now - timestamp > time`` or
+    Candidates are the sealed ledgers before the newest one, and before the slowest durable cursor's
+    ledger (:func:`slowest_reader_ledger`) when ``held_at`` names that cursor's mark-delete position. This
+    project models one durable cursor only: a compacted topic's ``__compaction`` subscription, whose
+    mark-delete position is the compaction horizon (docs/topic-compaction.md, "Retention"); without it the
+    slowest reader is at the newest ledger, as in Pulsar for a topic without subscriptions. Walking oldest
+    first with ``to_delete += size``, a ledger goes if ``time >= 0 and now - timestamp > time`` or
     ``size >= 0 and total - to_delete >= size``, where ``total`` is the size of every ledger given
     (offloaded ones included); the walk stops at the first ledger that is neither. None or -1 disables
     a limit. A ledger that is not sealed (timestamp 0) also stops the walk."""
@@ -157,12 +174,15 @@ def select_retention(
     rs = -1 if retention_size_bytes is None else retention_size_bytes
     if rt < 0 and rs < 0:
         return []
+    cap = None if held_at is None else slowest_reader_ledger(ledgers, held_at)
     total = sum(li.size for li in ledgers)
     to_delete = 0
     out: list[int] = []
     for i, li in enumerate(ledgers):
         if not _is_sealed(li, i == len(ledgers) - 1):
             break
+        if cap is not None and li.ledgerId >= cap:
+            break  # not yet consumed by the durable cursor (Pulsar: ledgers.headMap(slowestReaderLedgerId))
         to_delete += li.size
         expired = rt >= 0 and now_ms - li.timestamp > rt
         over_quota = rs >= 0 and total - to_delete >= rs

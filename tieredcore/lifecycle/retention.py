@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tieredcore.errors import TopicNotFoundError, UnreadableRecordError
+from tieredcore.errors import FormatError, TopicNotFoundError, UnreadableRecordError
 from tieredcore.lifecycle.planner import ledgers_as_of, select_retention
 from tieredcore.lifecycle.work import (
     KIND_RETENTION,
@@ -24,8 +24,11 @@ from tieredcore.meta.deletion_log import (
     TYPE_SEGMENT,
     DeletionRecord,
 )
+from tieredcore.meta.managed_ledgers import topic_path
 from tieredcore.meta.reasons import Reason
+from tieredcore.model import Position
 from tieredcore.names import TopicName
+from tieredcore.offload.compacted_state import compaction_state
 from tieredcore.offload.context import (
     context_uuid,
 )
@@ -77,10 +80,24 @@ def retention_enabled(policy: OffloadPolicy) -> bool:
     return policy.retention_time_minutes >= 0 or policy.retention_size_mb >= 0
 
 
-def select_for_trim(ledgers: Sequence, policy: OffloadPolicy, as_of_ms: int) -> list[int]:
-    """The ledgers retention removes from the topic as it stood at ``as_of_ms``."""
+def select_for_trim(ledgers: Sequence, policy: OffloadPolicy, as_of_ms: int,
+                    held_at: Position | None = None) -> list[int]:
+    """The ledgers retention removes from the topic as it stood at ``as_of_ms``; ``held_at``: the
+    compaction horizon holding retention back (:func:`compaction_hold`)."""
     rt, rs = retention_limits(policy)
-    return select_retention(ledgers_as_of(ledgers, as_of_ms), rt, rs, as_of_ms)
+    return select_retention(ledgers_as_of(ledgers, as_of_ms), rt, rs, as_of_ms, held_at)
+
+
+def compaction_hold(info, t: TopicName) -> Position | None:
+    """Where the topic's ``__compaction`` subscription holds retention back: its mark-delete position, the
+    compaction horizon (None: never compacted). Pulsar's compaction cursor is durable, so ledgers it has
+    not consumed are never trimmed (docs/topic-compaction.md, "Retention"). A compaction state that does
+    not parse makes the record unreadable for retention: what it holds back is unknown."""
+    try:
+        st = compaction_state(info)
+    except FormatError as e:
+        raise UnreadableRecordError(t.full, topic_path(t), str(e)) from None
+    return None if st is None else st.horizon
 
 
 def plan_retention(
@@ -96,12 +113,13 @@ def plan_retention(
                 continue
             try:
                 info, _ = ws.ml.get_topic(t)
+                held = compaction_hold(info, t)
             except TopicNotFoundError:
                 continue  # deleted since listing
             except UnreadableRecordError as e:  # fails this topic only (one failed row when run)
                 out.append(unreadable_unit(e, KIND_RETENTION, as_of_ms, dry_run))
                 continue
-            ids = select_for_trim(info.ledgerInfo, pol, as_of_ms)
+            ids = select_for_trim(info.ledgerInfo, pol, as_of_ms, held)
             if ids:
                 out.append(TopicWork(t.full, KIND_RETENTION, ids, as_of_ms, dry_run))
     return out
@@ -113,7 +131,9 @@ def trim_topic(
 ) -> list[LedgerResult]:
     """Phase 1 of retention for one topic: append the records of the ledgers past retention, then
     remove those ledgers from the topic record (CAS). Selection is re-done on current metadata at each
-    step (as of ``as_of_ms``); ``ledgers`` (a plan's list) caps it. Never the newest ledger.
+    step (as of ``as_of_ms``); ``ledgers`` (a plan's list) caps it. Never the newest ledger, nor, on a
+    compacted topic, a ledger holding a position after the compaction horizon (the compacted ledger itself
+    is listed nowhere in ``ledgerInfo``: retention never sees it).
 
     One row per selected ledger: trimmed, planned (dry run) or skipped. Raises what the deletion log
     or the metadata store raise (records already appended stay; the drain finds their ledgers still
@@ -124,7 +144,7 @@ def trim_topic(
     cap = None if ledgers is None else set(ledgers)
 
     def select(info) -> list[int]:
-        ids = select_for_trim(info.ledgerInfo, pol, as_of_ms)
+        ids = select_for_trim(info.ledgerInfo, pol, as_of_ms, compaction_hold(info, t))
         if cap is not None:  # a prefix of a prefix: stop at the first one the plan did not name
             kept = []
             for lid in ids:
