@@ -40,6 +40,7 @@ from tieredcore.meta.reasons import Reason
 from tieredcore.model import Position
 from tieredcore.offload.compacted_state import compaction_state
 from tieredcore.offload.transaction import ObjectGroup
+from tieredcore.policy import DEFAULT_COMPACTION_DELETE_DELAY_MS
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
@@ -286,11 +287,15 @@ def test_retention_trims_below_the_horizon_and_the_compacted_ledger_keeps_the_re
     assert second.messages_read == first.keys + new_items
     assert seen_view(ws) == expected_view(written, second.horizon)
     assert second.horizon == Position(more[-1][0], more[-1][1])
-    # the previous compacted ledger's pair goes through the deletion log; the drain deletes it and nothing else
+    # the previous compacted ledger's pair goes through the deletion log, due after the namespace's delete
+    # delay (compacted reads that opened it finish); the drain then deletes it and nothing else
     recs = [e.record for e in ws.deletion_log.pending()]
-    assert [(r.ledger_id, r.uuid, r.reason) for r in recs] == [(first.ledger_id, first.uuid, "topic-compaction")]
+    assert [(r.ledger_id, r.uuid, r.reason, r.next_attempt_ms) for r in recs] == \
+        [(first.ledger_id, first.uuid, "topic-compaction", T0 + DEFAULT_COMPACTION_DELETE_DELAY_MS)]
     store_before = objects(ws)
-    clean_drain(ws, as_of)
+    drain(ws, T0 + DEFAULT_COMPACTION_DELETE_DELAY_MS - 1)
+    assert objects(ws) == store_before and len(ws.deletion_log.pending()) == 1
+    clean_drain(ws, T0 + DEFAULT_COMPACTION_DELETE_DELAY_MS)
     assert objects(ws) == {k: v for k, v in store_before.items() if first.uuid not in k}
     assert of_uuid(store_before, first.uuid) == compacted_objects
     assert seen_view(ws) == expected_view(written, second.horizon)

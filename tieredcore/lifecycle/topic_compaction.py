@@ -290,15 +290,16 @@ def write_compacted(ws: Workspace, plan: CompactionPlan, entries: Iterable[bytes
     # 4. the record
     driver = driver_dict(plan.offloader.location.driver_metadata())
     record_compaction(ws, t, plan.previous, CompactionState(res.ledger_id, plan.horizon, res.uuid, driver),
-                      clock_ms)
+                      clock_ms, delete_delay_ms=ws.policies.for_topic(t).compaction_delete_delay_ms)
     step("recorded")
 
 
 def record_compaction(ws: Workspace, t: TopicName, previous: CompactionState | None, new: CompactionState,
-            clock_ms: Callable[[], int]) -> None:
+            clock_ms: Callable[[], int], delete_delay_ms: int = 0) -> None:
     """Step 4: one compare-and-set replaces ``previous`` by ``new`` (the previous compacted ledger's objects
-    into the deletion log first); a lost race gives ``new``'s objects to the deletion log and raises
-    TopicCompactionError."""
+    into the deletion log first, due ``delete_delay_ms`` later: compacted reads that opened them before the
+    switch finish; the namespace's delete delay, one hour by default, where Pulsar deletes at once); a lost
+    race gives ``new``'s objects to the deletion log and raises TopicCompactionError."""
     txn = TopicTransaction(ws.ml, ws.deletion_log, t, clock_ms=clock_ms)
     old = [] if previous is None or previous.empty else [
         ObjectGroup(previous.ledger_id, TYPE_OFFLOADED, previous.uuid, previous.driver)]
@@ -310,7 +311,9 @@ def record_compaction(ws: Workspace, t: TopicName, previous: CompactionState | N
                           f"{previous})")
         missing = [g for g in old if g.key not in txn.covered]
         if missing:
-            raise Uncovered([g.record(txn.name, Reason.TOPIC_COMPACTION, clock_ms()) for g in missing])
+            now = clock_ms()
+            raise Uncovered([g.record(txn.name, Reason.TOPIC_COMPACTION, now, now + delete_delay_ms)
+                             for g in missing])
         set_compaction_state(info, new)
         return True
 
