@@ -18,7 +18,7 @@ empty, every object in the store belongs to a copy a record references (the owne
 multipart upload is left, the hot tier holds exactly the ledgers whose hot copies are not deleted, and
 every entry still reads back.
 
-Sizes: ``TIERED_MODEL_EXAMPLES`` schedules (default: 300 in the slow CI test, 20 in the quick one) of
+Sizes: ``TIERED_MODEL_EXAMPLES`` schedules (default: 150 in the slow CI test, 20 in the quick one) of
 ``TIERED_MODEL_STEPS`` steps (default 20); ``make soak`` runs 10,000 with a printed seed (reproduce one
 with ``--hypothesis-seed``). A failure prints the shrunk schedule: one line per step with its arguments.
 """
@@ -479,4 +479,4 @@ def test_system_model_quick(machine: type[SystemModel]) -> None:
 
 @pytest.mark.slow
 def test_system_model(machine: type[SystemModel]) -> None:
-    run_state_machine_as_test(machine, settings=_settings(300))
+    run_state_machine_as_test(machine, settings=_settings(150))
