@@ -131,3 +131,25 @@ def test_nothing_to_compact_and_unknown_topic(spark, ws: Workspace) -> None:
     with pytest.raises(TopicCompactionError, match="no messages after its compaction horizon"):
         on_spark(spark, ws)
     assert state_of_everything(ws) == before
+
+
+def test_the_data_source_serves_the_compacted_view(spark, ws: Workspace) -> None:
+    """``.option("compacted", "true")``: the rows of read_compacted's messages (compacted_out placeholders
+    are not rows), in a Spark query; a bad value fails with one line."""
+    from tests.query.test_compacted_scan import reader_view
+
+    p = Producer()
+    fill(ws, p, range(4))
+    on_spark(spark, ws)
+    tw = TopicWriter(ws.ml, ws.hot, TOPIC)
+    tw.append_many([p.single("k1", b"after"), p.single(None, b"live")])
+    tw.close()
+    df = (spark.read.format("tiered").option("config", ws.config_path).option("topic", TOPIC)
+          .option("compacted", "true").load())
+    got = [(r.ledger_id, r.entry_id, r.batch_index, r.key, bytes(r.payload))
+           for r in df.orderBy("ledger_id", "entry_id", "batch_index").collect()]
+    assert got == sorted(reader_view(ws)) and got[-2:] == [got[-2][:3] + ("k1", b"after"), got[-1][:3] + (None, b"live")]
+    assert {r.tier for r in df.select("tier").distinct().collect()} == {"compacted", "hot"}
+    with pytest.raises(Exception, match="option compacted must be true or false, got 'maybe'"):
+        spark.read.format("tiered").option("config", ws.config_path).option("topic", TOPIC).option(
+            "compacted", "maybe").load().count()
