@@ -246,8 +246,43 @@ def memory(a: argparse.Namespace, w: dict) -> dict:
     if rc != 0:
         raise RuntimeError(f"the memory run's spark-submit exited {rc}")
     run = json.loads(out.read_text())
+    if a.check:
+        run["check"] = check_against_dict(w["config"])
     return {"case": "memory", "executor_memory": a.executor_memory, "topic_bytes": w["bytes"],
             "messages": w["messages"], "peak_rss_bytes": peaks, **run}
+
+
+def check_against_dict(config: str) -> dict:
+    """The compacted ledger against a plain dict over the topic's messages (in this process, not Spark):
+    key -> position of its latest value, tombstoned keys dropped; and each retained message's payload equal
+    to the original message's at that position."""
+    from tieredcore.config import Config
+    from tieredcore.formats.compacted import compaction_items, latest_per_key
+    from tieredcore.formats.messages import decode_entry
+    from tieredcore.workspace import Workspace
+
+    t0 = time.perf_counter()
+    with Workspace(Config.load(config, env={})) as ws:
+        r = ws.reader()
+        want = latest_per_key(it for pos, d in r.read(TOPIC) for it in compaction_items(d, pos.ledger_id, pos.entry_id))
+        got: dict = {}
+        payloads: dict = {}
+        for pos, d in r.read_compacted(TOPIC):
+            for m in decode_entry(d, pos.ledger_id, pos.entry_id):
+                if not m.compacted_out:
+                    got[m.single.partition_key if m.single is not None else m.metadata.partition_key] = \
+                        (m.ledger_id, m.entry_id, m.batch_index)
+                    payloads[(m.ledger_id, m.entry_id, m.batch_index)] = bytes(m.payload)
+        same = {k: tuple(v) for k, v in want.items()} == got
+        for pos, d in r.read(TOPIC):  # the retained messages' payloads, byte for byte
+            for m in decode_entry(d, pos.ledger_id, pos.entry_id):
+                p = payloads.pop((m.ledger_id, m.entry_id, m.batch_index), None)
+                if p is not None and p != bytes(m.payload):
+                    same = False
+        r.close()
+    if not same or payloads:
+        raise RuntimeError(f"the compacted ledger differs from the plain dict ({len(got):,} keys vs {len(want):,})")
+    return {"keys": len(want), "equal": True, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def child(config: str, out: str) -> int:
@@ -268,6 +303,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ledgers", type=int, default=20)
     ap.add_argument("--memory", action="store_true", help="also the memory run (module docstring)")
     ap.add_argument("--executor-memory", default="512m", help="the memory run's --driver-memory (default 512m)")
+    ap.add_argument("--check", action="store_true",
+                    help="after the memory run, compare the compacted ledger with a plain dict (slow: minutes)")
     ap.add_argument("--dir", help="scratch directory (default: a temp dir on the repo's filesystem)")
     ap.add_argument("--rounds", type=int, help=f"interleaved rounds (default and minimum {MIN_ROUNDS}; 0: none)")
     ap.add_argument("--warmup", type=int, default=1, help="uncounted rounds first (default 1)")
@@ -316,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             mib = {k: round(v / 2**20) for k, v in m["peak_rss_bytes"].items()}
             print(f"\nmemory: {m['topic_bytes'] / 2**20:,.0f} MiB topic, {m['messages']:,} messages, "
                   f"{m['keys_seen']:,} keys ({m['keys']:,} retained) with --driver-memory {m['executor_memory']}: "
-                  f"peak RSS MiB {mib}; {m['seconds']}s")
+                  f"peak RSS MiB {mib}; {m['seconds']}s" + (f"; equal to a plain dict: {m['check']}" if "check" in m else ""))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     noisy = bool(out.get("throughput", {}).get("too_noisy"))

@@ -377,3 +377,25 @@ def test_cli_reads_the_compacted_view(ws: Workspace, tmp_path: Path, capsys) -> 
     assert cli.main(["--workspace", root, "--json", "read", TOPIC, "--compacted"]) == 0
     entries = json.loads(capsys.readouterr().out)["entries"]
     assert [e["position"] for e in entries] == [str(pos) for pos, _ in ws.reader().read_compacted(TOPIC)]
+
+
+def test_a_compacted_read_from_a_start_position(ws: Workspace, monkeypatch) -> None:
+    """read_compacted(start) finds its first compacted entry by binary search (CompactedTopicImpl.findStartPoint):
+    from every position of the topic, and before and after it, it serves exactly the full view's entries at
+    or after that position (the search runs for every start at or before the horizon)."""
+    from tieredcore.topic import reader as reader_mod
+
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(4)], offload_first=2)
+    compact_topic(ws, TOPIC)
+    w = TopicWriter(ws.ml, ws.hot, TOPIC)
+    w.append_many([p.single("k1", b"after")])
+    w.close()
+    full = list(ws.reader().read_compacted(TOPIC))
+    probes = [pos for pos, _d in ws.reader().read(TOPIC)] + [Position(0, 0), Position(10**9, 0)]
+    steps = []
+    real = reader_mod._first_at_or_after
+    monkeypatch.setattr(reader_mod, "_first_at_or_after", lambda h, s: steps.append(h.last_add_confirmed) or real(h, s))
+    for start in probes:
+        assert list(ws.reader().read_compacted(TOPIC, start)) == [(q, d) for q, d in full if q >= start], start
+    assert len(steps) == len([s for s in probes if s <= compaction_state(ws.ml.get_topic(TOPIC)[0]).horizon])

@@ -179,7 +179,7 @@ class TopicReader:
                 off = self.offloader_for_driver(driver_metadata_from_dict(state.driver))
             h = off.read_offloaded(state.ledger_id, state.uuid)
             try:
-                e = 0
+                e = 0 if start is None else _first_at_or_after(h, start)
                 while e <= h.last_add_confirmed:
                     hi = min(e + self.batch_entries - 1, h.last_add_confirmed)
                     for entry in h.read(e, hi):
@@ -356,3 +356,18 @@ class _LedgerSession:
 
     def close(self) -> None:
         self._close_handle()
+
+
+def _first_at_or_after(h, start: Position) -> int:
+    """The first entry of a compacted ledger (entries in position order) whose original position is at or
+    after ``start``, by binary search, reading one entry per step (as Pulsar's CompactedTopicImpl
+    ``findStartPoint`` does); last_add_confirmed + 1 when none is."""
+    lo, hi = 0, h.last_add_confirmed + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lid, eid, _partition, _data = parse_compacted_ledger_entry(h.read(mid, mid)[0].data)
+        if Position(lid, eid) < start:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
