@@ -11,7 +11,8 @@ shuffle by key in between, the compacted ledger written by the driver.
    ``latest_per_key`` computes the same from items in order). The retained keys are grouped by the entry
    holding their latest value.
 4. **Phase two**: the driver plans the same view as the data source (tieredcore.query.scan.plan_scan, its
-   parts packed into groups as the data source packs them) and knows where each group starts (a compacted
+   parts packed into groups as the data source packs them, of at most 16 MiB: a group's output is one task
+   result, fetched whole by the driver and serialized whole by the executor) and knows where each group starts (a compacted
    ledger's piece by its first entry's original position). The retained values are range-partitioned by
    the group holding them, so partitions come in position order; each task reads its groups' parts
    (tieredcore.query.scan.read_part, raw: the data source's reader) and rewrites only the entries holding
@@ -91,6 +92,9 @@ def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
 
 
 KEPT = "g int, key string, ledger_id long, entry_id long, batch_index int"
+# phase two's groups read at most this much of the topic: a group's rewritten entries are one task's result,
+# which the driver fetches whole (toLocalIterator) and an executor serializes in its heap
+RESULT_BYTES = 16 * 1024 * 1024
 
 
 def _groups(ws: Workspace, t: TopicName, horizon: Position, part_bytes: int, tasks: int
@@ -234,7 +238,8 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
             keys_seen = latest.count()
             kept = latest.where(F.col("m.size") > 0).select("key", "m.ledger_id", "m.entry_id", "m.batch_index")
             keys = kept.count()
-            groups, starts = _groups(ws, t, h, part_bytes, 2 * spark.sparkContext.defaultParallelism)
+            groups, starts = _groups(ws, t, h, min(part_bytes, RESULT_BYTES),
+                                     2 * spark.sparkContext.defaultParallelism)
             by_group = kept.mapInArrow(_assign(starts), KEPT)
             if retain_null_key:  # every group, even one holding no retained value: its keyless messages stay
                 by_group = by_group.unionByName(spark.createDataFrame(
