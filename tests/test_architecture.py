@@ -127,7 +127,7 @@ PACKAGE_LAYERS = {
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep",
                          "topic_compaction")),
-        Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
+        Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status", "topic_compaction_run")),
         Layer("settings of a run", ("compaction_settings",)),
         Layer("the Iceberg export", ("export",)),
         Layer("the attached cluster's view", ("attached_view",)),
@@ -145,7 +145,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
-                           "scrub", "topics", "verify_messages")),
+                           "scrub", "topic_compaction", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }
