@@ -162,7 +162,7 @@ ALLOWED = {
 # -- 3. entry points: above the whole core; of each other they import only declared helpers ---------------
 
 NOT_FOR_ENTRY_POINTS = ("tieredcore.cli.*",)  # the command line is an entry point too
-SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit", "spark_jobs.datasource")  # what a Spark job may import of the entry points
+SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit", "spark_jobs._topic_shuffle", "spark_jobs.datasource")  # what a Spark job may import of the entry points
 # every plugins/ module (they import each other freely)
 PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_pages", "tiered_plugin", "tiered_report_pages", "tiered_timetables",
            "tiered_units", "tiered_views", "tiered_web")
