@@ -103,6 +103,7 @@ BROKERS_COMMANDS = {
     "generate": "writes topics and ledgers",
     "offload": "offloads (Pulsar's brokers do)",
     "topics": "deletes topics (`pulsar-admin topics delete`)",
+    "compact-topic": "writes a compacted ledger (Pulsar's brokers compact topics: `pulsar-admin topics compact`)",
 }
 
 
