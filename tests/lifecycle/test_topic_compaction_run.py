@@ -25,6 +25,7 @@ from tieredcore.lifecycle.topic_compaction_run import (
 from tieredcore.model import Position
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compaction_state
+from tieredcore.reports import exit_code
 from tieredcore.topic.writer import TopicWriter
 from tieredcore.workspace import Workspace
 
@@ -129,6 +130,8 @@ def test_rows_and_report(ws: Workspace) -> None:
     assert dry["outcome"] == "planned" and dry["horizon"]
     report = TopicCompactionReport(0, False, [row, again, conflict])
     t = report.totals()
+    # the job's exit code: a conflict fails the run (retried next run), nothing to compact does not
+    assert exit_code(t) == 1 and exit_code(TopicCompactionReport(0, False, [row, again]).totals()) == 0
     assert t["failures"] == 1 and t["outcomes"] == {"compacted": 1, "nothing": 1, "conflict": 1}
     assert t["counters"]["keys_before"] == 10 and t["counters"]["bytes_after"] == row["bytes_after"]
     ns = report.summary()["namespaces"][NS]

@@ -209,8 +209,11 @@ def compaction_row(ws: Workspace, topic: str, backlog: int, compact: Callable[[s
         if why is not None:
             return _row(t.full, NOTHING, backlog, time.monotonic() - started, error=why)
         if dry_run:
-            plan = plan_compaction(ws, reader := ws.reader(), t)
-            reader.close()
+            reader = ws.reader()
+            try:
+                plan = plan_compaction(ws, reader, t)
+            finally:
+                reader.close()
             prev = plan.previous
             return _row(t.full, Outcome.PLANNED, backlog, time.monotonic() - started, horizon=_pos(plan.horizon),
                         previous_ledger=prev.ledger_id if prev is not None else -1)
