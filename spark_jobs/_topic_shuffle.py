@@ -11,7 +11,7 @@ shuffle by key in between, the compacted ledger written by the driver.
    ``latest_per_key`` computes the same from items in order). The retained keys are grouped by the entry
    holding their latest value.
 4. **Phase two**: the driver plans the same view as the data source (tieredcore.query.scan.plan_scan, its
-   parts packed into groups as the data source packs them, of at most 16 MiB: a group's output is one task
+   parts packed into groups as the data source packs them, of at most 8 MiB: a group's output is one task
    result, fetched whole by the driver and serialized whole by the executor) and knows where each group starts (a compacted
    ledger's piece by its first entry's original position). The retained values are range-partitioned by
    the group holding them, so partitions come in position order; each task reads its groups' parts
@@ -94,7 +94,7 @@ def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
 KEPT = "g int, key string, ledger_id long, entry_id long, batch_index int"
 # phase two's groups read at most this much of the topic: a group's rewritten entries are one task's result,
 # which the driver fetches whole (toLocalIterator) and an executor serializes in its heap
-RESULT_BYTES = 16 * 1024 * 1024
+RESULT_BYTES = 8 * 1024 * 1024
 
 
 def _groups(ws: Workspace, t: TopicName, horizon: Position, part_bytes: int, tasks: int
@@ -208,6 +208,7 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
     TopicCompactionError when there is nothing to compact or the state changed meanwhile (nothing recorded).
     Deletion-log records are stamped with ``as_of_ms`` (the run's logical time). ``config_path`` is the
     configuration file the executors load (None: theirs, $TIERED_CONFIG or ./tiered.toml)."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
     from spark_jobs.datasource import FORMAT, register
@@ -233,7 +234,7 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
         items = entries.mapInArrow(_items(verify, counts), ITEMS)
         latest = (items.where(F.col("key").isNotNull()).groupBy("key")
                   .agg(F.max(F.struct("ledger_id", "entry_id", "batch_index", "size")).alias("m"))
-                  .persist())
+                  .persist(StorageLevel.DISK_ONLY))  # one row per key: on disk, not in the executors' heap
         try:
             keys_seen = latest.count()
             kept = latest.where(F.col("m.size") > 0).select("key", "m.ledger_id", "m.entry_id", "m.batch_index")

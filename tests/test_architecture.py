@@ -127,7 +127,7 @@ PACKAGE_LAYERS = {
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep",
                          "topic_compaction")),
-        Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status")),
+        Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status", "topic_compaction_run")),
         Layer("settings of a run", ("compaction_settings",)),
         Layer("the Iceberg export", ("export",)),
         Layer("the attached cluster's view", ("attached_view",)),
@@ -145,7 +145,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
-                           "scrub", "topics", "verify_messages")),
+                           "scrub", "topic_compaction", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }
@@ -162,7 +162,7 @@ ALLOWED = {
 # -- 3. entry points: above the whole core; of each other they import only declared helpers ---------------
 
 NOT_FOR_ENTRY_POINTS = ("tieredcore.cli.*",)  # the command line is an entry point too
-SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit", "spark_jobs.datasource")  # what a Spark job may import of the entry points
+SPARK_HELPERS = ("spark_jobs", "spark_jobs._jobkit", "spark_jobs._topic_shuffle", "spark_jobs.datasource")  # what a Spark job may import of the entry points
 # every plugins/ module (they import each other freely)
 PLUGINS = ("tiered_airflow", "tiered_hooks", "tiered_pages", "tiered_plugin", "tiered_report_pages", "tiered_timetables",
            "tiered_units", "tiered_views", "tiered_web")

@@ -91,3 +91,36 @@ def test_size(text, n):
 def test_bad_duration(text):
     with pytest.raises(ValidationError):
         duration_ms(text)
+
+
+def test_topic_compaction_threshold_is_a_size_off_by_default(ws, capsys):
+    """`--compaction-threshold` (Pulsar's compaction-threshold) sets topic_compaction_threshold_bytes; -1
+    (the default) is off; a topic overrides its namespace; list shows it; the repacking flag is another field."""
+    from tieredcore.config import Config
+    from tieredcore.workspace import Workspace
+
+    code, res, _ = call(ws, capsys, "policies", "get", "t/ns")
+    assert code == 0 and res["effective"]["topic_compaction_threshold_bytes"] == -1
+    code, res, _ = call(ws, capsys, "policies", "set", "t/ns", "--compaction-threshold", "100M")
+    assert code == 0 and res["overrides"] == {"topic_compaction_threshold_bytes": 100 * 2**20}
+    assert res["effective"]["compaction_enabled"] is False  # segment repacking untouched
+    code, res, _ = call(ws, capsys, "policies", "set", "t/ns/a", "--topic", "--compaction-threshold", "-1")
+    assert code == 0 and res["effective"]["topic_compaction_threshold_bytes"] == -1
+    code, res, _ = call(ws, capsys, "policies", "list")
+    assert [(r["namespace"], r["topic_compaction_threshold_bytes"]) for r in res["namespaces"]] == \
+        [("t/ns", 100 * 2**20)]
+    capsys.readouterr()
+    assert main(["--workspace", str(ws), "policies", "list"]) == 0
+    assert "topic compaction 100M" in capsys.readouterr().out
+    with Workspace(Config.load(ws / "tiered.toml", env={})) as w:
+        assert w.policies.namespaces_with_topic_compaction() == ["t/ns"]
+        assert w.policies.for_topic("t/ns/a").topic_compaction_enabled is False
+        assert w.policies.for_topic("t/ns/b").topic_compaction_enabled is True
+        with pytest.raises(ValidationError, match="topic_compaction_threshold_bytes must be an integer >= -1"):
+            w.policies.set_namespace("t/ns", {"topic_compaction_threshold_bytes": -5})
+        with pytest.raises(ValidationError, match="topic_compaction_threshold_bytes"):
+            w.policies.set_namespace("t/ns", {"topic_compaction_threshold_bytes": "1G"})
+    for bad in ("-2", "1.5M", "big"):
+        code, _, err = call(ws, capsys, "policies", "set", "t/ns", "--compaction-threshold", bad)
+        assert code == 2 and err.startswith("tiered policies: --compaction-threshold: "), err
+    assert call(ws, capsys, "policies", "get", "t/ns")[1]["overrides"] == {"topic_compaction_threshold_bytes": 100 * 2**20}

@@ -101,6 +101,10 @@ class OffloadPolicy:
     compaction_min_object_size: int = DEFAULT_COMPACTION_MIN_OBJECT_SIZE
     compaction_target_size: int = DEFAULT_COMPACTION_TARGET_SIZE
     compaction_delete_delay_ms: int = DEFAULT_COMPACTION_DELETE_DELAY_MS
+    # topic compaction (docs/topic-compaction.md, NOT the repacking above): Pulsar's namespace policy
+    # compaction-threshold, bytes of a topic's backlog after its compaction horizon that trigger an automatic
+    # compaction; -1 = off (Pulsar's 0/unset disables it; -1 here, as offload_threshold_bytes), 0 = any backlog
+    topic_compaction_threshold_bytes: int = -1
     # chunked objects (docs/formats.md "Chunked objects"): none | zstd | aes | zstd+aes, per-chunk
     transform: str = "none"
     transform_chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -123,13 +127,18 @@ class OffloadPolicy:
         return self.streaming or self.offload_threshold_bytes >= 0 or self.offload_threshold_seconds >= 0
 
     @property
+    def topic_compaction_enabled(self) -> bool:
+        """Automatic topic compaction (the tiered_topic_compaction DAG) plans this namespace's topics."""
+        return self.topic_compaction_threshold_bytes >= 0
+
+    @property
     def deletion_lag(self) -> int | None:
         return None if self.deletion_lag_ms < 0 else self.deletion_lag_ms
 
     def validate(self, where: str = "policy", default_store_is_s3: bool = False,
                  default_key_ring: str = "") -> OffloadPolicy:
         for f in ("offload_threshold_bytes", "offload_threshold_seconds", "deletion_lag_ms",
-                  "retention_time_minutes", "retention_size_mb"):
+                  "retention_time_minutes", "retention_size_mb", "topic_compaction_threshold_bytes"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < -1:
                 raise ValidationError(f"{where}: {f} must be an integer >= -1, got {v!r}")
@@ -291,6 +300,10 @@ class PolicyStore:
     def namespaces_with_compaction(self) -> list[str]:
         """Namespaces whose effective policy enables compaction, or with a topic that enables it."""
         return self._namespaces_where(lambda p: p.compaction_enabled)
+
+    def namespaces_with_topic_compaction(self) -> list[str]:
+        """Namespaces whose effective policy sets a topic compaction threshold, or with a topic that does."""
+        return self._namespaces_where(lambda p: p.topic_compaction_enabled)
 
     def namespaces_with_offload(self) -> list[str]:
         """Namespaces whose effective policy enables automatic offload, plus namespaces whose topics

@@ -48,7 +48,7 @@ def airflow_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv(k, v)
     for k in ("TIERED_CONFIG", "TIERED_CONFIG_ALLOWED", "TIERED_SWEEP_SCHEDULE", "TIERED_LAG_CLEANUP_SCHEDULE", "TIERED_RETENTION_SCHEDULE",
               "TIERED_DRAIN_SCHEDULE", "TIERED_RECONCILE_SCHEDULE", "TIERED_SCRUB_SCHEDULE",
-              "TIERED_COMPACTION_SCHEDULE", "TIERED_EXPORT_SCHEDULE", "TIERED_PY_FILES",
+              "TIERED_COMPACTION_SCHEDULE", "TIERED_TOPIC_COMPACTION_SCHEDULE", "TIERED_EXPORT_SCHEDULE", "TIERED_PY_FILES",
               "TIERED_SPARK_JOBS_DIR", "TIERED_REPORTS_URL", "AIRFLOW_CONN_AWS_DEFAULT"):
         mp.delenv(k, raising=False)
     for folder in (str(DAGS), str(PLUGINS)):  # as Airflow does for DAG files and plugins

@@ -13,7 +13,7 @@ from .conftest import DAGS, REPO, asset_of, cron_of
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
            "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
-           "tiered_key_rotation", "tiered_table_export"}
+           "tiered_key_rotation", "tiered_table_export", "tiered_topic_compaction"}
 # Spark tasks per DAG (every other DAG has one)
 SPARK_TASKS = {"tiered_retention": 2}
 
@@ -71,6 +71,15 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert compact.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE  # labelled by its shard
     assert [t.task_id for t in compaction.topological_sort()] == ["wait_turn", "preflight", "plan", "compact", "summary",
                                                                   "verdict"]
+    topic_compaction = bag.get_dag("tiered_topic_compaction")
+    assert topic_compaction.max_active_runs == 1 and cron_of(topic_compaction) == "0 * * * *"
+    assert set(topic_compaction.params.keys()) == {"dry_run", "topics", "namespaces", "shards", "threshold",
+                                                   "retain_null_key"}
+    tc = topic_compaction.get_task("compact")
+    assert tc.partial_kwargs["application"].endswith("spark_jobs/compact_topics.py")
+    assert tc.partial_kwargs["map_index_template"] == SHARD_LABEL_TEMPLATE
+    assert [t.task_id for t in topic_compaction.topological_sort()] == ["wait_turn", "preflight", "plan", "compact",
+                                                                        "summary", "verdict"]
     keys = bag.get_dag("tiered_key_rotation")
     assert keys.schedule is None and keys.max_active_runs == 1  # manual trigger only
     assert set(keys.params.keys()) == {"dry_run", "target"}
@@ -413,8 +422,14 @@ def test_param_schemas_refuse_malformed_names() -> None:
     for bad in ("", " a/b/c ", "public/default", "public/default/../etc", "a b/c/d", "http://a/b/c", 7):
         with pytest.raises(ParamValidationError):
             topic.resolve(bad)
+    tc = _bag().get_dag("tiered_topic_compaction").params.get_param("topics")
+    assert tc.resolve(["public/default/t-1", "persistent://acme/orders/t.v2"]) == \
+        ["public/default/t-1", "persistent://acme/orders/t.v2"]
+    for bad in (["public/default"], ["a b/c/d"], ["http://a/b/c"]):
+        with pytest.raises(ParamValidationError):
+            tc.resolve(bad)
     for dag_id in ("tiered_offload_sweep", "tiered_deletion_lag_cleanup", "tiered_scrub", "tiered_compaction",
-                   "tiered_retention"):
+                   "tiered_retention", "tiered_topic_compaction"):
         ns = _bag().get_dag(dag_id).params.get_param("namespaces")
         assert ns.resolve(["public/default", "acme/orders"]) == ["public/default", "acme/orders"]
         for bad in (["public"], ["a/b/c"], ["a b/c"]):

@@ -130,7 +130,8 @@ def test_optional_fields_may_stay_empty_and_required_ones_say_so() -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
     optional = {"tiered_key_rotation": ["target"], "tiered_orphan_reconciliation": ["grace"],
-                "tiered_compaction": ["min_object_size", "target_size", "delete_delay"]}
+                "tiered_compaction": ["min_object_size", "target_size", "delete_delay"],
+                "tiered_topic_compaction": ["threshold"]}
     for dag_id, names in optional.items():
         params = get_dag(dag_id).params
         for name in names:
@@ -140,7 +141,7 @@ def test_optional_fields_may_stay_empty_and_required_ones_say_so() -> None:
     topic = get_dag("tiered_offload_topic").params.get_param("value")
     with pytest.raises(ParamValidationError, match="should be non-empty"):
         topic.resolve("")
-    for dag_id in ("tiered_offload_sweep", "tiered_scrub", "tiered_compaction"):
+    for dag_id in ("tiered_offload_sweep", "tiered_scrub", "tiered_compaction", "tiered_topic_compaction"):
         ns = get_dag(dag_id).params.get_param("namespaces")
         with pytest.raises(ParamValidationError) as e:
             ns.resolve(["public/default", "no-slash"])

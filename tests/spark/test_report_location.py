@@ -10,6 +10,7 @@ import pytest
 
 from spark_jobs import (
     compact_segments,
+    compact_topics,
     deletion_drain,
     deletion_lag_cleanup,
     export_tables,
@@ -30,7 +31,7 @@ from .test_jobs import no_spark  # noqa: F401  (fixture)
 JOBS = {"offload_sweep": offload_sweep, "deletion_lag_cleanup": deletion_lag_cleanup,
         "retention_sweep": retention_sweep, "scrub": scrub, "compact_segments": compact_segments,
         "deletion_drain": deletion_drain, "reconcile_orphans": reconcile_orphans, "rotate_keys": rotate_keys,
-        "export_tables": export_tables}
+        "export_tables": export_tables, "compact_topics": compact_topics}
 
 
 @pytest.fixture(scope="module")

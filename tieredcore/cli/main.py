@@ -25,6 +25,7 @@ from tieredcore.cli import (
     policies,
     read,
     scrub,
+    topic_compaction,
     topics,
 )
 from tieredcore.cli.common import (
@@ -49,8 +50,8 @@ from tieredcore.usage import OneLineParser
 from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
-                                    deletions.GROUP, scrub.GROUP, compact.GROUP, keys.GROUP,
-                                    export.GROUP)
+                                    deletions.GROUP, scrub.GROUP, compact.GROUP, topic_compaction.GROUP,
+                                    keys.GROUP, export.GROUP)
 COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.commands}
 
 
@@ -102,6 +103,7 @@ BROKERS_COMMANDS = {
     "generate": "writes topics and ledgers",
     "offload": "offloads (Pulsar's brokers do)",
     "topics": "deletes topics (`pulsar-admin topics delete`)",
+    "compact-topic": "writes a compacted ledger (Pulsar's brokers compact topics: `pulsar-admin topics compact`)",
 }
 
 

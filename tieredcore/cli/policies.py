@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--compaction-target-size", help="compaction: new segments of up to this, e.g. 256M")
     s.add_argument("--compaction-delete-delay",
                    help="compaction: old objects are deleted this long after the switch (readers finish), e.g. 1h")
+    s.add_argument("--compaction-threshold",
+                   help="topic compaction (docs/topic-compaction.md; Pulsar's compaction-threshold): compact a "
+                        "topic automatically once its backlog after the compaction horizon reaches this, e.g. "
+                        "100M; 0 = any backlog; -1 off (the default)")
     s.add_argument("--transform", choices=TRANSFORMS,
                    help="chunked objects (docs/formats.md \"Chunked objects\"): zstd compresses each chunk, aes "
                         "encrypts it (AES-256-GCM, data keys wrapped by the key ring's active key); new objects only")
@@ -99,6 +103,7 @@ def _updates(a: argparse.Namespace) -> dict[str, Any]:
                             ("compaction_min_object_size", "compaction_min_object_size", size_bytes),
                             ("compaction_target_size", "compaction_target_size", size_bytes),
                             ("compaction_delete_delay", "compaction_delete_delay_ms", duration_ms),
+                            ("compaction_threshold", "topic_compaction_threshold_bytes", size_bytes),
                             ("transform", "transform", str),
                             ("transform_chunk_size", "transform_chunk_size", size_bytes),
                             ("compression_level", "compression_level", _count),
@@ -166,6 +171,7 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
             eff = ps.for_namespace(ns)
             rows.append({"namespace": ns, "overrides": ps.namespace_overrides(ns),
                          "offload_enabled": eff.offload_enabled, "compaction_enabled": eff.compaction_enabled,
+                         "topic_compaction_threshold_bytes": eff.topic_compaction_threshold_bytes,
                          "transform": eff.transform,
                          "topic_overrides": [t.full for t in ws.ml.list_topic_policy_topics(ns)]})
         return {"namespaces": rows}
@@ -190,6 +196,14 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
     return {"namespace": ns, "overrides": ps.namespace_overrides(ns), "effective": eff.to_json()}
 
 
+def size_text(n: int) -> str:
+    """A size as `--compaction-threshold` takes it: the largest binary unit dividing it (100M, 1536K, 7)."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
 def print_human(cmd: str, res: dict[str, Any]) -> None:
     if "namespaces" not in res:
         print(json.dumps(res, indent=2))
@@ -199,8 +213,10 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
         compaction = "on " if r["compaction_enabled"] else "off"
         fields = ", ".join(f"{k}={v}" for k, v in sorted(r["overrides"].items())) or "(defaults)"
         more = f"; {len(r['topic_overrides'])} topic override(s)" if r["topic_overrides"] else ""
-        print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  transform {r['transform']:<8}  "
-              f"{fields}{more}")
+        th = r["topic_compaction_threshold_bytes"]
+        topic_compaction = "off" if th < 0 else size_text(th)
+        print(f"{r['namespace']:<28} offload {flags}  compaction {compaction}  topic compaction "
+              f"{topic_compaction:<6}  transform {r['transform']:<8}  {fields}{more}")
 
 
 GROUP = CommandGroup(COMMANDS, add_parser, run, print_human)
