@@ -11,18 +11,19 @@ shuffle by key in between, the compacted ledger written by the driver.
    ``latest_per_key`` computes the same from items in order). The retained keys are grouped by the entry
    holding their latest value.
 4. **Phase two**: the driver plans the same view as the data source (tieredcore.query.scan.plan_scan, its
-   parts packed into groups as the data source packs them, of at most 8 MiB: a group's output is one task
-   result, fetched whole by the driver and serialized whole by the executor) and knows where each group starts (a compacted
+   parts packed into groups as the data source packs them, of at most 8 MiB) and knows where each group starts (a compacted
    ledger's piece by its first entry's original position). The retained values are range-partitioned by
    the group holding them, so partitions come in position order; each task reads its groups' parts
    (tieredcore.query.scan.read_part, raw: the data source's reader) and rewrites only the entries holding
    a retained value (tieredcore.formats.compacted.rewrite_entry with that entry's keys alone), framed as
-   compacted ledger entries. The topic's entries are never shuffled, only the retained keys' positions.
+   compacted ledger entries, into a **piece**: a sealed hot ledger of its own, tagged with the topic. The
+   topic's entries are never shuffled, only the retained keys' positions, and no entry travels as a task
+   result (Spark keeps large results in the block manager, which loses them under memory pressure).
    ``retain_null_key`` visits every group (its keyless messages stay).
-5. **Write**: the driver streams the rewritten entries in position order (``toLocalIterator``: one partition
-   at a time, so its memory is bounded by a partition, not by the topic) into the steps of
-   tieredcore.lifecycle.topic_compaction.write_compacted: hot ledger, V1 object pair, hot copy deleted,
-   one compare-and-set.
+5. **Write**: the driver reads the pieces in group order (position order), a thousand entries at a time, into
+   the steps of tieredcore.lifecycle.topic_compaction.write_compacted: hot ledger, V1 object pair, hot copy
+   deleted, one compare-and-set; then deletes the pieces. A crash leaves pieces no topic lists: tagged with
+   the topic, orphan reconciliation finds them as it finds step 1's ledger.
 
 Executors keep no per-key state of their own: the key map lives in Spark's shuffle (spilled to disk past
 ``spark.executor.memory``), so memory per executor is bounded by the settings, not by the topic's keys.
@@ -92,9 +93,8 @@ def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
 
 
 KEPT = "g int, key string, ledger_id long, entry_id long, batch_index int"
-# phase two's groups read at most this much of the topic: a group's rewritten entries are one task's result,
-# which the driver fetches whole (toLocalIterator) and an executor serializes in its heap
-RESULT_BYTES = 8 * 1024 * 1024
+# phase two's groups read at most this much of the topic (a task's unit of work and of retry)
+RESULT_BYTES = 32 * 1024 * 1024
 
 
 def _groups(ws: Workspace, t: TopicName, horizon: Position, part_bytes: int, tasks: int
@@ -136,9 +136,12 @@ def _assign(starts: list[tuple[int, int]]) -> Callable[[Iterator], Iterator]:
     return run
 
 
-def _rewrite(config: Config, groups: list[list[ScanPart]], horizon: Position, partition: int,
+def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], horizon: Position, partition: int,
              retain_null_key: bool, verify: bool) -> Callable[[Iterator], Iterator]:
-    """Phase two over Arrow batches of the retained values sorted by (g, ledger_id, entry_id)."""
+    """Phase two over Arrow batches of the retained values sorted by (g, ledger_id, entry_id): each group's
+    compacted entries go to a piece, a sealed hot ledger of its own tagged with the topic (a task's result is
+    one row per group: no entry travels through Spark's task results); yields (g, piece ledger id, entries,
+    bytes)."""
 
     last = (horizon.ledger_id, horizon.entry_id)
 
@@ -148,23 +151,35 @@ def _rewrite(config: Config, groups: list[list[ScanPart]], horizon: Position, pa
         from tieredcore.formats.compacted import compacted_ledger_entry, rewrite_entry
         from tieredcore.formats.messages import MessageId
         from tieredcore.query.scan import read_part
+        from tieredcore.topic.writer import ledger_custom_metadata
 
-        schema = pa.schema([("entry", pa.binary())])
+        schema = pa.schema([("g", pa.int32()), ("piece", pa.int64()), ("entries", pa.int64()),
+                            ("bytes", pa.int64())])
 
-        def group(ws: Workspace, g: int, kept: dict[tuple[int, int], dict[str, MessageId]]) -> Iterator:
-            for part in groups[g]:
-                for b in read_part(ws, part, raw=True):
-                    outs = []
-                    for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
-                                           b.column("entry"), strict=True):
-                        latest = kept.get((lid, eid))
-                        if (latest is None and not retain_null_key) or (lid, eid) > last:
-                            continue
-                        out = rewrite_entry(d.as_buffer(), lid, eid, latest or {}, retain_null_key, verify)
-                        if out is not None:
-                            outs.append(compacted_ledger_entry(out, lid, eid, partition))
-                    if outs:
-                        yield pa.RecordBatch.from_arrays([pa.array(outs, pa.binary())], schema=schema)
+        def group(ws: Workspace, g: int, kept: dict[tuple[int, int], dict[str, MessageId]]) -> pa.RecordBatch:
+            piece = ws.hot.create_ledger(ledger_custom_metadata(topic))
+            n = size = 0
+            try:
+                for part in groups[g]:
+                    for b in read_part(ws, part, raw=True):
+                        outs = []
+                        for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
+                                               b.column("entry"), strict=True):
+                            latest = kept.get((lid, eid))
+                            if (latest is None and not retain_null_key) or (lid, eid) > last:
+                                continue
+                            out = rewrite_entry(d.as_buffer(), lid, eid, latest or {}, retain_null_key, verify)
+                            if out is not None:
+                                outs.append(compacted_ledger_entry(out, lid, eid, partition))
+                        if outs:
+                            piece.append_many(outs)
+                            n += len(outs)
+                            size += sum(map(len, outs))
+            finally:
+                piece.close()
+            return pa.RecordBatch.from_arrays([pa.array([g], pa.int32()), pa.array([piece.ledger_id], pa.int64()),
+                                               pa.array([n], pa.int64()), pa.array([size], pa.int64())],
+                                              schema=schema)
 
         with Workspace(config) as ws:
             current, kept = -1, {}
@@ -172,14 +187,26 @@ def _rewrite(config: Config, groups: list[list[ScanPart]], horizon: Position, pa
                 for g, key, lid, eid, bi in zip(*(b.column(i).to_pylist() for i in range(5)), strict=True):
                     if g != current:
                         if current >= 0:
-                            yield from group(ws, current, kept)
+                            yield group(ws, current, kept)
                         current, kept = g, {}
                     if key is not None:
                         kept.setdefault((lid, eid), {})[key] = MessageId(lid, eid, bi)
             if current >= 0:
-                yield from group(ws, current, kept)
+                yield group(ws, current, kept)
 
     return run
+
+
+def _pieces_in_order(ws: Workspace, pieces: list[tuple[int, int]]) -> Iterator[bytes]:
+    """The pieces' entries, group after group (``pieces``: (g, ledger id) sorted by g)."""
+    for _g, lid in pieces:
+        h = ws.hot.open_ledger(lid)
+        try:
+            for a in range(0, h.last_add_confirmed + 1, 1000):
+                for e in h.read(a, min(h.last_add_confirmed, a + 999)):
+                    yield bytes(e.data)
+        finally:
+            h.close()
 
 
 class _Pairs:
@@ -245,15 +272,22 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
             if retain_null_key:  # every group, even one holding no retained value: its keyless messages stay
                 by_group = by_group.unionByName(spark.createDataFrame(
                     [(g, None, -1, -1, -1) for g in range(len(groups))], KEPT))
-            rewritten = (by_group.repartitionByRange(max(1, len(groups)), "g")
-                         .sortWithinPartitions("g", "ledger_id", "entry_id")
-                         .mapInArrow(_rewrite(config, groups, h, partition_of(t), retain_null_key, verify),
-                                     "entry binary"))
+            done = (by_group.repartitionByRange(max(1, len(groups)), "g")
+                    .sortWithinPartitions("g", "ledger_id", "entry_id")
+                    .mapInArrow(_rewrite(config, t, groups, h, partition_of(t), retain_null_key, verify),
+                                "g int, piece long, entries long, bytes long")
+                    .collect())
+            # a retried task leaves a piece no row names: tagged with the topic, reconciliation finds it
+            pieces = sorted((r.g, r.piece) for r in done)
             messages, read = counts.value
             res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous, messages_read=messages,
                                    bytes_read=read, keys_seen=keys_seen, keys=keys)
-            write_compacted(ws, plan, (bytes(r.entry) for r in rewritten.toLocalIterator(prefetchPartitions=True)),
-                            res, clock_ms=lambda: as_of_ms, uuid_factory=uuid_factory, on_step=on_step)
+            try:
+                write_compacted(ws, plan, _pieces_in_order(ws, pieces), res, clock_ms=lambda: as_of_ms,
+                                uuid_factory=uuid_factory, on_step=on_step)
+            finally:
+                for _g, lid in pieces:  # copied into the compacted ledger (or the run failed): not needed
+                    ws.hot.delete_ledger(lid)
         finally:
             latest.unpersist()
     res.seconds = time.monotonic() - started
