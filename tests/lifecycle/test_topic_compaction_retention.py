@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lifecycle.test_topic_compaction import Producer as BaseProducer
 from tests.support.workspaces import END_MS
 from tieredcore.cli import main as cli
 from tieredcore.clock import now_ms
@@ -25,7 +26,7 @@ from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
 from tieredcore.formats import compression
 from tieredcore.formats.compacted import compaction_items
-from tieredcore.formats.messages import Message, OutMessage, decode_entry, encode_batch, encode_message
+from tieredcore.formats.messages import Message, decode_entry
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.planner import select_retention, slowest_reader_ledger
@@ -62,20 +63,7 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
 # -- what the test writes ----------------------------------------------------------------------------
 
 
-class Producer:
-    def __init__(self) -> None:
-        self.seq = 0
-
-    def single(self, key: str | None, payload: bytes, null_value: bool = False) -> bytes:
-        self.seq += 1
-        return encode_message(OutMessage(payload=payload, key=key, null_value=null_value), producer="p",
-                              sequence_id=self.seq, publish_time=1000 + self.seq)
-
-    def batch(self, msgs: list[tuple[str | None, bytes | None]], codec: int = compression.NONE) -> bytes:
-        self.seq += len(msgs)
-        out = [OutMessage(payload=p or b"", key=k, null_value=p is None) for k, p in msgs]
-        return encode_batch(out, producer="p", sequence_id=self.seq, publish_time=1000 + self.seq, codec=codec)
-
+class Producer(BaseProducer):
     def round(self, r: int) -> list[bytes]:
         """One ledger's entries: values and overwrites, tombstones (empty payload, null value, batched
         null value), keyless messages, batches of several codecs; keys k0..k7 plus one new key a round."""
