@@ -22,6 +22,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,6 +45,8 @@ LEDGER_EVERY_S = 1800  # a ledger closes every 30 minutes: two per topic in ever
 DEADLINE_S = 900
 TIMEOUT_S = DEADLINE_S + 300  # the test's own pytest timeout: the deadline fires first, with the runs and logs
 PASSWORD = "tiered-backfill-test"
+MAX_RESTARTS = 3
+RESTARTS: list[str] = []  # what the fixture's supervisor restarted (printed at the end of the test)
 
 
 def _env(home: Path, cfg: Path, api_port: int, log_port: int) -> dict[str, str]:
@@ -126,18 +129,50 @@ def airflow_services(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path, dt.
     init = subprocess.run([str(REPO / "scripts" / "airflow-init.sh")], env=env, capture_output=True, text=True,
                           timeout=180)
     assert init.returncode == 0, init.stderr[-3000:]
-    procs = []
+    procs: list[subprocess.Popen] = []
     logs = []
     api_port = env["AIRFLOW__API__BASE_URL"].rsplit(":", 1)[1]
-    for name, args in (("api-server", ["api-server", "-H", "127.0.0.1", "-p", api_port, "-w", "1"]),
-                       ("scheduler", ["scheduler"]), ("dag-processor", ["dag-processor"])):
-        log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed below
-        logs.append(log)
-        procs.append(subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+    services = (("api-server", ["api-server", "-H", "127.0.0.1", "-p", api_port, "-w", "1"]),
+                ("scheduler", ["scheduler"]), ("dag-processor", ["dag-processor"]))
+
+    def start(i: int) -> None:
+        name, args = services[i]
+        p = subprocess.Popen([str(VENV_BIN / "airflow"), *args], env=env, stdout=logs[i],
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        procs[i:i + 1] = [p]
+
+    for i, (name, _args) in enumerate(services):
+        logs.append(open(tmp_path / f"{name}.log", "ab"))  # noqa: SIM115 - closed below
+        procs.append(None)  # type: ignore[arg-type]
+        start(i)
+    # A deployment's supervisor (compose's `restart: always`, stack.sh's) restarts a service that exits:
+    # Airflow's scheduler on SQLite can exit on a StaleDataError ("UPDATE ... dag_run ... 0 were matched")
+    # when the API server creates the backfill's runs under it. So does this fixture, up to
+    # MAX_RESTARTS times per service, each restart noted in the service's log and in RESTARTS.
+    stop = threading.Event()
+
+    def supervise() -> None:
+        count = [0] * len(services)
+        while not stop.wait(1):
+            for i, p in enumerate(procs):
+                if p.poll() is not None and count[i] < MAX_RESTARTS and not stop.is_set():
+                    count[i] += 1
+                    line = f"{services[i][0]} exited with {p.returncode}: restarted ({count[i]})"
+                    RESTARTS.append(line)
+                    logs[i].write(f"\n=== test supervisor: {line}\n".encode())
+                    logs[i].flush()
+                    start(i)
+
+    watcher = threading.Thread(target=supervise, daemon=True)
+    watcher.start()
     try:
         yield env, ws, hour
     finally:
+        stop.set()
+        watcher.join()
+        if RESTARTS:
+            print("services restarted during the test:", *RESTARTS, sep="\n  ")
+        RESTARTS.clear()
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
