@@ -55,6 +55,7 @@ from tieredcore.workspace import Workspace
 __all__ = [
     "CompactionPlan",
     "CompactionResult",
+    "NothingToCompact",
     "TopicCompactionError",
     "compact_topic",
     "compaction_source",
@@ -74,6 +75,10 @@ Source = Iterable[tuple[int, int, bytes]]  # (ledger id, entry id, entry) in pos
 
 class TopicCompactionError(TieredError):
     """The topic cannot be compacted (no messages, a lost race): one line, nothing written."""
+
+
+class NothingToCompact(TopicCompactionError):
+    """No message at all, or none after the compaction horizon: a rerun's normal outcome, not a failure."""
 
 
 @dataclass
@@ -180,16 +185,16 @@ class CompactionPlan:
 
 def plan_compaction(ws: Workspace, reader: TopicReader, t: TopicName,
                     offloader: LedgerOffloader | None = None) -> CompactionPlan:
-    """The run's start (TopicNotFoundError for an unknown topic; TopicCompactionError when there is nothing
+    """The run's start (TopicNotFoundError for an unknown topic; NothingToCompact when there is nothing
     to compact: no messages, or none after the previous horizon)."""
     ws.ml.require_writable(t)
     info, _ = ws.ml.get_topic(t)
     previous = compaction_state(info)
     horizon = last_position(reader, t)
     if horizon is None:
-        raise TopicCompactionError(f"topic {t.full} has no messages: nothing to compact")
+        raise NothingToCompact(f"topic {t.full} has no messages: nothing to compact")
     if previous is not None and horizon <= previous.horizon:
-        raise TopicCompactionError(f"topic {t.full} has no messages after its compaction horizon "
+        raise NothingToCompact(f"topic {t.full} has no messages after its compaction horizon "
                                    f"{previous.horizon}: nothing to compact")
     # the compacted ledger goes where the topic's effective policy sends its offloads
     off = offloader if offloader is not None else ws.offloader_for_policy(ws.policies.for_topic(t))

@@ -16,8 +16,8 @@ from tieredcore.errors import TieredError, TopicNotFoundError
 from tieredcore.lifecycle.shards import NamespaceDue
 from tieredcore.lifecycle.topic_compaction import (
     CompactionResult,
+    NothingToCompact,
     TopicCompactionError,
-    last_position,
     plan_compaction,
 )
 from tieredcore.model import Position
@@ -86,22 +86,17 @@ def _entries_and_size(ws: Workspace, li) -> tuple[int, int]:
 
 
 def nothing_to_compact(ws: Workspace, topic: str | TopicName) -> str | None:
-    """Why the topic has nothing to compact (no message, none after its horizon), or None: a run would
-    compact. TopicNotFoundError for an unknown topic."""
+    """Why the topic has nothing to compact (no message, none after its horizon: plan_compaction's
+    NothingToCompact), or None: a run would compact. TopicNotFoundError for an unknown topic."""
     t = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     reader = ws.reader()
     try:
-        info, _ = ws.ml.get_topic(t)
-        previous = compaction_state(info)
-        horizon = last_position(reader, t)
-        if horizon is None:
-            return f"topic {t.full} has no messages: nothing to compact"
-        if previous is not None and horizon <= previous.horizon:
-            return (f"topic {t.full} has no messages after its compaction horizon {previous.horizon}: "
-                    "nothing to compact")
-        return None
+        plan_compaction(ws, reader, t)
+    except NothingToCompact as e:
+        return str(e)
     finally:
         reader.close()
+    return None
 
 
 def _threshold_of(ws: Workspace, t: TopicName, override: int | None) -> int:
@@ -221,6 +216,8 @@ def compaction_row(ws: Workspace, topic: str, backlog: int, compact: Callable[[s
         return _row(t.full, Outcome.FAILED, backlog, time.monotonic() - started, error=f"{type(e).__name__}: {e}")
     try:
         res = compact(t.full)
+    except NothingToCompact as e:  # another run compacted it since the check
+        return _row(t.full, NOTHING, backlog, time.monotonic() - started, error=str(e))
     except TopicCompactionError as e:
         return _row(t.full, Outcome.CONFLICT, backlog, time.monotonic() - started, error=str(e))
     except TieredError as e:
