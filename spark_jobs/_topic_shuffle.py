@@ -61,33 +61,21 @@ ITEMS = "key string, ledger_id long, entry_id long, batch_index int, size long"
 
 
 def _items(verify: bool, counts: Any) -> Callable[[Iterator], Iterator]:
-    """Phase one over Arrow batches of raw entries (ledger_id, entry_id, entry)."""
+    """Phase one over Arrow batches of raw entries (ledger_id, entry_id, entry): their compaction items
+    (tieredcore.query.rows.compaction_item_batches: in C where it is built)."""
 
     def run(batches: Iterator) -> Iterator:
-        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        from tieredcore.formats.compacted import compaction_items
+        from tieredcore.query.rows import compaction_item_batches
 
-        schema = pa.schema([("key", pa.string()), ("ledger_id", pa.int64()), ("entry_id", pa.int64()),
-                            ("batch_index", pa.int32()), ("size", pa.int64())])
         for b in batches:
-            keys, lids, eids, bidx, sizes = [], [], [], [], []
-            data = b.column("entry")
-            n_bytes = 0
-            for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(), data,
-                                   strict=True):
-                buf = d.as_buffer()
-                n_bytes += buf.size
-                for it in compaction_items(buf, lid, eid, verify):
-                    keys.append(it.key)
-                    lids.append(lid)
-                    eids.append(eid)
-                    bidx.append(it.position.batch_index)
-                    sizes.append(it.size)
-            counts.add((len(keys), n_bytes))
-            yield pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), pa.array(lids, pa.int64()),
-                                              pa.array(eids, pa.int64()), pa.array(bidx, pa.int32()),
-                                              pa.array(sizes, pa.int64())], schema=schema)
+            n = 0
+            for out in compaction_item_batches(b.column("ledger_id"), b.column("entry_id"), b.column("entry"),
+                                               verify):
+                n += out.num_rows
+                yield out
+            counts.add((n, pc.sum(pc.binary_length(b.column("entry"))).as_py() or 0))
 
     return run
 
@@ -263,9 +251,12 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
                   .agg(F.max(F.struct("ledger_id", "entry_id", "batch_index", "size")).alias("m"))
                   .persist(StorageLevel.DISK_ONLY))  # one row per key: on disk, not in the executors' heap
         try:
+            print('PROF', 'keys_seen = latest.c', round(time.monotonic()-started,2), flush=True)
             keys_seen = latest.count()
             kept = latest.where(F.col("m.size") > 0).select("key", "m.ledger_id", "m.entry_id", "m.batch_index")
+            print('PROF', 'keys = kept.count()', round(time.monotonic()-started,2), flush=True)
             keys = kept.count()
+            print('PROF', 'groups, starts = _gr', round(time.monotonic()-started,2), flush=True)
             groups, starts = _groups(ws, t, h, min(part_bytes, RESULT_BYTES),
                                      2 * spark.sparkContext.defaultParallelism)
             by_group = kept.mapInArrow(_assign(starts), KEPT)
@@ -278,11 +269,13 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
                                 "g int, piece long, entries long, bytes long")
                     .collect())
             # a retried task leaves a piece no row names: tagged with the topic, reconciliation finds it
+            print('PROF', 'pieces = sorted(', round(time.monotonic()-started,2), flush=True)
             pieces = sorted((r.g, r.piece) for r in done)
             messages, read = counts.value
             res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous, messages_read=messages,
                                    bytes_read=read, keys_seen=keys_seen, keys=keys)
             try:
+                print('PROF', 'write_compacted(', round(time.monotonic()-started,2), flush=True)
                 write_compacted(ws, plan, _pieces_in_order(ws, pieces), res, clock_ms=lambda: as_of_ms,
                                 uuid_factory=uuid_factory, on_step=on_step)
             finally:

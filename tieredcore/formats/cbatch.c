@@ -165,7 +165,7 @@ typedef struct {
     span key, okey;
     uint64_t evt, seq;
     int64_t payload_size;
-    int has_key, has_okey, has_evt, has_seq, has_ps, null_key;
+    int has_key, has_okey, has_evt, has_seq, has_ps, null_key, compacted_out;
 } smm;
 
 /* ---- columns: whole entries straight into Arrow buffers ---------------------------------------------
@@ -183,6 +183,12 @@ typedef struct {
  * (decode_columns, the reference, which raises the exact error or reads it) and calls again after it.
  * code LIMIT: stopped before entry ``stop`` because the payload buffer would pass 32-bit offsets.
  * code 0: every entry read; stop == len(starts).
+ *
+ * items (a 7th argument, true): topic compaction's phase one instead of the messages (put_item; the same
+ * frame checks, and whatever this reader declines left to Python's compaction_items the same way): a
+ * marker gives nothing, an entry that is no batch one item (batch index -1, its partition_key, its
+ * uncompressed_size or else the stored payload's length), a batch one item per message not compacted_out
+ * (its partition_key, its payload_size). Encrypted entries are declined (UNSUPPORTED), as for messages.
  */
 
 enum { CODE_LIMIT = 8, CODE_FRAME = 9 };
@@ -416,7 +422,7 @@ typedef struct {
     uint64_t seq, pub, evt;
     uint32_t usize;
     int32_t nmb, chunks;
-    int compression, has_producer, has_seq, has_pub, has_key, has_okey, has_nmb, null_key;
+    int compression, has_producer, has_seq, has_pub, has_key, has_okey, has_nmb, null_key, has_usize, has_marker;
 } mmeta;
 
 /* wire types of MessageMetadata's fields 1..30 (-1: not a field) */
@@ -469,7 +475,7 @@ parse_mm(const uint8_t *p, const uint8_t *e, mmeta *m, kvlist *props, fail *f)
             }
             m->compression = (int)v;
             break;
-        case 9: m->usize = (uint32_t)v; break;
+        case 9: m->usize = (uint32_t)v; m->has_usize = 1; break;
         case 11: m->nmb = (int32_t)(uint32_t)v; m->has_nmb = 1; break;
         case 12: m->evt = v; break;
         case 13:
@@ -477,6 +483,7 @@ parse_mm(const uint8_t *p, const uint8_t *e, mmeta *m, kvlist *props, fail *f)
             f->reason = "encrypted";
             return -1;
         case 18: m->okey = s; m->has_okey = 1; break;
+        case 20: m->has_marker = 1; break;
         case 27: m->chunks = (int32_t)(uint32_t)v; break;
         case 30: m->null_key = v != 0; break;
         default: break;
@@ -544,6 +551,8 @@ parse_smm(const uint8_t *p, const uint8_t *e, smm *s, kvlist *props, fail *f)
                 s->has_seq = 1;
             } else if (num == 10) {
                 s->null_key = v != 0;
+            } else if (num == 6) {
+                s->compacted_out = v != 0;
             }
             break;
         default:
@@ -614,6 +623,26 @@ pyerror:
     return -1;
 }
 
+/* One compaction item (items mode: tieredcore.formats.compacted.compaction_items' view of a message):
+ * B_EID the entry's index, B_BIDX its batch index (-1: the entry whole), the key (NULL: none) in the key
+ * buffers, and the size phase one tests in B_SEQ. Returns 0 or -1 (Python error). */
+static int
+put_item(cols *c, int64_t eid, int32_t bidx, const span *key, int64_t size)
+{
+    gbuf *b = c->b;
+    GB_PUT_VALUE(&b[B_EID], int64_t, eid);
+    GB_PUT_VALUE(&b[B_BIDX], int32_t, bidx);
+    if (key && gb_put(&b[B_KDATA], key->p, key->n) < 0)
+        goto pyerror;
+    GB_PUT_VALUE(&b[B_KOFF], int32_t, (int32_t)b[B_KDATA].n);
+    GB_PUT_VALUE(&b[B_KV], uint8_t, key != NULL);
+    GB_PUT_VALUE(&b[B_SEQ], int64_t, size);
+    c->n++;
+    return 0;
+pyerror:
+    return -1;
+}
+
 /* the columns' state at a point, to drop what an entry appended when it turns out not to be taken */
 typedef struct {
     Py_ssize_t len[NBUF], n;
@@ -652,14 +681,15 @@ static PyObject *
 columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "columns takes 6 arguments");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "columns takes 6 or 7 arguments");
         return NULL;
     }
     PyObject *bufobj = args[0], *inflate = args[5];
     Py_ssize_t index = PyLong_AsSsize_t(args[3]);
     int verify = PyObject_IsTrue(args[4]);
-    if ((index == -1 || verify < 0) && PyErr_Occurred())
+    int items = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
+    if ((index == -1 || verify < 0 || items < 0) && PyErr_Occurred())
         return NULL;
     PyObject *starts = PySequence_Fast(args[1], "columns: starts must be a sequence");
     if (starts == NULL)
@@ -762,6 +792,13 @@ columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto entry_failed;
         }
         span payload = {p + 4 + msize, e - (p + 4 + msize)};
+        if (items && (m.has_marker || !m.has_nmb)) {
+            /* a marker: no item; an entry that is no batch: one item, its key and size as stored */
+            if (!m.has_marker && put_item(&c, i, -1, m.has_key ? &m.key : NULL,
+                                          m.has_usize ? (int64_t)m.usize : (int64_t)payload.n) < 0)
+                goto entry_pyerror;
+            goto entry_ok;
+        }
         if (m.compression) {
             PyObject *mv = PyMemoryView_FromMemory((char *)payload.p, payload.n, PyBUF_READ);
             if (mv == NULL)
@@ -816,13 +853,17 @@ columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     ENTRY_FAIL(CODE_PAYLOAD_OVERRUN, "payload overruns");
                 span body = {q, s.payload_size};
                 int null_key = !s.has_key || s.null_key;
-                if (put_message(&c, i, k, m.pub, s.has_evt ? s.evt : m.evt, null_key ? NULL : &s.key,
+                if (items) {
+                    if (!s.compacted_out && put_item(&c, i, k, s.has_key ? &s.key : NULL, s.payload_size) < 0)
+                        goto entry_pyerror;
+                } else if (put_message(&c, i, k, m.pub, s.has_evt ? s.evt : m.evt, null_key ? NULL : &s.key,
                                 s.has_okey ? &s.okey : NULL, m.producer,
                                 s.has_seq ? s.seq : m.seq + (uint64_t)k, body, &props, 0) < 0)
                     goto entry_pyerror;
                 q += s.payload_size;
             }
         }
+    entry_ok:
         if (have_iview)
             PyBuffer_Release(&iview);
         Py_XDECREF(inflated);
@@ -935,8 +976,9 @@ frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"columns", (PyCFunction)(void (*)(void))columns, METH_FASTCALL,
-     "columns(buf, starts, lengths, index, verify, inflate) -> (stop, code, reason, n, buffers): entries "
-     "index.. of an EntryBatch into Arrow buffers (see tieredcore.query.rows.message_batches)."},
+     "columns(buf, starts, lengths, index, verify, inflate[, items]) -> (stop, code, reason, n, buffers): "
+     "entries index.. of an EntryBatch into Arrow buffers (see tieredcore.query.rows.message_batches); with "
+     "items, topic compaction's items instead (see tieredcore.query.rows.compaction_item_batches)."},
     {"frames", (PyCFunction)(void (*)(void))frames, METH_FASTCALL,
      "frames(buf, rel, eid, stop, lim) -> (rel, eid, lengths): the offload reader's frame walk "
      "(see tieredcore.offload.reader._frames_in)."},

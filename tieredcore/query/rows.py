@@ -191,3 +191,79 @@ def entry_batch(topic: str, tier: str, batch: EntryBatch) -> pa.RecordBatch:
         _const(tier, n),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=ENTRY_SCHEMA)
+
+
+ITEM_SCHEMA = pa.schema([
+    pa.field("key", pa.string()),
+    pa.field("ledger_id", pa.int64()),
+    pa.field("entry_id", pa.int64()),
+    pa.field("batch_index", pa.int32()),
+    pa.field("size", pa.int64()),
+])
+
+
+def _python_items(ledger_ids: np.ndarray, entry_ids: np.ndarray, entries: pa.Array, rows: range,
+                  verify: bool) -> pa.RecordBatch:
+    """compaction_items (the reference) over ``rows`` of the raw entries, as one batch of ITEM_SCHEMA."""
+    from tieredcore.formats.compacted import compaction_items
+
+    keys, lids, eids, bidx, sizes = [], [], [], [], []
+    for r in rows:
+        lid, eid = int(ledger_ids[r]), int(entry_ids[r])
+        for it in compaction_items(entries[r].as_buffer(), lid, eid, verify):
+            keys.append(it.key)
+            lids.append(lid)
+            eids.append(eid)
+            bidx.append(it.position.batch_index)
+            sizes.append(it.size)
+    return pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), pa.array(lids, pa.int64()),
+                                       pa.array(eids, pa.int64()), pa.array(bidx, pa.int32()),
+                                       pa.array(sizes, pa.int64())], schema=ITEM_SCHEMA)
+
+
+def compaction_item_batches(ledger_ids: pa.Array, entry_ids: pa.Array, entries: pa.Array,
+                            verify: bool = True) -> Iterator[pa.RecordBatch]:
+    """Topic compaction's phase one over raw entries (three equal-length columns, no nulls: what the data
+    source's ``entries=raw`` rows hold): every entry's compaction items (tieredcore.formats.compacted.
+    compaction_items: key, position, size) as batches of ITEM_SCHEMA, in the entries' order. Read in C
+    (cbatch.c ``columns`` in items mode) when it is built; an entry it declines goes to compaction_items,
+    the reference, which raises the exact error or reads it."""
+    n = len(entries)
+    lids = ledger_ids.to_numpy(zero_copy_only=False)
+    eids = entry_ids.to_numpy(zero_copy_only=False)
+    if native_columns is None or n == 0:
+        if n:
+            yield _python_items(lids, eids, entries, range(n), verify)
+        return
+    if entries.null_count:
+        raise ValueError("compaction items: a raw entry is null")
+    wide = pa.types.is_large_binary(entries.type)
+    _, off_buf, data = entries.buffers()
+    offsets = np.frombuffer(off_buf, np.int64 if wide else np.int32)[entries.offset : entries.offset + n + 1]
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    starts_l, lengths_l = starts.tolist(), lengths.tolist()
+    buf = data if data is not None else b""
+    i = 0
+    while i < n:
+        stop, code, _reason, count, b = native_columns(buf, starts_l, lengths_l, i, verify, compression.inflate,
+                                                       True)
+        if count:
+            idx = np.frombuffer(b[0], np.int64)
+            bitmap, nulls = _bitmap(b[8], count)
+            yield pa.RecordBatch.from_arrays([
+                pa.Array.from_buffers(pa.string(), count, [bitmap, pa.py_buffer(b[6]), pa.py_buffer(b[7])],
+                                      null_count=nulls),
+                pa.array(lids[idx]), pa.array(eids[idx]),
+                pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(b[1])]),
+                pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(b[14])]),
+            ], schema=ITEM_SCHEMA)
+        if stop >= n:
+            return
+        if code == NATIVE_LIMIT:
+            i = stop
+            continue
+        one = _python_items(lids, eids, entries, range(stop, stop + 1), verify)
+        if one.num_rows:
+            yield one
+        i = stop + 1
