@@ -251,12 +251,9 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
                   .agg(F.max(F.struct("ledger_id", "entry_id", "batch_index", "size")).alias("m"))
                   .persist(StorageLevel.DISK_ONLY))  # one row per key: on disk, not in the executors' heap
         try:
-            print('PROF', 'keys_seen = latest.c', round(time.monotonic()-started,2), flush=True)
             keys_seen = latest.count()
             kept = latest.where(F.col("m.size") > 0).select("key", "m.ledger_id", "m.entry_id", "m.batch_index")
-            print('PROF', 'keys = kept.count()', round(time.monotonic()-started,2), flush=True)
             keys = kept.count()
-            print('PROF', 'groups, starts = _gr', round(time.monotonic()-started,2), flush=True)
             groups, starts = _groups(ws, t, h, min(part_bytes, RESULT_BYTES),
                                      2 * spark.sparkContext.defaultParallelism)
             by_group = kept.mapInArrow(_assign(starts), KEPT)
@@ -269,13 +266,11 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
                                 "g int, piece long, entries long, bytes long")
                     .collect())
             # a retried task leaves a piece no row names: tagged with the topic, reconciliation finds it
-            print('PROF', 'pieces = sorted(', round(time.monotonic()-started,2), flush=True)
             pieces = sorted((r.g, r.piece) for r in done)
             messages, read = counts.value
             res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous, messages_read=messages,
                                    bytes_read=read, keys_seen=keys_seen, keys=keys)
             try:
-                print('PROF', 'write_compacted(', round(time.monotonic()-started,2), flush=True)
                 write_compacted(ws, plan, _pieces_in_order(ws, pieces), res, clock_ms=lambda: as_of_ms,
                                 uuid_factory=uuid_factory, on_step=on_step)
             finally:
