@@ -551,7 +551,7 @@ parse_smm(const uint8_t *p, const uint8_t *e, smm *s, kvlist *props, fail *f)
                 s->has_seq = 1;
             } else if (num == 10) {
                 s->null_key = v != 0;
-            } else if (num == 6) {
+            } else if (num == 4) {
                 s->compacted_out = v != 0;
             }
             break;
@@ -799,6 +799,9 @@ columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto entry_pyerror;
             goto entry_ok;
         }
+        if (items && !m.compression && (!m.has_usize || (Py_ssize_t)m.usize != payload.n))
+            /* a batch whose size is not its metadata's: compaction_items' codec check, in Python */
+            ENTRY_FAIL(CODE_UNSUPPORTED, "uncompressed size");
         if (m.compression) {
             PyObject *mv = PyMemoryView_FromMemory((char *)payload.p, payload.n, PyBUF_READ);
             if (mv == NULL)

@@ -64,8 +64,13 @@ class CompactionItem:
 def compaction_key(meta: MessageMetadata | SingleMessageMetadata) -> str | None:
     """The key a message is compacted by: its ``partition_key`` as stored, or None without one
     (``hasPartitionKey``: AbstractTwoPhaseCompactor.extractKeyAndSize, RawBatchConverter). The ordering key
-    plays no part, and a producer's null key writes no ``partition_key`` (``null_partition_key`` instead)."""
-    return meta.partition_key if meta.HasField("partition_key") else None
+    plays no part, and a producer's null key writes no ``partition_key`` (``null_partition_key`` instead).
+    A key that is not UTF-8 (the Python parser then hands back bytes) is read as Java's ``String`` reads it,
+    each malformed sequence a U+FFFD."""
+    if not meta.HasField("partition_key"):
+        return None
+    key = meta.partition_key
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key
 
 
 def is_marker(meta: MessageMetadata) -> bool:
