@@ -134,17 +134,29 @@ def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], hor
     last = (horizon.ledger_id, horizon.entry_id)
 
     def run(batches: Iterator) -> Iterator:
+        import numpy as np
         import pyarrow as pa
 
-        from tieredcore.formats.compacted import compacted_ledger_entry, rewrite_entry
-        from tieredcore.formats.messages import MessageId
+        from tieredcore.formats.compacted import compacted_ledger_entry, rewrite_entry_at
         from tieredcore.query.scan import read_part
         from tieredcore.topic.writer import ledger_custom_metadata
 
         schema = pa.schema([("g", pa.int32()), ("piece", pa.int64()), ("entries", pa.int64()),
                             ("bytes", pa.int64())])
 
-        def group(ws: Workspace, g: int, kept: dict[tuple[int, int], dict[str, MessageId]]) -> pa.RecordBatch:
+        def kept_by_entry(rows: list[pa.RecordBatch]) -> dict[tuple[int, int], bytes]:
+            """(ledger id, entry id) -> the sorted batch indexes (native int32s) of the values it retains."""
+            if not sum(r.num_rows for r in rows):
+                return {}
+            lid, eid, bi = (np.concatenate([r.column(c).to_numpy(zero_copy_only=False) for r in rows])
+                            for c in ("ledger_id", "entry_id", "batch_index"))
+            order = np.lexsort((bi, eid, lid))
+            lid, eid, bi = lid[order], eid[order], bi[order].astype(np.int32)
+            cut = (np.flatnonzero((lid[1:] != lid[:-1]) | (eid[1:] != eid[:-1])) + 1).tolist()
+            return {(int(lid[a]), int(eid[a])): bi[a:b].tobytes()
+                    for a, b in zip([0, *cut], [*cut, len(lid)], strict=True)}
+
+        def group(ws: Workspace, g: int, kept: dict[tuple[int, int], bytes]) -> pa.RecordBatch:
             piece = ws.hot.create_ledger(ledger_custom_metadata(topic))
             n = size = 0
             try:
@@ -153,10 +165,10 @@ def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], hor
                         outs = []
                         for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
                                                b.column("entry"), strict=True):
-                            latest = kept.get((lid, eid))
-                            if (latest is None and not retain_null_key) or (lid, eid) > last:
+                            at = kept.get((lid, eid))
+                            if (at is None and not retain_null_key) or (lid, eid) > last:
                                 continue
-                            out = rewrite_entry(d.as_buffer(), lid, eid, latest or {}, retain_null_key, verify)
+                            out = rewrite_entry_at(d.as_buffer(), lid, eid, at, retain_null_key, verify)
                             if out is not None:
                                 outs.append(compacted_ledger_entry(out, lid, eid, partition))
                         if outs:
@@ -170,17 +182,22 @@ def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], hor
                                               schema=schema)
 
         with Workspace(config) as ws:
-            current, kept = -1, {}
+            current, rows = -1, []
             for b in batches:
-                for g, key, lid, eid, bi in zip(*(b.column(i).to_pylist() for i in range(5)), strict=True):
+                gs = b.column("g").to_numpy(zero_copy_only=False)
+                cut = (np.flatnonzero(gs[1:] != gs[:-1]) + 1).tolist()
+                for a, z in zip([0, *cut], [*cut, len(gs)], strict=True):
+                    if z == a:
+                        continue
+                    g = int(gs[a])
                     if g != current:
                         if current >= 0:
-                            yield group(ws, current, kept)
-                        current, kept = g, {}
-                    if key is not None:
-                        kept.setdefault((lid, eid), {})[key] = MessageId(lid, eid, bi)
+                            yield group(ws, current, kept_by_entry(rows))
+                        current, rows = g, []
+                    part = b.slice(a, z - a)
+                    rows.append(part.filter(part.column("key").is_valid()))  # retain_null_key's group rows
             if current >= 0:
-                yield group(ws, current, kept)
+                yield group(ws, current, kept_by_entry(rows))
 
     return run
 

@@ -6,6 +6,8 @@ random SingleMessageMetadata wire format, markers, encrypted and chunked entries
 
 from __future__ import annotations
 
+from array import array
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +18,7 @@ from tests.formats.test_cbatch import out_messages as batch_messages
 from tests.query.test_native_rows import entries as random_entries
 from tests.support.wire import damage, vi
 from tieredcore.errors import MessageFormatError
-from tieredcore.formats import compression
+from tieredcore.formats import compacted, compression
 from tieredcore.formats import messages as m
 from tieredcore.formats.compacted import compaction_items
 from tieredcore.query import rows
@@ -146,3 +148,82 @@ def test_without_the_c_reader_the_reference_reads(monkeypatch) -> None:
     e = m.encode_batch([m.OutMessage(b"v", key="k")], producer="p", sequence_id=1, publish_time=2)
     monkeypatch.setattr(rows, "native_columns", None)
     assert native([e], 0) == reference([e], 0)
+
+
+# --- phase two: rewrite_entry_at (C rebatch) against rewrite_entry (the reference) ----------------------
+
+
+def rewrites(e: bytes, eid: int, data: st.DataObject, retain_null_key: bool) -> None:
+    """A map phase one could have built over this entry (each key at one of its positions, or absent), then
+    both rewrites, with and without the C loop: the same bytes, or the same error."""
+    try:
+        items = compaction_items(e, LEDGER, eid)
+    except MessageFormatError:
+        items = []
+    by_key: dict[str, list] = {}
+    for it in items:
+        if it.key is not None and it.size > 0:
+            by_key.setdefault(it.key, []).append(it.position)
+    latest = {k: data.draw(st.sampled_from(ps)) for k, ps in by_key.items() if data.draw(st.booleans())}
+    at = sorted(p.batch_index for p in latest.values())
+    kept = array("i", at).tobytes() if at else None
+
+    def run(fn, *args):
+        try:
+            return ("ok", fn(e, LEDGER, eid, *args, retain_null_key))
+        except (MessageFormatError, ValueError) as ex:
+            return ("error", type(ex), str(ex))
+
+    ref = run(compacted.rewrite_entry, latest)
+    assert run(compacted.rewrite_entry_at, kept) == ref
+    saved = compacted._rebatch_c
+    compacted._rebatch_c = None
+    try:
+        assert run(compacted.rewrite_entry_at, kept) == ref
+    finally:
+        compacted._rebatch_c = saved
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=st.lists(batch_messages, min_size=1, max_size=6),
+       codec=st.sampled_from([compression.NONE, compression.LZ4, compression.ZLIB, compression.ZSTD]),
+       retain_null_key=st.booleans(), data=st.data())
+def test_rewrites_of_random_batches(msgs, codec, retain_null_key, data) -> None:
+    e = m.encode_batch(msgs, producer="p", sequence_id=7, publish_time=42, codec=codec)
+    rewrites(e, 3, data, retain_null_key)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(e=random_entries(), retain_null_key=st.booleans(), damaged=st.booleans(), data=st.data())
+def test_rewrites_of_random_and_damaged_entries(e, retain_null_key, damaged, data) -> None:
+    if damaged:
+        raw = bytearray(e)
+        damage(raw, data, 3)
+        e = bytes(raw)
+    rewrites(e, 0, data, retain_null_key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(smms=st.lists(st.tuples(fields, st.sampled_from([True, True, True, False]), st.binary(max_size=6)),
+                     min_size=1, max_size=3), retain_null_key=st.booleans(), data=st.data())
+def test_rewrites_of_random_wire_format(smms, retain_null_key, data) -> None:
+    """Metadata the C loop copies only when upb would write the same bytes (else Python rewrites it)."""
+    parts = []
+    for fs, with_size, payload in smms:
+        body = b"".join(fs) + (vi(3, len(payload)) if with_size else b"")
+        parts.append((body, payload))
+    rewrites(batch_entry(framed(*parts), len(parts)), 0, data, retain_null_key)
+
+
+def test_the_c_loop_takes_what_producers_write() -> None:
+    """Batches as encode_batch writes them (the producer's field order) are rewritten in C: the Python loop
+    is not called."""
+    e = m.encode_batch([m.OutMessage(b"v", key="a", properties=[("x", "1")], event_time=5, ordering_key=b"o"),
+                        m.OutMessage(b"w", key="b"), m.OutMessage(b"")], producer="p", sequence_id=7,
+                       publish_time=42)
+    meta = m.parse_entry(e).metadata
+    raw = bytes(m.parse_entry(e).payload)
+    code, body, n = cbatch.rebatch(raw, meta.num_messages_in_batch, array("i", [1]).tobytes(), True)
+    assert (code, n) == (0, 2)
+    assert compacted.rewrite_entry_at(e, 1, 2, array("i", [1]).tobytes(), True) == compacted.rewrite_entry(
+        e, 1, 2, {"b": m.MessageId(1, 2, 1)}, True)

@@ -977,11 +977,186 @@ frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nLN)", rel, eid, out);
 }
 
+/* ---- rebatch: topic compaction's phase two over one batch ---------------------------------------------
+ *
+ * rebatch(raw, count, kept, retain_null_key) -> (code, body or None, retained)
+ *
+ * The loop of tieredcore.formats.compacted.rebatch over an inflated batch ``raw`` of ``count`` messages:
+ * message i is retained (its [size][SingleMessageMetadata][payload] as it was) when it is not compacted_out
+ * and either has no partition_key and retain_null_key, or has one, i is in ``kept`` (a bytes object of
+ * sorted native int32 batch indexes: the positions of retained values) and its payload is not empty; any
+ * other message becomes the placeholder [4][payload_size = 0, compacted_out = true]. body is None when no
+ * message is retained. The Python loop re-serializes a retained message's metadata; a copy is the same
+ * bytes only when they are what upb writes, so this reader takes only that (known fields of their wire
+ * types in field-number order, only properties repeated, each KeyValue exactly key then value, varints and
+ * lengths in their fewest bytes, bools 0 or 1, payload_size an int32 >= 0): anything else, and any damage,
+ * is code UNSUPPORTED, left to the Python loop (which raises the exact error or writes it).
+ */
+
+/* a varint in its fewest bytes (what an encoder writes) */
+static inline int
+read_min_varint(const uint8_t **pp, const uint8_t *e, uint64_t *v)
+{
+    const uint8_t *p0 = *pp;
+    if (read_varint(pp, e, v) < 0)
+        return -1;
+    Py_ssize_t n = *pp - p0;
+    return (n > 1 && (*pp)[-1] == 0) ? -1 : 0;
+}
+
+static int
+keyvalue_canonical(const uint8_t *p, const uint8_t *e)
+{
+    uint64_t v;
+    for (int f = 1; f <= 2; f++) {
+        if (p >= e || *p != (uint8_t)(f << 3 | 2))
+            return 0;
+        p++;
+        if (read_min_varint(&p, e, &v) < 0 || v > (uint64_t)(e - p))
+            return 0;
+        p += v;
+    }
+    return p == e;
+}
+
+/* 1: the metadata is canonical (*has_key, *psize, *cout set); 0: not, or damaged */
+static int
+smm_canonical(const uint8_t *p, const uint8_t *e, int *has_key, int64_t *psize, int *cout)
+{
+    static const signed char WT[11] = {-1, 2, 2, 0, 0, 0, 0, 2, 0, 0, 0};
+    uint32_t last = 0;
+    int has_ps = 0;
+    *has_key = *cout = 0;
+    *psize = 0;
+    while (p < e) {
+        uint64_t t, v;
+        if (read_min_varint(&p, e, &t) < 0 || t > 0xffffffffu)
+            return 0;
+        uint32_t num = (uint32_t)(t >> 3);
+        unsigned wt = (unsigned)(t & 7);
+        if (num < 1 || num > 10 || (int)wt != WT[num] || num < last || (num == last && num != 1))
+            return 0;
+        last = num;
+        if (read_min_varint(&p, e, &v) < 0)
+            return 0;
+        if (wt == 2) {
+            if (v > (uint64_t)(e - p))
+                return 0;
+            if (num == 1 && !keyvalue_canonical(p, p + v))
+                return 0;
+            if (num == 2)
+                *has_key = 1;
+            p += v;
+            continue;
+        }
+        switch (num) {
+        case 3:
+            if (v > INT32_MAX)
+                return 0;
+            *psize = (int64_t)v;
+            has_ps = 1;
+            break;
+        case 4: case 6: case 9: case 10:
+            if (v > 1)
+                return 0;
+            if (num == 4)
+                *cout = (int)v;
+            break;
+        default:
+            break; /* 5, 8: uint64 */
+        }
+    }
+    return has_ps;
+}
+
+static PyObject *
+rebatch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "rebatch takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    int retain_null = PyObject_IsTrue(args[3]);
+    if ((count == -1 || retain_null < 0) && PyErr_Occurred())
+        return NULL;
+    Py_buffer view, kview;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &kview, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    static const uint8_t PLACEHOLDER[8] = {0, 0, 0, 4, 0x18, 0x00, 0x20, 0x01};
+    const int32_t *kept = (const int32_t *)kview.buf;
+    Py_ssize_t nkept = kview.len / 4, ki = 0;
+    const uint8_t *q = (const uint8_t *)view.buf, *qe = q + view.len;
+    gbuf out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t retained = 0;
+    int code = CODE_OK;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "rebatch: a negative count");
+        goto failed;
+    }
+    if (gb_init(&out, view.len + 8 * (count < 1024 ? count : 1024)) < 0)
+        goto failed;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (qe - q < 4) {
+            code = CODE_UNSUPPORTED;
+            break;
+        }
+        uint32_t size = ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
+        const uint8_t *m = q + 4;
+        int has_key, cout;
+        int64_t psize;
+        if ((int64_t)size > (int64_t)(qe - m) || !smm_canonical(m, m + size, &has_key, &psize, &cout) ||
+            psize > (int64_t)(qe - (m + size))) {
+            code = CODE_UNSUPPORTED;
+            break;
+        }
+        const uint8_t *next = m + size + psize;
+        while (ki < nkept && kept[ki] < k)
+            ki++;
+        int take;
+        if (cout)
+            take = 0;
+        else if (!has_key)
+            take = retain_null;
+        else
+            take = ki < nkept && kept[ki] == k && psize > 0;
+        if (take) {
+            retained++;
+            if (gb_put(&out, q, next - q) < 0)
+                goto failed;
+        } else if (gb_put(&out, PLACEHOLDER, sizeof PLACEHOLDER) < 0) {
+            goto failed;
+        }
+        q = next;
+    }
+    if (code != CODE_OK || !retained) {
+        result = Py_BuildValue("(iOn)", code, Py_None, retained);
+    } else if (PyByteArray_Resize(out.ba, out.n) == 0) {
+        PyObject *body = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(out.ba), out.n);
+        if (body != NULL)
+            result = Py_BuildValue("(iNn)", code, body, retained);
+    }
+failed:
+    Py_XDECREF(out.ba);
+    PyBuffer_Release(&kview);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"columns", (PyCFunction)(void (*)(void))columns, METH_FASTCALL,
      "columns(buf, starts, lengths, index, verify, inflate[, items]) -> (stop, code, reason, n, buffers): "
      "entries index.. of an EntryBatch into Arrow buffers (see tieredcore.query.rows.message_batches); with "
      "items, topic compaction's items instead (see tieredcore.query.rows.compaction_item_batches)."},
+    {"rebatch", (PyCFunction)(void (*)(void))rebatch, METH_FASTCALL,
+     "rebatch(raw, count, kept, retain_null_key) -> (code, body or None, retained): topic compaction's "
+     "rewrite of one inflated batch (see tieredcore.formats.compacted.rewrite_entry_at)."},
     {"frames", (PyCFunction)(void (*)(void))frames, METH_FASTCALL,
      "frames(buf, rel, eid, stop, lim) -> (rel, eid, lengths): the offload reader's frame walk "
      "(see tieredcore.offload.reader._frames_in)."},

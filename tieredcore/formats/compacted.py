@@ -18,13 +18,14 @@ key and ``null_value`` are never consulted: a tombstone is a value of size 0.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
 from tieredcore.errors import FormatError, MessageFormatError
-from tieredcore.formats import compression
+from tieredcore.formats import compression, native
 from tieredcore.formats.messages import (
     MAGIC_BROKER_ENTRY_METADATA,
     MessageId,
@@ -42,6 +43,7 @@ COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"
 #: ServiceConfiguration.topicCompactionRetainNullKey's default: keyless messages are not retained
 RETAIN_NULL_KEY_DEFAULT = False
 
+_rebatch_c = native.cbatch.rebatch if native.cbatch else None
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H").unpack_from
 _U32 = struct.Struct(">I").unpack_from
@@ -234,7 +236,13 @@ def rebatch(data: Buffer, ledger_id: int, entry_id: int, keep: Callable[[str, Me
             parts += [_I32.pack(len(placeholder)), placeholder]
     if not retained:
         return None
-    batch = b"".join(parts)
+    return _framed_batch(data, meta, b"".join(parts))
+
+
+def _framed_batch(data: Buffer, meta: MessageMetadata, batch: bytes) -> bytes:
+    """A rewritten batch as rebatchMessage frames it: the entry's metadata with the new batch's
+    ``uncompressed_size``, the batch compressed with the entry's codec, a CRC32C, any broker entry metadata
+    in front kept verbatim."""
     out = MessageMetadata()
     out.CopyFrom(meta)
     out.uncompressed_size = len(batch)
@@ -262,6 +270,39 @@ def rewrite_entry(data: Buffer, ledger_id: int, entry_id: int, latest: Mapping[s
     if entry_size(meta, frame.payload.nbytes) <= 0:
         # Pulsar fails the compaction here ("found empty record from sorted key-map"): a map phase one
         # built never points at a tombstone
+        raise ValueError(f"entry {ledger_id}:{entry_id}: latest value of {key!r} is a tombstone")
+    return bytes(data)
+
+
+def rewrite_entry_at(data: Buffer, ledger_id: int, entry_id: int, kept: bytes | None,
+                     retain_null_key: bool = RETAIN_NULL_KEY_DEFAULT, verify: bool = True) -> bytes | None:
+    """:func:`rewrite_entry` given, instead of phase one's whole map, where this entry's retained values are:
+    ``kept`` the sorted batch indexes (native int32s; -1 for an entry taken whole) of the keys whose latest
+    value is in this entry, None when there is none. The same bytes as rewrite_entry with a map that agrees
+    (a key's latest position holds that key, so "latest[key] == position" is "position is kept"). A batch's
+    messages are rewritten in C (cbatch.c ``rebatch``) when it is built and takes them; else by
+    :func:`rebatch`, the reference."""
+    frame = parse_entry(data, ledger_id, entry_id, verify)
+    meta = frame.metadata
+    if is_marker(meta):
+        return None
+    if is_readable_batch(meta):
+        if _rebatch_c is not None:
+            raw = _inflated(meta, frame.payload, f"entry {ledger_id}:{entry_id}")
+            if raw is None:
+                return bytes(data)
+            code, body, _n = _rebatch_c(raw, max(meta.num_messages_in_batch, 0), kept or b"", retain_null_key)
+            if code == 0:
+                return None if body is None else _framed_batch(data, meta, body)
+        at = set(array("i", kept or b""))
+        return rebatch(data, ledger_id, entry_id, lambda _key, pos: pos.batch_index in at, retain_null_key,
+                       verify)
+    key = compaction_key(meta)
+    if key is None:
+        return bytes(data) if retain_null_key else None
+    if not kept:
+        return None
+    if entry_size(meta, frame.payload.nbytes) <= 0:
         raise ValueError(f"entry {ledger_id}:{entry_id}: latest value of {key!r} is a tombstone")
     return bytes(data)
 
