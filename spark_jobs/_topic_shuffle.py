@@ -39,10 +39,13 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from tieredcore.config import Config
 from tieredcore.formats.compacted import RETAIN_NULL_KEY_DEFAULT, parse_compacted_ledger_entry
 from tieredcore.lifecycle.topic_compaction import (
     CompactionResult,
+    TopicCompactionError,
     partition_of,
     plan_compaction,
     write_compacted,
@@ -60,12 +63,86 @@ from tieredcore.query.scan import (
 )
 from tieredcore.workspace import Workspace
 
-ITEMS = "key string, ledger_id long, entry_id long, batch_index int, size long, g int"
+# A position and whether it holds a value, packed into one decimal(38,0) (at most 2**126) so that Spark's
+# max per key is a hash aggregate over a fixed-width value (a struct's max sorts every row, twice):
+#   ledger id << (33 + E) | entry id << 33 | (batch index + 1) << 1 | (size > 0)
+# E, the entry id's bits, is what the horizon's ledger id leaves: min(63, 93 - its bits).
+PACKED = "decimal(38,0)"
+LEDGER_BITS_MAX = 53
+
+
+def entry_bits(horizon: Position) -> int:
+    """E for a run up to ``horizon`` (every position it reads is at or before it)."""
+    bits = max(1, horizon.ledger_id.bit_length())
+    if bits > LEDGER_BITS_MAX:
+        raise TopicCompactionError(f"ledger ids past 2**{LEDGER_BITS_MAX} (horizon {horizon}) are beyond what topic "
+                                   "compaction on Spark packs; compact this topic in one process (tiered compact-topic)")
+    return min(63, 93 - bits)
+
+
+def pack(lids: Any, eids: Any, bis: Any, sizes: Any, e: int) -> pa.Array:
+    """Positions (numpy int64s, batch indexes int32s) and sizes as PACKED values (Arrow decimal128)."""
+    import numpy as np
+
+    lids, eids = lids.astype(np.int64), eids.astype(np.int64)
+    if len(eids) and (int(eids.min()) < 0 or int(eids.max()) >> e or int(lids.min()) < 0):
+        raise ValueError(f"a position outside what topic compaction packs (entry ids below 2**{e})")
+    u = np.uint64
+    low = ((bis.astype(np.int64) + 1).astype(u) << u(1)) | (sizes > 0).astype(u)
+    lo = low | ((eids.astype(u) & u((1 << 31) - 1)) << u(33))
+    hi = (eids.astype(u) >> u(31)) | (lids.astype(u) << u(e - 31))
+    words = np.empty(2 * len(lo), u)
+    words[0::2], words[1::2] = lo, hi  # little-endian 128-bit integers, low word first
+    return pa.Array.from_buffers(pa.decimal128(38, 0), len(lo), [None, pa.py_buffer(words)])
+
+
+def unpack(packed: pa.Array, e: int) -> tuple[Any, Any, Any, Any]:
+    """(ledger ids, entry ids, batch indexes, holds a value) of PACKED values (no nulls)."""
+    import numpy as np
+
+    u = np.uint64
+    words = np.frombuffer(packed.buffers()[1], u)[2 * packed.offset : 2 * (packed.offset + len(packed))]
+    lo, hi = words[0::2], words[1::2]
+    value = (lo & u(1)).astype(bool)
+    bis = ((lo >> u(1)) & u((1 << 32) - 1)).astype(np.int64) - 1
+    eids = ((lo >> u(33)) | ((hi & u((1 << (e - 31)) - 1)) << u(31))).astype(np.int64)
+    lids = (hi >> u(e - 31)).astype(np.int64)
+    return lids, eids, bis.astype(np.int32), value
+
+
+def partition_keys(spark: Any, n: int) -> list[int]:
+    """For each of ``n`` partitions a long whose Spark hash partitioning (``repartition(n, col)``: pmod of its
+    Murmur3 hash, seed 42) is that partition, found by Spark's own hash: phase two's rows carry their group's
+    key, so group g is partition g without a range partitioner (whose sampling computes the key table twice)."""
+    from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
+    found: dict[int, int] = {}
+    span = max(64, 16 * n)
+    start = 0
+    while len(found) < n:
+        rows = (spark.range(start, start + span).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+                .groupBy("p").agg(F.min("id").alias("id")).collect())
+        for r in rows:
+            found.setdefault(int(r.p), int(r.id))
+        start += span
+    return [found[g] for g in range(n)]
+
+
+def _keyed_udf(starts: list[tuple[int, int]], e: int) -> Callable[..., pa.Array]:
+    """A scalar Arrow UDF's function: each item's phase-two group (group_of) and packed position."""
+
+    def keyed(ledger_ids: pa.Array, entry_ids: pa.Array, batch_indexes: pa.Array, sizes: pa.Array) -> pa.Array:
+        lids, eids = ledger_ids.to_numpy(), entry_ids.to_numpy()
+        return pa.StructArray.from_arrays(
+            [group_of(starts, lids, eids), pack(lids, eids, batch_indexes.to_numpy(), sizes.to_numpy(), e)],
+            names=["g", "p"])
+
+    return keyed
 
 
 def group_of(starts: list[tuple[int, int]], lids: Any, eids: Any) -> Any:
-    """The index of the phase-two group holding each position (numpy arrays of ledger and entry ids):
-    the last group starting at or before it (``starts`` sorted)."""
+    """The index of the phase-two group holding each position (numpy arrays of ledger and entry ids), as an
+    Arrow array: the last group starting at or before it (``starts`` sorted)."""
     import numpy as np
 
     s_l = np.array([s[0] for s in starts], np.int64)
@@ -77,33 +154,11 @@ def group_of(starts: list[tuple[int, int]], lids: Any, eids: Any) -> Any:
         g[at] = a + np.searchsorted(s_e[a:b], eids[at], "right") - 1
     if len(g) and int(g.min()) < 0:
         raise RuntimeError("a position before the first group of phase two: the topic's view changed during the run")
-    return g
+    return pa.array(g, pa.int32())
 
 
-def _items(verify: bool, counts: Any, starts: list[tuple[int, int]]) -> Callable[[Iterator], Iterator]:
-    """Phase one over Arrow batches of raw entries (ledger_id, entry_id, entry): their compaction items
-    (tieredcore.query.rows.compaction_item_batches: in C where it is built), each with the index of the
-    phase-two group holding it."""
-
-    def run(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from tieredcore.query.rows import compaction_item_batches
-
-        for b in batches:
-            n = 0
-            for out in compaction_item_batches(b.column("ledger_id"), b.column("entry_id"), b.column("entry"),
-                                               verify):
-                n += out.num_rows
-                g = group_of(starts, out.column("ledger_id").to_numpy(), out.column("entry_id").to_numpy())
-                yield out.append_column("g", pa.array(g, pa.int32()))
-            counts.add((n, pc.sum(pc.binary_length(b.column("entry"))).as_py() or 0))
-
-    return run
-
-
-KEPT = "key string, ledger_id long, entry_id long, batch_index int, size long, g int"
+KEPT = f"key string, p {PACKED}, g int, n long, h long"
+DONE_COLUMNS = ("g", "piece", "entries", "bytes", "keys_seen", "keys", "messages", "bytes_read")
 # phase two's groups read at most this much of the topic (a task's unit of work and of retry)
 RESULT_BYTES = 32 * 1024 * 1024
 
@@ -131,12 +186,15 @@ def _groups(ws: Workspace, t: TopicName, horizon: Position, part_bytes: int, tas
 
 
 def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], horizon: Position, partition: int,
-             retain_null_key: bool, verify: bool) -> Callable[[Iterator], Iterator]:
-    """Phase two over Arrow batches of every key's latest item (KEPT) sorted by (g, ledger_id, entry_id):
-    the values among them (size > 0) are retained, and each group's compacted entries go to a piece, a
-    sealed hot ledger of its own tagged with the topic (a task's result is one row per group: no entry travels
-    through Spark's task results). Yields (g, piece ledger id or -1 for none, entries, bytes, keys seen,
-    keys retained): each key is in one group, so the sums are the topic's."""
+             retain_null_key: bool, verify: bool, e: int) -> Callable[[Iterator], Iterator]:
+    """Phase two over Arrow batches of per-key rows (KEPT: every key's latest item, packed, and its count of
+    items; the keyless items' count in a row of its own; a row of no key and no items for every group)
+    sorted by (g, p). The values among the keys' latest items (size > 0) are retained: each group's
+    entries up to the horizon are read, those holding a retained value rewritten, and the group's compacted
+    entries go to a piece, a sealed hot ledger of its own tagged with the topic (a task's result is one row
+    per group: no entry travels through Spark's task results). Yields (g, piece ledger id or -1 for none,
+    entries, bytes written, keys seen, keys retained, messages read, bytes read): each key's row is in one
+    group, so the sums are the topic's."""
 
     last = (horizon.ledger_id, horizon.entry_id)
 
@@ -149,51 +207,58 @@ def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], hor
         from tieredcore.query.scan import read_part
         from tieredcore.topic.writer import ledger_custom_metadata
 
-        schema = pa.schema([("g", pa.int32()), ("piece", pa.int64()), ("entries", pa.int64()),
-                            ("bytes", pa.int64()), ("keys_seen", pa.int64()), ("keys", pa.int64())])
+        schema = pa.schema([(name, pa.int32() if name == "g" else pa.int64()) for name in DONE_COLUMNS])
 
-        def kept_by_entry(rows: list[pa.RecordBatch]) -> dict[tuple[int, int], bytes]:
-            """(ledger id, entry id) -> the sorted batch indexes (native int32s) of the values it retains."""
-            if not sum(r.num_rows for r in rows):
-                return {}
-            lid, eid, bi = (np.concatenate([r.column(c).to_numpy(zero_copy_only=False) for r in rows])
-                            for c in ("ledger_id", "entry_id", "batch_index"))
+        def kept_by_entry(packed: list[pa.Array]) -> tuple[int, dict[tuple[int, int], bytes]]:
+            """Keys seen, and (ledger id, entry id) -> the sorted batch indexes (native int32s) of the values
+            it retains."""
+            if not sum(len(p) for p in packed):
+                return 0, {}
+            cols = [unpack(p, e) for p in packed]
+            lid, eid, bi, value = (np.concatenate([c[i] for c in cols]) for i in range(4))
+            seen = len(lid)
+            lid, eid, bi = lid[value], eid[value], bi[value]  # tombstones: seen, not kept
             order = np.lexsort((bi, eid, lid))
-            lid, eid, bi = lid[order], eid[order], bi[order].astype(np.int32)
+            lid, eid, bi = lid[order], eid[order], bi[order]
+            if not len(lid):
+                return seen, {}
             cut = (np.flatnonzero((lid[1:] != lid[:-1]) | (eid[1:] != eid[:-1])) + 1).tolist()
-            return {(int(lid[a]), int(eid[a])): bi[a:b].tobytes()
-                    for a, b in zip([0, *cut], [*cut, len(lid)], strict=True)}
+            return seen, {(int(lid[a]), int(eid[a])): bi[a:b].tobytes()
+                          for a, b in zip([0, *cut], [*cut, len(lid)], strict=True)}
 
         def group(ws: Workspace, g: int, rows: list[pa.RecordBatch]) -> pa.RecordBatch:
-            seen = sum(r.num_rows for r in rows)
-            rows = [r.filter(pc.greater(r.column("size"), 0)) for r in rows]  # tombstones: seen, not kept
-            kept = kept_by_entry(rows)
-            stats = [seen, sum(r.num_rows for r in rows)]
-            if not kept and not retain_null_key:  # nothing to write: the group's parts are not read
-                return pa.RecordBatch.from_pylist([dict(zip(schema.names, [g, -1, 0, 0, *stats], strict=True))],
-                                                  schema=schema)
-            piece = ws.hot.create_ledger(ledger_custom_metadata(topic))
-            n = size = 0
+            messages = sum(pc.sum(r.column("n")).as_py() or 0 for r in rows)
+            seen, kept = kept_by_entry([r.filter(r.column("key").is_valid()).column("p") for r in rows])
+            piece = None
+            n = size = read = 0
             try:
-                for part in groups[g]:
+                for part in groups[g]:  # every group is read: the bytes read are the view's
                     for b in read_part(ws, part, raw=True):
                         outs = []
                         for lid, eid, d in zip(b.column("ledger_id").to_pylist(), b.column("entry_id").to_pylist(),
                                                b.column("entry"), strict=True):
-                            at = kept.get((lid, eid))
-                            if (at is None and not retain_null_key) or (lid, eid) > last:
+                            if (lid, eid) > last:
                                 continue
-                            out = rewrite_entry_at(d.as_buffer(), lid, eid, at, retain_null_key, verify)
+                            buf = d.as_buffer()
+                            read += buf.size
+                            at = kept.get((lid, eid))
+                            if at is None and not retain_null_key:
+                                continue
+                            out = rewrite_entry_at(buf, lid, eid, at, retain_null_key, verify)
                             if out is not None:
                                 outs.append(compacted_ledger_entry(out, lid, eid, partition))
                         if outs:
+                            if piece is None:
+                                piece = ws.hot.create_ledger(ledger_custom_metadata(topic))
                             piece.append_many(outs)
                             n += len(outs)
                             size += sum(map(len, outs))
             finally:
-                piece.close()
-            return pa.RecordBatch.from_pylist(
-                [dict(zip(schema.names, [g, piece.ledger_id, n, size, *stats], strict=True))], schema=schema)
+                if piece is not None:
+                    piece.close()
+            got = [g, -1 if piece is None else piece.ledger_id, n, size, seen, sum(len(a) // 4 for a in kept.values()),
+                   messages, read]
+            return pa.RecordBatch.from_pylist([dict(zip(DONE_COLUMNS, got, strict=True))], schema=schema)
 
         with Workspace(config) as ws:
             current, rows = -1, []
@@ -208,8 +273,7 @@ def _rewrite(config: Config, topic: TopicName, groups: list[list[ScanPart]], hor
                         if current >= 0:
                             yield group(ws, current, rows)
                         current, rows = g, []
-                    part = b.slice(a, z - a)
-                    rows.append(part.filter(part.column("key").is_valid()))  # retain_null_key's group rows
+                    rows.append(b.slice(a, z - a))
             if current >= 0:
                 yield group(ws, current, rows)
 
@@ -226,23 +290,6 @@ def _pieces_in_order(ws: Workspace, pieces: list[tuple[int, int]]) -> Iterator[b
                     yield bytes(e.data)
         finally:
             h.close()
-
-
-class _Pairs:
-    """An accumulator of (messages, bytes) pairs."""
-
-    @staticmethod
-    def param() -> Any:
-        from pyspark.accumulators import AccumulatorParam
-
-        class PairParam(AccumulatorParam):
-            def zero(self, value: tuple[int, int]) -> tuple[int, int]:
-                return (0, 0)
-
-            def addInPlace(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:  # noqa: N802 (Spark's)
-                return (a[0] + b[0], a[1] + b[1])
-
-        return PairParam()
 
 
 def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_of_ms: int,
@@ -267,35 +314,36 @@ def compact_on_spark(spark: Any, config: Config, topic: str | TopicName, *, as_o
         finally:
             reader.close()
         register(spark)
-        opts = {"topic": t.full, "entries": "raw", "compacted": "true"}
+        opts = {"topic": t.full, "entries": "keys", "compacted": "true"}
         if config_path:
             opts["config"] = str(config_path)
         h = plan.horizon
         groups, starts = _groups(ws, t, h, min(part_bytes, RESULT_BYTES), 2 * spark.sparkContext.defaultParallelism)
+        e = entry_bits(h)
         lid, eid = F.col("ledger_id"), F.col("entry_id")
-        entries = (spark.read.format(FORMAT).options(**opts).load()
-                   .where((lid < h.ledger_id) | ((lid == h.ledger_id) & (eid <= h.entry_id)))
-                   .select("ledger_id", "entry_id", "entry"))
-        counts = spark.sparkContext.accumulator((0, 0), _Pairs.param())
-        items = entries.mapInArrow(_items(verify, counts, starts), ITEMS)
-        # per key its latest item (the group rides along: it follows the position)
-        latest = (items.where(F.col("key").isNotNull()).groupBy("key")
-                  .agg(F.max(F.struct("ledger_id", "entry_id", "batch_index", "size", "g")).alias("m"))
-                  .select("key", "m.ledger_id", "m.entry_id", "m.batch_index", "m.size", "m.g"))
-        if retain_null_key:  # every group, even one holding no retained value: its keyless messages stay
-            latest = latest.unionByName(spark.createDataFrame(
-                [(None, -1, -1, -1, -1, g) for g in range(len(groups))], KEPT))
-        done = (latest.repartitionByRange(max(1, len(groups)), "g")
-                .sortWithinPartitions("g", "ledger_id", "entry_id")
-                .mapInArrow(_rewrite(config, t, groups, h, partition_of(t), retain_null_key, verify),
-                            "g int, piece long, entries long, bytes long, keys_seen long, keys long")
+        keyed = F.arrow_udf(_keyed_udf(starts, e), f"struct<g: int, p: {PACKED}>")
+        items = (spark.read.format(FORMAT).options(**opts).load()
+                 .where((lid < h.ledger_id) | ((lid == h.ledger_id) & (eid <= h.entry_id)))
+                 .select("key", keyed(lid, eid, "batch_index", "size").alias("x"))
+                 .select("key", "x.g", "x.p"))
+        # per key its latest item and its count of items (the keyless items counted in a row of their own,
+        # key null); the group of the latest item is the greatest group, as groups follow positions
+        latest = (items.groupBy("key").agg(F.max("p").alias("p"), F.max("g").alias("g"), F.count(F.lit(1)).alias("n")))
+        # a row for every group: each is read (its bytes counted; under retain_null_key its keyless messages stay)
+        hkeys = partition_keys(spark, len(groups))
+        latest = latest.unionByName(spark.createDataFrame([(None, None, g, 0) for g in range(len(groups))],
+                                                          KEPT.rsplit(",", 1)[0]))
+        by_group = F.element_at(F.array(*[F.lit(k) for k in hkeys]), F.col("g") + 1)
+        done = (latest.withColumn("h", by_group).repartition(len(groups), "h")
+                .sortWithinPartitions("g", "p")
+                .mapInArrow(_rewrite(config, t, groups, h, partition_of(t), retain_null_key, verify, e),
+                            ", ".join(f"{c} {'int' if c == 'g' else 'long'}" for c in DONE_COLUMNS))
                 .collect())
         # a retried task leaves a piece no row names: tagged with the topic, reconciliation finds it
         pieces = sorted((r.g, r.piece) for r in done if r.piece >= 0)
-        messages, read = counts.value
-        res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous, messages_read=messages,
-                               bytes_read=read, keys_seen=sum(r.keys_seen for r in done),
-                               keys=sum(r.keys for r in done))
+        res = CompactionResult(t.managed_ledger_name, h, -1, "", plan.previous,
+                               messages_read=sum(r.messages for r in done), bytes_read=sum(r.bytes_read for r in done),
+                               keys_seen=sum(r.keys_seen for r in done), keys=sum(r.keys for r in done))
         try:
             write_compacted(ws, plan, _pieces_in_order(ws, pieces), res, clock_ms=lambda: as_of_ms,
                             uuid_factory=uuid_factory, on_step=on_step)

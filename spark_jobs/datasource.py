@@ -9,7 +9,8 @@ executors read their parts as Arrow record batches (tieredcore.query.scan.read_p
     spark.sql("SELECT count(*) FROM tiered.`persistent://acme/orders/payments`")
 
 Options: ``config`` (a tiered.toml; default $TIERED_CONFIG or ./tiered.toml), ``topic`` or ``namespace`` (or
-the path: a name with ``://`` is a topic, ``tenant/ns`` a namespace), ``entries`` (``messages`` | ``raw``),
+the path: a name with ``://`` is a topic, ``tenant/ns`` a namespace), ``entries`` (``messages`` | ``raw`` |
+``keys``: one row per message as topic compaction sees it: key, position, size),
 ``onDamage`` (``fail`` | ``skip``), ``publishTimeFrom`` / ``publishTimeTo`` (epoch ms or ISO 8601, inclusive),
 ``partitionBytes`` (default 128 MiB), ``readPriority`` (``tiered-storage-first`` | ``bookkeeper-first``),
 ``compacted`` (``false`` | ``true``: a compacted topic's view, as Pulsar's readCompacted: its compacted ledger,
@@ -98,8 +99,9 @@ class ScanOptions:
 
     def __init__(self, config: str | None, topic: str | None, namespace: str | None, raw: bool,
                  on_damage: str, publish: Range, part_bytes: int, read_priority: str,
-                 compacted: bool = False) -> None:
+                 compacted: bool = False, keys: bool = False) -> None:
         self.config, self.topic, self.namespace = config, topic, namespace
+        self.keys = keys
         self.raw, self.on_damage, self.publish = raw, on_damage, publish
         self.part_bytes, self.read_priority, self.compacted = part_bytes, read_priority, compacted
 
@@ -139,7 +141,7 @@ class ScanOptions:
         if compacted not in ("true", "false"):
             raise ValidationError(f"option compacted must be true or false, got {o['compacted']!r}")
         return cls(o.get("config") or None, topic, namespace, entries == "raw", on_damage, Range(lo, hi),
-                   part_bytes, priority, compacted == "true")
+                   part_bytes, priority, compacted == "true", entries == "keys")
 
     def load_config(self) -> Config:
         return Config.load(self.config)
@@ -158,7 +160,8 @@ class TieredDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return rows.spark_ddl(raw=ScanOptions.parse(self.options).raw)
+        o = ScanOptions.parse(self.options)
+        return rows.spark_ddl(raw=o.raw, keys=o.keys)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return TieredReader(ScanOptions.parse(self.options), self.parallelism)
@@ -204,7 +207,7 @@ class TieredReader(DataSourceReader):
         for part in parts:
             c = ReadCounters()
             yield from read_part(ws, part, raw=self.opts.raw, on_damage=self.opts.on_damage, filt=self.filter,
-                                 counters=c, read_priority=self.opts.read_priority)
+                                 counters=c, read_priority=self.opts.read_priority, keys=self.opts.keys)
             if c.damaged:
                 print(f"WARNING tiered: {part.topic} ledger {part.ledger_id} entries {part.first}..{part.last}: "
                       f"{len(c.damaged)} damaged entr{'y' if len(c.damaged) == 1 else 'ies'} skipped "

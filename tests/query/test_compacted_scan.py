@@ -15,6 +15,7 @@ import pytest
 from tests.lifecycle.test_topic_compaction import TOPIC, Producer, _key, expected_view, round_of, write
 from tieredcore.cli import main as cli
 from tieredcore.config import Config
+from tieredcore.formats.compacted import compacted_out_indexes, compaction_items
 from tieredcore.formats.messages import decode_entry
 from tieredcore.lifecycle.topic_compaction import compact_topic
 from tieredcore.names import TopicName
@@ -95,6 +96,24 @@ def test_raw_compacted_scan_gives_the_entries_at_their_positions(ws: Workspace) 
     t = scan(ws, raw=True, part_bytes=200)
     assert [(r["ledger_id"], r["entry_id"], r["entry"]) for r in t.to_pylist()] == \
         [(pos.ledger_id, pos.entry_id, data) for pos, data in ws.reader().read_compacted(TOPIC)]
+
+
+def test_keys_of_the_compacted_view_leave_placeholders_out(ws: Workspace) -> None:
+    """entries=keys with compacted=true: each message of the compacted view as compaction sees it, at the
+    position it stands for; the compacted ledger's compacted_out placeholders are no rows."""
+    p = Producer()
+    write(ws, [round_of(p, r) for r in range(3)], offload_first=1)
+    compact_topic(ws, TOPIC)
+    plan = plan_scan(ws, [TopicName.parse(TOPIC)], part_bytes=200, compacted=True)
+    got = [(r["ledger_id"], r["entry_id"], r["batch_index"], r["key"], r["size"], r["tier"])
+           for part in plan.parts for b in read_part(ws, part, keys=True) for r in b.to_pylist()]
+    want = [(pos.ledger_id, pos.entry_id, it.position.batch_index, it.key, it.size)
+            for pos, data in ws.reader().read_compacted(TOPIC)
+            for it in compaction_items(data, pos.ledger_id, pos.entry_id)]
+    assert [g[:5] for g in got] == want and {g[5] for g in got} == {TIER_COMPACTED}
+    placeholders = sum(len(compacted_out_indexes(d, pos.ledger_id, pos.entry_id))
+                       for pos, d in ws.reader().read_compacted(TOPIC))
+    assert placeholders > 0  # the view has them, and no row stands for one
 
 
 def test_a_topic_never_compacted_scans_as_a_plain_topic(ws: Workspace) -> None:

@@ -19,8 +19,9 @@ from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.requests import count_requests
 from tieredcore.config import Config
 from tieredcore.errors import MessageFormatError, ValidationError
+from tieredcore.formats.compacted import compaction_items
 from tieredcore.names import TopicName
-from tieredcore.query import stats
+from tieredcore.query import rows, stats
 from tieredcore.query.scan import (
     Range,
     ReadCounters,
@@ -74,6 +75,36 @@ def test_raw_entries_are_the_generators_entries(mixed):
     _, batches = scan(mixed, [T0], raw=True)
     got = {(r["ledger_id"], r["entry_id"]): r["entry"] for b in batches for r in b.to_pylist()}
     assert got == generated_entries(mixed, T0)
+
+
+def test_keys_rows_are_what_topic_compaction_sees_of_every_tier(mixed):
+    """entries=keys: one row per message as compaction_items sees the generator's entries, from every tier
+    (V1 objects, hot ledgers, PIP-76 segments and the open ledger)."""
+    for topic in (T0, T1):
+        _, batches = scan(mixed, [topic], keys=True)
+        assert all(b.schema == rows.KEY_SCHEMA for b in batches)
+        got = [(r["ledger_id"], r["entry_id"], r["batch_index"], r["key"], r["size"])
+               for b in batches for r in b.to_pylist()]
+        want = [(lid, eid, it.position.batch_index, it.key, it.size)
+                for (lid, eid), data in sorted(generated_entries(mixed, topic).items())
+                for it in compaction_items(data, lid, eid)]
+        assert got == want and len(want) > 100
+        assert {r["tier"] for b in batches for r in b.to_pylist()} >= ({"offloaded", "hot"} if topic == T0 else {"segments"})
+
+
+def test_damaged_entries_in_keys_rows_fail_or_are_counted_and_skipped(tmp_path):
+    cfg = build_workspace(tmp_path / "ws", [NS], ledgers=1, entries=1, messages=True)
+    topic = f"persistent://{NS}/damaged"
+    with Workspace(Config.load(cfg, env={})) as ws:
+        damaged_topic(ws, topic)
+        (part,) = plan_scan(ws, [TopicName.parse(topic)]).parts
+        with pytest.raises(MessageFormatError) as e:
+            list(read_part(ws, part, keys=True))
+        assert f"{topic}: damaged entry" in str(e.value) and f"{part.ledger_id}:3" in str(e.value)
+        c = ReadCounters()
+        got = [r for b in read_part(ws, part, keys=True, on_damage="skip", counters=c) for r in b.to_pylist()]
+        assert sorted({r["entry_id"] for r in got}) == [0, 1, 2, 4, 5]
+        assert [str(b.position) for b in c.damaged] == [f"{part.ledger_id}:3"] and c.damaged[0].checksum
 
 
 def test_large_ledgers_are_split_into_entry_ranges(mixed):

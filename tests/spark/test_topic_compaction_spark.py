@@ -161,3 +161,17 @@ def test_the_data_source_serves_the_compacted_view(spark, ws: Workspace) -> None
     with pytest.raises(Exception, match="option compacted must be true or false, got 'maybe'"):
         spark.read.format("tiered").option("config", ws.config_path).option("topic", TOPIC).option(
             "compacted", "maybe").load().count()
+
+
+@pytest.mark.parametrize("n", [1, 7, 40])
+def test_each_groups_partition_key_lands_it_in_its_own_partition(spark, n: int) -> None:
+    """Phase two's rows go to partition g by a key Spark's own hash partitioning sends there."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from spark_jobs._topic_shuffle import partition_keys
+
+    keys = partition_keys(spark, n)
+    assert len(set(keys)) == n
+    df = spark.createDataFrame([(g, k) for g, k in enumerate(keys)], "g int, h long").repartition(n, "h")
+    got = {r.g: r.p for r in df.select("g", F.spark_partition_id().alias("p")).collect()}
+    assert got == {g: g for g in range(n)}

@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredcore.errors import MessageChecksumError, MessageFormatError
 from tieredcore.formats import compression
 from tieredcore.formats.messages import NATIVE_LIMIT, BadEntry, MessageColumns, decode_columns, native_columns
-from tieredcore.model import EntryBatch
+from tieredcore.model import Buffer, EntryBatch, Position
 
 TS = pa.timestamp("us", tz="UTC")
 PROPS = pa.map_(pa.string(), pa.string())
@@ -45,8 +46,11 @@ ENTRY_SCHEMA = pa.schema([
 ])
 
 
-def spark_ddl(raw: bool = False) -> str:
+def spark_ddl(raw: bool = False, keys: bool = False) -> str:
     """The schema as Spark DDL (what the data source declares)."""
+    if keys:
+        return ("topic STRING, ledger_id BIGINT, entry_id BIGINT, batch_index INT, key STRING, size BIGINT, "
+                "tier STRING")
     if raw:
         return "topic STRING, ledger_id BIGINT, entry_id BIGINT, entry BINARY, tier STRING"
     return ("topic STRING, ledger_id BIGINT, entry_id BIGINT, batch_index INT, publish_time TIMESTAMP, "
@@ -193,6 +197,7 @@ def entry_batch(topic: str, tier: str, batch: EntryBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=ENTRY_SCHEMA)
 
 
+
 ITEM_SCHEMA = pa.schema([
     pa.field("key", pa.string()),
     pa.field("ledger_id", pa.int64()),
@@ -201,53 +206,61 @@ ITEM_SCHEMA = pa.schema([
     pa.field("size", pa.int64()),
 ])
 
+# entries=keys: one row per message as topic compaction sees it (tieredcore.formats.compacted.compaction_items)
+KEY_SCHEMA = pa.schema([
+    pa.field("topic", pa.string()),
+    pa.field("ledger_id", pa.int64()),
+    pa.field("entry_id", pa.int64()),
+    pa.field("batch_index", pa.int32()),  # -1: the entry taken whole
+    pa.field("key", pa.string()),
+    pa.field("size", pa.int64()),  # 0 or less: a tombstone
+    pa.field("tier", pa.string()),
+])
 
-def _python_items(ledger_ids: np.ndarray, entry_ids: np.ndarray, entries: pa.Array, rows: range,
-                  verify: bool) -> pa.RecordBatch:
-    """compaction_items (the reference) over ``rows`` of the raw entries, as one batch of ITEM_SCHEMA."""
+
+def _python_items(buf: Buffer, starts: Sequence[int], lengths: Sequence[int], lids: np.ndarray, eids: np.ndarray,
+                  rows: range, verify: bool, bad: list[BadEntry] | None) -> pa.RecordBatch:
+    """compaction_items (the reference) over ``rows`` of the entries, as one batch of ITEM_SCHEMA; with
+    ``bad``, an entry it refuses is recorded there instead of raised."""
     from tieredcore.formats.compacted import compaction_items
 
-    keys, lids, eids, bidx, sizes = [], [], [], [], []
+    mv = memoryview(buf)
+    keys, out_l, out_e, bidx, sizes = [], [], [], [], []
     for r in rows:
-        lid, eid = int(ledger_ids[r]), int(entry_ids[r])
-        for it in compaction_items(entries[r].as_buffer(), lid, eid, verify):
+        lid, eid = int(lids[r]), int(eids[r])
+        try:
+            items = compaction_items(mv[starts[r] : starts[r] + lengths[r]], lid, eid, verify)
+        except MessageFormatError as ex:
+            if bad is None:
+                raise
+            bad.append(BadEntry(Position(lid, eid), str(ex), isinstance(ex, MessageChecksumError)))
+            continue
+        for it in items:
             keys.append(it.key)
-            lids.append(lid)
-            eids.append(eid)
+            out_l.append(lid)
+            out_e.append(eid)
             bidx.append(it.position.batch_index)
             sizes.append(it.size)
-    return pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), pa.array(lids, pa.int64()),
-                                       pa.array(eids, pa.int64()), pa.array(bidx, pa.int32()),
+    return pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), pa.array(out_l, pa.int64()),
+                                       pa.array(out_e, pa.int64()), pa.array(bidx, pa.int32()),
                                        pa.array(sizes, pa.int64())], schema=ITEM_SCHEMA)
 
 
-def compaction_item_batches(ledger_ids: pa.Array, entry_ids: pa.Array, entries: pa.Array,
-                            verify: bool = True) -> Iterator[pa.RecordBatch]:
-    """Topic compaction's phase one over raw entries (three equal-length columns, no nulls: what the data
-    source's ``entries=raw`` rows hold): every entry's compaction items (tieredcore.formats.compacted.
-    compaction_items: key, position, size) as batches of ITEM_SCHEMA, in the entries' order. Read in C
-    (cbatch.c ``columns`` in items mode) when it is built; an entry it declines goes to compaction_items,
-    the reference, which raises the exact error or reads it."""
-    n = len(entries)
-    lids = ledger_ids.to_numpy(zero_copy_only=False)
-    eids = entry_ids.to_numpy(zero_copy_only=False)
-    if native_columns is None or n == 0:
+def _item_batches(buf: Buffer, starts: list[int], lengths: list[int], lids: np.ndarray, eids: np.ndarray,
+                  verify: bool, bad: list[BadEntry] | None = None) -> Iterator[pa.RecordBatch]:
+    """Topic compaction's phase one over the entries ``buf[starts[i] : starts[i] + lengths[i]]`` at positions
+    ``(lids[i], eids[i])``: every entry's compaction items (tieredcore.formats.compacted.compaction_items:
+    key, position, size) as batches of ITEM_SCHEMA, in the entries' order. Read in C (cbatch.c ``columns``
+    in items mode) when it is built; an entry it declines goes to compaction_items, the reference, which
+    raises the exact error (or, with ``bad``, has it recorded and the entry skipped) or reads it."""
+    n = len(starts)
+    if native_columns is None:
         if n:
-            yield _python_items(lids, eids, entries, range(n), verify)
+            yield _python_items(buf, starts, lengths, lids, eids, range(n), verify, bad)
         return
-    if entries.null_count:
-        raise ValueError("compaction items: a raw entry is null")
-    wide = pa.types.is_large_binary(entries.type)
-    _, off_buf, data = entries.buffers()
-    offsets = np.frombuffer(off_buf, np.int64 if wide else np.int32)[entries.offset : entries.offset + n + 1]
-    starts = offsets[:-1].astype(np.int64)
-    lengths = np.diff(offsets).astype(np.int64)
-    starts_l, lengths_l = starts.tolist(), lengths.tolist()
-    buf = data if data is not None else b""
     i = 0
     while i < n:
-        stop, code, _reason, count, b = native_columns(buf, starts_l, lengths_l, i, verify, compression.inflate,
-                                                       True)
+        stop, code, _reason, count, b = native_columns(buf, starts, lengths, i, verify, compression.inflate, True)
         if count:
             idx = np.frombuffer(b[0], np.int64)
             bitmap, nulls = _bitmap(b[8], count)
@@ -263,7 +276,41 @@ def compaction_item_batches(ledger_ids: pa.Array, entry_ids: pa.Array, entries: 
         if code == NATIVE_LIMIT:
             i = stop
             continue
-        one = _python_items(lids, eids, entries, range(stop, stop + 1), verify)
+        one = _python_items(buf, starts, lengths, lids, eids, range(stop, stop + 1), verify, bad)
         if one.num_rows:
             yield one
         i = stop + 1
+
+
+def compaction_item_batches(ledger_ids: pa.Array, entry_ids: pa.Array, entries: pa.Array,
+                            verify: bool = True) -> Iterator[pa.RecordBatch]:
+    """:func:`_item_batches` over raw entries as Arrow columns (three of equal length, no nulls: what the
+    data source's ``entries=raw`` rows hold)."""
+    n = len(entries)
+    if n == 0:
+        return
+    if entries.null_count:
+        raise ValueError("compaction items: a raw entry is null")
+    wide = pa.types.is_large_binary(entries.type)
+    _, off_buf, data = entries.buffers()
+    offsets = np.frombuffer(off_buf, np.int64 if wide else np.int32)[entries.offset : entries.offset + n + 1]
+    starts = offsets[:-1].astype(np.int64).tolist()
+    lengths = np.diff(offsets).astype(np.int64).tolist()
+    yield from _item_batches(data if data is not None else b"", starts, lengths,
+                             ledger_ids.to_numpy(zero_copy_only=False), entry_ids.to_numpy(zero_copy_only=False),
+                             verify)
+
+
+def key_batches(topic: str, tier: str, batch: EntryBatch, bad: list[BadEntry] | None = None, verify: bool = True,
+                lids: np.ndarray | None = None, eids: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
+    """The ``entries=keys`` rows (KEY_SCHEMA) of ``batch``'s entries: each message as topic compaction sees
+    it (:func:`_item_batches`), at the batch's positions or at ``lids``/``eids`` (a compacted ledger's
+    entries stand for other positions)."""
+    n = len(batch)
+    if lids is None or eids is None:
+        lids = np.full(n, batch.ledger_id, np.int64)
+        eids = np.arange(batch.first_entry, batch.first_entry + n, dtype=np.int64)
+    for b in _item_batches(batch.buf, list(batch.starts), list(batch.lengths), lids, eids, verify, bad):
+        k = b.num_rows
+        yield pa.RecordBatch.from_arrays([_const(topic, k), b.column(1), b.column(2), b.column(3), b.column(0),
+                                          b.column(4), _const(tier, k)], schema=KEY_SCHEMA)

@@ -46,7 +46,7 @@ DEFAULT_PART_BYTES = 128 * 1024 * 1024
 COMPACTED_BATCH = 1000  # compacted ledger entries per read
 TIER_COMPACTED = "compacted"  # the tier column of rows read from a compacted ledger
 ON_DAMAGE = ("fail", "skip")
-RAW_VALUES = ("messages", "raw")
+RAW_VALUES = ("messages", "raw", "keys")
 
 
 @dataclass(frozen=True)
@@ -363,14 +363,15 @@ def check_options(raw: str, on_damage: str) -> None:
 def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: str = "fail",
               filt: ScanFilter = ScanFilter(), counters: ReadCounters | None = None,
               reader: TopicReader | None = None, read_priority: str = TIERED_FIRST,
-              record_stats: bool = True) -> Iterator[pa.RecordBatch]:
+              record_stats: bool = True, keys: bool = False) -> Iterator[pa.RecordBatch]:
     """The rows of one part, a record batch per read of up to the reader's batch of entries. Rows outside
     ``filt.publish`` are dropped here; the publish-time range of the whole part is recorded when every entry
-    of it was read (message rows)."""
-    check_options("raw" if raw else "messages", on_damage)
+    of it was read (message rows). ``raw``: one row per entry; ``keys``: one per message as topic compaction
+    sees it (rows.key_batches; like raw rows, never filtered by publish time)."""
+    check_options("keys" if keys else "raw" if raw else "messages", on_damage)
     c = counters if counters is not None else ReadCounters()
     if part.compacted is not None:
-        yield from _read_compacted(ws, part, raw, on_damage, filt, c)
+        yield from _read_compacted(ws, part, raw, on_damage, filt, c, keys)
         return
     t = TopicName.parse(part.topic)
     first = part.first if filt.entries.lo is None else max(part.first, filt.entries.lo)
@@ -392,6 +393,9 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
                 if out.num_rows:
                     c.rows += out.num_rows
                     yield out
+                continue
+            if keys:
+                yield from _key_rows(part, tier, batch, on_damage, c)
                 continue
             bad: list[BadEntry] | None = [] if on_damage == "skip" else None
             try:
@@ -425,12 +429,32 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
         c.seconds += time.monotonic() - started
         if own:
             r.close()
-    if record_stats and not raw and whole and lo is not None and hi is not None:
+    if record_stats and not raw and not keys and whole and lo is not None and hi is not None:
         stats.record(ws.metadata, t, {part.key: (lo, hi, count)})
 
 
+def _key_rows(part: ScanPart, tier: str, batch: EntryBatch, on_damage: str, c: ReadCounters,
+              lids: np.ndarray | None = None, eids: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
+    """The keys rows of ``batch`` (rows.key_batches), damaged entries raised or counted as message rows'."""
+    bad: list[BadEntry] | None = [] if on_damage == "skip" else None
+    try:
+        outs = list(rows.key_batches(part.topic, tier, batch, bad, lids=lids, eids=eids))
+    except MessageFormatError as e:
+        raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
+                                 "(option onDamage=skip counts and skips such entries)",
+                                 position=getattr(e, "position", None)) from e
+    if bad:
+        c.damaged.extend(bad)
+        for b in bad:
+            log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
+    for out in outs:
+        c.messages += out.num_rows
+        c.rows += out.num_rows
+        yield out
+
+
 def _read_compacted(ws: Workspace, part: ScanPart, raw: bool, on_damage: str, filt: ScanFilter,
-                    c: ReadCounters) -> Iterator[pa.RecordBatch]:
+                    c: ReadCounters, keys: bool = False) -> Iterator[pa.RecordBatch]:
     """The rows of a piece of a compacted ledger, at the positions its entries stand for (tier
     ``compacted``); messages marked ``compacted_out`` are not rows (Pulsar's consumer skips them)."""
     assert part.compacted is not None
@@ -455,6 +479,9 @@ def _read_compacted(ws: Workspace, part: ScanPart, raw: bool, on_damage: str, fi
             if raw:
                 yield _at_positions(rows.entry_batch(part.topic, TIER_COMPACTED, batch), lids, eids)
                 c.rows += len(batch)
+                continue
+            if keys:  # compacted_out messages are no items
+                yield from _key_rows(part, TIER_COMPACTED, batch, on_damage, c, lids, eids)
                 continue
             drop = [(i << 32) | k for i, data in enumerate(pieces)
                     for k in compacted_out_indexes(data, int(lids[i]), int(eids[i]))]
