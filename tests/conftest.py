@@ -239,6 +239,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory):
 def zk_url(zk_server) -> str:
     """A metadata URL on that server whose whole tree (Pulsar's /managed-ledgers included) sits under a
     chroot of its own, so tests never see each other's records."""
+    zk_server.ensure_running()
     return zk_server.url(chroot=f"/test-{uuid.uuid4().hex[:12]}")
 
 

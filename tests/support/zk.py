@@ -91,6 +91,12 @@ class ZooKeeperServer:
         self.stop()
         self.start()
 
+    def ensure_running(self) -> None:
+        """Start it again if it is not answering (a test that restarts it may leave it down when it fails,
+        and every later test on this session's server would fail for that one)."""
+        if self.proc is None or self.proc.poll() is not None or not _ruok(self.port):
+            self.restart()
+
     def __enter__(self) -> ZooKeeperServer:
         self.start()
         return self
