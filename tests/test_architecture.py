@@ -78,7 +78,7 @@ PACKAGE_LAYERS = {
     "tieredcore.formats": (
         Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "native",
                                          "transform", "uuids")),
-        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest",
+        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest", "topic_manifest",
                                                   "frame_ranges")),
         Layer("topic compaction's rules over messages", ("compacted",)),
         Layer("the index", ("index",)),
@@ -114,7 +114,7 @@ PACKAGE_LAYERS = {
     "tieredcore.offload": (
         Layer("records", ("context", "compacted_state")),
         Layer("the compare-and-set step", ("transaction",)),
-        Layer("caches and ownership", ("buffers", "cache", "ownership", "sidecar")),
+        Layer("caches and ownership", ("buffers", "cache", "manifests", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
         Layer("proving hot frames as they are read", ("frame_check",)),
         Layer("writing one ledger", ("offloader",)),
