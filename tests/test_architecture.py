@@ -125,7 +125,7 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.lifecycle": (
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
-        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep",
+        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "recover", "retention", "scrub", "sweep",
                          "topic_compaction")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status", "topic_compaction_run")),
         Layer("settings of a run", ("compaction_settings",)),
@@ -145,7 +145,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
-                           "scrub", "topic_compaction", "topics", "verify_messages")),
+                           "recover", "scrub", "topic_compaction", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }

@@ -124,6 +124,10 @@ TOPIC_MANIFEST_SUFFIX = ".topic-manifest"
 _TOPIC_MANIFEST_TAIL = re.compile(r"(.+)/([0-9]{20})\.topic-manifest", re.ASCII)
 
 
+# user metadata on a compacted ledger's objects (topic compaction): not one of the topic's own ledgers
+COMPACTED_LEDGER_METADATA_KEY = "tieredcompactedledger"
+
+
 def topic_manifests_prefix(prefix: str, managed_ledger_name: str = "") -> str:
     """Where a topic's manifests live (``managed_ledger_name`` empty: every topic's)."""
     return f"{prefix}{TOPIC_MANIFEST_DIR}" + (f"{managed_ledger_name}/" if managed_ledger_name else "")
