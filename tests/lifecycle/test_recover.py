@@ -6,6 +6,7 @@ reported), with a crash at every step of recover (the rerun completes, nothing d
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import uuid as uuidlib
@@ -278,3 +279,48 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(before: Before, tmp_pat
     with Workspace(Config.load(b.cfg, env={})) as ws:
         assert not ws.ml.list_namespaces()
     assert cli.main(["--workspace", ws_dir, "recover", "--apply"]) == 0
+
+
+def test_recover_into_zookeeper(before: Before, zk_url: str) -> None:
+    """The same records through the same metadata-store Protocol, into a ZooKeeper ensemble (Pulsar's
+    /managed-ledgers layout): a lost SQLite store's workspace moves to ZooKeeper by recovering there."""
+    b = before
+    os.remove(b.cfg.parent / "metadata.db")
+    cfg = dataclasses.replace(Config.load(b.cfg, env={}), metadata_url=zk_url)
+    with Workspace(cfg) as ws:
+        rep = recover(ws, apply=True)
+        assert [t.action for t in rep.topics] == ["created"] * 3
+        for t, info in b.records.items():
+            assert without_base(ws.ml.get_topic(t)[0]) == without_base(info)
+            assert read_all(ws, t) == b.entries[t]
+        assert compacted_of(ws, A0) == b.compacted
+        assert read_identity(ws.metadata) == b.identity
+        with pytest.raises(ValidationError, match="not empty"):
+            recover(ws)
+
+
+def test_a_topic_whose_manifests_were_never_written(before: Before, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every manifest write of a topic failed (a crash after each commit, before its manifest): recovery
+    rebuilds the topic from its index objects."""
+    b = before
+    with Workspace(Config.load(b.cfg, env={})) as ws:
+        real_put = ws.manifests.store.put
+
+        def put(key, data, metadata=None, **kw):
+            if is_topic_manifest_key(key, ""):
+                raise OSError("injected: crashed before the manifest")
+            return real_put(key, data, metadata, **kw)
+
+        monkeypatch.setattr(ws.manifests.store, "put", put)
+        offload(ws, S1, sealed(ws, S1))
+        offloaded = ws.ml.get_topic(S1)[0].ledgerInfo[:-1]
+        want = read_all(ws, S1)[:sum(li.entries for li in offloaded)]
+    with lose_metadata(b) as ws:
+        assert manifest_keys(ws, S1) == []
+        rep = recover(ws, apply=True)
+        plan = {t.topic: t for t in rep.topics}[ML[S1]]
+        assert plan.source == "index" and plan.from_index == [li.ledgerId for li in offloaded]
+        assert [context_uuid(li) for li in ws.ml.get_topic(S1)[0].ledgerInfo] == [context_uuid(li) for li in offloaded]
+        assert read_all(ws, S1) == want
+        for t in (A0, A1, S0):
+            assert read_all(ws, t) == b.entries[t]
