@@ -14,8 +14,10 @@ from tieredcore.formats.topic_manifest import decode_topic_manifest
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.retention import trim_topic
+from tieredcore.lifecycle.topic_compaction import compact_topic
 from tieredcore.meta.deletion_log import TYPE_MANIFEST
 from tieredcore.names import TopicName
+from tieredcore.offload.compacted_state import compaction_state
 from tieredcore.offload.context import referenced_uuids, segment_uuids
 from tieredcore.offload.manifests import TopicManifests
 
@@ -156,3 +158,15 @@ def test_superseded_manifests_are_recorded_once_per_topic(make_ws):
     pending = sorted((e.record.topic, e.record.ledger_id) for e in ws.deletion_log.pending())
     assert pending == [(ML, s) for s in tm.sequences(t)[:-3]]
     assert tm.supersede() == 0  # nothing appended twice
+
+
+def test_topic_compaction_writes_a_manifest_with_its_pointer(make_ws, monkeypatch):
+    ws = make_ws(ledgers=3, messages=True)
+    offload(ws, T, sealed(ws, T))
+    seen = watch_writes(ws, monkeypatch)
+    res = compact_topic(ws, T)
+    assert len(seen) == 1 and seen[0][1] == set()
+    newest = decode_topic_manifest(manifests(ws)[max(manifests(ws))])
+    st = compaction_state(newest.info())
+    assert st is not None and (st.ledger_id, st.uuid) == (res.ledger_id, res.uuid)
+    assert ws.store.head(f"{ws.offloader.prefix}{st.uuid}-ledger-{st.ledger_id}-index").size > 0
