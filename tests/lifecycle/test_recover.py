@@ -22,8 +22,10 @@ from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import index_key, is_topic_manifest_key, parse_topic_manifest_key
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
+from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.recover import MARKER_PATH, recover
+from tieredcore.lifecycle.retention import trim_topic
 from tieredcore.lifecycle.topic_compaction import compact_topic, compacted_entries, offloader_for_state
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compaction_state
@@ -324,3 +326,32 @@ def test_a_topic_whose_manifests_were_never_written(before: Before, monkeypatch:
         assert read_all(ws, S1) == want
         for t in (A0, A1, S0):
             assert read_all(ws, t) == b.entries[t]
+
+
+def test_stale_manifests_naming_drained_objects_are_skipped(before: Before, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trim whose manifest write was lost, then drained: every manifest of the topic names ledger 0's
+    deleted objects. They are reported stale and the topic comes back from its index objects, without
+    ledger 0."""
+    b = before
+    lid0 = b.records[A1].ledgerInfo[0].ledgerId
+    with Workspace(Config.load(b.cfg, env={})) as ws:
+        real_put = ws.manifests.store.put
+
+        def put(key, data, metadata=None, **kw):
+            if is_topic_manifest_key(key, ""):
+                raise OSError("injected: crashed before the manifest")
+            return real_put(key, data, metadata, **kw)
+
+        monkeypatch.setattr(ws.manifests.store, "put", put)
+        ws.policies.set_namespace("t/a", {"retention_time_minutes": 0})
+        rows = trim_topic(ws, A1, NOW, ledgers=[lid0])
+        assert [(r.ledger, r.outcome) for r in rows] == [(lid0, "trimmed")]
+        assert drain(ws, NOW).deleted >= 1
+        kept = ws.ml.get_topic(A1)[0].ledgerInfo[:-1]
+        want = read_all(ws, A1)[:sum(li.entries for li in kept)]
+    with lose_metadata(b) as ws:
+        rep = recover(ws, apply=True)
+        assert len(rep.stale_manifests) == len(manifest_keys(ws, A1)) and ML[A1] in rep.fallback_topics
+        plan = {t.topic: t for t in rep.topics}[ML[A1]]
+        assert plan.source == "index" and plan.from_index == [li.ledgerId for li in kept]
+        assert read_all(ws, A1) == want
