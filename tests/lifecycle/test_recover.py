@@ -22,10 +22,11 @@ from tieredcore.config import Config
 from tieredcore.errors import ValidationError
 from tieredcore.formats.keys import index_key, is_topic_manifest_key, parse_topic_manifest_key
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
+from tieredcore.formats.topic_manifest import decode_topic_manifest
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.lifecycle.recover import MARKER_PATH, recover
-from tieredcore.lifecycle.retention import trim_topic
+from tieredcore.lifecycle.retention import delete_topic, trim_topic
 from tieredcore.lifecycle.topic_compaction import compact_topic, compacted_entries, offloader_for_state
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compaction_state
@@ -355,3 +356,21 @@ def test_stale_manifests_naming_drained_objects_are_skipped(before: Before, monk
         plan = {t.topic: t for t in rep.topics}[ML[A1]]
         assert plan.source == "index" and plan.from_index == [li.ledgerId for li in kept]
         assert read_all(ws, A1) == want
+
+
+def test_a_deleted_topic_is_not_brought_back(before: Before) -> None:
+    """Topic deletion writes a tombstone manifest after the record is gone: recovery reports the topic as
+    deleted and its objects (the drain has not deleted them yet) as orphans, and does not recreate it."""
+    b = before
+    with Workspace(Config.load(b.cfg, env={})) as ws:
+        res = delete_topic(ws, A1, NOW)
+        assert res.deleted and not ws.ml.exists(A1)
+        newest = manifest_keys(ws, A1)[-1]
+        assert decode_topic_manifest(ws.manifests.store.get(newest)).deleted
+    with lose_metadata(b) as ws:
+        rep = recover(ws, apply=True)
+        assert rep.deleted_topics == [ML[A1]] and ML[A1] not in {t.topic for t in rep.topics}
+        assert len([o for o in rep.orphans if "the topic was deleted" in o]) == len(b.records[A1].ledgerInfo) - 1
+        assert not ws.ml.exists(A1)
+        for t in (A0, S0):
+            assert read_all(ws, t) == b.entries[t]

@@ -46,6 +46,8 @@ def run(a: argparse.Namespace, ws: Workspace, progress: Any = None) -> dict[str,
                             ("not recoverable", rep.not_recoverable)):
             for x in items:
                 print(f"  {what}: {x}")
+        for topic in rep.deleted_topics:
+            print(f"  deleted: {topic}: its newest manifest is a tombstone, not recreated")
         for topic in rep.fallback_topics:
             print(f"  fallback: {topic}: no usable manifest, recovered from index objects")
         print(rep.summary())

@@ -41,7 +41,7 @@ from tieredcore.formats.mlinfo import (
     encode_managed_ledger_info,
 )
 
-__all__ = ["MAGIC", "VERSION", "TopicManifest", "decode_topic_manifest", "encode_topic_manifest",
+__all__ = ["MAGIC", "TOMBSTONE_PROPERTY", "VERSION", "TopicManifest", "decode_topic_manifest", "encode_topic_manifest",
            "offloaded_view"]
 
 MAGIC = b"TTMF"
@@ -49,6 +49,8 @@ VERSION = 1
 _HEAD = struct.Struct(">4sHHqqH")  # magic, version, flags, sequence, written_ms, name length
 _U32 = struct.Struct(">I")
 MAX_TOPIC_MANIFEST_BYTES = 64 * 1024 * 1024
+# a topic record property that makes a manifest a tombstone: the topic was deleted (its record has no ledgers)
+TOMBSTONE_PROPERTY = "tiered.topicDeleted"
 # properties naming uuids whose objects may not exist (attempts being replaced, legacy abandoned ones)
 _TRANSIENT_PROPERTY_PREFIXES = ("tiered.abandonedOffload.", "tiered.replacementOffload.")
 
@@ -64,6 +66,11 @@ class TopicManifest:
 
     def info(self) -> ManagedLedgerInfo:
         return decode_managed_ledger_info(self.record)
+
+    @property
+    def deleted(self) -> bool:
+        """A tombstone: written when the topic was deleted (recovery does not bring it back)."""
+        return any(kv.key == TOMBSTONE_PROPERTY for kv in self.info().properties)
 
 
 def offloaded_view(info: ManagedLedgerInfo) -> ManagedLedgerInfo:

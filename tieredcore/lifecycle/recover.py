@@ -101,6 +101,7 @@ class RecoverReport:
     orphans: list[str] = field(default_factory=list)  # object groups no recovered record names
     unreadable: list[str] = field(default_factory=list)  # index objects that could not be read
     not_recoverable: list[str] = field(default_factory=list)  # objects recovery cannot attribute alone
+    deleted_topics: list[str] = field(default_factory=list)  # newest manifest a tombstone: not recreated
     topics: list[TopicPlan] = field(default_factory=list)
     identity: str = ""
 
@@ -120,6 +121,7 @@ class RecoverReport:
                 "manifests": self.manifests, "damaged_manifests": self.damaged_manifests,
                 "stale_manifests": self.stale_manifests, "fallback_topics": self.fallback_topics,
                 "orphans": self.orphans, "unreadable": self.unreadable, "not_recoverable": self.not_recoverable,
+                "deleted_topics": self.deleted_topics,
                 "identity": self.identity,
                 "topics": [{"topic": t.topic, "action": t.action, "source": t.source, "sequence": t.sequence,
                             "ledgers": [li.ledgerId for li in t.info.ledgerInfo], "from_index": t.from_index,
@@ -328,6 +330,11 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     by_topic = r.winners(named)
     plans: dict[str, TopicPlan] = {}
     for topic, chosen in chosen_of.items():
+        if chosen.deleted:  # its newest usable manifest is a tombstone: the topic was deleted
+            rep.deleted_topics.append(topic)
+            for lid, (u, _idx) in sorted(by_topic.pop(topic, {}).items()):
+                rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: the topic was deleted)")
+            continue
         info = chosen.info()
         plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1][0] + 1, info,
                          chosen.namespace_policy, chosen.topic_policy)

@@ -21,14 +21,19 @@ from tieredcore.errors import NodeExistsError, ValidationError
 from tieredcore.formats.constants import METADATA_CLUSTER_NAME_KEY, METADATA_OWNER_KEY
 from tieredcore.formats.keys import parse_topic_manifest_key, topic_manifest_key, topic_manifests_prefix
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
-from tieredcore.formats.topic_manifest import TopicManifest, encode_topic_manifest, encode_view
+from tieredcore.formats.topic_manifest import (
+    TOMBSTONE_PROPERTY,
+    TopicManifest,
+    encode_topic_manifest,
+    encode_view,
+)
 from tieredcore.meta.deletion_log import TYPE_MANIFEST, DeletionLog, DeletionRecord
 from tieredcore.meta.reasons import Reason
 from tieredcore.names import TopicName
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SEQUENCE_BASE_PROPERTY", "TopicManifests", "manifest_sequence", "set_sequence_base"]
+__all__ = ["SEQUENCE_BASE_PROPERTY", "TopicManifests", "manifest_sequence", "set_sequence_base", "tombstone"]
 
 # The manifest sequence is base + the record's version. Recovery restores a record at version 0 and sets the
 # base past the newest manifest it read, so sequences stay monotonic across a recovery.
@@ -58,6 +63,15 @@ def set_sequence_base(info: ManagedLedgerInfo, base: int) -> None:
 
 def manifest_sequence(info: ManagedLedgerInfo, version: int) -> int:
     return sequence_base(info) + version
+
+
+def tombstone(info: ManagedLedgerInfo) -> ManagedLedgerInfo:
+    """The record a deleted topic's last manifest holds: no ledgers, the tombstone property, the sequence
+    base of the record it replaces (so its sequence follows the topic's)."""
+    out = ManagedLedgerInfo()
+    out.properties.add(key=TOMBSTONE_PROPERTY, value="true")
+    set_sequence_base(out, sequence_base(info))
+    return out
 
 
 def offloaded_state(info: ManagedLedgerInfo) -> bytes:
