@@ -131,8 +131,9 @@ def test_offloaded_view_names_complete_copies_only() -> None:
 
 
 def test_keys() -> None:
-    k = topic_manifest_key("pre/", "t/a/persistent/x-ledger-5", 42)
-    assert k == "pre/tiered-topic-manifests/t/a/persistent/x-ledger-5/00000000000000000042.topic-manifest"
-    assert parse_topic_manifest_key(k, "pre/") == ("t/a/persistent/x-ledger-5", 42)
+    k = topic_manifest_key("pre/", "c1", "t/a/persistent/x-ledger-5", 42)
+    assert k == "pre/tiered-topic-manifests/c1/t/a/persistent/x-ledger-5/00000000000000000042.topic-manifest"
+    assert parse_topic_manifest_key(k, "pre/", "c1") == ("t/a/persistent/x-ledger-5", 42)
+    assert parse_topic_manifest_key(k, "pre/", "c2") is None  # another cluster's
     assert is_topic_manifest_key(k, "pre/") and parse_key(k, "pre/") is None  # never an offload key
-    assert parse_topic_manifest_key("pre/tiered-topic-manifests/x/1.topic-manifest", "pre/") is None
+    assert parse_topic_manifest_key("pre/tiered-topic-manifests/c1/x/1.topic-manifest", "pre/", "c1") is None

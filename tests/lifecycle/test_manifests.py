@@ -29,8 +29,8 @@ def manifests(ws, topic: str = ML) -> dict[int, bytes]:
     """sequence -> bytes of the topic's manifests in the store."""
     s = ws.manifests
     out = {}
-    for o in iter_objects(s.store, topic_manifests_prefix(s.prefix, topic)):
-        parsed = parse_topic_manifest_key(o.key, s.prefix)
+    for o in iter_objects(s.store, topic_manifests_prefix(s.prefix, s.cluster, topic)):
+        parsed = parse_topic_manifest_key(o.key, s.prefix, s.cluster)
         assert parsed is not None and parsed[0] == topic, o.key
         out[parsed[1]] = s.store.get(o.key)
     return out

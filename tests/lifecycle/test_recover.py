@@ -107,7 +107,7 @@ def lose_metadata(b: Before) -> Workspace:
 
 def manifest_keys(ws: Workspace, topic: str) -> list[str]:
     """The topic's manifest keys, oldest first."""
-    found = [(parse_topic_manifest_key(o.key, ""), o.key) for o in iter_objects(ws.manifests.store)
+    found = [(parse_topic_manifest_key(o.key, "", "standalone"), o.key) for o in iter_objects(ws.manifests.store)
              if is_topic_manifest_key(o.key, "")]
     return [k for p, k in sorted(found) if p is not None and p[0] == ML[topic]]
 
@@ -137,12 +137,12 @@ def test_recover_everything_from_manifests(before: Before) -> None:
         r = reconcile(ws, NOW, 0, dry_run=True)
         assert r.errors == [] and r.orphan_groups == 0 and r.foreign_cluster_groups == 0
         # manifests after recovery continue the topic's sequence
-        old_newest = parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "")[1]
+        old_newest = parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "", "standalone")[1]
         info, _ = ws.ml.get_topic(A1)
         ws.topic_offloader().offload_ledgers(A1, [])  # nothing to do, nothing written
-        assert parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "")[1] == old_newest
+        assert parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "", "standalone")[1] == old_newest
         ws.ml.after_offloaded_change(TopicName.parse(A1), info, 1)  # the record's first change after recovery
-        assert parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "")[1] > old_newest
+        assert parse_topic_manifest_key(manifest_keys(ws, A1)[-1], "", "standalone")[1] > old_newest
         # a second recovery is refused: the store is not empty any more
         with pytest.raises(ValidationError, match="not empty"):
             recover(ws, apply=True)

@@ -116,9 +116,10 @@ def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:
 
 
 # -- topic manifests (docs/recovery.md) ----------------------------------------------------------------
-# ``{prefix}tiered-topic-manifests/{tenant}/{namespace}/{domain}/{topic}/{sequence:020d}.topic-manifest``.
-# The directory starts with a letter past 'f', so no uuid listing of reconciliation holds one; Pulsar's key
-# scanner finds no ledger id in it (the suffix is not digits) and skips it.
+# ``{prefix}tiered-topic-manifests/{cluster}/{tenant}/{namespace}/{domain}/{topic}/{sequence:020d}.topic-manifest``
+# (per cluster: clusters sharing a bucket prefix may have topics of the same name). The directory starts with
+# a letter past 'f', so no uuid listing of reconciliation holds one; Pulsar's key scanner finds no ledger id
+# in it (the suffix is not digits) and skips it.
 TOPIC_MANIFEST_DIR = "tiered-topic-manifests/"
 TOPIC_MANIFEST_SUFFIX = ".topic-manifest"
 _TOPIC_MANIFEST_TAIL = re.compile(r"(.+)/([0-9]{20})\.topic-manifest", re.ASCII)
@@ -128,15 +129,15 @@ _TOPIC_MANIFEST_TAIL = re.compile(r"(.+)/([0-9]{20})\.topic-manifest", re.ASCII)
 COMPACTED_LEDGER_METADATA_KEY = "tieredcompactedledger"
 
 
-def topic_manifests_prefix(prefix: str, managed_ledger_name: str = "") -> str:
-    """Where a topic's manifests live (``managed_ledger_name`` empty: every topic's)."""
-    return f"{prefix}{TOPIC_MANIFEST_DIR}" + (f"{managed_ledger_name}/" if managed_ledger_name else "")
+def topic_manifests_prefix(prefix: str, cluster: str, managed_ledger_name: str = "") -> str:
+    """Where a cluster's topic manifests live (``managed_ledger_name``: one topic's)."""
+    return f"{prefix}{TOPIC_MANIFEST_DIR}{cluster}/" + (f"{managed_ledger_name}/" if managed_ledger_name else "")
 
 
-def topic_manifest_key(prefix: str, managed_ledger_name: str, sequence: int) -> str:
+def topic_manifest_key(prefix: str, cluster: str, managed_ledger_name: str, sequence: int) -> str:
     if not 0 <= sequence < 10**20:
         raise ValidationError(f"topic manifest sequence {sequence} out of range")
-    return f"{topic_manifests_prefix(prefix, managed_ledger_name)}{sequence:020d}{TOPIC_MANIFEST_SUFFIX}"
+    return f"{topic_manifests_prefix(prefix, cluster, managed_ledger_name)}{sequence:020d}{TOPIC_MANIFEST_SUFFIX}"
 
 
 def is_topic_manifest_key(key: str, prefix: str) -> bool:
@@ -144,11 +145,12 @@ def is_topic_manifest_key(key: str, prefix: str) -> bool:
     return key.startswith(prefix + TOPIC_MANIFEST_DIR)
 
 
-def parse_topic_manifest_key(key: str, prefix: str = "") -> tuple[str, int] | None:
-    """(managed-ledger name, sequence) of a topic manifest's key, or None."""
-    if not is_topic_manifest_key(key, prefix):
+def parse_topic_manifest_key(key: str, prefix: str, cluster: str) -> tuple[str, int] | None:
+    """(managed-ledger name, sequence) of one of ``cluster``'s topic manifests, or None."""
+    start = topic_manifests_prefix(prefix, cluster)
+    if not key.startswith(start):
         return None
-    m = _TOPIC_MANIFEST_TAIL.fullmatch(key, len(prefix) + len(TOPIC_MANIFEST_DIR))
+    m = _TOPIC_MANIFEST_TAIL.fullmatch(key, len(start))
     if m is None or m[1].count("/") != 3:
         return None
     return m[1], int(m[2])

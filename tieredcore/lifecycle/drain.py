@@ -438,7 +438,7 @@ class _Drain:
     def _plan_manifest(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName,
                        off: LedgerOffloader) -> None:
         store = off.store.inner if isinstance(off.store, TransformedBlobStore) else off.store
-        key = topic_manifest_key(off.prefix, t.managed_ledger_name, rec.ledger_id)
+        key = topic_manifest_key(off.prefix, self.ws.config.cluster, t.managed_ledger_name, rec.ledger_id)
         try:
             existed = self._check_owner(store, (key,), t.managed_ledger_name)
         except (_Foreign, _Refused) as e:
@@ -458,7 +458,7 @@ class _Drain:
             self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
             return
         batch = self._batches.setdefault(id(store), _Batch(store))
-        batch.prefixes.add(topic_manifests_prefix(off.prefix, t.managed_ledger_name))
+        batch.prefixes.add(topic_manifests_prefix(off.prefix, self.ws.config.cluster, t.managed_ledger_name))
         batch.jobs.append(_ObjectJob(entry, row, [key], key, existed))
 
     def _check_owner(self, store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:

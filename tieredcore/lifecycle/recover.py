@@ -28,6 +28,7 @@ from tieredcore.clock import now_ms
 from tieredcore.cold.blob import BlobStore, iter_objects
 from tieredcore.cold.location import StoreLocation
 from tieredcore.errors import FormatError, NodeExistsError, NoSuchObjectError, TieredError, ValidationError
+from tieredcore.formats.constants import METADATA_OWNER_KEY
 from tieredcore.formats.index import parse_index_v1
 from tieredcore.formats.keys import (
     COMPACTED_LEDGER_METADATA_KEY,
@@ -54,7 +55,7 @@ from tieredcore.offload.context import (
     segment_uuids,
 )
 from tieredcore.offload.manifests import set_sequence_base
-from tieredcore.offload.ownership import IDENTITY_PATH, read_identity, read_marker
+from tieredcore.offload.ownership import IDENTITY_PATH, foreign_reason, read_identity, read_marker
 from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -137,12 +138,12 @@ class _Listing:
     segments: set[str]  # uuids with a segment index object
 
 
-def _list(store: BlobStore, prefix: str) -> _Listing:
+def _list(store: BlobStore, prefix: str, cluster: str) -> _Listing:
     out = _Listing({}, {}, {}, {}, set())
     for o in iter_objects(store, prefix):
         out.keys[o.key] = o.last_modified
         out.sizes[o.key] = o.size
-        m = parse_topic_manifest_key(o.key, prefix)
+        m = parse_topic_manifest_key(o.key, prefix, cluster)
         if m is not None:
             out.manifests.setdefault(m[0], []).append((m[1], o.key))
             continue
@@ -220,10 +221,16 @@ class _Recovery:
             self.report.unreadable.append(f"{ikey}: its data object is missing or not {idx.data_object_length} bytes")
             return None
         try:
-            compacted = self.store.head(ikey).metadata.get(COMPACTED_LEDGER_METADATA_KEY) == "true"
+            meta = self.store.head(ikey).metadata
         except (TieredError, NoSuchObjectError) as e:
             self.report.unreadable.append(f"{ikey}: {e}")
             return None
+        # a bucket shared with other clusters or workspaces: only what this workspace's marker owns
+        foreign = foreign_reason(meta, self.ws.config.cluster, self.report.identity or meta.get(METADATA_OWNER_KEY, ""))
+        if foreign is not None:
+            self.report.not_recoverable.append(f"{ikey}: not this workspace's: {foreign}")
+            return None
+        compacted = meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true"
         if compacted:  # its pointer and horizon are in the topic's record (manifest) only
             self.report.not_recoverable.append(f"{ikey}: a compacted ledger, restored from its topic's manifest only")
             return None
@@ -291,7 +298,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     loc = ws.config.store_location
     store = ws.open_location(loc)
     prefix = ws.offloader.prefix
-    listing = _list(store, prefix)
+    listing = _list(store, prefix, ws.config.cluster)
     rep = RecoverReport(ws.config.store_url, applied=False, objects_listed=len(listing.keys),
                         manifests=sum(len(v) for v in listing.manifests.values()))
     if not listing.manifests and not listing.pairs and not listing.segments:

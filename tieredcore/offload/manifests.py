@@ -102,8 +102,8 @@ class TopicManifests:
         """The sequence numbers of the topic's manifests in the store, ascending."""
         name = topic.managed_ledger_name
         out = []
-        for o in iter_objects(self.store, topic_manifests_prefix(self.prefix, name)):
-            parsed = parse_topic_manifest_key(o.key, self.prefix)
+        for o in iter_objects(self.store, topic_manifests_prefix(self.prefix, self.cluster, name)):
+            parsed = parse_topic_manifest_key(o.key, self.prefix, self.cluster)
             if parsed is not None and parsed[0] == name:
                 out.append(parsed[1])
         return sorted(out)
@@ -115,7 +115,7 @@ class TopicManifests:
         ns_policy, topic_policy = self.policies(topic)
         seq = manifest_sequence(info, version)
         m = TopicManifest(name, seq, self.clock_ms(), encode_view(info), ns_policy, topic_policy)
-        key = topic_manifest_key(self.prefix, name, seq)
+        key = topic_manifest_key(self.prefix, self.cluster, name, seq)
         self.before_write()
         self.store.put(key, encode_topic_manifest(m), {
             METADATA_CLUSTER_NAME_KEY: self.cluster, METADATA_OWNER_KEY: self.identity(), TOPIC_METADATA_KEY: name})
@@ -125,8 +125,8 @@ class TopicManifests:
         """Managed-ledger name -> the sequence numbers of its manifests in the store, ascending (one listing
         of the manifest directory)."""
         out: dict[str, list[int]] = {}
-        for o in iter_objects(self.store, topic_manifests_prefix(self.prefix)):
-            parsed = parse_topic_manifest_key(o.key, self.prefix)
+        for o in iter_objects(self.store, topic_manifests_prefix(self.prefix, self.cluster)):
+            parsed = parse_topic_manifest_key(o.key, self.prefix, self.cluster)
             if parsed is not None:
                 out.setdefault(parsed[0], []).append(parsed[1])
         return {k: sorted(v) for k, v in out.items()}
