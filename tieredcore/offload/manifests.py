@@ -109,8 +109,8 @@ class TopicManifests:
         return sorted(out)
 
     def write(self, topic: TopicName, info: ManagedLedgerInfo, version: int) -> str:
-        """Write the manifest of ``info`` as committed at ``version``; then record superseded ones for
-        deletion. Returns the key."""
+        """Write the manifest of ``info`` as committed at ``version`` (one PUT; superseded manifests are
+        recorded for deletion by reconciliation, not here). Returns the key."""
         name = topic.managed_ledger_name
         ns_policy, topic_policy = self.policies(topic)
         seq = manifest_sequence(info, version)
