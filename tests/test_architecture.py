@@ -78,7 +78,7 @@ PACKAGE_LAYERS = {
     "tieredcore.formats": (
         Layer("constants and codecs", ("constants", "proto.*", "chunks", "compression", "keys", "native",
                                          "transform", "uuids")),
-        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest",
+        Layer("metadata records and messages", ("trailer", "ledger_metadata", "messages", "mlinfo", "manifest", "topic_manifest",
                                                   "frame_ranges")),
         Layer("topic compaction's rules over messages", ("compacted",)),
         Layer("the index", ("index",)),
@@ -114,7 +114,7 @@ PACKAGE_LAYERS = {
     "tieredcore.offload": (
         Layer("records", ("context", "compacted_state")),
         Layer("the compare-and-set step", ("transaction",)),
-        Layer("caches and ownership", ("buffers", "cache", "ownership", "sidecar")),
+        Layer("caches and ownership", ("buffers", "cache", "manifests", "ownership", "sidecar")),
         Layer("reading", ("reader",)),
         Layer("proving hot frames as they are read", ("frame_check",)),
         Layer("writing one ledger", ("offloader",)),
@@ -125,7 +125,7 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.lifecycle": (
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
-        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "retention", "scrub", "sweep",
+        Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "recover", "retention", "scrub", "sweep",
                          "topic_compaction")),
         Layer("running jobs, the overview", ("compaction_run", "overview", "runner", "status", "topic_compaction_run")),
         Layer("settings of a run", ("compaction_settings",)),
@@ -145,7 +145,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
-                           "scrub", "topic_compaction", "topics", "verify_messages")),
+                           "recover", "scrub", "topic_compaction", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }

@@ -153,6 +153,7 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_PRICE_DELETE_1000": "0.5",
         "TIERED_EXPORT_CATALOG_URL": "postgresql+psycopg2://u@db/iceberg",
         "TIERED_EXPORT_WAREHOUSE": "s3://lake/warehouse",
+        "TIERED_MANIFESTS_KEEP": "5",
         "UNRELATED": "x",
     }
     # every variable but TIERED_BROKERS_DEFAULT, which needs an attached workspace (the test below)
@@ -168,7 +169,7 @@ def test_env_overrides(tmp_path: Path) -> None:
                          price_storage_gb_month=0.0125, price_get_per_1000=0.001, price_put_per_1000=0.01,
                          price_list_per_1000=0.0, price_delete_per_1000=0.5,
                          export_catalog_url="postgresql+psycopg2://u@db/iceberg",
-                         export_warehouse="s3://lake/warehouse")
+                         export_warehouse="s3://lake/warehouse", manifests_keep=5)
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096

@@ -93,6 +93,7 @@ ENV_OVERRIDES = {
     "TIERED_PRICE_LIST_1000": "price_list_per_1000",
     "TIERED_PRICE_DELETE_1000": "price_delete_per_1000",
     "TIERED_BROKERS_DEFAULT": "brokers_default",
+    "TIERED_MANIFESTS_KEEP": "manifests_keep",
     "TIERED_EXPORT_CATALOG_URL": "export_catalog_url",
     "TIERED_EXPORT_WAREHOUSE": "export_warehouse",
 }
@@ -161,6 +162,9 @@ class Config:
     # workspace, <workspace>/iceberg/ (tieredcore.lifecycle.export, docs/export.md)
     export_catalog_url: str = ""
     export_warehouse: str = ""
+    # topic manifests (docs/recovery.md): the newest this many per topic stay in the store, older ones go
+    # through the deletion log
+    manifests_keep: int = 3
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -196,6 +200,9 @@ class Config:
         if not (math.isfinite(self.store_dead_after) and 0 <= self.store_dead_after <= 3600):
             raise ValidationError(f"configuration: store_dead_after must be 0 (never) to 3600 seconds, "
                                   f"got {self.store_dead_after!r}")
+        if isinstance(self.manifests_keep, bool) or not isinstance(self.manifests_keep, int) \
+                or self.manifests_keep < 1:
+            raise ValidationError(f"configuration: manifests_keep must be >= 1, got {self.manifests_keep!r}")
         if self.lease_ttl_ms <= 0:
             raise ValidationError("configuration: lease_ttl_ms must be positive")
         if self.checksum_chunk < 0 or 0 < self.checksum_chunk < 512:

@@ -26,7 +26,9 @@ from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.pulsar import PulsarRecords
 from tieredcore.meta.store import MetadataStore
+from tieredcore.names import TopicName
 from tieredcore.offload.managed import TopicOffloader
+from tieredcore.offload.manifests import TopicManifests, offloaded_state
 from tieredcore.offload.offloader import LedgerOffloader
 from tieredcore.offload.ownership import SidecarPermission, claim_store, ensure_identity, read_identity
 from tieredcore.offload.segments import SegmentOffloader
@@ -52,7 +54,26 @@ class Workspace:
 
     @cached_property
     def ml(self) -> ManagedLedgerStore:
-        return ManagedLedgerStore(self.metadata)
+        ml = ManagedLedgerStore(self.metadata)
+        if not self.attached:  # an attached cluster's bucket is never written
+            # every committed change of a topic's offloaded state writes its topic manifest (docs/recovery.md)
+            ml.after_offloaded_change = lambda t, info, version: self.manifests.after_commit(t, info, version)
+            ml.offloaded_state = offloaded_state
+        return ml
+
+    @cached_property
+    def manifests(self) -> TopicManifests:
+        """Topic manifests, in the configured store's plain form under its prefix (docs/recovery.md)."""
+        loc = self.config.store_location
+        store = self.open_location(loc)
+        prefix = normalize_prefix(loc.prefix)
+
+        def policies(t: TopicName) -> tuple[dict | None, dict | None]:
+            return self.ml.get_policies(t.namespace_name), self.ml.get_topic_policies(t)
+
+        return TopicManifests(store, prefix, deletion_log=self.deletion_log, keep=self.config.manifests_keep,
+                              cluster=self.config.cluster, identity=lambda: self.identity, policies=policies,
+                              clock_ms=now_ms, driver=loc.driver_dict(), before_write=lambda: self.claim(store, prefix))
 
     @property
     def attached(self) -> bool:

@@ -79,7 +79,8 @@ def read_all(ws, topic=T, priority=TIERED_FIRST):
 
 
 def object_keys(store) -> set[str]:
-    return {o.key for o in iter_objects(store) if "tiered-owner." not in o.key}
+    return {o.key for o in iter_objects(store) if "tiered-owner." not in o.key
+            and "tiered-topic-manifests/" not in o.key}
 
 
 def seg_keys(u: str, prefix: str = "") -> set[str]:

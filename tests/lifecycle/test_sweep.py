@@ -59,8 +59,9 @@ def planned(plan):
 
 def store_listing(store):
     """Every object key (but the workspace's owner markers, tiered-owner.<cluster>: one per claimed
-    location) plus every unfinished multipart upload of a store."""
-    return (sorted(o.key for o in iter_objects(store) if "tiered-owner." not in o.key),
+    location, and its topic manifests: docs/recovery.md) plus every unfinished multipart upload of a store."""
+    return (sorted(o.key for o in iter_objects(store) if "tiered-owner." not in o.key
+                   and "tiered-topic-manifests/" not in o.key),
             store.list_multipart_uploads())
 
 

@@ -54,7 +54,8 @@ def infos(ws, topic=T):
 
 
 def objects(ws, store=None):
-    return sorted(o.key for o in iter_objects(store or ws.store) if "tiered-owner." not in o.key)
+    return sorted(o.key for o in iter_objects(store or ws.store)
+                  if "tiered-owner." not in o.key and "tiered-topic-manifests/" not in o.key)
 
 
 def read_all(ws, topic=T):

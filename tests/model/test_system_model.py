@@ -418,9 +418,16 @@ class SystemModel(RuleBasedStateMachine):
                     if not li.offloadContext.bookkeeperDeleted:
                         hot_kept.add(li.ledgerId)
             store, prefix = ws.store, self.config.store_location.prefix
-            left = [o.key for o in iter_objects(store, prefix) if uuid_of(o.key) not in referenced
-                    and not o.key.rsplit("/", 1)[-1].startswith("tiered-owner.")]
+            listed = [o.key for o in iter_objects(store, prefix)]
+            manifests = [k for k in listed if k.startswith(prefix + "tiered-topic-manifests/")]
+            left = [k for k in listed if uuid_of(k) not in referenced and k not in manifests
+                    and not k.rsplit("/", 1)[-1].startswith("tiered-owner.")]
             assert not left, f"orphan objects after reconcile + drain: {left}"
+            # superseded topic manifests went through the deletion log: at most manifests_keep per topic stay
+            per_topic: dict[str, int] = {}
+            for k in manifests:
+                per_topic[k.rsplit("/", 1)[0]] = per_topic.get(k.rsplit("/", 1)[0], 0) + 1
+            assert all(n <= ws.config.manifests_keep for n in per_topic.values()), per_topic
             assert not store.list_multipart_uploads(prefix), store.list_multipart_uploads(prefix)
             assert set(ws.hot.list_ledgers()) == hot_kept
 

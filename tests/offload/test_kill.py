@@ -38,8 +38,9 @@ def entry(i: int) -> bytes:
 
 
 def object_keys(store) -> list[str]:
-    """Every object key but the owner marker the workspace writes when it claims the store."""
-    return [o.key for o in iter_objects(store) if not o.key.startswith("tiered-owner.")]
+    """Every object key but the owner marker the workspace writes when it claims the store and its topic
+    manifests (docs/recovery.md)."""
+    return [o.key for o in iter_objects(store) if not o.key.startswith(("tiered-owner.", "tiered-topic-manifests/"))]
 
 
 def uploads(store) -> list[tuple[str, str]]:

@@ -315,8 +315,9 @@ def drain(env: Env, as_of_ms: int | None = None, **kw) -> DrainReport:
 
 
 def object_keys(store) -> list[str]:
-    """Every object key but the owner marker a workspace writes when it claims the store."""
-    return [o.key for o in iter_objects(store) if not o.key.startswith("tiered-owner.")]
+    """Every object key but the owner marker a workspace writes when it claims the store and its topic
+    manifests (docs/recovery.md)."""
+    return [o.key for o in iter_objects(store) if not o.key.startswith(("tiered-owner.", "tiered-topic-manifests/"))]
 
 
 def upload_keys(store) -> list[str]:

@@ -26,7 +26,7 @@ from tieredcore.cli.workload import (
 )
 from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
-from tieredcore.formats.keys import parse_key
+from tieredcore.formats.keys import is_topic_manifest_key, parse_key
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.reconcile.run import reconcile
 from tieredcore.names import TopicName
@@ -124,9 +124,10 @@ def hot_snapshot(ws: Workspace, topic: str = TOPIC) -> Snapshot:
 
 
 def store_keys(ws: Workspace) -> list[str]:
-    """Every object key under the workspace's prefix but its owner marker."""
+    """Every object key under the workspace's prefix but its owner marker and topic manifests."""
     prefix = ws.offloader.prefix
-    return sorted(o.key for o in iter_objects(ws.store, prefix) if not is_marker_key(o.key, prefix))
+    return sorted(o.key for o in iter_objects(ws.store, prefix)
+                  if not is_marker_key(o.key, prefix) and not is_topic_manifest_key(o.key, prefix))
 
 
 def store_uploads(ws: Workspace) -> list[str]:

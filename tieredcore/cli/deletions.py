@@ -270,6 +270,9 @@ def _print_reconcile(rep: ReconcileReport, as_of: int, grace: int) -> None:
         print(f"  withheld {rep.withheld_not_listed:,} more object(s) not listed")
     print(f"{verb} {n if dry_run else rep.records_appended} deletion record(s)"
           + ("; run `tiered deletions drain`" if rep.records_appended else ""))
+    if rep.manifests_superseded:
+        print(f"{'would record' if dry_run else 'recorded'} {rep.manifests_superseded} superseded topic "
+              "manifest(s) for deletion (docs/recovery.md)")
     for note in rep.notes:
         print(f"note: {note}")
     for e in rep.errors:

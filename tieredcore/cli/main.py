@@ -24,6 +24,7 @@ from tieredcore.cli import (
     offload,
     policies,
     read,
+    recover,
     scrub,
     topic_compaction,
     topics,
@@ -51,7 +52,7 @@ from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
                                     deletions.GROUP, scrub.GROUP, compact.GROUP, topic_compaction.GROUP,
-                                    keys.GROUP, export.GROUP)
+                                    keys.GROUP, export.GROUP, recover.GROUP)
 COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.commands}
 
 
@@ -150,7 +151,9 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             cfg = load_config(args)
             refuse_on_attached(args.cmd, cfg)
-            if args.cmd != "generate":  # writes topics: may start the store (docs/deploy.md, env-only config)
+            # generate writes topics: may start the store (docs/deploy.md, env-only config); recover rebuilds a
+            # lost one
+            if args.cmd not in ("generate", "recover"):
                 _require_metadata_store(cfg)
             with Workspace(cfg) as ws:
                 res = COMMANDS[args.cmd].run(args, ws, progress)

@@ -113,3 +113,44 @@ def parse_ledger_key(key: str, prefix: str = "") -> ParsedKey | None:
     """Like parse_key, for ledger-offload keys only (segment keys give None)."""
     p = parse_key(key, prefix)
     return p if p is not None and p.ledger_id is not None else None
+
+
+# -- topic manifests (docs/recovery.md) ----------------------------------------------------------------
+# ``{prefix}tiered-topic-manifests/{cluster}/{tenant}/{namespace}/{domain}/{topic}/{sequence:020d}.topic-manifest``
+# (per cluster: clusters sharing a bucket prefix may have topics of the same name). The directory starts with
+# a letter past 'f', so no uuid listing of reconciliation holds one; Pulsar's key scanner finds no ledger id
+# in it (the suffix is not digits) and skips it.
+TOPIC_MANIFEST_DIR = "tiered-topic-manifests/"
+TOPIC_MANIFEST_SUFFIX = ".topic-manifest"
+_TOPIC_MANIFEST_TAIL = re.compile(r"(.+)/([0-9]{20})\.topic-manifest", re.ASCII)
+
+
+# user metadata on a compacted ledger's objects (topic compaction): not one of the topic's own ledgers
+COMPACTED_LEDGER_METADATA_KEY = "tieredcompactedledger"
+
+
+def topic_manifests_prefix(prefix: str, cluster: str, managed_ledger_name: str = "") -> str:
+    """Where a cluster's topic manifests live (``managed_ledger_name``: one topic's)."""
+    return f"{prefix}{TOPIC_MANIFEST_DIR}{cluster}/" + (f"{managed_ledger_name}/" if managed_ledger_name else "")
+
+
+def topic_manifest_key(prefix: str, cluster: str, managed_ledger_name: str, sequence: int) -> str:
+    if not 0 <= sequence < 10**20:
+        raise ValidationError(f"topic manifest sequence {sequence} out of range")
+    return f"{topic_manifests_prefix(prefix, cluster, managed_ledger_name)}{sequence:020d}{TOPIC_MANIFEST_SUFFIX}"
+
+
+def is_topic_manifest_key(key: str, prefix: str) -> bool:
+    """A key under the location's topic-manifest directory (ours, never an orphan nor a ledger object)."""
+    return key.startswith(prefix + TOPIC_MANIFEST_DIR)
+
+
+def parse_topic_manifest_key(key: str, prefix: str, cluster: str) -> tuple[str, int] | None:
+    """(managed-ledger name, sequence) of one of ``cluster``'s topic manifests, or None."""
+    start = topic_manifests_prefix(prefix, cluster)
+    if not key.startswith(start):
+        return None
+    m = _TOPIC_MANIFEST_TAIL.fullmatch(key, len(start))
+    if m is None or m[1].count("/") != 3:
+        return None
+    return m[1], int(m[2])

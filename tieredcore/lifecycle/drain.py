@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tieredcore.cold.blob import BlobStore
+from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.errors import (
     BlobStoreError,
     HotLedgerNotFoundError,
@@ -84,6 +85,8 @@ from tieredcore.formats.keys import (
     segment_data_key,
     segment_index_key,
     sidecar_of,
+    topic_manifest_key,
+    topic_manifests_prefix,
 )
 from tieredcore.lifecycle.drain_report import DETAIL_SCHEMA, OUTCOMES, DrainReport, DrainRow
 from tieredcore.meta.deletion_log import (
@@ -92,6 +95,7 @@ from tieredcore.meta.deletion_log import (
     STATE_DEAD,
     STATE_RETRYING,
     TYPE_LEDGER,
+    TYPE_MANIFEST,
     TYPE_OFFLOADED,
     TYPE_SEGMENT,
     DeletionLog,
@@ -198,8 +202,8 @@ def _hot_mismatch(rec: DeletionRecord, ml_name: str, custom: Mapping[str, bytes]
 def _in_use(rec: DeletionRecord, uuid: str, info) -> str | None:
     """Why the storage the record names is still in use by the topic record `info` (None: it is not;
     `info` None: the topic does not exist)."""
-    if info is None:
-        return None
+    if info is None or rec.type == TYPE_MANIFEST:
+        return None  # a manifest is recorded only once newer ones superseded it: nothing reads it
     if rec.component != "managed-ledger":
         raise _Unsupported(f"topic exists and {rec.component} ledgers are not tracked here: "
                            "cannot check whether the ledger is still in use")
@@ -334,7 +338,7 @@ class _Drain:
         row = DrainRow(entry.id, rec.topic, rec.ledger_id, rec.type, rec.reason, "")
         try:
             t = TopicName.parse(rec.topic)
-            uuid = str(uuidlib.UUID(rec.uuid)) if rec.type != TYPE_LEDGER else ""
+            uuid = str(uuidlib.UUID(rec.uuid)) if rec.type in (TYPE_OFFLOADED, TYPE_SEGMENT) else ""
         except (ValidationError, ValueError) as e:
             self._dead(entry, row, Outcome.MALFORMED, f"malformed record: {e}")
             return
@@ -394,6 +398,9 @@ class _Drain:
         except Exception as e:
             self._fail(entry, row, f"opening the record's object store: {type(e).__name__}: {e}")
             return
+        if rec.type == TYPE_MANIFEST:  # one object, in the store's plain form (docs/recovery.md)
+            self._plan_manifest(entry, row, rec, t, off)
+            return
         if rec.type == TYPE_OFFLOADED:
             dkey, ikey = data_key(off.prefix, uuid, rec.ledger_id), index_key(off.prefix, uuid, rec.ledger_id)
         else:  # a streaming segment's objects
@@ -427,6 +434,32 @@ class _Drain:
         # the whole group: a ledger pair's entry-offsets sidecar and the manifests of transformed (chunked)
         # objects go with them (absent keys are fine)
         batch.jobs.append(_ObjectJob(entry, row, group_keys(dkey, ikey), dkey, existed))
+
+    def _plan_manifest(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName,
+                       off: LedgerOffloader) -> None:
+        store = off.store.inner if isinstance(off.store, TransformedBlobStore) else off.store
+        key = topic_manifest_key(off.prefix, self.ws.config.cluster, t.managed_ledger_name, rec.ledger_id)
+        try:
+            existed = self._check_owner(store, (key,), t.managed_ledger_name)
+        except (_Foreign, _Refused) as e:
+            log.warning("deletion %s refused: %s", entry.id, e)
+            self._ack(entry, row, Outcome.REFUSED_FOREIGN if isinstance(e, _Foreign) else Outcome.REFUSED_MISMATCH,
+                      str(e))
+            return
+        except Exception as e:
+            self.budget.record(type(e).__name__, str(e))
+            if isinstance(e, StoreUnavailableError):
+                self._set(row, Outcome.ABORTED, str(e))
+            else:
+                self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
+            return
+        self.budget.record("")
+        if self.dry_run:
+            self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
+            return
+        batch = self._batches.setdefault(id(store), _Batch(store))
+        batch.prefixes.add(topic_manifests_prefix(off.prefix, self.ws.config.cluster, t.managed_ledger_name))
+        batch.jobs.append(_ObjectJob(entry, row, [key], key, existed))
 
     def _check_owner(self, store: BlobStore, keys: Iterable[str], ml_name: str) -> bool:
         """False when no object exists. Every existing object must be this cluster's and workspace's

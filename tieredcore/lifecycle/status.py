@@ -301,14 +301,15 @@ def _hot_extent(ws: Workspace, li, is_open: bool, through: int) -> tuple[int | N
 
 def store_totals(ws: Workspace) -> StoreTotals:
     """Objects under the workspace store's offload prefix, but the owner markers
-    (tieredcore.offload.ownership)."""
+    (tieredcore.offload.ownership) and the topic manifests (docs/recovery.md)."""
     from tieredcore.cold.blob import iter_objects
+    from tieredcore.formats.keys import is_topic_manifest_key
     from tieredcore.offload.ownership import is_marker_key
 
     n = size = 0
     prefix = ws.offloader.prefix
     for o in iter_objects(ws.store, prefix):
-        if is_marker_key(o.key, prefix):
+        if is_marker_key(o.key, prefix) or is_topic_manifest_key(o.key, prefix):
             continue
         n += 1
         size += o.size

@@ -39,6 +39,7 @@ from tieredcore.formats.compacted import (
     parse_compacted_ledger_entry,
     rewrite_entry,
 )
+from tieredcore.formats.keys import COMPACTED_LEDGER_METADATA_KEY
 from tieredcore.formats.messages import MessageId
 from tieredcore.meta.deletion_log import TYPE_OFFLOADED
 from tieredcore.meta.reasons import Reason
@@ -284,7 +285,10 @@ def write_compacted(ws: Workspace, plan: CompactionPlan, entries: Iterable[bytes
         new_uuid = str(uuid_factory())
         h = ws.hot.open_ledger(res.ledger_id)
         try:
-            plan.offloader.offload(h, new_uuid, {"managedledgername": t.managed_ledger_name})
+            # tieredcompactedledger: recovery from index objects alone must not take it for one of the topic's
+            # ledgers (docs/recovery.md); Pulsar ignores unknown user metadata
+            plan.offloader.offload(h, new_uuid, {"managedledgername": t.managed_ledger_name,
+                                                 COMPACTED_LEDGER_METADATA_KEY: "true"})
         finally:
             h.close()
         res.uuid = new_uuid

@@ -35,7 +35,10 @@ STATS = f"{ROOT}/stats"
 TYPE_LEDGER = "ledger"  # hot-tier copy
 TYPE_OFFLOADED = "offloaded"  # object-store copy of one offload attempt (uuid)
 TYPE_SEGMENT = "segment"  # streaming segment object (PIP-76)
-TYPES = (TYPE_LEDGER, TYPE_OFFLOADED, TYPE_SEGMENT)
+# a superseded topic manifest (docs/recovery.md): ledger_id holds the manifest's sequence number, the driver
+# the store it lies in; no uuid
+TYPE_MANIFEST = "manifest"
+TYPES = (TYPE_LEDGER, TYPE_OFFLOADED, TYPE_SEGMENT, TYPE_MANIFEST)
 COMPONENTS = ("managed-ledger", "cursor", "schema")
 
 STATE_PENDING = "pending"
@@ -93,6 +96,8 @@ class DeletionRecord:
                 problems.append(f"uuid {self.uuid!r}")
             if not isinstance(self.driver, dict) or not self.driver.get("name"):
                 problems.append("driver metadata missing")
+        if self.type == TYPE_MANIFEST and (not isinstance(self.driver, dict) or not self.driver.get("name")):
+            problems.append("driver metadata missing")
         if not self.reason or not isinstance(self.reason, str):
             problems.append("reason missing")
         # due() sorts and filters on these: one non-integer would break every drain, not just this record

@@ -89,6 +89,12 @@ class ManagedLedgerStore:
         self.compression = compression
         self.compression_threshold = compression_threshold
         encode_managed_ledger_info(ManagedLedgerInfo(), compression)  # validate the option now
+        # Called by the protocol's compare-and-set step (tieredcore.offload.transaction) after a commit that
+        # changed a topic's offloaded state, with (topic, info as stored, version): the workspace wires the
+        # topic-manifest writer here (docs/recovery.md). None: no manifests.
+        self.after_offloaded_change: Callable[[TopicName, ManagedLedgerInfo, int], None] | None = None
+        # what the offloaded state of a record is, for comparing before and after a change (set with the hook)
+        self.offloaded_state: Callable[[ManagedLedgerInfo], bytes] | None = None
 
     # --- topics ----------------------------------------------------------------------------
 

@@ -19,4 +19,5 @@ class Reason(StrEnum):
     COMPACTION_CONFLICT = "compaction-conflict"  # our new segment lost the switch, or failed
     TOPIC_COMPACTION = "topic-compaction"  # a compacted ledger replaced by the next compaction of its topic
     TOPIC_COMPACTION_CONFLICT = "topic-compaction-conflict"  # our compacted ledger lost the switch
+    MANIFEST_SUPERSEDED = "manifest-superseded"  # a topic manifest older than the newest N kept
     ORPHAN = "orphan"  # found by reconciliation: referenced by no topic record

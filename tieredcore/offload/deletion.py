@@ -39,6 +39,7 @@ from tieredcore.offload.context import (
     uuid_from_halves,
 )
 from tieredcore.offload.copies import copy_key
+from tieredcore.offload.manifests import tombstone
 from tieredcore.offload.transaction import MAX_ROUNDS, Applied, ObjectGroup, TopicTransaction, Uncovered
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,10 @@ def delete_record(txn: TopicTransaction, reason: Reason, as_of_ms: int, fallback
         except TopicNotFoundError:
             return out
         out.deleted = True
+        hook = txn.ml.after_offloaded_change
+        if hook is not None:
+            # a tombstone manifest, after the record is gone: recovery must not bring the topic back
+            hook(txn.topic, tombstone(info), version + 1)
         return out
     raise VersionConflictError(f"delete {txn.topic.full}: the topic kept changing over {MAX_ROUNDS} rounds")
 

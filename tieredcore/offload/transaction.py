@@ -199,16 +199,24 @@ class TopicTransaction:
         raises (TopicNotFoundError, VersionConflictError, MetadataStoreError) and :class:`Uncovered`."""
         self.ml.require_writable(self.topic)  # an attached cluster's record: refused before anything
         changed = False
+        state = self.ml.offloaded_state
+        state_changed = False
 
         def run(info: ManagedLedgerInfo) -> bool:
-            nonlocal changed
+            nonlocal changed, state_changed
+            before = state(info) if state is not None else b""
             changed = bool(mutate(info))
+            state_changed = changed and state is not None and state(info) != before
             return changed
 
         try:
             info, version = self.ml.update_topic(self.topic, run)
         except Refusal as r:
             return Refused(r.reason)
+        hook = self.ml.after_offloaded_change
+        if state_changed and hook is not None:
+            # after the commit, never before: the topic manifest describes what the record now holds
+            hook(self.topic, info, version)
         return Applied(info, version, changed)
 
     def record(self, records: Iterable[DeletionRecord]) -> None:

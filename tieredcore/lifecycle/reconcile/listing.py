@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from tieredcore.cold.blob import BlobStore, ObjectInfo, iter_objects
 from tieredcore.errors import ValidationError
-from tieredcore.formats.keys import OBJECT_KEY, normalize_prefix
+from tieredcore.formats.keys import OBJECT_KEY, TOPIC_MANIFEST_DIR, is_topic_manifest_key, normalize_prefix
 from tieredcore.offload.ownership import MARKER_PREFIX, is_marker_key
 
 HEX_DIGITS = "0123456789abcdef"
@@ -88,16 +88,19 @@ def list_objects(
     lp = p if listing_prefix is None else listing_prefix
     if not lp.startswith(p):
         raise ValidationError(f"listing prefix {lp!r} is not under the offload prefix {p!r}")
-    # owner markers (ours, never orphans) start with a letter past 'f': no uuid listing holds one
+    # owner markers and topic manifests (ours, never orphans) start with a letter past 'f': no uuid listing
+    # holds one
     markers = lp == p or lp[len(p):len(p) + 1] not in HEX_DIGITS
     # parse_row inlined, names bound locally: this loop runs once per object of the store
     match, plen, new_row, row_type = OBJECT_KEY.fullmatch, len(p), _new_row, ObjectRow
     marker_start = p + MARKER_PREFIX
+    manifest_start = p + TOPIC_MANIFEST_DIR
     for info in iter_objects(store, lp, page_size):
         key = info.key
         if (exclude_prefixes and excluded(key, exclude_prefixes)) or (
-                markers and key.startswith(marker_start) and is_marker_key(key, p)):
-            continue  # a nested location's keys; owner markers
+                markers and (key.startswith(marker_start) and is_marker_key(key, p)
+                             or key.startswith(manifest_start))):
+            continue  # a nested location's keys; owner markers and topic manifests (ours, never orphans)
         m = match(key, plen) if key.startswith(p) else None
         if m is None:
             yield new_row(row_type, (key, info.size, int(info.last_modified * 1000), None, None, None))
@@ -123,7 +126,8 @@ def list_rest(
     def emit(infos: Iterable[ObjectInfo]) -> Iterator[ObjectRow]:
         for info in infos:
             if _is_rest(info.key, plen) and not (exclude_prefixes and excluded(info.key, exclude_prefixes)) \
-                    and not is_marker_key(info.key, p):  # the location's owner marker is ours, not foreign
+                    and not is_marker_key(info.key, p) and not is_topic_manifest_key(info.key, p):
+                # the location's owner marker and topic manifests are ours, not foreign
                 yield parse_row(info, p)
 
     # (start after, stop at the first key whose next character is >= this)

@@ -96,6 +96,9 @@ class ReconcileReport:
     withheld_objects: int = 0
     withheld_bytes: int = 0
     withheld_hot_ledgers: int = 0
+    # topic manifests older than their topic's newest manifests_keep, recorded for deletion now (a dry run:
+    # how many there are; docs/recovery.md)
+    manifests_superseded: int = 0
     oldest_orphan_age_ms: int | None = None
     attached: bool = False  # the workspace is attached to a Pulsar cluster (docs/pulsar.md)
     cluster: str = ""

@@ -219,10 +219,26 @@ def plan_and_apply(
     rep.timings["append"] = round(clock() - t0, 6)
 
     t0 = clock()
+    _supersede_manifests(ws, rep, dry_run)
+    rep.timings["manifests"] = round(clock() - t0, 6)
+
+    t0 = clock()
     _abort_stale_uploads_in(rep, locs, as_of_ms, grace_ms, dry_run, oldest)
     rep.oldest_orphan_age_ms = max(oldest, default=None)
     rep.timings["uploads"] = round(clock() - t0, 6)
     return records
+
+
+def _supersede_manifests(ws: Workspace, rep: ReconcileReport, dry_run: bool) -> None:
+    """Topic manifests beyond the newest ``manifests_keep`` of their topic go to the deletion log
+    (docs/recovery.md); a dry run counts them. Never on an attached workspace (it writes none)."""
+    if ws.attached:
+        return
+    try:
+        records = ws.manifests.superseded()
+        rep.manifests_superseded = len(records) if dry_run else ws.manifests.supersede(records)
+    except TieredError as e:
+        rep.errors.append(f"topic manifests: {e}")
 
 
 def _plan_object_orphans(
