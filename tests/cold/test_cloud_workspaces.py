@@ -18,7 +18,7 @@ from tests.support.workspaces import END_ISO, build_workspace
 from tieredcore.cli.main import main
 from tieredcore.cold.blob import iter_objects
 from tieredcore.config import CONFIG_FILE_NAME, Config
-from tieredcore.formats.keys import data_key
+from tieredcore.formats.keys import data_key, is_topic_manifest_key
 from tieredcore.offload.ownership import is_marker_key
 from tieredcore.policy import TIERED_FIRST
 from tieredcore.workspace import Workspace
@@ -68,8 +68,10 @@ def test_offload_read_drain_reconcile(cloud, tmp_path: Path, capsys) -> None:
     res = call(root, capsys, "offload", "--keep-bytes", "0")
     assert res["failed"] == 0 and res["offloaded"] == 2 * LEDGERS
     everything = [o.key for o in iter_objects(store)]
-    keys = [k for k in everything if not is_marker_key(k, "offloaded/")]
-    assert len(everything) == len(keys) + 1  # the workspace's owner marker (conditional create)
+    manifests = [k for k in everything if is_topic_manifest_key(k, "offloaded/")]
+    keys = [k for k in everything if not is_marker_key(k, "offloaded/") and k not in manifests]
+    assert len(everything) == len(keys) + len(manifests) + 1  # the workspace's owner marker (conditional create)
+    assert len(manifests) >= 2  # each topic's, after its offloads (docs/recovery.md)
     assert len(keys) == 2 * 2 * LEDGERS and all(k.startswith("offloaded/") for k in keys)
     assert all(store.head(k).size > 2 * 1024 for k in keys if not k.endswith("-index"))  # 3+ parts each
     assert store.list_multipart_uploads() == []
@@ -100,7 +102,8 @@ def test_offload_read_drain_reconcile(cloud, tmp_path: Path, capsys) -> None:
     assert gone
     rep = call(root, capsys, "deletions", "drain", "--as-of", END_ISO)
     assert rep["dead_lettered"] == 0 and rep["stats"]["in_flight"] == 0
-    left = [o.key for o in iter_objects(store) if not is_marker_key(o.key, "offloaded/")]
+    left = [o.key for o in iter_objects(store)
+            if not is_marker_key(o.key, "offloaded/") and not is_topic_manifest_key(o.key, "offloaded/")]
     assert len(left) == len(keys) - 2 * len(gone)
     assert not any(k.endswith(f"-ledger-{lid}") or f"-ledger-{lid}-index" in k for k in left for lid in gone)
 
@@ -116,9 +119,11 @@ def test_offload_read_drain_reconcile(cloud, tmp_path: Path, capsys) -> None:
     store.upload_part(stale_key, stale, 1, b"x" * 2048)
     later = dt.datetime.fromtimestamp(time.time() + 3 * 3600, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     rep = call(root, capsys, "reconcile", "--as-of", later, "--grace", "1h")
-    assert rep["errors"] == [] and rep["orphan_groups"] == 1 and rep["records_appended"] == 1
+    superseded = rep["manifests_superseded"]  # each topic's manifests past the newest manifests_keep
+    assert rep["errors"] == [] and rep["orphan_groups"] == 1 and rep["records_appended"] == 1 and superseded > 0
     assert rep["uploads_aborted"] == 1 and store.list_multipart_uploads() == []
     rep = call(root, capsys, "deletions", "drain", "--as-of", later)
-    assert rep["deleted"] == 1 and rep["dead_lettered"] == 0
+    assert rep["deleted"] == 1 + superseded and rep["dead_lettered"] == 0
     assert not any(u in o.key for o in iter_objects(store))
-    assert sorted(o.key for o in iter_objects(store) if not is_marker_key(o.key, "offloaded/")) == sorted(left)
+    assert sorted(o.key for o in iter_objects(store) if not is_marker_key(o.key, "offloaded/")
+                  and not is_topic_manifest_key(o.key, "offloaded/")) == sorted(left)
