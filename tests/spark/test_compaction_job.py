@@ -16,7 +16,7 @@ from spark_jobs import compact_segments
 from tests.support.workspaces import END_MS, build_workspace, offload, sealed
 from tieredcore.cold.blob import iter_objects
 from tieredcore.config import Config
-from tieredcore.formats.keys import data_key, index_key
+from tieredcore.formats.keys import data_key, index_key, is_topic_manifest_key
 from tieredcore.lifecycle.compaction import plan_topic
 from tieredcore.lifecycle.compaction_run import DETAIL_SCHEMA
 from tieredcore.lifecycle.drain import drain
@@ -62,7 +62,8 @@ def records(ws: Workspace, ns: str) -> dict[str, bytes]:
 
 
 def keys(ws: Workspace) -> set[str]:
-    return {o.key for o in iter_objects(ws.store) if not o.key.startswith("tiered-owner.")}
+    return {o.key for o in iter_objects(ws.store)
+            if not o.key.startswith("tiered-owner.") and not is_topic_manifest_key(o.key, "")}
 
 
 def hot_entries(ws: Workspace, ns: str) -> dict[tuple[str, int], list[bytes]]:

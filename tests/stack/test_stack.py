@@ -259,9 +259,15 @@ def test_offload_sweep_and_lag_cleanup_on_the_stack(stack_up, tmp_path, monkeypa
         # under Pulsar's own keys ({uuid}-ledger-{id}, no prefix: the stack's default), where the brokers of
         # a Pulsar cluster sharing the bucket look for them
         from tieredcore.cold.blob import iter_objects
+        from tieredcore.formats.keys import is_topic_manifest_key
+        from tieredcore.names import TopicName
         from tieredcore.offload.context import context_uuid
 
-        keys = {o.key for o in iter_objects(ws.store) if not o.key.startswith("tiered-owner.")}
+        keys = {o.key for o in iter_objects(ws.store)
+                if not o.key.startswith("tiered-owner.") and not is_topic_manifest_key(o.key, "")}
+        # and each topic's manifest (docs/recovery.md), beside Pulsar's keys
+        manifests = [o.key for o in iter_objects(ws.store) if is_topic_manifest_key(o.key, "")]
+        assert all(any(f"/{TopicName.parse(t).managed_ledger_name}/" in k for k in manifests) for t in topics)
         assert keys == {f"{context_uuid(li)}-ledger-{li.ledgerId}{suffix}" for t in topics
                         for li in ws.ml.get_topic(t)[0].ledgerInfo[:-1] for suffix in ("", "-index")}
 
