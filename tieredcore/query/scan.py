@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -397,17 +397,9 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
             if keys:
                 yield from _key_rows(part, tier, batch, on_damage, c)
                 continue
-            bad: list[BadEntry] | None = [] if on_damage == "skip" else None
-            try:
-                outs = list(rows.message_batches(part.topic, tier, batch, bad))
-            except MessageFormatError as e:
-                raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
-                                         "(option onDamage=skip counts and skips such entries)",
-                                         position=getattr(e, "position", None)) from e
+            outs, bad = _decoded(part, on_damage, c,
+                                 lambda bad, tier=tier, batch=batch: rows.message_batches(part.topic, tier, batch, bad))
             if bad:
-                c.damaged.extend(bad)
-                for b in bad:
-                    log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
                 whole = False  # statistics only from complete parts
             for out in outs:
                 c.messages += out.num_rows
@@ -433,20 +425,29 @@ def read_part(ws: Workspace, part: ScanPart, *, raw: bool = False, on_damage: st
         stats.record(ws.metadata, t, {part.key: (lo, hi, count)})
 
 
-def _key_rows(part: ScanPart, tier: str, batch: EntryBatch, on_damage: str, c: ReadCounters,
-              lids: np.ndarray | None = None, eids: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
-    """The keys rows of ``batch`` (rows.key_batches), damaged entries raised or counted as message rows'."""
+def _decoded(part: ScanPart, on_damage: str, c: ReadCounters,
+             decode: Callable[[list[BadEntry] | None], Iterable[pa.RecordBatch]]
+             ) -> tuple[list[pa.RecordBatch], list[BadEntry]]:
+    """``decode(bad)``'s batches: a damaged entry raised with the part's topic (onDamage=fail), or counted,
+    logged and skipped (onDamage=skip; the skipped entries returned)."""
     bad: list[BadEntry] | None = [] if on_damage == "skip" else None
     try:
-        outs = list(rows.key_batches(part.topic, tier, batch, bad, lids=lids, eids=eids))
+        outs = list(decode(bad))
     except MessageFormatError as e:
         raise MessageFormatError(f"{part.topic}: damaged entry, no rows returned: {e} "
                                  "(option onDamage=skip counts and skips such entries)",
                                  position=getattr(e, "position", None)) from e
-    if bad:
-        c.damaged.extend(bad)
-        for b in bad:
-            log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
+    for b in bad or ():
+        c.damaged.append(b)
+        log.warning("%s: entry %s skipped (onDamage=skip): %s", part.topic, b.position, b.reason)
+    return outs, bad or []
+
+
+def _key_rows(part: ScanPart, tier: str, batch: EntryBatch, on_damage: str, c: ReadCounters,
+              lids: np.ndarray | None = None, eids: np.ndarray | None = None) -> Iterator[pa.RecordBatch]:
+    """The keys rows of ``batch`` (rows.key_batches), damaged entries raised or counted as message rows'."""
+    outs, _bad = _decoded(part, on_damage, c,
+                          lambda bad: rows.key_batches(part.topic, tier, batch, bad, lids=lids, eids=eids))
     for out in outs:
         c.messages += out.num_rows
         c.rows += out.num_rows
