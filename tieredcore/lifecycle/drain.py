@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import logging
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -405,29 +405,15 @@ class _Drain:
             dkey, ikey = data_key(off.prefix, uuid, rec.ledger_id), index_key(off.prefix, uuid, rec.ledger_id)
         else:  # a streaming segment's objects
             dkey, ikey = segment_data_key(off.prefix, uuid), segment_index_key(off.prefix, uuid)
-        try:
+        def owned() -> bool:
             existed = self._check_owner(off.store, (dkey, ikey), t.managed_ledger_name)
             side = sidecar_of(dkey)
             if not existed and side is not None:  # a sidecar that outlived its pair (reconciliation found it)
                 existed = self._check_owner(off.store, (side,), t.managed_ledger_name)
-        except _Foreign as e:
-            log.warning("deletion %s refused: %s", entry.id, e)
-            self._ack(entry, row, Outcome.REFUSED_FOREIGN, str(e))
-            return
-        except _Refused as e:
-            log.warning("deletion %s refused: %s", entry.id, e)
-            self._ack(entry, row, Outcome.REFUSED_MISMATCH, str(e))
-            return
-        except Exception as e:
-            self.budget.record(type(e).__name__, str(e))
-            if isinstance(e, StoreUnavailableError):  # dead: not an attempt of this record
-                self._set(row, Outcome.ABORTED, str(e))
-            else:
-                self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
-            return
-        self.budget.record("")
-        if self.dry_run:
-            self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
+            return existed
+
+        existed = self._owner_checked(entry, row, owned)
+        if existed is None:
             return
         batch = self._batches.setdefault(id(off.store), _Batch(off.store))
         batch.prefixes.add(off.prefix)
@@ -435,27 +421,36 @@ class _Drain:
         # objects go with them (absent keys are fine)
         batch.jobs.append(_ObjectJob(entry, row, group_keys(dkey, ikey), dkey, existed))
 
-    def _plan_manifest(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName,
-                       off: LedgerOffloader) -> None:
-        store = off.store.inner if isinstance(off.store, TransformedBlobStore) else off.store
-        key = topic_manifest_key(off.prefix, self.ws.config.cluster, t.managed_ledger_name, rec.ledger_id)
+    def _owner_checked(self, entry: Entry, row: DrainRow, check: Callable[[], bool]) -> bool | None:
+        """Whether the record's objects exist (``check``: the ownership check); None when the row is settled
+        here instead: refused (foreign or mismatched), aborted (the store is dead: not an attempt of this
+        record), failed, or a dry run's answer."""
         try:
-            existed = self._check_owner(store, (key,), t.managed_ledger_name)
+            existed = check()
         except (_Foreign, _Refused) as e:
             log.warning("deletion %s refused: %s", entry.id, e)
             self._ack(entry, row, Outcome.REFUSED_FOREIGN if isinstance(e, _Foreign) else Outcome.REFUSED_MISMATCH,
                       str(e))
-            return
+            return None
         except Exception as e:
             self.budget.record(type(e).__name__, str(e))
             if isinstance(e, StoreUnavailableError):
                 self._set(row, Outcome.ABORTED, str(e))
             else:
                 self._fail(entry, row, f"checking object ownership: {type(e).__name__}: {e}")
-            return
+            return None
         self.budget.record("")
         if self.dry_run:
             self._set(row, Outcome.WOULD_DELETE if existed else Outcome.ALREADY_DELETED)
+            return None
+        return existed
+
+    def _plan_manifest(self, entry: Entry, row: DrainRow, rec: DeletionRecord, t: TopicName,
+                       off: LedgerOffloader) -> None:
+        store = off.store.inner if isinstance(off.store, TransformedBlobStore) else off.store
+        key = topic_manifest_key(off.prefix, self.ws.config.cluster, t.managed_ledger_name, rec.ledger_id)
+        existed = self._owner_checked(entry, row, lambda: self._check_owner(store, (key,), t.managed_ledger_name))
+        if existed is None:
             return
         batch = self._batches.setdefault(id(store), _Batch(store))
         batch.prefixes.add(topic_manifests_prefix(off.prefix, self.ws.config.cluster, t.managed_ledger_name))
