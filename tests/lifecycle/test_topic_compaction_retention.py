@@ -31,7 +31,7 @@ from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.lifecycle.drain import drain
 from tieredcore.lifecycle.planner import select_retention, slowest_reader_ledger
 from tieredcore.lifecycle.reconcile.run import reconcile
-from tieredcore.lifecycle.retention import plan_retention
+from tieredcore.lifecycle.retention import delete_topic, plan_retention
 from tieredcore.lifecycle.runner import run_work
 from tieredcore.lifecycle.sweep import plan_lag_cleanup
 from tieredcore.lifecycle.topic_compaction import CompactionResult, compact_topic
@@ -411,3 +411,25 @@ def test_a_compaction_state_that_does_not_parse_trims_nothing(ws: Workspace) -> 
     assert [(r.kind, r.outcome) for r in rows] == [(KIND_RETENTION, "failed")]
     assert "compaction state in the topic record does not parse" in rows[0].error
     assert ids(ws) == before and not ws.deletion_log.pending()
+
+
+def test_deleting_a_compacted_topic_records_its_compacted_ledger(ws: Workspace) -> None:
+    """Topic deletion (phase 1) appends a record for the compacted ledger's objects beside its ledgers'
+    (nothing names them once the record is gone); the drain deletes every object of the topic, and a
+    reconciliation afterwards finds no orphan."""
+    p = Producer()
+    written = write(ws, [p.round(r) for r in range(3)])
+    offload(ws, sorted({lid for lid, _e, _d in written}))
+    first = compact(ws)
+    assert of_uuid(objects(ws), first.uuid)
+    dl = delete_topic(ws, TOPIC, T0 + MIN)
+    assert dl.deleted
+    recs = [e.record for e in ws.deletion_log.pending()]
+    ours = [r for r in recs if r.uuid == first.uuid]
+    assert [(r.ledger_id, r.type, r.reason) for r in ours] == [
+        (first.ledger_id, TYPE_OFFLOADED, Reason.TOPIC_DELETION.value)]
+    clean_drain(ws, T0 + MIN)
+    assert set(objects(ws)) == {"tiered-owner.standalone"}  # every ledger's objects and the compacted ledger's gone
+    later = now_ms() + 3 * 24 * 3600 * 1000
+    rep = reconcile(ws, later, grace_ms=0)
+    assert rep.errors == [] and (rep.orphan_groups, rep.hot_orphans) == (0, 0), rep.records

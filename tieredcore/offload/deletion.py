@@ -30,6 +30,7 @@ from tieredcore.formats.mlinfo import LedgerInfo, ManagedLedgerInfo
 from tieredcore.meta.deletion_log import TYPE_LEDGER, TYPE_OFFLOADED, TYPE_SEGMENT, DeletionRecord
 from tieredcore.meta.managed_ledgers import find_ledger
 from tieredcore.meta.reasons import Reason
+from tieredcore.offload.compacted_state import compaction_state
 from tieredcore.offload.context import (
     abandoned_uuids,
     context_uuid,
@@ -87,6 +88,17 @@ def _uncovered(txn: TopicTransaction, lis: Sequence[LedgerInfo], reason: Reason,
     """Records for what ``lis`` reference now and no record of this transaction covers yet."""
     return [g.record(txn.name, reason, as_of_ms) for li in lis for g in object_groups(li, fallback)
             if g.key not in txn.covered]
+
+
+def _compacted_uncovered(txn: TopicTransaction, info: ManagedLedgerInfo, reason: Reason,
+                         as_of_ms: int) -> list[DeletionRecord]:
+    """The record for the topic's compacted ledger's objects (topic compaction), if it has one and no
+    record of this transaction covers it yet: with the topic gone nothing names them."""
+    state = compaction_state(info)
+    if state is None or state.empty:
+        return []
+    g = ObjectGroup(state.ledger_id, TYPE_OFFLOADED, state.uuid, state.driver)
+    return [] if g.key in txn.covered else [g.record(txn.name, reason, as_of_ms)]
 
 
 @dataclass
@@ -148,7 +160,8 @@ def delete_record(txn: TopicTransaction, reason: Reason, as_of_ms: int, fallback
             if round_ == 0:
                 raise
             return out
-        new = _uncovered(txn, info.ledgerInfo, reason, as_of_ms, fallback)
+        new = _uncovered(txn, info.ledgerInfo, reason, as_of_ms, fallback) + \
+            _compacted_uncovered(txn, info, reason, as_of_ms)
         out.ledgers = len(info.ledgerInfo)
         out.records += new
         if dry_run:
