@@ -336,6 +336,33 @@ def test_query_parts_of_offloaded_ledgers(message_store: DeadStore, monkeypatch:
     assert_names_the_dead_store(str(e.value), s)
 
 
+@pytest.mark.parametrize("hot", [True, False], ids=["hot-copies", "store-only"])
+def test_compact_topic(message_store: DeadStore, monkeypatch: pytest.MonkeyPatch, capsys, hot: bool) -> None:
+    """Topic compaction with the store dead: with the hot copies there, the read succeeds and the compacted
+    ledger's offload fails; with only the store holding the offloaded ledgers, the read fails. Either way
+    it ends, exit 1, naming the store, and records nothing; alive again, the rerun compacts the topic."""
+    from tieredcore.offload.compacted_state import compaction_state
+
+    s = message_store
+    if not hot:
+        assert len(_drop_hot_copies(s)) == 4
+    fast(monkeypatch, s)
+    s.die()
+    rc, out, err = run(s, capsys, "compact-topic", s.topics[0])
+    assert rc == 1, (out, err)
+    assert_names_the_dead_store(out + err, s)
+    with Workspace(Config.load(s.root / "tiered.toml", env={})) as ws:
+        assert compaction_state(ws.ml.get_topic(s.topics[0])[0]) is None
+    s.proxy.blackhole = False
+    rc, out, err = run(s, capsys, "compact-topic", s.topics[0])
+    assert rc == 0, (out, err)
+    res = results(out)
+    assert res["outcome"] == "compacted" and res["keys_after"] > 0 and res["uuid"]
+    with Workspace(Config.load(s.root / "tiered.toml", env={})) as ws:
+        st = compaction_state(ws.ml.get_topic(s.topics[0])[0])
+        assert st is not None and st.uuid == res["uuid"]
+
+
 def _offloaded(ws: Workspace, topic: str) -> set[int]:
     from tieredcore.offload.context import is_offloaded
 
