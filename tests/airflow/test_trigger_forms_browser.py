@@ -2,7 +2,8 @@
 of test_ui_browser.py, the DAGs stored as the DAG processor stores them. A valid trigger creates a run;
 an invalid value (a bad namespace name, a size like "64Q") is refused in the form with the format's
 words (never a regex) and no run exists afterwards (asked through the REST API); `tiered_offload_topic`
-offers one mode, so both can never be given; `tiered_key_rotation` triggers with its defaults.
+offers one mode, so both can never be given; `tiered_key_rotation` triggers with its defaults;
+`tiered_topic_compaction` refuses a bad threshold or topic name and triggers for a topic named.
 Screenshots: tests/artifacts/ui/ (gitignored)."""
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def test_trigger_forms_refuse_bad_input_before_a_run_exists(tmp_path: Path) -> N
         api = Api(base)
         # runs other tests of the session left in the shared Airflow database: only new runs count here
         before = {d: {r["dag_run_id"] for r in api.runs(d)}
-                  for d in ("tiered_offload_topic", "tiered_offload_sweep", "tiered_key_rotation")}
+                  for d in ("tiered_offload_topic", "tiered_offload_sweep", "tiered_key_rotation",
+                            "tiered_topic_compaction")}
 
         def new_runs(dag_id: str) -> list[dict[str, Any]]:
             return [r for r in api.runs(dag_id) if r["dag_run_id"] not in before[dag_id]]
@@ -140,5 +142,27 @@ def test_trigger_forms_refuse_bad_input_before_a_run_exists(tmp_path: Path) -> N
                 page.wait_for_url("**/dags/tiered_key_rotation/runs/**")
                 [run] = new_runs("tiered_key_rotation")
                 assert run["conf"].get("target") is None, run
+
+                # tiered_topic_compaction: a size like "10Q" and a bad topic name are refused in the form; a
+                # topic named with the other defaults (retain keyless off) triggers a run
+                dialog = trigger_form(page, base, "tiered_topic_compaction")
+                button = dialog.get_by_role("button", name="Trigger")
+                expect(button).to_be_enabled()  # every param has a default: the policy's topics
+                dialog.locator("#element_threshold").fill("10Q")
+                button.click()
+                dialog.get_by_text("'10Q' is not a 'size: bytes, or a number with K, M or G").wait_for()
+                assert new_runs("tiered_topic_compaction") == []
+                dialog.locator("#element_threshold").fill("")
+                dialog.locator("#element_topics").fill("public/default/topic-0000\npublic/no-topic-part")
+                button.dispatch_event("click")
+                dialog.get_by_text("'public/no-topic-part' is not a 'topic name: tenant/namespace/topic").wait_for()
+                page.screenshot(path=str(ARTIFACTS / "trigger-form-topic-compaction.png"), full_page=True)
+                assert new_runs("tiered_topic_compaction") == []
+                dialog.locator("#element_topics").fill("public/default/topic-0000")
+                button.dispatch_event("click")
+                page.wait_for_url("**/dags/tiered_topic_compaction/runs/**")
+                [run] = new_runs("tiered_topic_compaction")
+                assert run["conf"]["topics"] == ["public/default/topic-0000"], run
+                assert run["conf"]["retain_null_key"] is False and not run["conf"].get("threshold"), run
             finally:
                 browser.close()
