@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lifecycle.test_recover import read_all
 from tests.support.workspaces import END_MS, build_workspace
 from tieredcore.cli import main as cli
 from tieredcore.cold.blob import iter_objects
@@ -27,14 +28,6 @@ from tieredcore.offload.context import context_driver, driver_dict
 from tieredcore.workspace import Workspace
 
 T0, T1 = "persistent://t/x/topic-0000", "persistent://t/x/topic-0001"
-
-
-def read_all(ws: Workspace, topic: str) -> list[tuple[str, bytes]]:
-    r = ws.reader()
-    try:
-        return [(str(p), bytes(d)) for p, d in r.read(topic)]
-    finally:
-        r.close()
 
 
 def view(li) -> tuple:
