@@ -374,3 +374,22 @@ def test_a_deleted_topic_is_not_brought_back(before: Before) -> None:
         assert not ws.ml.exists(A1)
         for t in (A0, S0):
             assert read_all(ws, t) == b.entries[t]
+
+
+def test_refused_or_dry_recover_leaves_no_metadata_file(before: Before, tmp_path: Path, capsys) -> None:
+    """A lost SQLite store stays lost when recovery is refused (a bucket with nothing of this format) or
+    only planned: no empty metadata file is left behind; --apply creates it."""
+    empty = tmp_path / "empty"
+    build_workspace(empty, ["t/x"], ledgers=1)
+    os.remove(empty / "metadata.db")
+    assert cli.main(["--workspace", str(empty), "recover", "--apply"]) == 2
+    assert "nothing to recover" in capsys.readouterr().err
+    assert not any(p.name.startswith("metadata.db") for p in empty.iterdir())
+    db = before.cfg.parent / "metadata.db"
+    os.remove(db)
+    assert cli.main(["--workspace", str(before.cfg.parent), "recover"]) == 0
+    assert not db.exists()
+    assert cli.main(["--workspace", str(before.cfg.parent), "recover", "--apply"]) == 0
+    assert db.exists()
+    with Workspace(Config.load(before.cfg, env={})) as ws:
+        assert {t.full for ns in ws.ml.list_namespaces() for t in ws.ml.list_topics(ns)} == {A0, A1, S0}

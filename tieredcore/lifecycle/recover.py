@@ -22,7 +22,9 @@ import logging
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from tieredcore.clock import now_ms
 from tieredcore.cold.blob import BlobStore, iter_objects
@@ -32,12 +34,11 @@ from tieredcore.formats.constants import METADATA_OWNER_KEY
 from tieredcore.formats.index import parse_index_v1
 from tieredcore.formats.keys import (
     COMPACTED_LEDGER_METADATA_KEY,
-    MANIFEST_SUFFIX,
-    data_key,
     index_key,
     parse_key,
     parse_topic_manifest_key,
     segment_index_key,
+    topic_manifest_key,
 )
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
 from tieredcore.formats.topic_manifest import TopicManifest, decode_topic_manifest
@@ -60,7 +61,9 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MARKER_PATH", "RecoverReport", "TopicPlan", "plan_recovery", "recover"]
+__all__ = ["MARKER_PATH", "IndexFacts", "Mapper", "RecoverReport", "TopicPlan", "apply_recovery", "check_store",
+           "list_bucket", "local_mapper", "mark_existing", "plan_recovery", "read_indexes", "read_manifests",
+           "recover"]
 
 MARKER_PATH = "/tiered/recovery"
 MANAGED_LEDGER_KEY = "pulsar/managed-ledger"  # the ledger's custom metadata naming its topic
@@ -131,32 +134,154 @@ class RecoverReport:
 
 @dataclass
 class _Listing:
-    keys: dict[str, float]  # key -> last modified (s)
-    sizes: dict[str, int]
-    manifests: dict[str, list[tuple[int, str]]]  # topic -> [(sequence, key)], ascending
-    pairs: dict[int, list[str]]  # ledger id -> uuids with a V1 index object
-    segments: set[str]  # uuids with a segment index object
+    """What planning needs of one streamed listing, without holding every key: per (uuid, ledger) of a V1
+    pair one small record, the uuids of segment index objects, the topic manifests' sequence numbers."""
+
+    objects: int = 0  # every object listed (counted, not kept)
+    # (uuid, ledger id) -> [last modified of its plain index (s) or None, size of its plain data object or
+    # None, whether a chunked index (``-index.manifest``) exists]
+    ledgers: dict[tuple[str, int], list] = field(default_factory=dict)
+    segments: set[str] = field(default_factory=set)  # uuids with a plain segment index object
+    chunked_segments: set[str] = field(default_factory=set)  # uuids with a segment index's .manifest
+    manifests: dict[str, list[int]] = field(default_factory=dict)  # topic -> manifest sequences, ascending
+
+    @property
+    def pairs(self) -> dict[int, list[str]]:
+        """ledger id -> uuids with a plain V1 index object (uuids in order)."""
+        out: dict[int, list[str]] = {}
+        for (u, lid), st in self.ledgers.items():
+            if st[0] is not None:
+                out.setdefault(lid, []).append(u)
+        for v in out.values():
+            v.sort()
+        return out
+
+    def manifest_count(self) -> int:
+        return sum(len(v) for v in self.manifests.values())
+
+    def index_listed(self, uuid: str, ledger_id: int) -> bool:
+        """The pair's index object, plain or chunked, is in the listing."""
+        st = self.ledgers.get((uuid, ledger_id))
+        return st is not None and (st[0] is not None or st[2])
+
+    def segment_listed(self, uuid: str) -> bool:
+        return uuid in self.segments or uuid in self.chunked_segments
+
+    def index_time(self, uuid: str, ledger_id: int) -> float:
+        return self.ledgers[(uuid, ledger_id)][0]
+
+    def empty(self) -> bool:
+        return not self.manifests and not self.segments and not any(st[0] is not None for st in self.ledgers.values())
 
 
-def _list(store: BlobStore, prefix: str, cluster: str) -> _Listing:
-    out = _Listing({}, {}, {}, {}, set())
+def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
+    """The listing planning needs, streamed page by page (memory: per V1 pair and per topic, not per key)."""
+    out = _Listing()
     for o in iter_objects(store, prefix):
-        out.keys[o.key] = o.last_modified
-        out.sizes[o.key] = o.size
+        out.objects += 1
         m = parse_topic_manifest_key(o.key, prefix, cluster)
         if m is not None:
-            out.manifests.setdefault(m[0], []).append((m[1], o.key))
+            out.manifests.setdefault(m[0], []).append(m[1])
             continue
         p = parse_key(o.key, prefix)
-        if p is None or not p.is_index or p.is_manifest:
+        if p is None or p.is_offsets:
             continue
         if p.ledger_id is None:
-            out.segments.add(p.uuid)
-        else:
-            out.pairs.setdefault(p.ledger_id, []).append(p.uuid)
+            if p.is_index:
+                (out.chunked_segments if p.is_manifest else out.segments).add(p.uuid)
+            continue
+        st = out.ledgers.get((p.uuid, p.ledger_id))
+        if st is None:
+            st = out.ledgers[(p.uuid, p.ledger_id)] = [None, None, False]
+        if p.is_index:
+            if p.is_manifest:
+                st[2] = True
+            else:
+                st[0] = o.last_modified
+        elif not p.is_manifest:
+            st[1] = o.size
     for v in out.manifests.values():
         v.sort()
     return out
+
+
+# -- the per-topic work (in this process, or distributed: spark_jobs/recover.py) ----------------------
+
+# a mapper runs ``fn(ws, items) -> results`` (one result per item, in order) over ``items``: in this process
+# by default; the Spark job's splits the items over executors, each opening its own Workspace
+Mapper = Callable[[Callable[[Workspace, list], list], list], list]
+
+
+def local_mapper(ws: Workspace) -> Mapper:
+    return lambda fn, items: fn(ws, items) if items else []
+
+
+@dataclass(frozen=True)
+class IndexFacts:
+    """What recovery takes from a V1 index object (its ledger metadata)."""
+
+    entries: int
+    length: int
+    ctime: int
+
+
+def read_manifests(ws: Workspace, items: list[tuple[str, int, str]]) -> list[tuple[bytes | None, str]]:
+    """Per (topic, sequence, key): the manifest's bytes when it decodes (checksum) and names that topic and
+    sequence, else (None, why)."""
+    store = ws.open_location(ws.config.store_location)
+    out: list[tuple[bytes | None, str]] = []
+    for topic, seq, key in items:
+        try:
+            raw = store.get(key)
+            m = decode_topic_manifest(raw)
+            if m.topic != topic or m.sequence != seq:
+                raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
+        except (TieredError, NoSuchObjectError) as e:
+            out.append((None, str(e)))
+            continue
+        out.append((bytes(raw), ""))
+    return out
+
+
+def read_indexes(ws: Workspace, items: list[tuple[int, str, int | None, bool, str]]) -> list[tuple[str, Any]]:
+    """Per (ledger id, uuid, listed data size, chunked, identity): ("ok", (managed-ledger name, IndexFacts)),
+    or ("unreadable" | "not_recoverable", why)."""
+    store = ws.open_location(ws.config.store_location)
+    prefix = ws.offloader.prefix
+    cluster = ws.config.cluster
+    return [_read_index(store, prefix, cluster, *it) for it in items]
+
+
+def _read_index(store: BlobStore, prefix: str, cluster: str, ledger_id: int, uuid: str, data_size: int | None,
+                chunked: bool, identity: str) -> tuple[str, Any]:
+    ikey = index_key(prefix, uuid, ledger_id)
+    if chunked:
+        return "not_recoverable", f"{ikey}: a transformed (chunked) pair is recovered from manifests only"
+    try:
+        idx = parse_index_v1(store.get(ikey), ledger_id)
+    except (TieredError, NoSuchObjectError) as e:
+        return "unreadable", f"{ikey}: {e}"
+    if data_size != idx.data_object_length:
+        return "unreadable", f"{ikey}: its data object is missing or not {idx.data_object_length} bytes"
+    try:
+        meta = store.head(ikey).metadata
+    except (TieredError, NoSuchObjectError) as e:
+        return "unreadable", f"{ikey}: {e}"
+    # a bucket shared with other clusters or workspaces: only what this workspace's marker owns
+    foreign = foreign_reason(meta, cluster, identity or meta.get(METADATA_OWNER_KEY, ""))
+    if foreign is not None:
+        return "not_recoverable", f"{ikey}: not this workspace's: {foreign}"
+    if meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true":  # its pointer and horizon: in the manifest only
+        return "not_recoverable", f"{ikey}: a compacted ledger, restored from its topic's manifest only"
+    raw = idx.metadata.custom_metadata.get(MANAGED_LEDGER_KEY)
+    if not raw:
+        return "not_recoverable", f"{ikey}: its ledger metadata names no managed ledger"
+    try:
+        name = TopicName.parse(bytes(raw).decode()).managed_ledger_name
+    except (UnicodeDecodeError, ValidationError) as e:
+        return "unreadable", f"{ikey}: managed-ledger name: {e}"
+    md = idx.metadata
+    return "ok", (name, IndexFacts(md.last_entry_id + 1, md.length, md.ctime))
 
 
 # -- planning ---------------------------------------------------------------------------------------
@@ -169,7 +294,6 @@ class _Recovery:
         self.report = report
         self.location = ws.config.store_location
         self.driver = self.location.driver_metadata()
-        self._index_cache: dict[tuple[int, str], tuple[str, Any] | None] = {}
 
     def ours(self, dm) -> bool:
         """Whether driver metadata names the store being listed (only those objects can be checked)."""
@@ -188,91 +312,50 @@ class _Recovery:
             drivers = segment_drivers(li)
             for u in referenced_uuids(li):
                 if u in segs:
-                    key, ours = segment_index_key(self.prefix, u), self.ours(drivers.get(u))
-                else:
-                    key, ours = index_key(self.prefix, u, li.ledgerId), self.ours(context_driver(li))
-                if ours and key not in self.listing.keys and key + MANIFEST_SUFFIX not in self.listing.keys:
-                    out.append(key)
+                    if self.ours(drivers.get(u)) and not self.listing.segment_listed(u):
+                        out.append(segment_index_key(self.prefix, u))
+                elif self.ours(context_driver(li)) and not self.listing.index_listed(u, li.ledgerId):
+                    out.append(index_key(self.prefix, u, li.ledgerId))
         st = compaction_state(info)
-        if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None):
-            key = index_key(self.prefix, st.uuid, st.ledger_id)
-            if key not in self.listing.keys and key + MANIFEST_SUFFIX not in self.listing.keys:
-                out.append(key)
+        if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None) \
+                and not self.listing.index_listed(st.uuid, st.ledger_id):
+            out.append(index_key(self.prefix, st.uuid, st.ledger_id))
         return out
 
-    def index_owner(self, ledger_id: int, uuid: str) -> tuple[str, Any] | None:
-        """(managed-ledger name, parsed index) of a plain V1 pair, or None (unreadable, foreign, partial)."""
-        k = (ledger_id, uuid)
-        if k not in self._index_cache:
-            self._index_cache[k] = self._read_index(ledger_id, uuid)
-        return self._index_cache[k]
-
-    def _read_index(self, ledger_id: int, uuid: str) -> tuple[str, Any] | None:
-        ikey, dkey = index_key(self.prefix, uuid, ledger_id), data_key(self.prefix, uuid, ledger_id)
-        if ikey + MANIFEST_SUFFIX in self.listing.keys:
-            self.report.not_recoverable.append(f"{ikey}: a transformed (chunked) pair is recovered from manifests only")
-            return None
-        try:
-            idx = parse_index_v1(self.store.get(ikey), ledger_id)
-        except (TieredError, NoSuchObjectError) as e:
-            self.report.unreadable.append(f"{ikey}: {e}")
-            return None
-        if self.listing.sizes.get(dkey) != idx.data_object_length:
-            self.report.unreadable.append(f"{ikey}: its data object is missing or not {idx.data_object_length} bytes")
-            return None
-        try:
-            meta = self.store.head(ikey).metadata
-        except (TieredError, NoSuchObjectError) as e:
-            self.report.unreadable.append(f"{ikey}: {e}")
-            return None
-        # a bucket shared with other clusters or workspaces: only what this workspace's marker owns
-        foreign = foreign_reason(meta, self.ws.config.cluster, self.report.identity or meta.get(METADATA_OWNER_KEY, ""))
-        if foreign is not None:
-            self.report.not_recoverable.append(f"{ikey}: not this workspace's: {foreign}")
-            return None
-        compacted = meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true"
-        if compacted:  # its pointer and horizon are in the topic's record (manifest) only
-            self.report.not_recoverable.append(f"{ikey}: a compacted ledger, restored from its topic's manifest only")
-            return None
-        raw = idx.metadata.custom_metadata.get(MANAGED_LEDGER_KEY)
-        if not raw:
-            self.report.not_recoverable.append(f"{ikey}: its ledger metadata names no managed ledger")
-            return None
-        try:
-            name = TopicName.parse(bytes(raw).decode()).managed_ledger_name
-        except (UnicodeDecodeError, ValidationError) as e:
-            self.report.unreadable.append(f"{ikey}: managed-ledger name: {e}")
-            return None
-        return name, idx
-
-    def winners(self, named: set[str]) -> dict[str, dict[int, tuple[str, Any]]]:
-        """topic -> ledger id -> (uuid, index) of every readable V1 pair no chosen manifest names (``named``:
-        their uuids), one per ledger: the latest attempt (the index object written last; equal times: the
-        greater uuid) wins, the others are orphans."""
-        out: dict[str, dict[int, tuple[str, Any]]] = {}
-        for lid, uuids in sorted(self.listing.pairs.items()):
-            found: dict[str, list[tuple[float, str, Any]]] = {}
-            for u in uuids:
-                if u in named:
-                    continue
-                got = self.index_owner(lid, u)
-                if got is not None:
-                    found.setdefault(got[0], []).append((self.listing.keys[index_key(self.prefix, u, lid)], u, got[1]))
-            for topic, cands in found.items():
+    def winners(self, named: set[str], mapper: Mapper) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
+        """topic -> ledger id -> (uuid, index facts) of every readable V1 pair no chosen manifest names
+        (``named``: their uuids), one per ledger: the latest attempt (the index object written last; equal
+        times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``."""
+        wanted = [(lid, u) for lid, uuids in sorted(self.listing.pairs.items()) for u in uuids if u not in named]
+        identity = self.report.identity
+        got = mapper(read_indexes, [(lid, u, self.listing.ledgers[(u, lid)][1], self.listing.ledgers[(u, lid)][2],
+                                     identity) for lid, u in wanted])
+        out: dict[str, dict[int, tuple[str, IndexFacts]]] = {}
+        found: dict[int, dict[str, list[tuple[float, str, IndexFacts]]]] = {}
+        for (lid, u), (kind, value) in zip(wanted, got, strict=True):
+            if kind == "unreadable":
+                self.report.unreadable.append(value)
+            elif kind == "not_recoverable":
+                self.report.not_recoverable.append(value)
+            else:
+                name, facts = value
+                found.setdefault(lid, {}).setdefault(name, []).append((self.listing.index_time(u, lid), u, facts))
+        for lid, topics in sorted(found.items()):
+            for topic, cands in topics.items():
                 cands.sort(key=lambda c: (c[0], c[1]))
-                _, u, idx = cands[-1]
-                out.setdefault(topic, {})[lid] = (u, idx)
+                _, u, facts = cands[-1]
+                out.setdefault(topic, {})[lid] = (u, facts)
                 for _, loser, _ in cands[:-1]:
                     self.report.orphans.append(f"{index_key(self.prefix, loser, lid)} ({topic} ledger {lid}: "
                                                f"superseded by attempt {u})")
         return out
 
-    def context_from_index(self, li: LedgerInfo, uuid: str, idx: Any) -> None:
+    def context_from_index(self, li: LedgerInfo, uuid: str) -> None:
         msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(uuid))
         ctx = li.offloadContext
         ctx.Clear()
         ctx.uidMsb, ctx.uidLsb, ctx.complete = msb, lsb, True
-        ctx.timestamp = int(self.listing.keys[index_key(self.prefix, uuid, li.ledgerId)] * 1000)
+        ctx.timestamp = int(self.listing.index_time(uuid, li.ledgerId) * 1000)
         ctx.driverMetadata.CopyFrom(self.driver)
 
     def hot_state(self, plan: TopicPlan) -> None:
@@ -293,31 +376,47 @@ class _Recovery:
             plan.info.ledgerInfo.extend(keep)
 
 
-def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = None) -> RecoverReport:
-    """What recovery would create, from one listing of the configured store (reads only)."""
+def nothing_to_recover(ws: Workspace) -> str:
+    return (f"nothing to recover: {ws.config.store_url} holds no topic manifests and no offloaded objects of "
+            f"this format under prefix {ws.offloader.prefix!r}")
+
+
+def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = None,
+                  listing: _Listing | None = None, mapper: Mapper | None = None) -> RecoverReport:
+    """What recovery would create (reads only): from one streamed listing of the configured store (or the
+    ``listing`` given, made by :func:`list_bucket`); the manifests and index objects are read through
+    ``mapper`` (default: in this process; spark_jobs/recover.py distributes them)."""
     loc = ws.config.store_location
     store = ws.open_location(loc)
     prefix = ws.offloader.prefix
-    listing = _list(store, prefix, ws.config.cluster)
-    rep = RecoverReport(ws.config.store_url, applied=False, objects_listed=len(listing.keys),
-                        manifests=sum(len(v) for v in listing.manifests.values()))
-    if not listing.manifests and not listing.pairs and not listing.segments:
-        raise ValidationError(f"nothing to recover: {ws.config.store_url} holds no topic manifests and no "
-                              f"offloaded objects of this format under prefix {prefix!r}")
+    if listing is None:
+        listing = list_bucket(store, prefix, ws.config.cluster)
+    run = mapper or local_mapper(ws)
+    rep = RecoverReport(ws.config.store_url, applied=False, objects_listed=listing.objects,
+                        manifests=listing.manifest_count())
+    if listing.empty():
+        raise ValidationError(nothing_to_recover(ws))
     marker = read_marker(store, prefix, ws.config.cluster)
     rep.identity = marker.identity if marker is not None else ""
     r = _Recovery(ws, store, prefix, listing, hot_exists or ws.hot.exists, rep)
+    cluster = ws.config.cluster
+    topics = sorted(listing.manifests)
+    # each topic's newest manifest, read (and its checksum checked) by the mapper; an older one only when
+    # the newest is damaged or stale (read here, newest first)
+    newest = run(read_manifests, [(t, listing.manifests[t][-1], topic_manifest_key(prefix, cluster, t,
+                                                                                    listing.manifests[t][-1]))
+                                  for t in topics])
     chosen_of: dict[str, TopicManifest] = {}
-    for topic, entries in sorted(listing.manifests.items()):
+    for topic, first in zip(topics, newest, strict=True):
         chosen: TopicManifest | None = None
-        for seq, key in reversed(entries):
-            try:
-                m = decode_topic_manifest(store.get(key))
-                if m.topic != topic or m.sequence != seq:
-                    raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
-            except (TieredError, NoSuchObjectError) as e:
-                rep.damaged_manifests.append(f"{key}: {e}")
+        seqs = listing.manifests[topic]
+        for i, seq in enumerate(reversed(seqs)):
+            key = topic_manifest_key(prefix, cluster, topic, seq)
+            raw, why = first if i == 0 else read_manifests(ws, [(topic, seq, key)])[0]
+            if raw is None:
+                rep.damaged_manifests.append(f"{key}: {why}")
                 continue
+            m = decode_topic_manifest(raw)
             gone = r.missing(m.info())
             if gone:
                 rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
@@ -328,48 +427,49 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
             rep.fallback_topics.append(topic)
         else:
             chosen_of[topic] = chosen
+    del newest
     named: set[str] = set()
     for m in chosen_of.values():
         info = m.info()
         named |= compacted_uuids(info)
         for li in info.ledgerInfo:
             named |= referenced_uuids(li)
-    by_topic = r.winners(named)
+    by_topic = r.winners(named, run)
     plans: dict[str, TopicPlan] = {}
     for topic, chosen in chosen_of.items():
         if chosen.deleted:  # its newest usable manifest is a tombstone: the topic was deleted
             rep.deleted_topics.append(topic)
-            for lid, (u, _idx) in sorted(by_topic.pop(topic, {}).items()):
+            for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: the topic was deleted)")
             continue
         info = chosen.info()
-        plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1][0] + 1, info,
+        plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1] + 1, info,
                          chosen.namespace_policy, chosen.topic_policy)
         pairs = by_topic.pop(topic, {})
         listed = {li.ledgerId for li in info.ledgerInfo}
         for li in info.ledgerInfo:
             win = pairs.get(li.ledgerId)
             if win is not None and not is_complete(li) and not is_offloaded(li):
-                r.context_from_index(li, win[0], win[1])  # offloaded after the manifest was written
+                r.context_from_index(li, win[0])  # offloaded after the manifest was written
                 plan.from_index.append(li.ledgerId)
-        newest = max(listed, default=-1)
-        for lid, (u, idx) in sorted(pairs.items()):
+        newest_lid = max(listed, default=-1)
+        for lid, (u, facts) in sorted(pairs.items()):
             if lid in listed:
                 cur = next(li for li in info.ledgerInfo if li.ledgerId == lid)
                 if u not in referenced_uuids(cur):
                     rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: not the recorded copy)")
-            elif lid > newest:  # a ledger newer than the manifest (its change's manifest was lost)
-                _append_ledger(r, info, lid, u, idx)
+            elif lid > newest_lid:  # a ledger newer than the manifest (its change's manifest was lost)
+                _append_ledger(r, info, lid, u, facts)
                 plan.from_index.append(lid)
             else:  # left the topic (retention) before the manifest: awaiting deletion
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: not in the topic)")
         plans[topic] = plan
     for topic, pairs in sorted(by_topic.items()):
         info = ManagedLedgerInfo()
-        for lid, (u, idx) in sorted(pairs.items()):
-            _append_ledger(r, info, lid, u, idx)
+        for lid, (u, facts) in sorted(pairs.items()):
+            _append_ledger(r, info, lid, u, facts)
         seqs = listing.manifests.get(topic, [])
-        plans[topic] = TopicPlan(topic, "index", 0, (seqs[-1][0] + 1) if seqs else 0, info,
+        plans[topic] = TopicPlan(topic, "index", 0, (seqs[-1] + 1) if seqs else 0, info,
                                  from_index=sorted(pairs))
     for topic in rep.fallback_topics:
         if topic not in plans:
@@ -384,11 +484,10 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     return rep
 
 
-def _append_ledger(r: _Recovery, info: ManagedLedgerInfo, lid: int, uuid: str, idx: Any) -> None:
-    md = idx.metadata
-    li = info.ledgerInfo.add(ledgerId=lid, entries=md.last_entry_id + 1, size=md.length,
-                             timestamp=md.ctime or int(r.listing.keys[index_key(r.prefix, uuid, lid)] * 1000))
-    r.context_from_index(li, uuid, idx)
+def _append_ledger(r: _Recovery, info: ManagedLedgerInfo, lid: int, uuid: str, facts: IndexFacts) -> None:
+    li = info.ledgerInfo.add(ledgerId=lid, entries=facts.entries, size=facts.length,
+                             timestamp=facts.ctime or int(r.listing.index_time(uuid, lid) * 1000))
+    r.context_from_index(li, uuid)
     # ledgers in id order, as a topic lists them
     items = sorted(info.ledgerInfo, key=lambda x: x.ledgerId)
     copies = [LedgerInfo() for _ in items]
@@ -410,11 +509,9 @@ def store_state(ws: Workspace) -> tuple[bool, dict[str, Any] | None]:
     return used, marker
 
 
-def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
-            on_step: Callable[[str, str], None] | None = None) -> RecoverReport:
-    """Plan, and with ``apply`` write, the recovered records. ValidationError (nothing written) for a
-    store with records (unless ``merge``, or an unfinished recovery: then it continues) and for a bucket
-    with nothing of this format. ``on_step(step, topic)`` runs before each write (tests inject crashes)."""
+def check_store(ws: Workspace, merge: bool) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the store holds records, the recovery marker), or ValidationError when recovery is refused
+    there: an attached workspace, a store with records (unless ``merge`` or an unfinished recovery)."""
     if ws.attached:
         raise ValidationError("refused: an attached workspace's records are its Pulsar cluster's")
     used, marker = store_state(ws)
@@ -422,13 +519,41 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
     if used and not merge and not resuming:
         raise ValidationError("the metadata store is not empty (it has topics or policies): recover writes into "
                               "an empty store only; --merge adds what is missing and never overwrites a record")
-    rep = plan_recovery(ws)
-    step = on_step or (lambda _s, _t: None)
+    return used, marker
+
+
+def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
+            on_step: Callable[[str, str], None] | None = None, mapper: Mapper | None = None) -> RecoverReport:
+    """Plan, and with ``apply`` write, the recovered records. ValidationError (nothing written) for a
+    store with records (unless ``merge``, or an unfinished recovery: then it continues) and for a bucket
+    with nothing of this format. ``on_step(step, topic)`` runs before each write (tests inject crashes).
+    A SQLite file this call created (the store was lost) is removed again when nothing was written."""
+    created = _missing_sqlite_file(ws)
+    try:
+        used, marker = check_store(ws, merge)
+        rep = plan_recovery(ws, mapper=mapper)
+        mark_existing(ws, rep)
+    except ValidationError:
+        _forget_file(ws, created)
+        raise
+    if apply:
+        apply_recovery(ws, rep, used=used, marker=marker, on_step=on_step)
+    else:
+        _forget_file(ws, created)
+    return rep
+
+
+def mark_existing(ws: Workspace, rep: RecoverReport) -> None:
+    """Topics the store already has are kept as they are (``exists``)."""
     for plan in rep.topics:
         if ws.ml.exists(plan.topic):
             plan.action = "exists"
-    if not apply:
-        return rep
+
+
+def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dict[str, Any] | None,
+                   on_step: Callable[[str, str], None] | None = None) -> None:
+    """Write a planned recovery: the marker first, each topic one create, the marker "done" last."""
+    step = on_step or (lambda _s, _t: None)
     rep.applied = True
     now = now_ms()
     body = json.dumps({"state": "running", "started_ms": now, "store": ws.config.store_url}).encode()
@@ -461,7 +586,28 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
     if got is not None:
         ws.metadata.put(MARKER_PATH, done, got.version)
     log.info("recovered %s topic(s) into %s", len(rep.topics), ws.config.metadata_url)
-    return rep
+
+
+def _missing_sqlite_file(ws: Workspace) -> Path | None:
+    """The configured SQLite file when it does not exist yet (opening the store will create it)."""
+    u = urlparse(ws.config.metadata_url)
+    if u.scheme != "sqlite" or "metadata" in ws.__dict__:
+        return None
+    path = Path(unquote(u.path))
+    return None if path.exists() else path
+
+
+def _forget_file(ws: Workspace, path: Path | None) -> None:
+    """Close and remove the SQLite file (and its journal files) this run created and wrote nothing into:
+    bad input and dry runs leave no trace."""
+    if path is None:
+        return
+    if "metadata" in ws.__dict__:
+        ws.metadata.close()
+    for name in ("metadata", "ml", "policies", "deletion_log", "leases", "identity", "manifests", "pulsar"):
+        ws.__dict__.pop(name, None)
+    for p in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        p.unlink(missing_ok=True)
 
 
 def _restore_identity(ws: Workspace, identity: str) -> None:
