@@ -41,7 +41,7 @@ from tieredcore.formats.keys import (
     topic_manifest_key,
 )
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
-from tieredcore.formats.topic_manifest import TopicManifest, decode_topic_manifest
+from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, TopicManifest, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
@@ -294,15 +294,22 @@ class _Recovery:
         self.report = report
         self.location = ws.config.store_location
         self.driver = self.location.driver_metadata()
+        self._ours: dict[bytes, bool] = {}
 
     def ours(self, dm) -> bool:
-        """Whether driver metadata names the store being listed (only those objects can be checked)."""
+        """Whether driver metadata names the store being listed (only those objects can be checked); one
+        answer per distinct driver metadata (a bucket's ledgers name a handful)."""
         if dm is None or not dm.name:
             return True
-        try:
-            return StoreLocation.from_driver_metadata(dm).same_objects(self.location)
-        except ValidationError:
-            return False
+        k = dm.SerializeToString(deterministic=True)
+        got = self._ours.get(k)
+        if got is None:
+            try:
+                got = StoreLocation.from_driver_metadata(dm).same_objects(self.location)
+            except ValidationError:
+                got = False
+            self._ours[k] = got
+        return got
 
     def missing(self, info: ManagedLedgerInfo) -> list[str]:
         """Index keys in the listed store a record names that the listing lacks."""
@@ -362,7 +369,10 @@ class _Recovery:
         """Ledgers whose hot copy is gone: cold-only when offloaded (or partly held by segments), else lost."""
         keep = []
         for li in plan.info.ledgerInfo:
-            if self.hot_exists(li.ledgerId):
+            ctx = li.offloadContext
+            if ctx.bookkeeperDeleted and (is_complete(li) or is_offloaded(li) or ctx.offloadSegment):
+                keep.append(li)  # cold-only already: kept as it is whether or not a hot copy is left
+            elif self.hot_exists(li.ledgerId):
                 keep.append(li)
             elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
                 if not li.offloadContext.bookkeeperDeleted:
@@ -406,9 +416,9 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     newest = run(read_manifests, [(t, listing.manifests[t][-1], topic_manifest_key(prefix, cluster, t,
                                                                                     listing.manifests[t][-1]))
                                   for t in topics])
-    chosen_of: dict[str, TopicManifest] = {}
+    chosen_of: dict[str, tuple[TopicManifest, ManagedLedgerInfo]] = {}  # decoded once
     for topic, first in zip(topics, newest, strict=True):
-        chosen: TopicManifest | None = None
+        chosen: tuple[TopicManifest, ManagedLedgerInfo] | None = None
         seqs = listing.manifests[topic]
         for i, seq in enumerate(reversed(seqs)):
             key = topic_manifest_key(prefix, cluster, topic, seq)
@@ -417,11 +427,12 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
                 rep.damaged_manifests.append(f"{key}: {why}")
                 continue
             m = decode_topic_manifest(raw)
-            gone = r.missing(m.info())
+            m_info = m.info()
+            gone = r.missing(m_info)
             if gone:
                 rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
                 continue
-            chosen = m
+            chosen = (m, m_info)
             break
         if chosen is None:
             rep.fallback_topics.append(topic)
@@ -429,20 +440,18 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
             chosen_of[topic] = chosen
     del newest
     named: set[str] = set()
-    for m in chosen_of.values():
-        info = m.info()
+    for _m, info in chosen_of.values():
         named |= compacted_uuids(info)
         for li in info.ledgerInfo:
             named |= referenced_uuids(li)
     by_topic = r.winners(named, run)
     plans: dict[str, TopicPlan] = {}
-    for topic, chosen in chosen_of.items():
-        if chosen.deleted:  # its newest usable manifest is a tombstone: the topic was deleted
+    for topic, (chosen, info) in chosen_of.items():
+        if any(kv.key == TOMBSTONE_PROPERTY for kv in info.properties):  # the topic was deleted
             rep.deleted_topics.append(topic)
             for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: the topic was deleted)")
             continue
-        info = chosen.info()
         plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1] + 1, info,
                          chosen.namespace_policy, chosen.topic_policy)
         pairs = by_topic.pop(topic, {})
