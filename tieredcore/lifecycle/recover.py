@@ -34,14 +34,15 @@ from tieredcore.formats.constants import METADATA_OWNER_KEY
 from tieredcore.formats.index import parse_index_v1
 from tieredcore.formats.keys import (
     COMPACTED_LEDGER_METADATA_KEY,
+    OBJECT_KEY,
+    TOPIC_MANIFEST_DIR,
     index_key,
-    parse_key,
     parse_topic_manifest_key,
     segment_index_key,
     topic_manifest_key,
 )
 from tieredcore.formats.mlinfo import ManagedLedgerInfo
-from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, TopicManifest, decode_topic_manifest
+from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
@@ -54,6 +55,7 @@ from tieredcore.offload.context import (
     referenced_uuids,
     segment_drivers,
     segment_uuids,
+    uuid_from_halves,
 )
 from tieredcore.offload.manifests import set_sequence_base
 from tieredcore.offload.ownership import IDENTITY_PATH, foreign_reason, read_identity, read_marker
@@ -132,15 +134,20 @@ class RecoverReport:
                             "cold_only": t.cold_only, "lost": t.lost} for t in self.topics]}
 
 
+# a V1 pair's listing state packed in one int: bits 0-47 the plain index object's last-modified time in
+# ms + 1 (0: none listed), bit 48 a chunked index (``-index.manifest``) listed, above it the plain data
+# object's size + 1 (0: none listed)
+_TIME_BITS = 48
+_TIME_MASK = (1 << _TIME_BITS) - 1
+
+
 @dataclass
 class _Listing:
     """What planning needs of one streamed listing, without holding every key: per (uuid, ledger) of a V1
-    pair one small record, the uuids of segment index objects, the topic manifests' sequence numbers."""
+    pair one int (:func:`_pack`), the uuids of segment index objects, the topic manifests' sequences."""
 
     objects: int = 0  # every object listed (counted, not kept)
-    # (uuid, ledger id) -> [last modified of its plain index (s) or None, size of its plain data object or
-    # None, whether a chunked index (``-index.manifest``) exists]
-    ledgers: dict[tuple[str, int], list] = field(default_factory=dict)
+    ledgers: dict[tuple[str, int], int] = field(default_factory=dict)  # (uuid, ledger id) -> packed state
     segments: set[str] = field(default_factory=set)  # uuids with a plain segment index object
     chunked_segments: set[str] = field(default_factory=set)  # uuids with a segment index's .manifest
     manifests: dict[str, list[int]] = field(default_factory=dict)  # topic -> manifest sequences, ascending
@@ -150,7 +157,7 @@ class _Listing:
         """ledger id -> uuids with a plain V1 index object (uuids in order)."""
         out: dict[int, list[str]] = {}
         for (u, lid), st in self.ledgers.items():
-            if st[0] is not None:
+            if st & _TIME_MASK:
                 out.setdefault(lid, []).append(u)
         for v in out.values():
             v.sort()
@@ -161,45 +168,57 @@ class _Listing:
 
     def index_listed(self, uuid: str, ledger_id: int) -> bool:
         """The pair's index object, plain or chunked, is in the listing."""
-        st = self.ledgers.get((uuid, ledger_id))
-        return st is not None and (st[0] is not None or st[2])
+        st = self.ledgers.get((uuid, ledger_id), 0)
+        return bool(st & _TIME_MASK) or bool((st >> _TIME_BITS) & 1)
 
     def segment_listed(self, uuid: str) -> bool:
         return uuid in self.segments or uuid in self.chunked_segments
 
-    def index_time(self, uuid: str, ledger_id: int) -> float:
-        return self.ledgers[(uuid, ledger_id)][0]
+    def index_time_ms(self, uuid: str, ledger_id: int) -> int:
+        """When the pair's plain index object was written (its listing's last-modified time, ms)."""
+        return (self.ledgers[(uuid, ledger_id)] & _TIME_MASK) - 1
+
+    def data_size(self, uuid: str, ledger_id: int) -> int | None:
+        size = self.ledgers.get((uuid, ledger_id), 0) >> (_TIME_BITS + 1)
+        return size - 1 if size else None
+
+    def chunked(self, uuid: str, ledger_id: int) -> bool:
+        return bool((self.ledgers.get((uuid, ledger_id), 0) >> _TIME_BITS) & 1)
 
     def empty(self) -> bool:
-        return not self.manifests and not self.segments and not any(st[0] is not None for st in self.ledgers.values())
+        return not self.manifests and not self.segments and not any(st & _TIME_MASK for st in self.ledgers.values())
 
 
 def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
-    """The listing planning needs, streamed page by page (memory: per V1 pair and per topic, not per key)."""
+    """The listing planning needs, streamed page by page (memory: one int per V1 pair and the manifests'
+    sequences per topic, not the keys)."""
     out = _Listing()
+    ledgers, manifest_dir, plen = out.ledgers, prefix + TOPIC_MANIFEST_DIR, len(prefix)
     for o in iter_objects(store, prefix):
         out.objects += 1
-        m = parse_topic_manifest_key(o.key, prefix, cluster)
-        if m is not None:
-            out.manifests.setdefault(m[0], []).append(m[1])
+        key = o.key
+        if key.startswith(manifest_dir):
+            m = parse_topic_manifest_key(key, prefix, cluster)
+            if m is not None:
+                out.manifests.setdefault(m[0], []).append(m[1])
             continue
-        p = parse_key(o.key, prefix)
-        if p is None or p.is_offsets:
+        p = OBJECT_KEY.fullmatch(key, plen)  # groups: uuid, ledger id, -index, -offsets, .manifest
+        if p is None or p[4] is not None:
             continue
-        if p.ledger_id is None:
-            if p.is_index:
-                (out.chunked_segments if p.is_manifest else out.segments).add(p.uuid)
+        u, lid, is_index, is_manifest = p[1], p[2], p[3] is not None, p[5] is not None
+        if lid is None:
+            if is_index:
+                (out.chunked_segments if is_manifest else out.segments).add(u)
             continue
-        st = out.ledgers.get((p.uuid, p.ledger_id))
-        if st is None:
-            st = out.ledgers[(p.uuid, p.ledger_id)] = [None, None, False]
-        if p.is_index:
-            if p.is_manifest:
-                st[2] = True
-            else:
-                st[0] = o.last_modified
-        elif not p.is_manifest:
-            st[1] = o.size
+        k = (u, int(lid))
+        st = ledgers.get(k, 0)
+        if is_index and is_manifest:
+            st |= 1 << _TIME_BITS
+        elif is_index:
+            st = (st & ~_TIME_MASK) | (int(o.last_modified * 1000) + 1)
+        elif not is_manifest:
+            st = (st & ((1 << (_TIME_BITS + 1)) - 1)) | ((o.size + 1) << (_TIME_BITS + 1))
+        ledgers[k] = st
     for v in out.manifests.values():
         v.sort()
     return out
@@ -311,13 +330,28 @@ class _Recovery:
             self._ours[k] = got
         return got
 
-    def missing(self, info: ManagedLedgerInfo) -> list[str]:
-        """Index keys in the listed store a record names that the listing lacks."""
+    def missing(self, info: ManagedLedgerInfo, named: set[str] | None = None) -> list[str]:
+        """Index keys in the listed store a record names that the listing lacks; every uuid the record
+        references is added to ``named`` when given."""
         out = []
+        seen: set[str] = set() if named is None else named
         for li in info.ledgerInfo:
+            has_ctx = li.HasField("offloadContext")
+            if not li.properties and (not has_ctx or not li.offloadContext.offloadSegment):
+                # the common case: at most the context's own uuid
+                ctx = li.offloadContext
+                if has_ctx and (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
+                    u = uuid_from_halves(ctx.uidMsb, ctx.uidLsb)
+                    seen.add(u)
+                    if self.ours(ctx.driverMetadata if ctx.HasField("driverMetadata") else None) and \
+                            not self.listing.index_listed(u, li.ledgerId):
+                        out.append(index_key(self.prefix, u, li.ledgerId))
+                continue
             segs = set(segment_uuids(li))
             drivers = segment_drivers(li)
-            for u in referenced_uuids(li):
+            refs = referenced_uuids(li)
+            seen |= refs
+            for u in refs:
                 if u in segs:
                     if self.ours(drivers.get(u)) and not self.listing.segment_listed(u):
                         out.append(segment_index_key(self.prefix, u))
@@ -327,6 +361,7 @@ class _Recovery:
         if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None) \
                 and not self.listing.index_listed(st.uuid, st.ledger_id):
             out.append(index_key(self.prefix, st.uuid, st.ledger_id))
+        seen |= compacted_uuids(info)
         return out
 
     def winners(self, named: set[str], mapper: Mapper) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
@@ -335,10 +370,10 @@ class _Recovery:
         times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``."""
         wanted = [(lid, u) for lid, uuids in sorted(self.listing.pairs.items()) for u in uuids if u not in named]
         identity = self.report.identity
-        got = mapper(read_indexes, [(lid, u, self.listing.ledgers[(u, lid)][1], self.listing.ledgers[(u, lid)][2],
-                                     identity) for lid, u in wanted])
+        got = mapper(read_indexes, [(lid, u, self.listing.data_size(u, lid), self.listing.chunked(u, lid), identity)
+                                    for lid, u in wanted])
         out: dict[str, dict[int, tuple[str, IndexFacts]]] = {}
-        found: dict[int, dict[str, list[tuple[float, str, IndexFacts]]]] = {}
+        found: dict[int, dict[str, list[tuple[int, str, IndexFacts]]]] = {}
         for (lid, u), (kind, value) in zip(wanted, got, strict=True):
             if kind == "unreadable":
                 self.report.unreadable.append(value)
@@ -346,7 +381,7 @@ class _Recovery:
                 self.report.not_recoverable.append(value)
             else:
                 name, facts = value
-                found.setdefault(lid, {}).setdefault(name, []).append((self.listing.index_time(u, lid), u, facts))
+                found.setdefault(lid, {}).setdefault(name, []).append((self.listing.index_time_ms(u, lid), u, facts))
         for lid, topics in sorted(found.items()):
             for topic, cands in topics.items():
                 cands.sort(key=lambda c: (c[0], c[1]))
@@ -362,7 +397,7 @@ class _Recovery:
         ctx = li.offloadContext
         ctx.Clear()
         ctx.uidMsb, ctx.uidLsb, ctx.complete = msb, lsb, True
-        ctx.timestamp = int(self.listing.index_time(uuid, li.ledgerId) * 1000)
+        ctx.timestamp = self.listing.index_time_ms(uuid, li.ledgerId)
         ctx.driverMetadata.CopyFrom(self.driver)
 
     def hot_state(self, plan: TopicPlan) -> None:
@@ -384,6 +419,19 @@ class _Recovery:
         if len(keep) != len(plan.info.ledgerInfo):
             del plan.info.ledgerInfo[:]
             plan.info.ledgerInfo.extend(keep)
+
+
+@dataclass
+class _Chosen:
+    """What planning keeps of a topic's chosen manifest (not its bytes)."""
+
+    sequence: int
+    namespace_policy: dict[str, Any] | None
+    topic_policy: dict[str, Any] | None
+    info: ManagedLedgerInfo
+
+
+MANIFEST_BATCH = 1000  # topics whose newest manifests are read (and held) at a time
 
 
 def nothing_to_recover(ws: Workspace) -> str:
@@ -411,42 +459,42 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     r = _Recovery(ws, store, prefix, listing, hot_exists or ws.hot.exists, rep)
     cluster = ws.config.cluster
     topics = sorted(listing.manifests)
-    # each topic's newest manifest, read (and its checksum checked) by the mapper; an older one only when
-    # the newest is damaged or stale (read here, newest first)
-    newest = run(read_manifests, [(t, listing.manifests[t][-1], topic_manifest_key(prefix, cluster, t,
-                                                                                    listing.manifests[t][-1]))
-                                  for t in topics])
-    chosen_of: dict[str, tuple[TopicManifest, ManagedLedgerInfo]] = {}  # decoded once
-    for topic, first in zip(topics, newest, strict=True):
-        chosen: tuple[TopicManifest, ManagedLedgerInfo] | None = None
-        seqs = listing.manifests[topic]
-        for i, seq in enumerate(reversed(seqs)):
-            key = topic_manifest_key(prefix, cluster, topic, seq)
-            raw, why = first if i == 0 else read_manifests(ws, [(topic, seq, key)])[0]
-            if raw is None:
-                rep.damaged_manifests.append(f"{key}: {why}")
-                continue
-            m = decode_topic_manifest(raw)
-            m_info = m.info()
-            gone = r.missing(m_info)
-            if gone:
-                rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
-                continue
-            chosen = (m, m_info)
-            break
-        if chosen is None:
-            rep.fallback_topics.append(topic)
-        else:
-            chosen_of[topic] = chosen
-    del newest
-    named: set[str] = set()
-    for _m, info in chosen_of.values():
-        named |= compacted_uuids(info)
-        for li in info.ledgerInfo:
-            named |= referenced_uuids(li)
+    # each topic's newest manifest, read (and its checksum checked) by the mapper, MANIFEST_BATCH topics at
+    # a time (their bytes are dropped once decoded); an older one only when the newest is damaged or stale
+    # (read here, newest first)
+    chosen_of: dict[str, _Chosen] = {}
+    named: set[str] = set()  # every uuid a chosen manifest references
+    for start in range(0, len(topics), MANIFEST_BATCH):
+        batch = topics[start:start + MANIFEST_BATCH]
+        newest = run(read_manifests, [(t, listing.manifests[t][-1],
+                                       topic_manifest_key(prefix, cluster, t, listing.manifests[t][-1])) for t in batch])
+        for topic, first in zip(batch, newest, strict=True):
+            chosen: _Chosen | None = None
+            for i, seq in enumerate(reversed(listing.manifests[topic])):
+                key = topic_manifest_key(prefix, cluster, topic, seq)
+                raw, why = first if i == 0 else read_manifests(ws, [(topic, seq, key)])[0]
+                if raw is None:
+                    rep.damaged_manifests.append(f"{key}: {why}")
+                    continue
+                m = decode_topic_manifest(raw)
+                m_info = m.info()
+                refs: set[str] = set()
+                gone = r.missing(m_info, refs)
+                if gone:
+                    rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
+                    continue
+                named |= refs
+                chosen = _Chosen(m.sequence, m.namespace_policy, m.topic_policy, m_info)
+                break
+            if chosen is None:
+                rep.fallback_topics.append(topic)
+            else:
+                chosen_of[topic] = chosen
+        del newest
     by_topic = r.winners(named, run)
     plans: dict[str, TopicPlan] = {}
-    for topic, (chosen, info) in chosen_of.items():
+    for topic, chosen in chosen_of.items():
+        info = chosen.info
         if any(kv.key == TOMBSTONE_PROPERTY for kv in info.properties):  # the topic was deleted
             rep.deleted_topics.append(topic)
             for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
@@ -495,7 +543,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
 
 def _append_ledger(r: _Recovery, info: ManagedLedgerInfo, lid: int, uuid: str, facts: IndexFacts) -> None:
     li = info.ledgerInfo.add(ledgerId=lid, entries=facts.entries, size=facts.length,
-                             timestamp=facts.ctime or int(r.listing.index_time(uuid, lid) * 1000))
+                             timestamp=facts.ctime or r.listing.index_time_ms(uuid, lid))
     r.context_from_index(li, uuid)
     # ledgers in id order, as a topic lists them
     items = sorted(info.ledgerInfo, key=lambda x: x.ledgerId)
