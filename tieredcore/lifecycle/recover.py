@@ -152,17 +152,6 @@ class _Listing:
     chunked_segments: set[str] = field(default_factory=set)  # uuids with a segment index's .manifest
     manifests: dict[str, list[int]] = field(default_factory=dict)  # topic -> manifest sequences, ascending
 
-    @property
-    def pairs(self) -> dict[int, list[str]]:
-        """ledger id -> uuids with a plain V1 index object (uuids in order)."""
-        out: dict[int, list[str]] = {}
-        for (u, lid), st in self.ledgers.items():
-            if st & _TIME_MASK:
-                out.setdefault(lid, []).append(u)
-        for v in out.values():
-            v.sort()
-        return out
-
     def manifest_count(self) -> int:
         return sum(len(v) for v in self.manifests.values())
 
@@ -368,7 +357,8 @@ class _Recovery:
         """topic -> ledger id -> (uuid, index facts) of every readable V1 pair no chosen manifest names
         (``named``: their uuids), one per ledger: the latest attempt (the index object written last; equal
         times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``."""
-        wanted = [(lid, u) for lid, uuids in sorted(self.listing.pairs.items()) for u in uuids if u not in named]
+        # ledgers in id order, each one's uuids in order (no grouping of the pairs the manifests name)
+        wanted = sorted((lid, u) for (u, lid), st in self.listing.ledgers.items() if st & _TIME_MASK and u not in named)
         identity = self.report.identity
         got = mapper(read_indexes, [(lid, u, self.listing.data_size(u, lid), self.listing.chunked(u, lid), identity)
                                     for lid, u in wanted])
