@@ -23,6 +23,7 @@ median (target: dry run and apply within 3x) and the process's peak RSS after ea
 
     .venv/bin/python bench/recover.py                       # 10,000 topics / 1,000,000 objects
     .venv/bin/python bench/recover.py --quick               # 200 topics / 10,000 objects (a smoke run)
+    .venv/bin/python bench/recover.py --spark-rounds 3      # also the dry run with Spark executors reading
 
 The fixture's real files are kept under --cache (default bench/.cache/) per size: a rerun measures at
 once; --rebuild makes it anew, --no-cache builds into a temp directory removed afterwards.
@@ -185,6 +186,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ledgers", type=int, default=50, help="ledgers per synthetic topic (2 objects each)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved baseline / dry-run rounds")
     ap.add_argument("--apply-rounds", type=int, default=3, help="recoveries applied into a new empty store")
+    ap.add_argument("--spark-rounds", type=int, default=0,
+                    help="dry runs with the manifest and index reads on Spark executors (local[2] session, "
+                         "spark_jobs/recover.py's mapper; the session's start-up not timed)")
     ap.add_argument("--quick", action="store_true", help="200 topics x 25 ledgers, 3 rounds, 1 apply (smoke run)")
     ap.add_argument("--dir", help="scratch directory for --no-cache (default: a temp dir)")
     ap.add_argument("--cache", default=str(Path(__file__).parent / ".cache"), help="where fixtures are kept")
@@ -194,8 +198,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if a.quick:
         a.topics, a.ledgers, a.rounds, a.apply_rounds = 200, 25, 3, 1
-    if a.topics < 20 or a.ledgers < 1 or a.rounds < 1 or a.apply_rounds < 0:
-        ap.error("--topics >= 20, --ledgers >= 1, --rounds >= 1, --apply-rounds >= 0")
+    if a.topics < 20 or a.ledgers < 1 or a.rounds < 1 or a.apply_rounds < 0 or a.spark_rounds < 0:
+        ap.error("--topics >= 20, --ledgers >= 1, --rounds >= 1, --apply-rounds >= 0, --spark-rounds >= 0")
     return a
 
 
@@ -272,17 +276,37 @@ def main(argv: list[str] | None = None) -> int:
             apply_s.append(s)
             print(f"  apply {rnd + 1}: {s:.3f}s into an empty SQLite store (x{s / statistics.median(base_s):.2f} "
                   "the baseline median)", flush=True)
+        spark_s = []
+        if a.spark_rounds:
+            from spark_jobs._jobkit import session
+            from spark_jobs.recover import spark_mapper
+
+            spark = session("bench-recover", replace(cfg, spark_master="local[2]"))
+            try:
+                mapper = spark_mapper(spark, cfg)
+                for rnd in range(a.spark_rounds):
+                    r, s = timed(lambda: plan_recovery(ws, listing=list_bucket(fx, prefix, cluster), mapper=mapper))
+                    assert [t.line() for t in r.topics] == [t.line() for t in rep.topics]  # the same plan
+                    spark_s.append(s)
+                    print(f"  spark dry run {rnd + 1}: {s:.3f}s (x{s / statistics.median(base_s):.2f} the baseline "
+                          "median)", flush=True)
+            finally:
+                spark.stop()
         ws.close()
         med_b, med_d = statistics.median(base_s), statistics.median(dry_s)
         out = {"objects": n_objects, "topics": topics, "ledgers_per_topic": a.ledgers, "rounds": a.rounds,
                "baseline_median_s": med_b, "dry_run_median_s": med_d, "dry_run_ratio": med_d / med_b,
                "apply_median_s": statistics.median(apply_s) if apply_s else None,
                "apply_ratio": statistics.median(apply_s) / med_b if apply_s else None,
+               "spark_dry_run_median_s": statistics.median(spark_s) if spark_s else None,
+               "spark_dry_run_ratio": statistics.median(spark_s) / med_b if spark_s else None,
                "peak_rss_mib_after_dry_runs": round(rss_dry), "peak_rss_mib": round(peak_rss_mib())}
         print(f"baseline (listing + {topics - f['fallback_topics']:,} manifest GETs): median {med_b:.3f}s; "
               f"recover dry run: median {med_d:.3f}s = x{out['dry_run_ratio']:.2f}"
               + (f"; recover --apply: median {out['apply_median_s']:.3f}s = x{out['apply_ratio']:.2f}" if apply_s
                  else "")
+              + (f"; on Spark: median {out['spark_dry_run_median_s']:.3f}s = x{out['spark_dry_run_ratio']:.2f}"
+                 if spark_s else "")
               + f" (target x3); peak RSS {out['peak_rss_mib_after_dry_runs']} MiB after the dry runs, "
                 f"{out['peak_rss_mib']} MiB at the end")
         if a.json:

@@ -12,7 +12,8 @@ import pytest
 bench = importlib.import_module("bench.recover")
 
 
-@pytest.mark.parametrize("argv", [["--topics", "5"], ["--ledgers", "0"], ["--rounds", "0"], ["--apply-rounds", "-1"]])
+@pytest.mark.parametrize("argv", [["--topics", "5"], ["--ledgers", "0"], ["--rounds", "0"], ["--apply-rounds", "-1"],
+                                  ["--spark-rounds", "-1"]])
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(argv)

@@ -609,6 +609,8 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         ws.metadata.create(MARKER_PATH, body)
     if rep.identity and not used:
         _restore_identity(ws, rep.identity)
+    batch: list[TopicPlan] = []
+    size = 0
     for plan in rep.topics:
         t = TopicName.parse(plan.topic)
         if plan.namespace_policy is not None and ws.ml.get_policies(t.namespace_name) is None:
@@ -621,11 +623,12 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
             continue
         step("topic", plan.topic)
         set_sequence_base(plan.info, plan.next_base)
-        try:
-            ws.ml.create_topic(t, plan.info)
-            plan.action = "created"
-        except NodeExistsError:  # created by the run that crashed (or a writer meanwhile): kept as it is
-            plan.action = "exists"
+        batch.append(plan)
+        size += plan.info.ByteSize()
+        if len(batch) >= CREATE_BATCH or size >= CREATE_BATCH_BYTES:
+            _create(ws, batch)
+            batch, size = [], 0
+    _create(ws, batch)
     step("done", "")
     got = ws.metadata.get(MARKER_PATH)
     done = json.dumps({"state": "done", "started_ms": now, "finished_ms": now_ms(),
@@ -633,6 +636,31 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
     if got is not None:
         ws.metadata.put(MARKER_PATH, done, got.version)
     log.info("recovered %s topic(s) into %s", len(rep.topics), ws.config.metadata_url)
+
+
+# topic records created per metadata transaction (all or none), and at most about this many bytes in one
+# (ZooKeeper's requests are limited to 1 MiB by default)
+CREATE_BATCH = 100
+CREATE_BATCH_BYTES = 256 * 1024
+
+
+def _create(ws: Workspace, batch: list[TopicPlan]) -> None:
+    """Create the batch's records in one transaction; when one exists (created by the run that crashed, or
+    a writer meanwhile), one by one, keeping those that exist as they are."""
+    if not batch:
+        return
+    try:
+        ws.ml.create_topics([(p.topic, p.info) for p in batch])
+    except NodeExistsError:
+        for plan in batch:
+            try:
+                ws.ml.create_topic(plan.topic, plan.info)
+                plan.action = "created"
+            except NodeExistsError:
+                plan.action = "exists"
+        return
+    for plan in batch:
+        plan.action = "created"
 
 
 def _missing_sqlite_file(ws: Workspace) -> Path | None:
