@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
         base_s, dry_s, rep = [], [], None
         for rnd in range(a.rounds):
+            rep = None  # one recovery's plan in memory at a time (the peak RSS is one recovery's)
             _, b = timed(baseline)
             base_s.append(b)
             rep, d = timed(dry_run)

@@ -41,7 +41,7 @@ from tieredcore.formats.keys import (
     segment_index_key,
     topic_manifest_key,
 )
-from tieredcore.formats.mlinfo import ManagedLedgerInfo
+from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info
 from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
@@ -77,17 +77,30 @@ class TopicPlan:
     source: str  # "manifest" | "index"
     sequence: int  # the manifest's (0 from index objects)
     next_base: int  # the new record's manifest sequence base: past every manifest seen of the topic
-    info: ManagedLedgerInfo
+    _info: ManagedLedgerInfo | None  # the record being planned; None once frozen (then in _record)
     namespace_policy: dict[str, Any] | None = None
     topic_policy: dict[str, Any] | None = None
     from_index: list[int] = field(default_factory=list)  # ledgers taken from index objects
     cold_only: list[int] = field(default_factory=list)  # hot copy gone: restored bookkeeperDeleted
     lost: list[int] = field(default_factory=list)  # neither copy: left out of the record
     action: str = "create"  # create | created | exists (kept: never overwritten)
+    _record: bytes = field(default=b"", repr=False)
+
+    @property
+    def info(self) -> ManagedLedgerInfo:
+        """The planned record (once frozen: a fresh copy decoded on each access)."""
+        return self._info if self._info is not None else decode_managed_ledger_info(self._record)
+
+    def freeze(self) -> None:
+        """Keep the planned record serialized: a bucket's worth of plans stays a fraction of the size of
+        their decoded messages."""
+        if self._info is not None:
+            self._record, self._info = self._info.SerializeToString(), None
 
     def line(self) -> str:
-        n = len(self.info.ledgerInfo)
-        off = sum(1 for li in self.info.ledgerInfo if is_offloaded(li) or is_complete(li))
+        info = self.info
+        n = len(info.ledgerInfo)
+        off = sum(1 for li in info.ledgerInfo if is_offloaded(li) or is_complete(li))
         src = f"manifest #{self.sequence}" if self.source == "manifest" else "index objects"
         extra = "".join([f", {len(self.from_index)} from index objects" if self.from_index and self.source ==
                          "manifest" else "", f", {len(self.cold_only)} cold-only" if self.cold_only else "",
@@ -418,7 +431,7 @@ class _Chosen:
     sequence: int
     namespace_policy: dict[str, Any] | None
     topic_policy: dict[str, Any] | None
-    info: ManagedLedgerInfo
+    record: bytes  # the manifest's record (decoded when the topic's plan is made)
 
 
 MANIFEST_BATCH = 1000  # topics whose newest manifests are read (and held) at a time
@@ -474,7 +487,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
                     rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
                     continue
                 named |= refs
-                chosen = _Chosen(m.sequence, m.namespace_policy, m.topic_policy, m_info)
+                chosen = _Chosen(m.sequence, m.namespace_policy, m.topic_policy, m.record)
                 break
             if chosen is None:
                 rep.fallback_topics.append(topic)
@@ -483,8 +496,17 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
         del newest
     by_topic = r.winners(named, run)
     plans: dict[str, TopicPlan] = {}
-    for topic, chosen in chosen_of.items():
-        info = chosen.info
+    segments_named: set[str] = set()
+
+    def done(plan: TopicPlan) -> None:
+        r.hot_state(plan)
+        segments_named.update(u for li in plan.info.ledgerInfo for u in segment_uuids(li))
+        plan.freeze()
+        plans[plan.topic] = plan
+
+    for topic in list(chosen_of):
+        chosen = chosen_of.pop(topic)
+        info = decode_managed_ledger_info(chosen.record)
         if any(kv.key == TOMBSTONE_PROPERTY for kv in info.properties):  # the topic was deleted
             rep.deleted_topics.append(topic)
             for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
@@ -510,21 +532,17 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
                 plan.from_index.append(lid)
             else:  # left the topic (retention) before the manifest: awaiting deletion
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: not in the topic)")
-        plans[topic] = plan
+        done(plan)
     for topic, pairs in sorted(by_topic.items()):
         info = ManagedLedgerInfo()
         for lid, (u, facts) in sorted(pairs.items()):
             _append_ledger(r, info, lid, u, facts)
         seqs = listing.manifests.get(topic, [])
-        plans[topic] = TopicPlan(topic, "index", 0, (seqs[-1] + 1) if seqs else 0, info,
-                                 from_index=sorted(pairs))
+        done(TopicPlan(topic, "index", 0, (seqs[-1] + 1) if seqs else 0, info, from_index=sorted(pairs)))
     for topic in rep.fallback_topics:
         if topic not in plans:
             rep.not_recoverable.append(f"{topic}: no usable manifest and no readable V1 index object")
-    for plan in plans.values():
-        r.hot_state(plan)
-    named = {u for p in plans.values() for li in p.info.ledgerInfo for u in segment_uuids(li)}
-    for u in sorted(listing.segments - named):
+    for u in sorted(listing.segments - segments_named):
         rep.not_recoverable.append(f"{segment_index_key(prefix, u)}: a segment no recovered manifest names "
                                    "(segments are recovered from manifests only)")
     rep.topics = [plans[t] for t in sorted(plans)]
@@ -609,7 +627,7 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         ws.metadata.create(MARKER_PATH, body)
     if rep.identity and not used:
         _restore_identity(ws, rep.identity)
-    batch: list[TopicPlan] = []
+    batch: list[tuple[TopicPlan, ManagedLedgerInfo]] = []
     size = 0
     for plan in rep.topics:
         t = TopicName.parse(plan.topic)
@@ -622,9 +640,10 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         if plan.action == "exists":
             continue
         step("topic", plan.topic)
-        set_sequence_base(plan.info, plan.next_base)
-        batch.append(plan)
-        size += plan.info.ByteSize()
+        info = plan.info
+        set_sequence_base(info, plan.next_base)
+        batch.append((plan, info))
+        size += info.ByteSize()
         if len(batch) >= CREATE_BATCH or size >= CREATE_BATCH_BYTES:
             _create(ws, batch)
             batch, size = [], 0
@@ -644,22 +663,22 @@ CREATE_BATCH = 100
 CREATE_BATCH_BYTES = 256 * 1024
 
 
-def _create(ws: Workspace, batch: list[TopicPlan]) -> None:
+def _create(ws: Workspace, batch: list[tuple[TopicPlan, ManagedLedgerInfo]]) -> None:
     """Create the batch's records in one transaction; when one exists (created by the run that crashed, or
     a writer meanwhile), one by one, keeping those that exist as they are."""
     if not batch:
         return
     try:
-        ws.ml.create_topics([(p.topic, p.info) for p in batch])
+        ws.ml.create_topics([(p.topic, info) for p, info in batch])
     except NodeExistsError:
-        for plan in batch:
+        for plan, info in batch:
             try:
-                ws.ml.create_topic(plan.topic, plan.info)
+                ws.ml.create_topic(plan.topic, info)
                 plan.action = "created"
             except NodeExistsError:
                 plan.action = "exists"
         return
-    for plan in batch:
+    for plan, _info in batch:
         plan.action = "created"
 
 

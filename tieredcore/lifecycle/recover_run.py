@@ -56,11 +56,12 @@ class RecoverRunReport:
     def _rows(self) -> list[dict[str, Any]]:
         out = []
         for t in self.report.topics:
-            off = sum(1 for li in t.info.ledgerInfo if is_offloaded(li) or is_complete(li))
+            info = t.info
+            off = sum(1 for li in info.ledgerInfo if is_offloaded(li) or is_complete(li))
             out.append({"topic": t.topic, "namespace": _namespace(t.topic), "action": t.action, "source": t.source,
-                        "sequence": t.sequence, "ledgers": len(t.info.ledgerInfo), "offloaded": off,
+                        "sequence": t.sequence, "ledgers": len(info.ledgerInfo), "offloaded": off,
                         "from_index": len(t.from_index), "cold_only": len(t.cold_only), "lost": len(t.lost),
-                        "bytes": sum(li.size for li in t.info.ledgerInfo)})
+                        "bytes": sum(li.size for li in info.ledgerInfo)})
         return out
 
     def counters(self) -> dict[str, int]:
