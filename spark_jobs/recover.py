@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ls = planned.listing
         return (f"{ls.objects:,} object(s) listed: {ls.manifest_count():,} topic manifest(s) of "
                 f"{len(ls.manifests):,} topic(s), {len(ls.ledgers):,} ledger object group(s), "
-                f"{len(ls.segments):,} segment(s)" + ("; applying" if args.apply and not run_dry(args) else ""))
+                f"{len(ls.segments):,} segment(s)" + ("; applying" if args.apply and not args.dry_run else ""))
 
     def execute(spark, run: Run, planned: Planned) -> RecoverRunReport:
         with Workspace(run.config) as ws:
@@ -105,10 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return RecoverRunReport(rep, run.as_of_ms)
 
     return run_job(JOB, args, plan, describe, execute)
-
-
-def run_dry(args: Any) -> bool:
-    return bool(args.dry_run)
 
 
 if __name__ == "__main__":

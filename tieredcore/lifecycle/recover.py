@@ -1,7 +1,9 @@
 """Rebuild the metadata store from the bucket alone (docs/recovery.md; `tiered recover`).
 
-One listing of the workspace's configured store (its prefix) finds the topic manifests and the offloaded
-objects. Per topic the newest manifest that decodes (checksum) and names only objects the listing holds is
+One listing of the workspace's configured store (its prefix), streamed (:func:`list_bucket` keeps per V1
+pair one int, per topic the manifests' sequences, never the keys), finds the topic manifests and the
+offloaded objects. The per-topic reads (each topic's newest manifest, the index objects no manifest names)
+go through a mapper: in this process, or over Spark executors (spark_jobs/recover.py). Per topic the newest manifest that decodes (checksum) and names only objects the listing holds is
 the source; ledgers it does not show as offloaded but whose V1 index object exists (an offload whose
 manifest write was lost) are taken from the index. Topics without a usable manifest are rebuilt from the
 self-describing V1 index objects (their ledger metadata names the managed ledger). A ledger found under
@@ -10,8 +12,8 @@ complete pair whose index object was written last); the loser is reported as an 
 Ledgers whose hot copy is gone are restored cold-only (``bookkeeperDeleted``); a ledger with neither an
 offloaded copy nor a hot copy is lost and reported.
 
-Applying is crash-safe and rerunnable: a marker record (``/tiered/recovery``) is written first; each topic
-is one create (all or nothing); a rerun that finds the marker still "running" continues where the crash
+Applying is crash-safe and rerunnable: a marker record (``/tiered/recovery``) is written first; topic
+records are created in batches, each one transaction (all or nothing); a rerun that finds the marker still "running" continues where the crash
 left it, creating only what is missing. Nothing is ever written to or deleted from the bucket.
 """
 
