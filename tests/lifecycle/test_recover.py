@@ -243,6 +243,26 @@ def test_a_crash_at_every_step_then_a_rerun_completes(before: Before, crash_at: 
             recover(ws, apply=True)
 
 
+def test_a_record_created_meanwhile_is_kept_and_the_others_created(before: Before) -> None:
+    """Records are created in batches, one transaction each: a topic another writer created between the
+    plan and the write makes its batch fall back to one create per topic, keeping that record as it is."""
+    b = before
+    with lose_metadata(b) as ws:
+        mine = ManagedLedgerInfo()
+        mine.properties.add(key="writer", value="someone else")
+
+        def step(name: str, topic: str) -> None:
+            if name == "topic" and topic == ML[A1]:
+                ws.ml.create_topic(A1, mine)
+
+        rep = recover(ws, apply=True, on_step=step)
+        assert {t.topic: t.action for t in rep.topics} == {ML[A0]: "created", ML[A1]: "exists", ML[S0]: "created"}
+        assert ws.ml.get_topic(A1)[0] == mine
+        for t in (A0, S0):
+            assert without_base(ws.ml.get_topic(t)[0]) == without_base(b.records[t])
+            assert read_all(ws, t) == b.entries[t]
+
+
 def test_merge_never_overwrites_a_record(before: Before) -> None:
     b = before
     with lose_metadata(b) as ws:
