@@ -263,6 +263,33 @@ def test_a_record_created_meanwhile_is_kept_and_the_others_created(before: Befor
             assert read_all(ws, t) == b.entries[t]
 
 
+def test_a_superseded_compacted_ledger_is_an_orphan(before: Before) -> None:
+    """A second compaction supersedes the first compacted ledger (its objects wait in the deletion log):
+    recovery restores the topic's pointer to the new one from the manifest and reports the old pair as an
+    orphan, not as something it could not recover."""
+    from tieredcore.clock import now_ms
+    from tieredcore.formats.messages import OutMessage, encode_message
+    from tieredcore.topic.writer import TopicWriter
+
+    b = before
+    with Workspace(Config.load(b.cfg, env={})) as ws:
+        old = compaction_state(ws.ml.get_topic(A0)[0])
+        w = TopicWriter(ws.ml, ws.hot, A0)
+        w.append_many([encode_message(OutMessage(payload=b"v%d" % i, key=f"k{i}"), producer="t", sequence_id=10**9 + i,
+                                      publish_time=now_ms()) for i in range(3)])
+        w.close()
+        compact_topic(ws, A0)
+        new = compaction_state(ws.ml.get_topic(A0)[0])
+        assert new.ledger_id != old.ledger_id
+    with lose_metadata(b) as ws:
+        rep = recover(ws, apply=True)
+        assert rep.not_recoverable == [] and rep.unreadable == []
+        assert [o for o in rep.orphans if index_key("", old.uuid, old.ledger_id) in o] == [
+            f"{index_key('', old.uuid, old.ledger_id)} ({ML[A0]} ledger {old.ledger_id}: a compacted ledger its "
+            "topic's manifest does not name: superseded)"]
+        assert compaction_state(ws.ml.get_topic(A0)[0]) == new
+
+
 def test_merge_never_overwrites_a_record(before: Before) -> None:
     b = before
     with lose_metadata(b) as ws:

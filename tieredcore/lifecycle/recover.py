@@ -268,7 +268,8 @@ def read_manifests(ws: Workspace, items: list[tuple[str, int, str]]) -> list[tup
 
 def read_indexes(ws: Workspace, items: list[tuple[int, str, int | None, bool, str]]) -> list[tuple[str, Any]]:
     """Per (ledger id, uuid, listed data size, chunked, identity): ("ok", (managed-ledger name, IndexFacts)),
-    or ("unreadable" | "not_recoverable", why)."""
+    ("compacted", (the managed-ledger name its metadata names or "", why)), or ("unreadable" |
+    "not_recoverable", why)."""
     store = ws.open_location(ws.config.store_location)
     prefix = ws.offloader.prefix
     cluster = ws.config.cluster
@@ -294,9 +295,13 @@ def _read_index(store: BlobStore, prefix: str, cluster: str, ledger_id: int, uui
     foreign = foreign_reason(meta, cluster, identity or meta.get(METADATA_OWNER_KEY, ""))
     if foreign is not None:
         return "not_recoverable", f"{ikey}: not this workspace's: {foreign}"
-    if meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true":  # its pointer and horizon: in the manifest only
-        return "not_recoverable", f"{ikey}: a compacted ledger, restored from its topic's manifest only"
     raw = idx.metadata.custom_metadata.get(MANAGED_LEDGER_KEY)
+    if meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true":  # its pointer and horizon: in the manifest only
+        try:
+            owner = TopicName.parse(bytes(raw).decode()).managed_ledger_name if raw else ""
+        except (UnicodeDecodeError, ValidationError):
+            owner = ""
+        return "compacted", (owner, f"{ikey}: a compacted ledger, restored from its topic's manifest only")
     if not raw:
         return "not_recoverable", f"{ikey}: its ledger metadata names no managed ledger"
     try:
@@ -368,10 +373,14 @@ class _Recovery:
         seen |= compacted_uuids(info)
         return out
 
-    def winners(self, named: set[str], mapper: Mapper) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
+    def winners(self, named: set[str], mapper: Mapper, manifest_topics: frozenset[str] | set[str] = frozenset()
+                ) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
         """topic -> ledger id -> (uuid, index facts) of every readable V1 pair no chosen manifest names
         (``named``: their uuids), one per ledger: the latest attempt (the index object written last; equal
-        times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``."""
+        times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``.
+        A compacted ledger of a topic with a chosen manifest (``manifest_topics``) that does not name it
+        was superseded by a later compaction (awaiting deletion): an orphan; of any other topic its
+        pointer is lost with the manifests: not recoverable."""
         # ledgers in id order, each one's uuids in order (no grouping of the pairs the manifests name)
         wanted = sorted((lid, u) for (u, lid), st in self.listing.ledgers.items() if st & _TIME_MASK and u not in named)
         identity = self.report.identity
@@ -384,6 +393,13 @@ class _Recovery:
                 self.report.unreadable.append(value)
             elif kind == "not_recoverable":
                 self.report.not_recoverable.append(value)
+            elif kind == "compacted":
+                owner, why = value
+                if owner and owner in manifest_topics:
+                    self.report.orphans.append(f"{index_key(self.prefix, u, lid)} ({owner} ledger {lid}: a compacted "
+                                               "ledger its topic's manifest does not name: superseded)")
+                else:
+                    self.report.not_recoverable.append(why)
             else:
                 name, facts = value
                 found.setdefault(lid, {}).setdefault(name, []).append((self.listing.index_time_ms(u, lid), u, facts))
@@ -496,7 +512,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
             else:
                 chosen_of[topic] = chosen
         del newest
-    by_topic = r.winners(named, run)
+    by_topic = r.winners(named, run, set(chosen_of))
     plans: dict[str, TopicPlan] = {}
     segments_named: set[str] = set()
 
