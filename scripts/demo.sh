@@ -211,9 +211,10 @@ tiered init "$REC" >/dev/null
 sed -i -e "s|^store_url = .*|store_url = \"file://$BUCKET\"|" -e "s|^key_ring = .*|key_ring = \"$WS/keys\"|" \
     "$REC/tiered.toml"
 rm -rf "$REC/cold"
+export TIERED_NO_PROGRESS=1
 tiered --json verify --offloaded-only > "$WS/verify-before.json" || { echo "verify of the original failed"; exit 1; }
 { tiered --workspace "$REC" recover || true; } > "$WS/recover-dry.txt"
-echo "  dry run: $(grep -c '^create ' "$WS/recover-dry.txt") topic(s) it would create; $(tail -1 "$WS/recover-dry.txt" | cut -c1-160)"
+echo "  dry run: $(grep -c '^create ' "$WS/recover-dry.txt") line(s), one per topic it would create; then: $(tail -1 "$WS/recover-dry.txt" | cut -d';' -f1)"
 tiered --workspace "$REC" --json recover --apply > "$WS/recover.json" || true  # exit 1: hot-only ledgers lost
 tiered --workspace "$REC" --json verify --offloaded-only > "$WS/verify-recovered.json" || true
 python - "$WS/verify-before.json" "$WS/recover.json" "$WS/verify-recovered.json" <<'PY'
