@@ -69,7 +69,7 @@ def test_recover_dag_dry_run_then_apply_then_refused(tmp_path: Path, spark_env, 
     run_dir = tmp_path / "ws" / "reports" / "tiered_recover" / tiered_run_id(dr.run_id)
     assert (run_dir / "run.json").is_file() and (run_dir / "recover" / "summary.json").is_file()
     out, err = capfd.readouterr()
-    assert "from_manifests=4" in out + err or "from_manifests 4" in out + err, (out + err)[-3000:]
+    assert "from_manifests=4" in out + err and "damaged_manifests=0" in out + err, (out + err)[-3000:]
 
     # apply: every topic back, verified, the bucket untouched
     dr, states = run_dag("tiered_recover", SWEEP_AT + dt.timedelta(hours=1), {"config": str(cfg), "apply": True})
