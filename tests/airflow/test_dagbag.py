@@ -13,7 +13,7 @@ from .conftest import DAGS, REPO, asset_of, cron_of
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
            "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
-           "tiered_key_rotation", "tiered_table_export", "tiered_topic_compaction"}
+           "tiered_key_rotation", "tiered_table_export", "tiered_topic_compaction", "tiered_recover"}
 # Spark tasks per DAG (every other DAG has one)
 SPARK_TASKS = {"tiered_retention": 2}
 
@@ -84,6 +84,12 @@ def test_dags_import_without_errors_and_follow_conventions() -> None:
     assert keys.schedule is None and keys.max_active_runs == 1  # manual trigger only
     assert set(keys.params.keys()) == {"dry_run", "target"}
     assert keys.get_task("rotate").application.endswith("spark_jobs/rotate_keys.py")
+    rec = bag.get_dag("tiered_recover")
+    assert rec.schedule is None and rec.max_active_runs == 1  # manual trigger only
+    assert set(rec.params.keys()) == {"dry_run", "apply", "merge"}
+    assert rec.params["apply"] is False and rec.params["merge"] is False  # a dry run by default
+    assert rec.get_task("recover").application.endswith("spark_jobs/recover.py")
+    assert [t.task_id for t in rec.topological_sort()] == ["preflight", "plan", "recover", "summary", "verdict"]
 
 
 def test_spark_task_is_built_in_one_place() -> None:

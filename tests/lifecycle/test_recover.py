@@ -243,6 +243,53 @@ def test_a_crash_at_every_step_then_a_rerun_completes(before: Before, crash_at: 
             recover(ws, apply=True)
 
 
+def test_a_record_created_meanwhile_is_kept_and_the_others_created(before: Before) -> None:
+    """Records are created in batches, one transaction each: a topic another writer created between the
+    plan and the write makes its batch fall back to one create per topic, keeping that record as it is."""
+    b = before
+    with lose_metadata(b) as ws:
+        mine = ManagedLedgerInfo()
+        mine.properties.add(key="writer", value="someone else")
+
+        def step(name: str, topic: str) -> None:
+            if name == "topic" and topic == ML[A1]:
+                ws.ml.create_topic(A1, mine)
+
+        rep = recover(ws, apply=True, on_step=step)
+        assert {t.topic: t.action for t in rep.topics} == {ML[A0]: "created", ML[A1]: "exists", ML[S0]: "created"}
+        assert ws.ml.get_topic(A1)[0] == mine
+        for t in (A0, S0):
+            assert without_base(ws.ml.get_topic(t)[0]) == without_base(b.records[t])
+            assert read_all(ws, t) == b.entries[t]
+
+
+def test_a_superseded_compacted_ledger_is_an_orphan(before: Before) -> None:
+    """A second compaction supersedes the first compacted ledger (its objects wait in the deletion log):
+    recovery restores the topic's pointer to the new one from the manifest and reports the old pair as an
+    orphan, not as something it could not recover."""
+    from tieredcore.clock import now_ms
+    from tieredcore.formats.messages import OutMessage, encode_message
+    from tieredcore.topic.writer import TopicWriter
+
+    b = before
+    with Workspace(Config.load(b.cfg, env={})) as ws:
+        old = compaction_state(ws.ml.get_topic(A0)[0])
+        w = TopicWriter(ws.ml, ws.hot, A0)
+        w.append_many([encode_message(OutMessage(payload=b"v%d" % i, key=f"k{i}"), producer="t", sequence_id=10**9 + i,
+                                      publish_time=now_ms()) for i in range(3)])
+        w.close()
+        compact_topic(ws, A0)
+        new = compaction_state(ws.ml.get_topic(A0)[0])
+        assert new.ledger_id != old.ledger_id
+    with lose_metadata(b) as ws:
+        rep = recover(ws, apply=True)
+        assert rep.not_recoverable == [] and rep.unreadable == []
+        assert [o for o in rep.orphans if index_key("", old.uuid, old.ledger_id) in o] == [
+            f"{index_key('', old.uuid, old.ledger_id)} ({ML[A0]} ledger {old.ledger_id}: a compacted ledger its "
+            "topic's manifest does not name: superseded)"]
+        assert compaction_state(ws.ml.get_topic(A0)[0]) == new
+
+
 def test_merge_never_overwrites_a_record(before: Before) -> None:
     b = before
     with lose_metadata(b) as ws:
@@ -374,3 +421,22 @@ def test_a_deleted_topic_is_not_brought_back(before: Before) -> None:
         assert not ws.ml.exists(A1)
         for t in (A0, S0):
             assert read_all(ws, t) == b.entries[t]
+
+
+def test_refused_or_dry_recover_leaves_no_metadata_file(before: Before, tmp_path: Path, capsys) -> None:
+    """A lost SQLite store stays lost when recovery is refused (a bucket with nothing of this format) or
+    only planned: no empty metadata file is left behind; --apply creates it."""
+    empty = tmp_path / "empty"
+    build_workspace(empty, ["t/x"], ledgers=1)
+    os.remove(empty / "metadata.db")
+    assert cli.main(["--workspace", str(empty), "recover", "--apply"]) == 2
+    assert "nothing to recover" in capsys.readouterr().err
+    assert not any(p.name.startswith("metadata.db") for p in empty.iterdir())
+    db = before.cfg.parent / "metadata.db"
+    os.remove(db)
+    assert cli.main(["--workspace", str(before.cfg.parent), "recover"]) == 0
+    assert not db.exists()
+    assert cli.main(["--workspace", str(before.cfg.parent), "recover", "--apply"]) == 0
+    assert db.exists()
+    with Workspace(Config.load(before.cfg, env={})) as ws:
+        assert {t.full for ns in ws.ml.list_namespaces() for t in ws.ml.list_topics(ns)} == {A0, A1, S0}

@@ -5,6 +5,7 @@ deleted everything due and then crashed writing its report (exit 1: retried, no 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +17,7 @@ from spark_jobs import (
     export_tables,
     offload_sweep,
     reconcile_orphans,
+    recover,
     retention_sweep,
     rotate_keys,
     scrub,
@@ -31,7 +33,9 @@ from .test_jobs import no_spark  # noqa: F401  (fixture)
 JOBS = {"offload_sweep": offload_sweep, "deletion_lag_cleanup": deletion_lag_cleanup,
         "retention_sweep": retention_sweep, "scrub": scrub, "compact_segments": compact_segments,
         "deletion_drain": deletion_drain, "reconcile_orphans": reconcile_orphans, "rotate_keys": rotate_keys,
-        "export_tables": export_tables, "compact_topics": compact_topics}
+        "export_tables": export_tables, "compact_topics": compact_topics,
+        # recovery into this store (it has records) with --merge --apply: it would add nothing, but plans
+        "recover": SimpleNamespace(main=lambda argv: recover.main([*argv, "--merge", "--apply"]))}
 
 
 @pytest.fixture(scope="module")

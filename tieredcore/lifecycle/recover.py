@@ -1,7 +1,9 @@
 """Rebuild the metadata store from the bucket alone (docs/recovery.md; `tiered recover`).
 
-One listing of the workspace's configured store (its prefix) finds the topic manifests and the offloaded
-objects. Per topic the newest manifest that decodes (checksum) and names only objects the listing holds is
+One listing of the workspace's configured store (its prefix), streamed (:func:`list_bucket` keeps per V1
+pair one int, per topic the manifests' sequences, never the keys), finds the topic manifests and the
+offloaded objects. The per-topic reads (each topic's newest manifest, the index objects no manifest names)
+go through a mapper: in this process, or over Spark executors (spark_jobs/recover.py). Per topic the newest manifest that decodes (checksum) and names only objects the listing holds is
 the source; ledgers it does not show as offloaded but whose V1 index object exists (an offload whose
 manifest write was lost) are taken from the index. Topics without a usable manifest are rebuilt from the
 self-describing V1 index objects (their ledger metadata names the managed ledger). A ledger found under
@@ -10,8 +12,8 @@ complete pair whose index object was written last); the loser is reported as an 
 Ledgers whose hot copy is gone are restored cold-only (``bookkeeperDeleted``); a ledger with neither an
 offloaded copy nor a hot copy is lost and reported.
 
-Applying is crash-safe and rerunnable: a marker record (``/tiered/recovery``) is written first; each topic
-is one create (all or nothing); a rerun that finds the marker still "running" continues where the crash
+Applying is crash-safe and rerunnable: a marker record (``/tiered/recovery``) is written first; topic
+records are created in batches, each one transaction (all or nothing); a rerun that finds the marker still "running" continues where the crash
 left it, creating only what is missing. Nothing is ever written to or deleted from the bucket.
 """
 
@@ -22,7 +24,9 @@ import logging
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from tieredcore.clock import now_ms
 from tieredcore.cold.blob import BlobStore, iter_objects
@@ -32,15 +36,15 @@ from tieredcore.formats.constants import METADATA_OWNER_KEY
 from tieredcore.formats.index import parse_index_v1
 from tieredcore.formats.keys import (
     COMPACTED_LEDGER_METADATA_KEY,
-    MANIFEST_SUFFIX,
-    data_key,
+    OBJECT_KEY,
+    TOPIC_MANIFEST_DIR,
     index_key,
-    parse_key,
     parse_topic_manifest_key,
     segment_index_key,
+    topic_manifest_key,
 )
-from tieredcore.formats.mlinfo import ManagedLedgerInfo
-from tieredcore.formats.topic_manifest import TopicManifest, decode_topic_manifest
+from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info
+from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
@@ -53,6 +57,7 @@ from tieredcore.offload.context import (
     referenced_uuids,
     segment_drivers,
     segment_uuids,
+    uuid_from_halves,
 )
 from tieredcore.offload.manifests import set_sequence_base
 from tieredcore.offload.ownership import IDENTITY_PATH, foreign_reason, read_identity, read_marker
@@ -60,7 +65,9 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MARKER_PATH", "RecoverReport", "TopicPlan", "plan_recovery", "recover"]
+__all__ = ["MARKER_PATH", "IndexFacts", "Mapper", "RecoverReport", "TopicPlan", "apply_recovery", "check_store",
+           "list_bucket", "local_mapper", "mark_existing", "plan_recovery", "read_indexes", "read_manifests",
+           "recover"]
 
 MARKER_PATH = "/tiered/recovery"
 MANAGED_LEDGER_KEY = "pulsar/managed-ledger"  # the ledger's custom metadata naming its topic
@@ -72,17 +79,30 @@ class TopicPlan:
     source: str  # "manifest" | "index"
     sequence: int  # the manifest's (0 from index objects)
     next_base: int  # the new record's manifest sequence base: past every manifest seen of the topic
-    info: ManagedLedgerInfo
+    _info: ManagedLedgerInfo | None  # the record being planned; None once frozen (then in _record)
     namespace_policy: dict[str, Any] | None = None
     topic_policy: dict[str, Any] | None = None
     from_index: list[int] = field(default_factory=list)  # ledgers taken from index objects
     cold_only: list[int] = field(default_factory=list)  # hot copy gone: restored bookkeeperDeleted
     lost: list[int] = field(default_factory=list)  # neither copy: left out of the record
     action: str = "create"  # create | created | exists (kept: never overwritten)
+    _record: bytes = field(default=b"", repr=False)
+
+    @property
+    def info(self) -> ManagedLedgerInfo:
+        """The planned record (once frozen: a fresh copy decoded on each access)."""
+        return self._info if self._info is not None else decode_managed_ledger_info(self._record)
+
+    def freeze(self) -> None:
+        """Keep the planned record serialized: a bucket's worth of plans stays a fraction of the size of
+        their decoded messages."""
+        if self._info is not None:
+            self._record, self._info = self._info.SerializeToString(), None
 
     def line(self) -> str:
-        n = len(self.info.ledgerInfo)
-        off = sum(1 for li in self.info.ledgerInfo if is_offloaded(li) or is_complete(li))
+        info = self.info
+        n = len(info.ledgerInfo)
+        off = sum(1 for li in info.ledgerInfo if is_offloaded(li) or is_complete(li))
         src = f"manifest #{self.sequence}" if self.source == "manifest" else "index objects"
         extra = "".join([f", {len(self.from_index)} from index objects" if self.from_index and self.source ==
                          "manifest" else "", f", {len(self.cold_only)} cold-only" if self.cold_only else "",
@@ -129,34 +149,167 @@ class RecoverReport:
                             "cold_only": t.cold_only, "lost": t.lost} for t in self.topics]}
 
 
+# a V1 pair's listing state packed in one int: bits 0-47 the plain index object's last-modified time in
+# ms + 1 (0: none listed), bit 48 a chunked index (``-index.manifest``) listed, above it the plain data
+# object's size + 1 (0: none listed)
+_TIME_BITS = 48
+_TIME_MASK = (1 << _TIME_BITS) - 1
+
+
 @dataclass
 class _Listing:
-    keys: dict[str, float]  # key -> last modified (s)
-    sizes: dict[str, int]
-    manifests: dict[str, list[tuple[int, str]]]  # topic -> [(sequence, key)], ascending
-    pairs: dict[int, list[str]]  # ledger id -> uuids with a V1 index object
-    segments: set[str]  # uuids with a segment index object
+    """What planning needs of one streamed listing, without holding every key: per (uuid, ledger) of a V1
+    pair one int (:func:`_pack`), the uuids of segment index objects, the topic manifests' sequences."""
+
+    objects: int = 0  # every object listed (counted, not kept)
+    ledgers: dict[tuple[str, int], int] = field(default_factory=dict)  # (uuid, ledger id) -> packed state
+    segments: set[str] = field(default_factory=set)  # uuids with a plain segment index object
+    chunked_segments: set[str] = field(default_factory=set)  # uuids with a segment index's .manifest
+    manifests: dict[str, list[int]] = field(default_factory=dict)  # topic -> manifest sequences, ascending
+
+    def manifest_count(self) -> int:
+        return sum(len(v) for v in self.manifests.values())
+
+    def index_listed(self, uuid: str, ledger_id: int) -> bool:
+        """The pair's index object, plain or chunked, is in the listing."""
+        st = self.ledgers.get((uuid, ledger_id), 0)
+        return bool(st & _TIME_MASK) or bool((st >> _TIME_BITS) & 1)
+
+    def segment_listed(self, uuid: str) -> bool:
+        return uuid in self.segments or uuid in self.chunked_segments
+
+    def index_time_ms(self, uuid: str, ledger_id: int) -> int:
+        """When the pair's plain index object was written (its listing's last-modified time, ms)."""
+        return (self.ledgers[(uuid, ledger_id)] & _TIME_MASK) - 1
+
+    def data_size(self, uuid: str, ledger_id: int) -> int | None:
+        size = self.ledgers.get((uuid, ledger_id), 0) >> (_TIME_BITS + 1)
+        return size - 1 if size else None
+
+    def chunked(self, uuid: str, ledger_id: int) -> bool:
+        return bool((self.ledgers.get((uuid, ledger_id), 0) >> _TIME_BITS) & 1)
+
+    def empty(self) -> bool:
+        return not self.manifests and not self.segments and not any(st & _TIME_MASK for st in self.ledgers.values())
 
 
-def _list(store: BlobStore, prefix: str, cluster: str) -> _Listing:
-    out = _Listing({}, {}, {}, {}, set())
+def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
+    """The listing planning needs, streamed page by page (memory: one int per V1 pair and the manifests'
+    sequences per topic, not the keys)."""
+    out = _Listing()
+    ledgers, manifest_dir, plen = out.ledgers, prefix + TOPIC_MANIFEST_DIR, len(prefix)
     for o in iter_objects(store, prefix):
-        out.keys[o.key] = o.last_modified
-        out.sizes[o.key] = o.size
-        m = parse_topic_manifest_key(o.key, prefix, cluster)
-        if m is not None:
-            out.manifests.setdefault(m[0], []).append((m[1], o.key))
+        out.objects += 1
+        key = o.key
+        if key.startswith(manifest_dir):
+            m = parse_topic_manifest_key(key, prefix, cluster)
+            if m is not None:
+                out.manifests.setdefault(m[0], []).append(m[1])
             continue
-        p = parse_key(o.key, prefix)
-        if p is None or not p.is_index or p.is_manifest:
+        p = OBJECT_KEY.fullmatch(key, plen)  # groups: uuid, ledger id, -index, -offsets, .manifest
+        if p is None or p[4] is not None:
             continue
-        if p.ledger_id is None:
-            out.segments.add(p.uuid)
-        else:
-            out.pairs.setdefault(p.ledger_id, []).append(p.uuid)
+        u, lid, is_index, is_manifest = p[1], p[2], p[3] is not None, p[5] is not None
+        if lid is None:
+            if is_index:
+                (out.chunked_segments if is_manifest else out.segments).add(u)
+            continue
+        k = (u, int(lid))
+        st = ledgers.get(k, 0)
+        if is_index and is_manifest:
+            st |= 1 << _TIME_BITS
+        elif is_index:
+            st = (st & ~_TIME_MASK) | (int(o.last_modified * 1000) + 1)
+        elif not is_manifest:
+            st = (st & ((1 << (_TIME_BITS + 1)) - 1)) | ((o.size + 1) << (_TIME_BITS + 1))
+        ledgers[k] = st
     for v in out.manifests.values():
         v.sort()
     return out
+
+
+# -- the per-topic work (in this process, or distributed: spark_jobs/recover.py) ----------------------
+
+# a mapper runs ``fn(ws, items) -> results`` (one result per item, in order) over ``items``: in this process
+# by default; the Spark job's splits the items over executors, each opening its own Workspace
+Mapper = Callable[[Callable[[Workspace, list], list], list], list]
+
+
+def local_mapper(ws: Workspace) -> Mapper:
+    return lambda fn, items: fn(ws, items) if items else []
+
+
+@dataclass(frozen=True)
+class IndexFacts:
+    """What recovery takes from a V1 index object (its ledger metadata)."""
+
+    entries: int
+    length: int
+    ctime: int
+
+
+def read_manifests(ws: Workspace, items: list[tuple[str, int, str]]) -> list[tuple[bytes | None, str]]:
+    """Per (topic, sequence, key): the manifest's bytes when it decodes (checksum) and names that topic and
+    sequence, else (None, why)."""
+    store = ws.open_location(ws.config.store_location)
+    out: list[tuple[bytes | None, str]] = []
+    for topic, seq, key in items:
+        try:
+            raw = store.get(key)
+            m = decode_topic_manifest(raw)
+            if m.topic != topic or m.sequence != seq:
+                raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
+        except (TieredError, NoSuchObjectError) as e:
+            out.append((None, str(e)))
+            continue
+        out.append((bytes(raw), ""))
+    return out
+
+
+def read_indexes(ws: Workspace, items: list[tuple[int, str, int | None, bool, str]]) -> list[tuple[str, Any]]:
+    """Per (ledger id, uuid, listed data size, chunked, identity): ("ok", (managed-ledger name, IndexFacts)),
+    ("compacted", (the managed-ledger name its metadata names or "", why)), or ("unreadable" |
+    "not_recoverable", why)."""
+    store = ws.open_location(ws.config.store_location)
+    prefix = ws.offloader.prefix
+    cluster = ws.config.cluster
+    return [_read_index(store, prefix, cluster, *it) for it in items]
+
+
+def _read_index(store: BlobStore, prefix: str, cluster: str, ledger_id: int, uuid: str, data_size: int | None,
+                chunked: bool, identity: str) -> tuple[str, Any]:
+    ikey = index_key(prefix, uuid, ledger_id)
+    if chunked:
+        return "not_recoverable", f"{ikey}: a transformed (chunked) pair is recovered from manifests only"
+    try:
+        idx = parse_index_v1(store.get(ikey), ledger_id)
+    except (TieredError, NoSuchObjectError) as e:
+        return "unreadable", f"{ikey}: {e}"
+    if data_size != idx.data_object_length:
+        return "unreadable", f"{ikey}: its data object is missing or not {idx.data_object_length} bytes"
+    try:
+        meta = store.head(ikey).metadata
+    except (TieredError, NoSuchObjectError) as e:
+        return "unreadable", f"{ikey}: {e}"
+    # a bucket shared with other clusters or workspaces: only what this workspace's marker owns
+    foreign = foreign_reason(meta, cluster, identity or meta.get(METADATA_OWNER_KEY, ""))
+    if foreign is not None:
+        return "not_recoverable", f"{ikey}: not this workspace's: {foreign}"
+    raw = idx.metadata.custom_metadata.get(MANAGED_LEDGER_KEY)
+    if meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true":  # its pointer and horizon: in the manifest only
+        try:
+            owner = TopicName.parse(bytes(raw).decode()).managed_ledger_name if raw else ""
+        except (UnicodeDecodeError, ValidationError):
+            owner = ""
+        return "compacted", (owner, f"{ikey}: a compacted ledger, restored from its topic's manifest only")
+    if not raw:
+        return "not_recoverable", f"{ikey}: its ledger metadata names no managed ledger"
+    try:
+        name = TopicName.parse(bytes(raw).decode()).managed_ledger_name
+    except (UnicodeDecodeError, ValidationError) as e:
+        return "unreadable", f"{ikey}: managed-ledger name: {e}"
+    md = idx.metadata
+    return "ok", (name, IndexFacts(md.last_entry_id + 1, md.length, md.ctime))
 
 
 # -- planning ---------------------------------------------------------------------------------------
@@ -169,117 +322,113 @@ class _Recovery:
         self.report = report
         self.location = ws.config.store_location
         self.driver = self.location.driver_metadata()
-        self._index_cache: dict[tuple[int, str], tuple[str, Any] | None] = {}
+        self._ours: dict[bytes, bool] = {}
 
     def ours(self, dm) -> bool:
-        """Whether driver metadata names the store being listed (only those objects can be checked)."""
+        """Whether driver metadata names the store being listed (only those objects can be checked); one
+        answer per distinct driver metadata (a bucket's ledgers name a handful)."""
         if dm is None or not dm.name:
             return True
-        try:
-            return StoreLocation.from_driver_metadata(dm).same_objects(self.location)
-        except ValidationError:
-            return False
+        k = dm.SerializeToString(deterministic=True)
+        got = self._ours.get(k)
+        if got is None:
+            try:
+                got = StoreLocation.from_driver_metadata(dm).same_objects(self.location)
+            except ValidationError:
+                got = False
+            self._ours[k] = got
+        return got
 
-    def missing(self, info: ManagedLedgerInfo) -> list[str]:
-        """Index keys in the listed store a record names that the listing lacks."""
+    def missing(self, info: ManagedLedgerInfo, named: set[str] | None = None) -> list[str]:
+        """Index keys in the listed store a record names that the listing lacks; every uuid the record
+        references is added to ``named`` when given."""
         out = []
+        seen: set[str] = set() if named is None else named
         for li in info.ledgerInfo:
+            has_ctx = li.HasField("offloadContext")
+            if not li.properties and (not has_ctx or not li.offloadContext.offloadSegment):
+                # the common case: at most the context's own uuid
+                ctx = li.offloadContext
+                if has_ctx and (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
+                    u = uuid_from_halves(ctx.uidMsb, ctx.uidLsb)
+                    seen.add(u)
+                    if self.ours(ctx.driverMetadata if ctx.HasField("driverMetadata") else None) and \
+                            not self.listing.index_listed(u, li.ledgerId):
+                        out.append(index_key(self.prefix, u, li.ledgerId))
+                continue
             segs = set(segment_uuids(li))
             drivers = segment_drivers(li)
-            for u in referenced_uuids(li):
+            refs = referenced_uuids(li)
+            seen |= refs
+            for u in refs:
                 if u in segs:
-                    key, ours = segment_index_key(self.prefix, u), self.ours(drivers.get(u))
-                else:
-                    key, ours = index_key(self.prefix, u, li.ledgerId), self.ours(context_driver(li))
-                if ours and key not in self.listing.keys and key + MANIFEST_SUFFIX not in self.listing.keys:
-                    out.append(key)
+                    if self.ours(drivers.get(u)) and not self.listing.segment_listed(u):
+                        out.append(segment_index_key(self.prefix, u))
+                elif self.ours(context_driver(li)) and not self.listing.index_listed(u, li.ledgerId):
+                    out.append(index_key(self.prefix, u, li.ledgerId))
         st = compaction_state(info)
-        if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None):
-            key = index_key(self.prefix, st.uuid, st.ledger_id)
-            if key not in self.listing.keys and key + MANIFEST_SUFFIX not in self.listing.keys:
-                out.append(key)
+        if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None) \
+                and not self.listing.index_listed(st.uuid, st.ledger_id):
+            out.append(index_key(self.prefix, st.uuid, st.ledger_id))
+        seen |= compacted_uuids(info)
         return out
 
-    def index_owner(self, ledger_id: int, uuid: str) -> tuple[str, Any] | None:
-        """(managed-ledger name, parsed index) of a plain V1 pair, or None (unreadable, foreign, partial)."""
-        k = (ledger_id, uuid)
-        if k not in self._index_cache:
-            self._index_cache[k] = self._read_index(ledger_id, uuid)
-        return self._index_cache[k]
-
-    def _read_index(self, ledger_id: int, uuid: str) -> tuple[str, Any] | None:
-        ikey, dkey = index_key(self.prefix, uuid, ledger_id), data_key(self.prefix, uuid, ledger_id)
-        if ikey + MANIFEST_SUFFIX in self.listing.keys:
-            self.report.not_recoverable.append(f"{ikey}: a transformed (chunked) pair is recovered from manifests only")
-            return None
-        try:
-            idx = parse_index_v1(self.store.get(ikey), ledger_id)
-        except (TieredError, NoSuchObjectError) as e:
-            self.report.unreadable.append(f"{ikey}: {e}")
-            return None
-        if self.listing.sizes.get(dkey) != idx.data_object_length:
-            self.report.unreadable.append(f"{ikey}: its data object is missing or not {idx.data_object_length} bytes")
-            return None
-        try:
-            meta = self.store.head(ikey).metadata
-        except (TieredError, NoSuchObjectError) as e:
-            self.report.unreadable.append(f"{ikey}: {e}")
-            return None
-        # a bucket shared with other clusters or workspaces: only what this workspace's marker owns
-        foreign = foreign_reason(meta, self.ws.config.cluster, self.report.identity or meta.get(METADATA_OWNER_KEY, ""))
-        if foreign is not None:
-            self.report.not_recoverable.append(f"{ikey}: not this workspace's: {foreign}")
-            return None
-        compacted = meta.get(COMPACTED_LEDGER_METADATA_KEY) == "true"
-        if compacted:  # its pointer and horizon are in the topic's record (manifest) only
-            self.report.not_recoverable.append(f"{ikey}: a compacted ledger, restored from its topic's manifest only")
-            return None
-        raw = idx.metadata.custom_metadata.get(MANAGED_LEDGER_KEY)
-        if not raw:
-            self.report.not_recoverable.append(f"{ikey}: its ledger metadata names no managed ledger")
-            return None
-        try:
-            name = TopicName.parse(bytes(raw).decode()).managed_ledger_name
-        except (UnicodeDecodeError, ValidationError) as e:
-            self.report.unreadable.append(f"{ikey}: managed-ledger name: {e}")
-            return None
-        return name, idx
-
-    def winners(self, named: set[str]) -> dict[str, dict[int, tuple[str, Any]]]:
-        """topic -> ledger id -> (uuid, index) of every readable V1 pair no chosen manifest names (``named``:
-        their uuids), one per ledger: the latest attempt (the index object written last; equal times: the
-        greater uuid) wins, the others are orphans."""
-        out: dict[str, dict[int, tuple[str, Any]]] = {}
-        for lid, uuids in sorted(self.listing.pairs.items()):
-            found: dict[str, list[tuple[float, str, Any]]] = {}
-            for u in uuids:
-                if u in named:
-                    continue
-                got = self.index_owner(lid, u)
-                if got is not None:
-                    found.setdefault(got[0], []).append((self.listing.keys[index_key(self.prefix, u, lid)], u, got[1]))
-            for topic, cands in found.items():
+    def winners(self, named: set[str], mapper: Mapper, manifest_topics: frozenset[str] | set[str] = frozenset()
+                ) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
+        """topic -> ledger id -> (uuid, index facts) of every readable V1 pair no chosen manifest names
+        (``named``: their uuids), one per ledger: the latest attempt (the index object written last; equal
+        times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``.
+        A compacted ledger of a topic with a chosen manifest (``manifest_topics``) that does not name it
+        was superseded by a later compaction (awaiting deletion): an orphan; of any other topic its
+        pointer is lost with the manifests: not recoverable."""
+        # ledgers in id order, each one's uuids in order (no grouping of the pairs the manifests name)
+        wanted = sorted((lid, u) for (u, lid), st in self.listing.ledgers.items() if st & _TIME_MASK and u not in named)
+        identity = self.report.identity
+        got = mapper(read_indexes, [(lid, u, self.listing.data_size(u, lid), self.listing.chunked(u, lid), identity)
+                                    for lid, u in wanted])
+        out: dict[str, dict[int, tuple[str, IndexFacts]]] = {}
+        found: dict[int, dict[str, list[tuple[int, str, IndexFacts]]]] = {}
+        for (lid, u), (kind, value) in zip(wanted, got, strict=True):
+            if kind == "unreadable":
+                self.report.unreadable.append(value)
+            elif kind == "not_recoverable":
+                self.report.not_recoverable.append(value)
+            elif kind == "compacted":
+                owner, why = value
+                if owner and owner in manifest_topics:
+                    self.report.orphans.append(f"{index_key(self.prefix, u, lid)} ({owner} ledger {lid}: a compacted "
+                                               "ledger its topic's manifest does not name: superseded)")
+                else:
+                    self.report.not_recoverable.append(why)
+            else:
+                name, facts = value
+                found.setdefault(lid, {}).setdefault(name, []).append((self.listing.index_time_ms(u, lid), u, facts))
+        for lid, topics in sorted(found.items()):
+            for topic, cands in topics.items():
                 cands.sort(key=lambda c: (c[0], c[1]))
-                _, u, idx = cands[-1]
-                out.setdefault(topic, {})[lid] = (u, idx)
+                _, u, facts = cands[-1]
+                out.setdefault(topic, {})[lid] = (u, facts)
                 for _, loser, _ in cands[:-1]:
                     self.report.orphans.append(f"{index_key(self.prefix, loser, lid)} ({topic} ledger {lid}: "
                                                f"superseded by attempt {u})")
         return out
 
-    def context_from_index(self, li: LedgerInfo, uuid: str, idx: Any) -> None:
+    def context_from_index(self, li: LedgerInfo, uuid: str) -> None:
         msb, lsb = uuid_to_msb_lsb(uuidlib.UUID(uuid))
         ctx = li.offloadContext
         ctx.Clear()
         ctx.uidMsb, ctx.uidLsb, ctx.complete = msb, lsb, True
-        ctx.timestamp = int(self.listing.keys[index_key(self.prefix, uuid, li.ledgerId)] * 1000)
+        ctx.timestamp = self.listing.index_time_ms(uuid, li.ledgerId)
         ctx.driverMetadata.CopyFrom(self.driver)
 
     def hot_state(self, plan: TopicPlan) -> None:
         """Ledgers whose hot copy is gone: cold-only when offloaded (or partly held by segments), else lost."""
         keep = []
         for li in plan.info.ledgerInfo:
-            if self.hot_exists(li.ledgerId):
+            ctx = li.offloadContext
+            if ctx.bookkeeperDeleted and (is_complete(li) or is_offloaded(li) or ctx.offloadSegment):
+                keep.append(li)  # cold-only already: kept as it is whether or not a hot copy is left
+            elif self.hot_exists(li.ledgerId):
                 keep.append(li)
             elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
                 if not li.offloadContext.bookkeeperDeleted:
@@ -293,102 +442,135 @@ class _Recovery:
             plan.info.ledgerInfo.extend(keep)
 
 
-def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = None) -> RecoverReport:
-    """What recovery would create, from one listing of the configured store (reads only)."""
+@dataclass
+class _Chosen:
+    """What planning keeps of a topic's chosen manifest (not its bytes)."""
+
+    sequence: int
+    namespace_policy: dict[str, Any] | None
+    topic_policy: dict[str, Any] | None
+    record: bytes  # the manifest's record (decoded when the topic's plan is made)
+
+
+MANIFEST_BATCH = 1000  # topics whose newest manifests are read (and held) at a time
+
+
+def nothing_to_recover(ws: Workspace) -> str:
+    return (f"nothing to recover: {ws.config.store_url} holds no topic manifests and no offloaded objects of "
+            f"this format under prefix {ws.offloader.prefix!r}")
+
+
+def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = None,
+                  listing: _Listing | None = None, mapper: Mapper | None = None) -> RecoverReport:
+    """What recovery would create (reads only): from one streamed listing of the configured store (or the
+    ``listing`` given, made by :func:`list_bucket`); the manifests and index objects are read through
+    ``mapper`` (default: in this process; spark_jobs/recover.py distributes them)."""
     loc = ws.config.store_location
     store = ws.open_location(loc)
     prefix = ws.offloader.prefix
-    listing = _list(store, prefix, ws.config.cluster)
-    rep = RecoverReport(ws.config.store_url, applied=False, objects_listed=len(listing.keys),
-                        manifests=sum(len(v) for v in listing.manifests.values()))
-    if not listing.manifests and not listing.pairs and not listing.segments:
-        raise ValidationError(f"nothing to recover: {ws.config.store_url} holds no topic manifests and no "
-                              f"offloaded objects of this format under prefix {prefix!r}")
+    if listing is None:
+        listing = list_bucket(store, prefix, ws.config.cluster)
+    run = mapper or local_mapper(ws)
+    rep = RecoverReport(ws.config.store_url, applied=False, objects_listed=listing.objects,
+                        manifests=listing.manifest_count())
+    if listing.empty():
+        raise ValidationError(nothing_to_recover(ws))
     marker = read_marker(store, prefix, ws.config.cluster)
     rep.identity = marker.identity if marker is not None else ""
     r = _Recovery(ws, store, prefix, listing, hot_exists or ws.hot.exists, rep)
-    chosen_of: dict[str, TopicManifest] = {}
-    for topic, entries in sorted(listing.manifests.items()):
-        chosen: TopicManifest | None = None
-        for seq, key in reversed(entries):
-            try:
-                m = decode_topic_manifest(store.get(key))
-                if m.topic != topic or m.sequence != seq:
-                    raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
-            except (TieredError, NoSuchObjectError) as e:
-                rep.damaged_manifests.append(f"{key}: {e}")
-                continue
-            gone = r.missing(m.info())
-            if gone:
-                rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
-                continue
-            chosen = m
-            break
-        if chosen is None:
-            rep.fallback_topics.append(topic)
-        else:
-            chosen_of[topic] = chosen
-    named: set[str] = set()
-    for m in chosen_of.values():
-        info = m.info()
-        named |= compacted_uuids(info)
-        for li in info.ledgerInfo:
-            named |= referenced_uuids(li)
-    by_topic = r.winners(named)
+    cluster = ws.config.cluster
+    topics = sorted(listing.manifests)
+    # each topic's newest manifest, read (and its checksum checked) by the mapper, MANIFEST_BATCH topics at
+    # a time (their bytes are dropped once decoded); an older one only when the newest is damaged or stale
+    # (read here, newest first)
+    chosen_of: dict[str, _Chosen] = {}
+    named: set[str] = set()  # every uuid a chosen manifest references
+    for start in range(0, len(topics), MANIFEST_BATCH):
+        batch = topics[start:start + MANIFEST_BATCH]
+        newest = run(read_manifests, [(t, listing.manifests[t][-1],
+                                       topic_manifest_key(prefix, cluster, t, listing.manifests[t][-1])) for t in batch])
+        for topic, first in zip(batch, newest, strict=True):
+            chosen: _Chosen | None = None
+            for i, seq in enumerate(reversed(listing.manifests[topic])):
+                key = topic_manifest_key(prefix, cluster, topic, seq)
+                raw, why = first if i == 0 else read_manifests(ws, [(topic, seq, key)])[0]
+                if raw is None:
+                    rep.damaged_manifests.append(f"{key}: {why}")
+                    continue
+                m = decode_topic_manifest(raw)
+                m_info = m.info()
+                refs: set[str] = set()
+                gone = r.missing(m_info, refs)
+                if gone:
+                    rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
+                    continue
+                named |= refs
+                chosen = _Chosen(m.sequence, m.namespace_policy, m.topic_policy, m.record)
+                break
+            if chosen is None:
+                rep.fallback_topics.append(topic)
+            else:
+                chosen_of[topic] = chosen
+        del newest
+    by_topic = r.winners(named, run, set(chosen_of))
     plans: dict[str, TopicPlan] = {}
-    for topic, chosen in chosen_of.items():
-        if chosen.deleted:  # its newest usable manifest is a tombstone: the topic was deleted
+    segments_named: set[str] = set()
+
+    def done(plan: TopicPlan) -> None:
+        r.hot_state(plan)
+        segments_named.update(u for li in plan.info.ledgerInfo for u in segment_uuids(li))
+        plan.freeze()
+        plans[plan.topic] = plan
+
+    for topic in list(chosen_of):
+        chosen = chosen_of.pop(topic)
+        info = decode_managed_ledger_info(chosen.record)
+        if any(kv.key == TOMBSTONE_PROPERTY for kv in info.properties):  # the topic was deleted
             rep.deleted_topics.append(topic)
-            for lid, (u, _idx) in sorted(by_topic.pop(topic, {}).items()):
+            for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: the topic was deleted)")
             continue
-        info = chosen.info()
-        plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1][0] + 1, info,
+        plan = TopicPlan(topic, "manifest", chosen.sequence, listing.manifests[topic][-1] + 1, info,
                          chosen.namespace_policy, chosen.topic_policy)
         pairs = by_topic.pop(topic, {})
         listed = {li.ledgerId for li in info.ledgerInfo}
         for li in info.ledgerInfo:
             win = pairs.get(li.ledgerId)
             if win is not None and not is_complete(li) and not is_offloaded(li):
-                r.context_from_index(li, win[0], win[1])  # offloaded after the manifest was written
+                r.context_from_index(li, win[0])  # offloaded after the manifest was written
                 plan.from_index.append(li.ledgerId)
-        newest = max(listed, default=-1)
-        for lid, (u, idx) in sorted(pairs.items()):
+        newest_lid = max(listed, default=-1)
+        for lid, (u, facts) in sorted(pairs.items()):
             if lid in listed:
                 cur = next(li for li in info.ledgerInfo if li.ledgerId == lid)
                 if u not in referenced_uuids(cur):
                     rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: not the recorded copy)")
-            elif lid > newest:  # a ledger newer than the manifest (its change's manifest was lost)
-                _append_ledger(r, info, lid, u, idx)
+            elif lid > newest_lid:  # a ledger newer than the manifest (its change's manifest was lost)
+                _append_ledger(r, info, lid, u, facts)
                 plan.from_index.append(lid)
             else:  # left the topic (retention) before the manifest: awaiting deletion
                 rep.orphans.append(f"{index_key(prefix, u, lid)} ({topic} ledger {lid}: not in the topic)")
-        plans[topic] = plan
+        done(plan)
     for topic, pairs in sorted(by_topic.items()):
         info = ManagedLedgerInfo()
-        for lid, (u, idx) in sorted(pairs.items()):
-            _append_ledger(r, info, lid, u, idx)
+        for lid, (u, facts) in sorted(pairs.items()):
+            _append_ledger(r, info, lid, u, facts)
         seqs = listing.manifests.get(topic, [])
-        plans[topic] = TopicPlan(topic, "index", 0, (seqs[-1][0] + 1) if seqs else 0, info,
-                                 from_index=sorted(pairs))
+        done(TopicPlan(topic, "index", 0, (seqs[-1] + 1) if seqs else 0, info, from_index=sorted(pairs)))
     for topic in rep.fallback_topics:
         if topic not in plans:
             rep.not_recoverable.append(f"{topic}: no usable manifest and no readable V1 index object")
-    for plan in plans.values():
-        r.hot_state(plan)
-    named = {u for p in plans.values() for li in p.info.ledgerInfo for u in segment_uuids(li)}
-    for u in sorted(listing.segments - named):
+    for u in sorted(listing.segments - segments_named):
         rep.not_recoverable.append(f"{segment_index_key(prefix, u)}: a segment no recovered manifest names "
                                    "(segments are recovered from manifests only)")
     rep.topics = [plans[t] for t in sorted(plans)]
     return rep
 
 
-def _append_ledger(r: _Recovery, info: ManagedLedgerInfo, lid: int, uuid: str, idx: Any) -> None:
-    md = idx.metadata
-    li = info.ledgerInfo.add(ledgerId=lid, entries=md.last_entry_id + 1, size=md.length,
-                             timestamp=md.ctime or int(r.listing.keys[index_key(r.prefix, uuid, lid)] * 1000))
-    r.context_from_index(li, uuid, idx)
+def _append_ledger(r: _Recovery, info: ManagedLedgerInfo, lid: int, uuid: str, facts: IndexFacts) -> None:
+    li = info.ledgerInfo.add(ledgerId=lid, entries=facts.entries, size=facts.length,
+                             timestamp=facts.ctime or r.listing.index_time_ms(uuid, lid))
+    r.context_from_index(li, uuid)
     # ledgers in id order, as a topic lists them
     items = sorted(info.ledgerInfo, key=lambda x: x.ledgerId)
     copies = [LedgerInfo() for _ in items]
@@ -410,11 +592,9 @@ def store_state(ws: Workspace) -> tuple[bool, dict[str, Any] | None]:
     return used, marker
 
 
-def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
-            on_step: Callable[[str, str], None] | None = None) -> RecoverReport:
-    """Plan, and with ``apply`` write, the recovered records. ValidationError (nothing written) for a
-    store with records (unless ``merge``, or an unfinished recovery: then it continues) and for a bucket
-    with nothing of this format. ``on_step(step, topic)`` runs before each write (tests inject crashes)."""
+def check_store(ws: Workspace, merge: bool) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the store holds records, the recovery marker), or ValidationError when recovery is refused
+    there: an attached workspace, a store with records (unless ``merge`` or an unfinished recovery)."""
     if ws.attached:
         raise ValidationError("refused: an attached workspace's records are its Pulsar cluster's")
     used, marker = store_state(ws)
@@ -422,13 +602,41 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
     if used and not merge and not resuming:
         raise ValidationError("the metadata store is not empty (it has topics or policies): recover writes into "
                               "an empty store only; --merge adds what is missing and never overwrites a record")
-    rep = plan_recovery(ws)
-    step = on_step or (lambda _s, _t: None)
+    return used, marker
+
+
+def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
+            on_step: Callable[[str, str], None] | None = None, mapper: Mapper | None = None) -> RecoverReport:
+    """Plan, and with ``apply`` write, the recovered records. ValidationError (nothing written) for a
+    store with records (unless ``merge``, or an unfinished recovery: then it continues) and for a bucket
+    with nothing of this format. ``on_step(step, topic)`` runs before each write (tests inject crashes).
+    A SQLite file this call created (the store was lost) is removed again when nothing was written."""
+    created = _missing_sqlite_file(ws)
+    try:
+        used, marker = check_store(ws, merge)
+        rep = plan_recovery(ws, mapper=mapper)
+        mark_existing(ws, rep)
+    except ValidationError:
+        _forget_file(ws, created)
+        raise
+    if apply:
+        apply_recovery(ws, rep, used=used, marker=marker, on_step=on_step)
+    else:
+        _forget_file(ws, created)
+    return rep
+
+
+def mark_existing(ws: Workspace, rep: RecoverReport) -> None:
+    """Topics the store already has are kept as they are (``exists``)."""
     for plan in rep.topics:
         if ws.ml.exists(plan.topic):
             plan.action = "exists"
-    if not apply:
-        return rep
+
+
+def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dict[str, Any] | None,
+                   on_step: Callable[[str, str], None] | None = None) -> None:
+    """Write a planned recovery: the marker first, each topic one create, the marker "done" last."""
+    step = on_step or (lambda _s, _t: None)
     rep.applied = True
     now = now_ms()
     body = json.dumps({"state": "running", "started_ms": now, "store": ws.config.store_url}).encode()
@@ -437,6 +645,8 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
         ws.metadata.create(MARKER_PATH, body)
     if rep.identity and not used:
         _restore_identity(ws, rep.identity)
+    batch: list[tuple[TopicPlan, ManagedLedgerInfo]] = []
+    size = 0
     for plan in rep.topics:
         t = TopicName.parse(plan.topic)
         if plan.namespace_policy is not None and ws.ml.get_policies(t.namespace_name) is None:
@@ -448,12 +658,14 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
         if plan.action == "exists":
             continue
         step("topic", plan.topic)
-        set_sequence_base(plan.info, plan.next_base)
-        try:
-            ws.ml.create_topic(t, plan.info)
-            plan.action = "created"
-        except NodeExistsError:  # created by the run that crashed (or a writer meanwhile): kept as it is
-            plan.action = "exists"
+        info = plan.info
+        set_sequence_base(info, plan.next_base)
+        batch.append((plan, info))
+        size += info.ByteSize()
+        if len(batch) >= CREATE_BATCH or size >= CREATE_BATCH_BYTES:
+            _create(ws, batch)
+            batch, size = [], 0
+    _create(ws, batch)
     step("done", "")
     got = ws.metadata.get(MARKER_PATH)
     done = json.dumps({"state": "done", "started_ms": now, "finished_ms": now_ms(),
@@ -461,7 +673,53 @@ def recover(ws: Workspace, *, apply: bool = False, merge: bool = False,
     if got is not None:
         ws.metadata.put(MARKER_PATH, done, got.version)
     log.info("recovered %s topic(s) into %s", len(rep.topics), ws.config.metadata_url)
-    return rep
+
+
+# topic records created per metadata transaction (all or none), and at most about this many bytes in one
+# (ZooKeeper's requests are limited to 1 MiB by default)
+CREATE_BATCH = 100
+CREATE_BATCH_BYTES = 256 * 1024
+
+
+def _create(ws: Workspace, batch: list[tuple[TopicPlan, ManagedLedgerInfo]]) -> None:
+    """Create the batch's records in one transaction; when one exists (created by the run that crashed, or
+    a writer meanwhile), one by one, keeping those that exist as they are."""
+    if not batch:
+        return
+    try:
+        ws.ml.create_topics([(p.topic, info) for p, info in batch])
+    except NodeExistsError:
+        for plan, info in batch:
+            try:
+                ws.ml.create_topic(plan.topic, info)
+                plan.action = "created"
+            except NodeExistsError:
+                plan.action = "exists"
+        return
+    for plan, _info in batch:
+        plan.action = "created"
+
+
+def _missing_sqlite_file(ws: Workspace) -> Path | None:
+    """The configured SQLite file when it does not exist yet (opening the store will create it)."""
+    u = urlparse(ws.config.metadata_url)
+    if u.scheme != "sqlite" or "metadata" in ws.__dict__:
+        return None
+    path = Path(unquote(u.path))
+    return None if path.exists() else path
+
+
+def _forget_file(ws: Workspace, path: Path | None) -> None:
+    """Close and remove the SQLite file (and its journal files) this run created and wrote nothing into:
+    bad input and dry runs leave no trace."""
+    if path is None:
+        return
+    if "metadata" in ws.__dict__:
+        ws.metadata.close()
+    for name in ("metadata", "ml", "policies", "deletion_log", "leases", "identity", "manifests", "pulsar"):
+        ws.__dict__.pop(name, None)
+    for p in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        p.unlink(missing_ok=True)
 
 
 def _restore_identity(ws: Workspace, identity: str) -> None:

@@ -16,7 +16,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tieredcore.errors import (
     FormatError,
@@ -33,7 +33,7 @@ from tieredcore.formats.mlinfo import (
     decode_managed_ledger_info,
     encode_managed_ledger_info,
 )
-from tieredcore.meta.store import MetadataStore, write_refusal
+from tieredcore.meta.store import CreateOp, MetadataStore, write_refusal
 from tieredcore.names import PERSISTENT, NamespaceName, TopicName
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,11 @@ class ManagedLedgerStore:
         return self.store.create(
             topic_path(t), self._encode(info if info is not None else ManagedLedgerInfo())
         )
+
+    def create_topics(self, items: Sequence[tuple[TopicLike, ManagedLedgerInfo]]) -> None:
+        """Create several records (version 0) in one transaction: all or none; NodeExistsError (nothing
+        created) if one of the topics exists."""
+        self.store.transaction([CreateOp(topic_path(TopicName.parse(t)), self._encode(info)) for t, info in items])
 
     def put_topic(self, topic: TopicLike, info: ManagedLedgerInfo, expected_version: int) -> int:
         """Compare-and-set the record; returns the new version. VersionConflictError if the record
