@@ -60,7 +60,8 @@ from tieredcore.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MARKER_PATH", "RecoverReport", "TopicPlan", "plan_recovery", "recover"]
+__all__ = ["MARKER_PATH", "RecoverReport", "TopicPlan", "newest_valid_manifest", "plan_recovery", "read_topic_manifest",
+           "recover", "restrict_to_copies"]
 
 MARKER_PATH = "/tiered/recovery"
 MANAGED_LEDGER_KEY = "pulsar/managed-ledger"  # the ledger's custom metadata naming its topic
@@ -277,20 +278,63 @@ class _Recovery:
 
     def hot_state(self, plan: TopicPlan) -> None:
         """Ledgers whose hot copy is gone: cold-only when offloaded (or partly held by segments), else lost."""
-        keep = []
-        for li in plan.info.ledgerInfo:
-            if self.hot_exists(li.ledgerId):
-                keep.append(li)
-            elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
-                if not li.offloadContext.bookkeeperDeleted:
-                    li.offloadContext.bookkeeperDeleted = True
-                    plan.cold_only.append(li.ledgerId)
-                keep.append(li)
-            else:
-                plan.lost.append(li.ledgerId)
-        if len(keep) != len(plan.info.ledgerInfo):
-            del plan.info.ledgerInfo[:]
-            plan.info.ledgerInfo.extend(keep)
+        cold_only, lost = restrict_to_copies(plan.info, self.hot_exists)
+        plan.cold_only.extend(cold_only)
+        plan.lost.extend(lost)
+
+
+def restrict_to_copies(info: ManagedLedgerInfo, hot_exists: Callable[[int], bool]) -> tuple[list[int], list[int]]:
+    """Keep in ``info`` the ledgers with a copy: those ``hot_exists`` holds, and offloaded ones (or partly held
+    by segments) without a hot copy, marked cold-only (``bookkeeperDeleted``). Returns (ledgers newly marked
+    cold-only, ledgers left out: neither copy here)."""
+    keep, cold_only, lost = [], [], []
+    for li in info.ledgerInfo:
+        if hot_exists(li.ledgerId):
+            keep.append(li)
+        elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
+            if not li.offloadContext.bookkeeperDeleted:
+                li.offloadContext.bookkeeperDeleted = True
+                cold_only.append(li.ledgerId)
+            keep.append(li)
+        else:
+            lost.append(li.ledgerId)
+    if len(keep) != len(info.ledgerInfo):
+        copies = [LedgerInfo() for _ in keep]
+        for c, x in zip(copies, keep, strict=True):
+            c.CopyFrom(x)
+        del info.ledgerInfo[:]
+        info.ledgerInfo.extend(copies)
+    return cold_only, lost
+
+
+def read_topic_manifest(store: BlobStore, key: str, topic: str, sequence: int) -> TopicManifest:
+    """The manifest at ``key`` (listed as ``topic`` #``sequence``): FormatError when it does not decode
+    (checksum, format) or names another topic or sequence than its key; NoSuchObjectError when gone."""
+    m = decode_topic_manifest(store.get(key))
+    if m.topic != topic or m.sequence != sequence:
+        raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{sequence}")
+    return m
+
+
+def newest_valid_manifest(store: BlobStore, topic: str, entries: list[tuple[int, str]], damaged: list[str],
+                          stale: Callable[[TopicManifest], str | None] | None = None,
+                          stale_out: list[str] | None = None) -> TopicManifest | None:
+    """The newest of a topic's manifests (``entries``: (sequence, key), ascending) that decodes and, with
+    ``stale``, that it does not find stale (its answer: why, appended to ``stale_out``); the skipped ones
+    are appended to ``damaged`` ("key: why"). None when none is usable."""
+    for seq, key in reversed(entries):
+        try:
+            m = read_topic_manifest(store, key, topic, seq)
+        except (TieredError, NoSuchObjectError) as e:
+            damaged.append(f"{key}: {e}")
+            continue
+        why = stale(m) if stale is not None else None
+        if why is not None:
+            if stale_out is not None:
+                stale_out.append(f"{key}: {why}")
+            continue
+        return m
+    return None
 
 
 def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = None) -> RecoverReport:
@@ -308,22 +352,13 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     rep.identity = marker.identity if marker is not None else ""
     r = _Recovery(ws, store, prefix, listing, hot_exists or ws.hot.exists, rep)
     chosen_of: dict[str, TopicManifest] = {}
+
+    def stale(m: TopicManifest) -> str | None:
+        gone = r.missing(m.info())
+        return f"{len(gone)} named object(s) missing, e.g. {gone[0]}" if gone else None
+
     for topic, entries in sorted(listing.manifests.items()):
-        chosen: TopicManifest | None = None
-        for seq, key in reversed(entries):
-            try:
-                m = decode_topic_manifest(store.get(key))
-                if m.topic != topic or m.sequence != seq:
-                    raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
-            except (TieredError, NoSuchObjectError) as e:
-                rep.damaged_manifests.append(f"{key}: {e}")
-                continue
-            gone = r.missing(m.info())
-            if gone:
-                rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
-                continue
-            chosen = m
-            break
+        chosen = newest_valid_manifest(store, topic, entries, rep.damaged_manifests, stale, rep.stale_manifests)
         if chosen is None:
             rep.fallback_topics.append(topic)
         else:
