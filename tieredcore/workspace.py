@@ -14,9 +14,9 @@ from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.liveness import StoreLiveness, describe, guarded, server_of
 from tieredcore.cold.location import StoreLocation
+from tieredcore.cold.read_only import ReadOnlyBlobStore
 from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import Config
-from tieredcore.cold.read_only import ReadOnlyBlobStore
 from tieredcore.errors import (
     BlobStoreError,
     PulsarReadOnlyError,
