@@ -239,7 +239,8 @@ class TopicLag:
     topic: str
     seen: int  # the newest sequence the last sync listed (-1: none)
     newest: int  # the newest in the bucket now
-    behind: int  # manifests written since the last sync
+    behind: int  # manifests written since the last sync (still in the bucket)
+    sequences_behind: int  # newest sequence in the bucket minus the newest the last sync saw
     unseen_age_ms: int  # age of the oldest manifest the last sync did not see (0: none): how stale the replica is
     newest_unseen_age_ms: int  # age of the newest one (0: none)
 
@@ -257,6 +258,10 @@ class ReplicaLag:
         return sum(t.behind for t in self.topics)
 
     @property
+    def sequences_behind(self) -> int:
+        return sum(t.sequences_behind for t in self.topics)
+
+    @property
     def unseen_age_ms(self) -> int:
         return max((t.unseen_age_ms for t in self.topics), default=0)
 
@@ -271,13 +276,14 @@ class ReplicaLag:
             state = "up to date with the bucket"
         else:
             lagging = sum(1 for t in self.topics if t.behind)
-            state = (f"{self.behind} manifest(s) behind on {lagging} topic(s), unseen ones written "
+            state = (f"{self.behind} manifest(s) ({self.sequences_behind} sequence(s)) behind on {lagging} "
+                     f"topic(s), unseen ones written "
                      f"{self.newest_unseen_age_ms // 1000}s to {self.unseen_age_ms // 1000}s ago")
         return f"read replica of {self.source} (cluster {self.cluster!r}): {when}; {state}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "cluster": self.cluster, "synced_ms": self.synced_ms,
-                "behind": self.behind, "unseen_age_ms": self.unseen_age_ms,
+                "behind": self.behind, "sequences_behind": self.sequences_behind, "unseen_age_ms": self.unseen_age_ms,
                 "newest_unseen_age_ms": self.newest_unseen_age_ms,
                 "topics": [t.__dict__ for t in self.topics]}
 
@@ -303,5 +309,5 @@ def lag(ws: Workspace, *, clock_ms: Callable[[], int] = now_ms) -> ReplicaLag:
         newest = entries[-1].sequence if entries else s
         age = max(0, now - int(min(e.last_modified for e in unseen) * 1000)) if unseen else 0
         newest_age = max(0, now - int(max(e.last_modified for e in unseen) * 1000)) if unseen else 0
-        out.append(TopicLag(name, s, newest, len(unseen), age, newest_age))
+        out.append(TopicLag(name, s, newest, len(unseen), max(0, newest - s), age, newest_age))
     return ReplicaLag(cfg.replica_of, cfg.cluster, int(state.get("synced_ms", 0) or 0), out, now)
