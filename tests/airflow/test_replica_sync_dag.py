@@ -51,3 +51,18 @@ def test_runs_follow_the_source_and_never_touch_its_bucket(tmp_path: Path) -> No
     # a workspace that is not a replica: the task fails at once (no retry helps)
     _, states = run_dag("tiered_replica_sync", SWEEP_AT + dt.timedelta(minutes=30), {"config": str(src_cfg)})
     assert states == {"sync": "failed"}, states
+
+
+def test_other_dags_refuse_a_replica_in_preflight(tmp_path: Path) -> None:
+    """The drain (a DAG that deletes) on a replica's configuration: preflight fails with the one line, no job
+    runs, the bucket is unchanged."""
+    src_cfg = make_workspace(tmp_path / "source", [NS], topics=1, ledgers=2, entries=10)
+    assert tiered("--config", str(src_cfg), "offload", "--namespace", NS, "--keep-bytes", "0") == 0
+    bucket = tmp_path / "source" / "cold"
+    rep = tmp_path / "replica"
+    assert tiered("init", str(rep), "--replica-of", f"file://{bucket}") == 0
+    assert tiered("--workspace", str(rep), "replica-sync") == 0
+    objects = tree(bucket)
+    _, states = run_dag("tiered_deletion_drain", SWEEP_AT, {"config": str(rep / "tiered.toml")})
+    assert states["preflight"] == "failed" and states.get("drain") != "success", states
+    assert tree(bucket) == objects
