@@ -86,8 +86,9 @@ PACKAGE_LAYERS = {
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
-        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing)",
-              ("tier", "format", "files", "bookkeeper")),
+        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing), "
+              "a read replica's (none)",
+              ("tier", "format", "files", "bookkeeper", "replica")),
         Layer("the local store's writer and read handle", ("writer", "handle"), peers=True),
         Layer("the local store", ("local",)),
     ),

@@ -27,6 +27,7 @@ from tieredcore.errors import (
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.transform import TransformSpec
+from tieredcore.hot.replica import ReplicaHotTier
 from tieredcore.hot.tier import HotTier
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.leases import TopicLeases
@@ -142,6 +143,8 @@ class Workspace:
 
     @cached_property
     def hot(self) -> HotTier:
+        if self.replica:  # none: the source's hot tier is not reachable, and nothing is written here
+            return ReplicaHotTier(self.replica_refusal())
         return self.config.open_hot()
 
     @property

@@ -190,5 +190,8 @@ def test_sync_is_crash_safe_and_never_writes_through_the_workspace(source, tmp_p
             ws.store.put("tiered/x", b"x")
         with pytest.raises(ReplicaReadOnlyError, match="read replica of"):
             ws.store.delete(["tiered/x"])
+        with pytest.raises(ReplicaReadOnlyError, match="read replica of"):
+            ws.hot.create_ledger()  # no hot tier of its own
+        assert ws.hot.list_ledgers() == []
     with Workspace(src.config()) as s, Workspace(rep.config()) as r:
         assert assert_reads_match(s, r) > 0

@@ -187,8 +187,7 @@ def _run_replica(args: argparse.Namespace, root: Path, cfg_path: Path, created: 
                               f"manifests: {', '.join(clusters)}")
     if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
         raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
-    dirs = [(root, "workspace directory"), (Path(cfg.reports_dir), "reports directory"),
-            (Path(unquote(urlparse(cfg.hot_url).path)), "hot tier directory")]
+    dirs = [(root, "workspace directory"), (Path(cfg.reports_dir), "reports directory")]  # no hot tier
     db = sqlite_path(cfg)
     if db is not None:
         dirs.append((db.parent, "metadata store directory"))
