@@ -118,5 +118,10 @@ def test_init_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], pair
     assert new.json("replica-sync")["created"] == [f"{NS}/persistent/topic-0000"]
     assert new.json("verify")["failed"] == 0
     assert tree(src.root / "cold") == objects
-    # not a replica: replica-sync says so
+    # not a replica: replica-sync says so; init --replica-of over an existing workspace is refused
     assert_usage_error(src("replica-sync"), "replica-sync", "not a read replica")
+    before = snapshot(src.root)
+    assert_usage_error(src("init", str(src.root), "--replica-of", url, workspace=False), "init",
+                       "is not a read replica", "--force")
+    assert snapshot(src.root) == before
+    assert new.json("init", str(new.root), workspace=False)["replica_of"] == url  # rerun: kept as it is

@@ -171,6 +171,9 @@ def _run_replica(args: argparse.Namespace, root: Path, cfg_path: Path, created: 
                                    **({"cluster": args.cluster} if args.cluster is not None else {}))
     else:
         cfg = Config.load(cfg_path, env={})
+        if not cfg.replica or (args.replica_of and args.replica_of != cfg.replica_of):
+            raise ValidationError(f"{cfg_path} exists and is not a read replica of {args.replica_of or '?'}: "
+                                  "give another directory, or --force to rewrite its configuration")
     with Workspace(cfg) as ws:
         loc = cfg.store_location
         clusters = manifest_clusters(ws.open_location(loc), loc.prefix)
