@@ -208,6 +208,12 @@ def preflight_task():
         metadata store (SQLite file, ZooKeeper) or object store is unreachable (before any Spark job)."""
         ctx = get_current_context()
         config = load_config(ctx["params"])
+        if config.replica:  # a read replica: its jobs would write (refused there anyway); only its sync runs
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(
+                f"preflight: refused: this workspace is a read replica of {config.replica_of} (cluster "
+                f"{config.cluster!r}); it serves reads and changes only by the tiered_replica_sync DAG")
         meta = config.open_metadata()  # MetadataStoreError names the URL and why (e.g. ZooKeeper down)
         try:
             meta.children("/")

@@ -86,8 +86,9 @@ PACKAGE_LAYERS = {
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
-        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing)",
-              ("tier", "format", "files", "bookkeeper")),
+        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing), "
+              "a read replica's (none)",
+              ("tier", "format", "files", "bookkeeper", "replica")),
         Layer("the local store's writer and read handle", ("writer", "handle"), peers=True),
         Layer("the local store", ("local",)),
     ),
@@ -95,7 +96,7 @@ PACKAGE_LAYERS = {
         Layer("the seam and its parts", ("blob", "chunk_cache", "client_settings", "drivers", "failures",
                                          "keyring", "requests")),
         Layer("locations and the store factory", ("location",)),
-        Layer("the liveness guard over opened stores", ("liveness",)),
+        Layer("guards over opened stores: liveness, read-only", ("liveness", "read_only")),
         Layer("the transformed store", ("transformed",)),
         # backends use the seam; the seam never imports a backend (one exception: ALLOWED)
         Layer("backends", ("backends", "backends.azure", "backends.cloud", "backends.fs",
@@ -108,7 +109,8 @@ PACKAGE_LAYERS = {
     ),
     "tieredcore.meta": (
         Layer("the seam", ("store", "reasons")),
-        Layer("records kept in a store", ("deletion_log", "leases", "managed_ledgers", "pulsar")),
+        Layer("records kept in a store, the read-only store", ("deletion_log", "leases", "managed_ledgers", "pulsar",
+                                                                "read_only")),
         Layer("implementations", ("sqlite", "zookeeper"), peers=True),
     ),
     "tieredcore.offload": (
@@ -127,8 +129,8 @@ PACKAGE_LAYERS = {
         Layer("plans and work items", ("drain_report", "planner", "shards", "work")),
         Layer("jobs", ("compaction", "drain", "keys", "reconcile.*", "recover", "retention", "scrub", "sweep",
                          "topic_compaction")),
-        Layer("running jobs, the overview", ("compaction_run", "overview", "recover_run", "runner", "status",
-                                             "topic_compaction_run")),
+        Layer("running jobs, the overview, read replicas", ("compaction_run", "overview", "recover_run", "replica",
+                                                            "runner", "status", "topic_compaction_run")),
         Layer("settings of a run", ("compaction_settings",)),
         Layer("the Iceberg export", ("export",)),
         Layer("the attached cluster's view", ("attached_view",)),
@@ -146,7 +148,7 @@ PACKAGE_LAYERS = {
     "tieredcore.cli": (
         Layer("shared", ("common", "workload")),
         Layer("commands", ("compact", "data", "deletions", "export", "init", "keys", "offload", "policies", "read",
-                           "recover", "scrub", "topic_compaction", "topics", "verify_messages")),
+                           "recover", "replica", "scrub", "topic_compaction", "topics", "verify_messages")),
         Layer("the entry", ("main",)),
     ),
 }

@@ -154,6 +154,7 @@ def test_env_overrides(tmp_path: Path) -> None:
         "TIERED_EXPORT_CATALOG_URL": "postgresql+psycopg2://u@db/iceberg",
         "TIERED_EXPORT_WAREHOUSE": "s3://lake/warehouse",
         "TIERED_MANIFESTS_KEEP": "5",
+        "TIERED_REPLICA_OF": "s3://bkt/pre?region=eu-west-1",
         "UNRELATED": "x",
     }
     # every variable but TIERED_BROKERS_DEFAULT, which needs an attached workspace (the test below)
@@ -169,11 +170,24 @@ def test_env_overrides(tmp_path: Path) -> None:
                          price_storage_gb_month=0.0125, price_get_per_1000=0.001, price_put_per_1000=0.01,
                          price_list_per_1000=0.0, price_delete_per_1000=0.5,
                          export_catalog_url="postgresql+psycopg2://u@db/iceberg",
-                         export_warehouse="s3://lake/warehouse", manifests_keep=5)
+                         export_warehouse="s3://lake/warehouse", manifests_keep=5,
+                         replica_of="s3://bkt/pre?region=eu-west-1")
     # without a file, the environment alone is enough; an empty variable does not override
     cfg = Config.load(env={**env, "TIERED_CLUSTER": ""})
     assert cfg.cluster == "standalone" and cfg.read_buffer == 4096
     assert Config.load(p, env={"TIERED_CLUSTER": ""}).cluster == "file"
+
+
+def test_a_replica_reads_the_bucket_it_follows(tmp_path: Path) -> None:
+    """replica_of (a read replica) is the store_url's bucket and prefix, and not with an attached store."""
+    cfg = Config.for_workspace(tmp_path, store_url="s3://bkt/pre?region=eu-west-1",
+                               replica_of="s3://bkt/pre?region=eu-west-1&max_attempts=5")
+    assert cfg.replica and not Config.for_workspace(tmp_path).replica
+    assert Config.load(write(tmp_path / "r.toml", cfg.to_toml()), env={}) == cfg  # round trip
+    with pytest.raises(ValidationError, match="store_url 's3://bkt/other' must be replica_of"):
+        Config.for_workspace(tmp_path, store_url="s3://bkt/other", replica_of="s3://bkt/pre")
+    with pytest.raises(ValidationError, match="replica_of: .*bad"):
+        Config.for_workspace(tmp_path, store_url="s3://bkt/pre", replica_of="ftp://bad")
 
 
 def test_prices_default_to_s3_standard_and_bad_ones_are_refused(tmp_path: Path) -> None:

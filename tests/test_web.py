@@ -426,3 +426,28 @@ def test_the_overview_shows_exported_tables_and_their_lag(tmp_path: Path) -> Non
     assert shown[(table, "dlq_rows")][2] == "—"
     (row,) = client.get(f"/overview.json?at={now}").json()["exports"]
     assert (row["table"], row["rows"], row["topics"], row["unexported_ledgers"]) == (table, messages, 1, 1)
+
+
+def test_a_read_replicas_overview_shows_its_lag(tmp_path: Path) -> None:
+    """On a read replica the overview says so, with its lag behind the source's manifests: every topic's
+    manifests unseen before the first sync (a table of them), up to date after it; also in overview.json."""
+    from tieredcore.cli import main as cli
+
+    src = Config.load(build_workspace(tmp_path / "src", ["t/a"], ledgers=3, entries=20), env={})
+    with Workspace(src) as ws:
+        offload(ws, TOPIC, sealed(ws, TOPIC), as_of=END_MS)
+    rep = tmp_path / "replica"
+    assert cli.main(["init", str(rep), "--replica-of", src.store_url]) == 0
+    client = mount(Config.load(rep / "tiered.toml", env={}))
+    r = client.get("/overview")
+    assert r.status_code == 200 and 'id="replica"' in r.text
+    assert "never synced" in r.text and "t/a/persistent/topic-0000" in r.text and 'id="replica-topics"' in r.text
+    assert int(re.search(r'id="replica-lag" class="bad" data-behind="(\d+)"', r.text)[1]) >= 1
+    assert cli.main(["--workspace", str(rep), "replica-sync"]) == 0
+    r = client.get("/overview")
+    assert 'data-behind="0"' in r.text and "up to date with the bucket" in r.text
+    assert 'id="replica-topics"' not in r.text
+    got = client.get("/overview.json").json()["replica"]
+    assert got["behind"] == 0 and got["synced_ms"] > 0 and got["source"] == src.store_url
+    # the source's own overview has no replica section
+    assert 'id="replica"' not in mount(src).get("/overview").text

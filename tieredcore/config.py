@@ -94,6 +94,7 @@ ENV_OVERRIDES = {
     "TIERED_PRICE_DELETE_1000": "price_delete_per_1000",
     "TIERED_BROKERS_DEFAULT": "brokers_default",
     "TIERED_MANIFESTS_KEEP": "manifests_keep",
+    "TIERED_REPLICA_OF": "replica_of",
     "TIERED_EXPORT_CATALOG_URL": "export_catalog_url",
     "TIERED_EXPORT_WAREHOUSE": "export_warehouse",
 }
@@ -165,6 +166,10 @@ class Config:
     # topic manifests (docs/recovery.md): the newest this many per topic stay in the store, older ones go
     # through the deletion log
     manifests_keep: int = 3
+    # a read replica (docs/recovery.md "Read replicas"): the store URL of another cluster's bucket whose topic
+    # manifests (of cluster ``cluster``) `tiered replica-sync` follows; store_url is the same URL. Every write
+    # is refused: to that bucket, and to the metadata store except by the sync
+    replica_of: str = ""
 
     def __post_init__(self) -> None:
         for name in ("metadata_url", "hot_url", "store_url"):
@@ -180,6 +185,13 @@ class Config:
         if self.brokers_default and not self.attached:
             raise ValidationError("configuration: brokers_default applies to a workspace attached to a Pulsar cluster")
         store = parse_store_url(self.store_url)  # a bad URL fails here, before anything is created
+        if self.replica_of:
+            if self.attached:
+                raise ValidationError("configuration: replica_of (a read replica) and an attached metadata_url "
+                                      "(a Pulsar cluster's ZooKeeper) exclude each other")
+            if not parse_store_url(self.replica_of, "replica_of").same_objects(store):
+                raise ValidationError(f"configuration: a read replica reads the bucket it follows: store_url "
+                                      f"{self.store_url!r} must be replica_of {self.replica_of!r}")
         if self.max_block_size < 5 * 1024 * 1024 and store.scheme == "s3":
             raise ValidationError(
                 f"configuration: max_block_size {self.max_block_size} is below S3's 5 MiB minimum part size"
@@ -295,6 +307,11 @@ class Config:
     def attached(self) -> bool:
         """Is this workspace attached to a Pulsar cluster (its ZooKeeper read-only, its BookKeeper not ours)?"""
         return is_attached_url(self.metadata_url)
+
+    @property
+    def replica(self) -> bool:
+        """Is this workspace a read replica of another cluster's bucket (``replica_of``)?"""
+        return bool(self.replica_of)
 
     def open_store(self) -> tuple[BlobStore, str]:
         """The object store (watched for answers: tieredcore.cold.liveness) and the key prefix offloaded

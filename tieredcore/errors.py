@@ -173,6 +173,11 @@ class PulsarReadOnlyError(ValidationError):
     its namespace policies. Raised before anything is written: nothing changed."""
 
 
+class ReplicaReadOnlyError(ValidationError):
+    """A write refused on a read replica (``tiered init --replica-of``): its bucket is another cluster's and
+    its metadata store changes only by ``tiered replica-sync``. Raised before anything is written."""
+
+
 class AttachError(ValidationError):
     """Attaching to a Pulsar cluster was refused (no Pulsar layout in that ZooKeeper, an unknown cluster
     name, a bucket its policies do not name): one line saying why; nothing was created or written."""

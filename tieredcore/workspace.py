@@ -14,17 +14,26 @@ from tieredcore.cold.failures import StoreFailureBudget
 from tieredcore.cold.keyring import KeyRing
 from tieredcore.cold.liveness import StoreLiveness, describe, guarded, server_of
 from tieredcore.cold.location import StoreLocation
+from tieredcore.cold.read_only import ReadOnlyBlobStore
 from tieredcore.cold.transformed import TransformedBlobStore
 from tieredcore.config import Config
-from tieredcore.errors import BlobStoreError, PulsarReadOnlyError, StoreOwnershipError, ValidationError
+from tieredcore.errors import (
+    BlobStoreError,
+    PulsarReadOnlyError,
+    ReplicaReadOnlyError,
+    StoreOwnershipError,
+    ValidationError,
+)
 from tieredcore.formats.keys import normalize_prefix
 from tieredcore.formats.proto import MLDataFormats_pb2 as pb
 from tieredcore.formats.transform import TransformSpec
+from tieredcore.hot.replica import ReplicaHotTier
 from tieredcore.hot.tier import HotTier
 from tieredcore.meta.deletion_log import DeletionLog
 from tieredcore.meta.leases import TopicLeases
 from tieredcore.meta.managed_ledgers import ManagedLedgerStore
 from tieredcore.meta.pulsar import PulsarRecords
+from tieredcore.meta.read_only import ReadOnlyMetadataStore
 from tieredcore.meta.store import MetadataStore
 from tieredcore.names import TopicName
 from tieredcore.offload.managed import TopicOffloader
@@ -50,12 +59,28 @@ class Workspace:
 
     @cached_property
     def metadata(self) -> MetadataStore:
-        return self.config.open_metadata()
+        store = self.config.open_metadata()
+        if self.replica:  # written by `tiered replica-sync` only, through its ``writable`` store
+            return ReadOnlyMetadataStore(store, self.replica_refusal())
+        return store
+
+    @property
+    def replica(self) -> bool:
+        """A read replica of another cluster's bucket (docs/recovery.md "Read replicas"): the bucket is
+        opened read-only (every store this workspace opens refuses writes) and the metadata store refuses
+        every write but the sync's."""
+        return self.config.replica
+
+    def replica_refusal(self) -> str:
+        """The one line a replica answers every write with."""
+        return (f"this workspace is a read replica of {self.config.replica_of} (cluster "
+                f"{self.config.cluster!r}); it never writes there and its records change only by "
+                "`tiered replica-sync`")
 
     @cached_property
     def ml(self) -> ManagedLedgerStore:
         ml = ManagedLedgerStore(self.metadata)
-        if not self.attached:  # an attached cluster's bucket is never written
+        if not self.attached and not self.replica:  # an attached cluster's or a replica's bucket: never written
             # every committed change of a topic's offloaded state writes its topic manifest (docs/recovery.md)
             ml.after_offloaded_change = lambda t, info, version: self.manifests.after_commit(t, info, version)
             ml.offloaded_state = offloaded_state
@@ -118,6 +143,8 @@ class Workspace:
 
     @cached_property
     def hot(self) -> HotTier:
+        if self.replica:  # none: the source's hot tier is not reachable, and nothing is written here
+            return ReplicaHotTier(self.replica_refusal())
         return self.config.open_hot()
 
     @property
@@ -143,7 +170,10 @@ class Workspace:
         return read_identity(self.metadata)
 
     def refuse_bucket_writes(self, what: str) -> None:
-        """PulsarReadOnlyError on an attached workspace: nothing is ever written to the cluster's bucket."""
+        """PulsarReadOnlyError on an attached workspace (ReplicaReadOnlyError on a read replica): nothing is
+        ever written to the cluster's bucket."""
+        if self.replica:
+            raise ReplicaReadOnlyError(f"refused to {what}: {self.replica_refusal()}")
         if self.attached:
             raise PulsarReadOnlyError(
                 f"refused to {what}: the bucket {self.config.store_url} is Pulsar cluster {self.config.cluster!r}'s; "
@@ -173,7 +203,14 @@ class Workspace:
 
     def open_location(self, location: StoreLocation) -> BlobStore:
         """The store at ``location``, opened for this run: watched for answers (tieredcore.cold.liveness),
-        with one liveness per store server shared by every store of it this workspace opens."""
+        with one liveness per store server shared by every store of it this workspace opens; on a read
+        replica, whatever store it opens (the followed bucket or one a record names) refuses writes."""
+        store = self._open_location(location)
+        if self.replica:
+            return ReadOnlyBlobStore(store, self.replica_refusal())
+        return store
+
+    def _open_location(self, location: StoreLocation) -> BlobStore:
         store = location.open(self.config.store_fsync)
         if location.scheme == "file":
             return store

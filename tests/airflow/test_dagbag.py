@@ -13,9 +13,10 @@ from .conftest import DAGS, REPO, asset_of, cron_of
 
 DAG_IDS = {"tiered_offload_sweep", "tiered_offload_topic", "tiered_deletion_lag_cleanup", "tiered_retention",
            "tiered_deletion_drain", "tiered_orphan_reconciliation", "tiered_scrub", "tiered_compaction",
-           "tiered_key_rotation", "tiered_table_export", "tiered_topic_compaction", "tiered_recover"}
-# Spark tasks per DAG (every other DAG has one)
-SPARK_TASKS = {"tiered_retention": 2}
+           "tiered_key_rotation", "tiered_table_export", "tiered_topic_compaction", "tiered_recover",
+           "tiered_replica_sync"}
+# Spark tasks per DAG (every other DAG has one; a replica's sync is a listing and a few reads: none)
+SPARK_TASKS = {"tiered_retention": 2, "tiered_replica_sync": 0}
 
 
 def _bag():

@@ -71,6 +71,38 @@ def test_the_view_and_reports_inside_the_ui(tmp_path, spark_env):
                 browser.close()
 
 
+@pytest.mark.slow
+def test_a_read_replicas_lag_in_the_view(tmp_path) -> None:
+    """The view of a read replica (`tiered init --replica-of`, not synced yet) inside the UI: the "Read
+    replica" section with its lag (every topic's manifests unseen) is visible, nothing clipped."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = _chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ["AIRFLOW_HOME"])
+    src, rep = tmp_path / "source", tmp_path / "replica"
+    with api_server(home, rep / "tiered.toml", tmp_path / "api-server.log") as starting:
+        make_workspace(src, ["public/default"], topics=2, ledgers=2, entries=20)
+        assert tiered("--workspace", str(src), "offload", "--namespace", "public/default", "--keep-bytes", "0") == 0
+        assert tiered("init", str(rep), "--replica-of", f"file://{src / 'cold'}") == 0
+        base = starting.wait()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1024, "height": 900})
+                frame = open_view(page, base)
+                lag = frame.locator("#replica-lag")
+                lag.wait_for()
+                assert lag.is_visible() and "never synced" in lag.inner_text()
+                assert int(lag.get_attribute("data-behind")) >= 2
+                rows = frame.locator("#replica-topics tbody tr")
+                assert rows.count() == 2 and rows.first.is_visible()
+                assert page.frames[-1].evaluate(CLIPPING) == []
+                page.screenshot(path=str(ARTIFACTS / "view-replica.png"))
+            finally:
+                browser.close()
+
+
 def _view_fits(browser, base: str, width: int, scheme: str) -> None:
     """The view in the UI's ``scheme`` (the system's, which the UI follows by default) at ``width``:
     nothing clipped, the frame in the same colour mode, the plot drawn on a time axis."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,23 @@ def test_damaged_entries_fail_the_query_or_are_skipped(spark, ws, tmp_path):
     assert f"{topic}: damaged entry" in str(e.value) and f"{lid}:3" in str(e.value)
     got = [r["entry_id"] for r in read(spark, ws, topic=topic, onDamage="skip").orderBy("entry_id").collect()]
     assert got == [0, 1, 2, 4, 5]
+
+
+def test_a_read_replica_reads_what_the_source_offloaded(spark, ws, tmp_path):
+    """format("tiered") over a read replica of the workspace's bucket (after `tiered replica-sync`): every
+    message of every offloaded ledger and segment, equal to the source's rows of the same positions; the
+    bucket is the same before and after."""
+    from tieredcore.cli.main import main
+
+    bucket = Path(ws.config.store_location.root)
+    before = {p: p.read_bytes() for p in sorted(bucket.rglob("*")) if p.is_file()}
+    rep = tmp_path / "replica"
+    assert main(["init", str(rep), "--replica-of", ws.config.store_url]) == 0
+    assert main(["--workspace", str(rep), "replica-sync"]) == 0
+    for topic in (T0, T1):
+        theirs = read(spark, ws, topic=topic)
+        ours = spark.read.format("tiered").option("config", str(rep / "tiered.toml")).option("topic", topic).load()
+        got = rows_of(ours)
+        assert got and got == rows_of(theirs.where("tier != 'hot'"))
+        assert {r["tier"] for r in ours.select("tier").distinct().collect()} <= {"offloaded", "segments"}
+    assert {p: p.read_bytes() for p in sorted(bucket.rglob("*")) if p.is_file()} == before

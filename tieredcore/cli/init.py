@@ -72,6 +72,11 @@ def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentP
     s.add_argument("--brokers-default", action="store_true",
                    help="with --pulsar-zk: the --store-url bucket is the brokers' default offload bucket (broker.conf), "
                         "which namespace policies need not name")
+    s.add_argument("--replica-of", metavar="STORE_URL",
+                   help="a read replica (docs/recovery.md): follows the topic manifests another cluster writes in "
+                        "this bucket (s3://bucket/prefix?endpoint=..., file:///dir), serves reads, never writes there; "
+                        "its records live in its own SQLite file. --cluster: whose manifests (default: the only "
+                        "cluster with manifests there)")
     s.add_argument("--force", action="store_true", help="rewrite an existing configuration")
 
 
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if root.exists() and not root.is_dir():
         raise ValidationError(f"{root} exists and is not a directory")
     created = not cfg_path.exists() or args.force
+    if args.replica_of or (not created and Config.load(cfg_path, env={}).replica):
+        return _run_replica(args, root, cfg_path, created)
     if args.pulsar_zk or args.brokers_default or (not created and Config.load(cfg_path, env={}).attached):
         return _run_attached(args, root, cfg_path, created)
     if created:
@@ -147,6 +154,53 @@ def _run_attached(args: argparse.Namespace, root: Path, cfg_path: Path, created:
     return {"workspace": str(root), "config": str(cfg_path), "created": created, "attached": True,
             "cluster": cfg.cluster, "identity": identity, "metadata": cfg.metadata_url, "hot": cfg.hot_url,
             "store": cfg.store_url, "bucket": bucket, "namespaces": len(found.namespaces)}
+
+
+def _run_replica(args: argparse.Namespace, root: Path, cfg_path: Path, created: bool) -> dict[str, Any]:
+    """`tiered init DIR --replica-of STORE_URL`: reads only in the bucket (which clusters wrote manifests there),
+    then the workspace directory, its configuration and its empty SQLite metadata store. Nothing in the bucket."""
+    from tieredcore.lifecycle.replica import manifest_clusters
+
+    if created:
+        for flag, given in (("--pulsar-zk", args.pulsar_zk), ("--store-url", args.store_url),
+                            ("--metadata-url", args.metadata_url), ("--brokers-default", args.brokers_default)):
+            if given:
+                raise ValidationError(f"--replica-of names the bucket and keeps its records in the workspace's own "
+                                      f"SQLite file: no {flag}")
+        cfg = Config.for_workspace(root, store_url=args.replica_of, replica_of=args.replica_of,
+                                   **({"cluster": args.cluster} if args.cluster is not None else {}))
+    else:
+        cfg = Config.load(cfg_path, env={})
+        if not cfg.replica or (args.replica_of and args.replica_of != cfg.replica_of):
+            raise ValidationError(f"{cfg_path} exists and is not a read replica of {args.replica_of or '?'}: "
+                                  "give another directory, or --force to rewrite its configuration")
+    with Workspace(cfg) as ws:
+        loc = cfg.store_location
+        clusters = manifest_clusters(ws.open_location(loc), loc.prefix)
+    where = f"{cfg.replica_of} (prefix {loc.prefix!r})"
+    if not clusters:
+        raise ValidationError(f"no topic manifests under {where}: nothing a replica could follow")
+    if created and args.cluster is None:
+        if len(clusters) > 1:
+            raise ValidationError(f"{where} holds topic manifests of {len(clusters)} clusters: "
+                                  f"{', '.join(clusters)}; choose one with --cluster NAME")
+        cfg = Config.for_workspace(root, store_url=args.replica_of, replica_of=args.replica_of, cluster=clusters[0])
+    elif cfg.cluster not in clusters:
+        raise ValidationError(f"no topic manifests of cluster {cfg.cluster!r} under {where}; clusters with "
+                              f"manifests: {', '.join(clusters)}")
+    if created and root.is_dir() and not os.access(root, os.W_OK | os.X_OK):
+        raise ValidationError(f"cannot write {cfg_path}: directory {root} is not writable")
+    dirs = [(root, "workspace directory"), (Path(cfg.reports_dir), "reports directory")]  # no hot tier
+    db = sqlite_path(cfg)
+    if db is not None:
+        dirs.append((db.parent, "metadata store directory"))
+    _make_dirs(dirs)
+    if created:
+        cfg_path.write_text(cfg.to_toml())
+    cfg.open_metadata().close()  # the replica's own (empty) store: `tiered replica-sync` fills it
+    return {"workspace": str(root), "config": str(cfg_path), "created": created, "replica_of": cfg.replica_of,
+            "cluster": cfg.cluster, "metadata": cfg.metadata_url, "store": cfg.store_url,
+            "next": f"tiered --workspace {root} replica-sync"}
 
 
 def _new_local_store(cfg: Config) -> bool:

@@ -25,6 +25,7 @@ from tieredcore.cli import (
     policies,
     read,
     recover,
+    replica,
     scrub,
     topic_compaction,
     topics,
@@ -43,6 +44,7 @@ from tieredcore.errors import (
     InBookKeeperError,
     NotFoundError,
     PulsarReadOnlyError,
+    ReplicaReadOnlyError,
     TieredError,
     TopicNotFoundError,
     ValidationError,
@@ -52,7 +54,8 @@ from tieredcore.workspace import Workspace
 
 GROUPS: tuple[CommandGroup, ...] = (data.GROUP, offload.GROUP, read.GROUP, policies.GROUP, topics.GROUP,
                                     deletions.GROUP, scrub.GROUP, compact.GROUP, topic_compaction.GROUP,
-                                    keys.GROUP, export.GROUP, recover.GROUP)
+                                    keys.GROUP, export.GROUP, recover.GROUP,
+                                    replica.GROUP)
 COMMANDS: dict[str, CommandGroup] = {cmd: g for g in GROUPS for cmd in g.commands}
 
 
@@ -116,6 +119,24 @@ def refuse_on_attached(cmd: str, cfg: Config) -> None:
                                   f"{cfg.cluster!r}, whose topics, ledgers and objects are its brokers'")
 
 
+# what a read replica serves: reads, and its own sync (every other command writes, or may: refused at once)
+REPLICA_COMMANDS = {"read", "verify", "status", "replica-sync"}
+REPLICA_SUBCOMMANDS = {"policies": ("policies_cmd", {"get", "list"}), "deletions": ("deletions_cmd", {"stats"})}
+
+
+def refuse_on_replica(args: argparse.Namespace, cfg: Config) -> None:
+    """ReplicaReadOnlyError for a command a read replica does not serve (one line: the replica, its source)."""
+    if not cfg.replica or args.cmd in REPLICA_COMMANDS:
+        return
+    sub = REPLICA_SUBCOMMANDS.get(args.cmd)
+    if sub is not None and getattr(args, sub[0], None) in sub[1]:
+        return
+    name = " ".join(x for x in (args.cmd, getattr(args, sub[0], None) if sub else None) if x)
+    raise ReplicaReadOnlyError(f"refused: `tiered {name}` writes; this workspace is a read replica of "
+                               f"{cfg.replica_of} (cluster {cfg.cluster!r}): it serves reads and changes only by "
+                               "`tiered replica-sync`")
+
+
 def _print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("_printed"):
         return
@@ -151,6 +172,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             cfg = load_config(args)
             refuse_on_attached(args.cmd, cfg)
+            refuse_on_replica(args, cfg)
             # generate writes topics: may start the store (docs/deploy.md, env-only config); recover rebuilds a
             # lost one
             if args.cmd not in ("generate", "recover"):

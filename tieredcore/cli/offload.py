@@ -19,6 +19,7 @@ from tieredcore.cli.common import (
 from tieredcore.clock import now_ms, parse_time_ms
 from tieredcore.errors import NotFoundError, ValidationError
 from tieredcore.lifecycle.planner import ManualOffload
+from tieredcore.lifecycle.replica import lag
 from tieredcore.lifecycle.status import topic_status
 from tieredcore.lifecycle.sweep import plan_streaming, stream_topic
 from tieredcore.lifecycle.work import LedgerResult
@@ -153,6 +154,9 @@ def cmd_status(args: argparse.Namespace, ws: Workspace, progress: Progress) -> d
     res = report.as_dict()
     if ws.attached:  # the "hot" tier is the cluster's BookKeeper: what is there, not read here
         res["attached"] = {"cluster": ws.config.cluster, "hot_tier": "BookKeeper"}
+    if ws.replica:  # how far behind the bucket's manifests its records are
+        rl = lag(ws)
+        res["replica"] = {**rl.as_dict(), "line": rl.line()}
     # a topic whose record cannot be read fails the command (exit 1); every other topic is still shown
     return {**res, "_exit": EXIT_FAILED if report.unreadable else EXIT_OK}
 
@@ -181,6 +185,12 @@ def print_human(cmd: str, res: dict[str, Any]) -> None:
     if res.get("attached"):
         print(f"attached to Pulsar cluster {res['attached']['cluster']!r}: 'bk' is what only its BookKeeper holds "
               "(not offloaded; Pulsar's brokers serve it)")
+    if res.get("replica"):
+        print(res["replica"]["line"])
+        for t in res["replica"]["topics"]:
+            if t["behind"]:
+                print(f"  {t['topic']}: synced #{t['seen']}, bucket #{t['newest']} ({t['behind']} behind, "
+                      f"oldest unseen {t['unseen_age_ms'] // 1000}s old)")
     if "namespaces" in res:
         _print_by_namespace(res)
     else:

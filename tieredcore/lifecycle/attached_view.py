@@ -42,6 +42,7 @@ from tieredcore.lifecycle.overview import (
     store_requests,
     tier_history,
 )
+from tieredcore.lifecycle.replica import lag
 from tieredcore.offload.context import context_uuid
 from tieredcore.workspace import Workspace
 
@@ -262,4 +263,7 @@ def overview_of(ws: Workspace, reports_dir: str, now_ms: int, prices: Prices) ->
     Iceberg export wrote, when it ever ran."""
     ov = (build_attached_overview if ws.attached else build_overview)(ws, reports_dir, now_ms, prices)
     ov.exports = export_overview(ws, now_ms)
+    if ws.replica and isinstance(ov, Overview):  # how far behind the source's manifests its records are
+        rl = lag(ws, clock_ms=lambda: now_ms)
+        ov.replica = {**rl.as_dict(), "line": rl.line()}
     return ov

@@ -258,6 +258,8 @@ class Overview:
     history: list[dict[str, Any]]  # recent runs with a tier snapshot: {job, run_id, as_of_ms, hot, both, cold}
     prices: Prices
     exports: list[Any] = field(default_factory=list)  # the Iceberg export's tables (lifecycle.export.ExportedTable)
+    # a read replica's lag behind the bucket it follows (lifecycle.replica.ReplicaLag.as_dict() and its line)
+    replica: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

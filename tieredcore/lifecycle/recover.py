@@ -44,7 +44,7 @@ from tieredcore.formats.keys import (
     topic_manifest_key,
 )
 from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info
-from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, decode_topic_manifest
+from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, TopicManifest, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
 from tieredcore.offload.compacted_state import compacted_uuids, compaction_state
@@ -66,8 +66,8 @@ from tieredcore.workspace import Workspace
 log = logging.getLogger(__name__)
 
 __all__ = ["MARKER_PATH", "IndexFacts", "Mapper", "RecoverReport", "TopicPlan", "apply_recovery", "check_store",
-           "list_bucket", "local_mapper", "mark_existing", "plan_recovery", "read_indexes", "read_manifests",
-           "recover"]
+           "list_bucket", "local_mapper", "mark_existing", "newest_valid_manifest", "plan_recovery", "read_indexes",
+           "read_manifests", "read_topic_manifest", "recover", "restrict_to_copies"]
 
 MARKER_PATH = "/tiered/recovery"
 MANAGED_LEDGER_KEY = "pulsar/managed-ledger"  # the ledger's custom metadata naming its topic
@@ -256,9 +256,7 @@ def read_manifests(ws: Workspace, items: list[tuple[str, int, str]]) -> list[tup
     for topic, seq, key in items:
         try:
             raw = store.get(key)
-            m = decode_topic_manifest(raw)
-            if m.topic != topic or m.sequence != seq:
-                raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{seq}")
+            _decode_checked(raw, topic, seq)
         except (TieredError, NoSuchObjectError) as e:
             out.append((None, str(e)))
             continue
@@ -423,23 +421,70 @@ class _Recovery:
 
     def hot_state(self, plan: TopicPlan) -> None:
         """Ledgers whose hot copy is gone: cold-only when offloaded (or partly held by segments), else lost."""
-        keep = []
-        for li in plan.info.ledgerInfo:
-            ctx = li.offloadContext
-            if ctx.bookkeeperDeleted and (is_complete(li) or is_offloaded(li) or ctx.offloadSegment):
-                keep.append(li)  # cold-only already: kept as it is whether or not a hot copy is left
-            elif self.hot_exists(li.ledgerId):
-                keep.append(li)
-            elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
-                if not li.offloadContext.bookkeeperDeleted:
-                    li.offloadContext.bookkeeperDeleted = True
-                    plan.cold_only.append(li.ledgerId)
-                keep.append(li)
-            else:
-                plan.lost.append(li.ledgerId)
-        if len(keep) != len(plan.info.ledgerInfo):
-            del plan.info.ledgerInfo[:]
-            plan.info.ledgerInfo.extend(keep)
+        cold_only, lost = restrict_to_copies(plan.info, self.hot_exists)
+        plan.cold_only.extend(cold_only)
+        plan.lost.extend(lost)
+
+
+def restrict_to_copies(info: ManagedLedgerInfo, hot_exists: Callable[[int], bool]) -> tuple[list[int], list[int]]:
+    """Keep in ``info`` the ledgers with a copy: those ``hot_exists`` holds, and offloaded ones (or partly held
+    by segments) without a hot copy, marked cold-only (``bookkeeperDeleted``). Returns (ledgers newly marked
+    cold-only, ledgers left out: neither copy here)."""
+    keep, cold_only, lost = [], [], []
+    for li in info.ledgerInfo:
+        ctx = li.offloadContext
+        if ctx.bookkeeperDeleted and (is_complete(li) or is_offloaded(li) or ctx.offloadSegment):
+            keep.append(li)  # cold-only already: kept as it is whether or not a hot copy is left
+        elif hot_exists(li.ledgerId):
+            keep.append(li)
+        elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
+            if not li.offloadContext.bookkeeperDeleted:
+                li.offloadContext.bookkeeperDeleted = True
+                cold_only.append(li.ledgerId)
+            keep.append(li)
+        else:
+            lost.append(li.ledgerId)
+    if len(keep) != len(info.ledgerInfo):
+        copies = [LedgerInfo() for _ in keep]
+        for c, x in zip(copies, keep, strict=True):
+            c.CopyFrom(x)
+        del info.ledgerInfo[:]
+        info.ledgerInfo.extend(copies)
+    return cold_only, lost
+
+
+def read_topic_manifest(store: BlobStore, key: str, topic: str, sequence: int) -> TopicManifest:
+    """The manifest at ``key`` (listed as ``topic`` #``sequence``): FormatError when it does not decode
+    (checksum, format) or names another topic or sequence than its key; NoSuchObjectError when gone."""
+    return _decode_checked(store.get(key), topic, sequence)
+
+
+def _decode_checked(raw: bytes, topic: str, sequence: int) -> TopicManifest:
+    m = decode_topic_manifest(raw)
+    if m.topic != topic or m.sequence != sequence:
+        raise FormatError(f"names {m.topic} #{m.sequence}, its key {topic} #{sequence}")
+    return m
+
+
+def newest_valid_manifest(store: BlobStore, topic: str, entries: list[tuple[int, str]], damaged: list[str],
+                          stale: Callable[[TopicManifest], str | None] | None = None,
+                          stale_out: list[str] | None = None) -> TopicManifest | None:
+    """The newest of a topic's manifests (``entries``: (sequence, key), ascending) that decodes and, with
+    ``stale``, that it does not find stale (its answer: why, appended to ``stale_out``); the skipped ones
+    are appended to ``damaged`` ("key: why"). None when none is usable."""
+    for seq, key in reversed(entries):
+        try:
+            m = read_topic_manifest(store, key, topic, seq)
+        except (TieredError, NoSuchObjectError) as e:
+            damaged.append(f"{key}: {e}")
+            continue
+        why = stale(m) if stale is not None else None
+        if why is not None:
+            if stale_out is not None:
+                stale_out.append(f"{key}: {why}")
+            continue
+        return m
+    return None
 
 
 @dataclass
