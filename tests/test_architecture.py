@@ -86,9 +86,10 @@ PACKAGE_LAYERS = {
         Layer("segments", ("segment",)),
     ),
     "tieredcore.hot": (
-        Layer("the tier seam, the byte format, file chores, Pulsar's BookKeeper (attached: holds nothing), "
-              "a read replica's (none)",
-              ("tier", "format", "files", "bookkeeper", "replica")),
+        Layer("the tier seam, the byte format, file chores, a tier holding nothing",
+              ("tier", "format", "files", "empty")),
+        Layer("Pulsar's BookKeeper (attached: holds nothing), a read replica's (none)", ("bookkeeper", "replica"),
+              peers=True),
         Layer("the local store's writer and read handle", ("writer", "handle"), peers=True),
         Layer("the local store", ("local",)),
     ),

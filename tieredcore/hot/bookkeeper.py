@@ -9,11 +9,8 @@ job ever takes a BookKeeper ledger for an orphan; creating, sealing or deleting 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from tieredcore.errors import InBookKeeperError, PulsarReadOnlyError
-from tieredcore.hot.tier import HotLedger, LedgerWriter
-from tieredcore.model import LedgerMetadata
+from tieredcore.hot.empty import EmptyHotTier
 
 #: the hot_url of an attached workspace (tieredcore.config)
 BOOKKEEPER_URL = "bookkeeper:"
@@ -24,35 +21,12 @@ def in_bookkeeper(ledger_id: int) -> InBookKeeperError:
                              ledger_id=ledger_id)
 
 
-class BookKeeperTier:
+class BookKeeperTier(EmptyHotTier):
     """:class:`~tieredcore.hot.tier.HotTier` of an attached workspace: Pulsar's BookKeeper, never touched."""
 
     def _refuse(self, what: str) -> PulsarReadOnlyError:
         return PulsarReadOnlyError(f"refused to {what}: BookKeeper belongs to the Pulsar cluster's brokers (an "
                                    "attached workspace has no hot tier of its own)")
 
-    def create_ledger(self, custom_metadata: Mapping[str, bytes | str] | None = None, *,
-                      ctime_ms: int | None = None) -> LedgerWriter:
-        raise self._refuse("create a ledger")
-
-    def seal_ledger(self, ledger_id: int) -> LedgerMetadata:
-        raise self._refuse(f"seal ledger {ledger_id}")
-
-    def open_ledger(self, ledger_id: int) -> HotLedger:
-        raise in_bookkeeper(ledger_id)
-
-    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        raise in_bookkeeper(ledger_id)
-
-    def exists(self, ledger_id: int) -> bool:
-        """False: this tier holds no ledger (whether BookKeeper still has it is Pulsar's to say)."""
-        return False
-
-    def list_ledgers(self) -> list[int]:
-        return []
-
-    def delete_ledger(self, ledger_id: int) -> None:
-        raise self._refuse(f"delete ledger {ledger_id}")
-
-    def close(self) -> None:
-        pass
+    def _absent(self, ledger_id: int) -> InBookKeeperError:
+        return in_bookkeeper(ledger_id)

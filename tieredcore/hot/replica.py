@@ -5,14 +5,11 @@ sealing or deleting one with :class:`ReplicaReadOnlyError` before anything happe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from tieredcore.errors import HotLedgerNotFoundError, ReplicaReadOnlyError
-from tieredcore.model import LedgerMetadata
+from tieredcore.hot.empty import EmptyHotTier
 
 
-class ReplicaHotTier:
+class ReplicaHotTier(EmptyHotTier):
     def __init__(self, why: str) -> None:
         self.why = why
 
@@ -22,28 +19,3 @@ class ReplicaHotTier:
     def _absent(self, ledger_id: int) -> HotLedgerNotFoundError:
         return HotLedgerNotFoundError(f"ledger {ledger_id}: a read replica has no hot tier (only the source "
                                       "cluster's holds what it has not offloaded)")
-
-    def create_ledger(self, custom_metadata: Mapping[str, bytes | str] | None = None, *,
-                      ctime_ms: int | None = None) -> Any:
-        raise self._refuse("create a ledger")
-
-    def seal_ledger(self, ledger_id: int) -> LedgerMetadata:
-        raise self._refuse(f"seal ledger {ledger_id}")
-
-    def open_ledger(self, ledger_id: int) -> Any:
-        raise self._absent(ledger_id)
-
-    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        raise self._absent(ledger_id)
-
-    def exists(self, ledger_id: int) -> bool:
-        return False
-
-    def list_ledgers(self) -> list[int]:
-        return []
-
-    def delete_ledger(self, ledger_id: int) -> None:
-        raise self._refuse(f"delete ledger {ledger_id}")
-
-    def close(self) -> None:
-        pass

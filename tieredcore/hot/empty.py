@@ -1,0 +1,45 @@
+"""A hot tier that holds nothing and refuses every change: the base of a workspace's hot tier when another
+party owns the hot copies (an attached Pulsar cluster's BookKeeper, a read replica's source cluster).
+Subclasses say why a change is refused and what opening a ledger raises."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tieredcore.errors import TieredError
+from tieredcore.model import LedgerMetadata
+
+
+class EmptyHotTier:
+    def _refuse(self, what: str) -> TieredError:
+        raise NotImplementedError
+
+    def _absent(self, ledger_id: int) -> TieredError:
+        raise NotImplementedError
+
+    def create_ledger(self, custom_metadata: Mapping[str, bytes | str] | None = None, *,
+                      ctime_ms: int | None = None) -> Any:
+        raise self._refuse("create a ledger")
+
+    def seal_ledger(self, ledger_id: int) -> LedgerMetadata:
+        raise self._refuse(f"seal ledger {ledger_id}")
+
+    def open_ledger(self, ledger_id: int) -> Any:
+        raise self._absent(ledger_id)
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        raise self._absent(ledger_id)
+
+    def exists(self, ledger_id: int) -> bool:
+        """False: this tier holds no ledger (whether the owner's tier still has it is the owner's to say)."""
+        return False
+
+    def list_ledgers(self) -> list[int]:
+        return []
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        raise self._refuse(f"delete ledger {ledger_id}")
+
+    def close(self) -> None:
+        pass
