@@ -80,6 +80,15 @@ def _parse(data: bytes, what: str) -> pb.ManagedLedgerInfo:
     return info
 
 
+def decode_checked_managed_ledger_info(data: bytes | bytearray | memoryview) -> pb.ManagedLedgerInfo:
+    """Parse a record :func:`decode_managed_ledger_info` accepted before (e.g. a topic manifest's, checked
+    when it was read): plain protobuf is parsed once, without the UTF-8 and required-field checks again."""
+    data = bytes(data)
+    if is_compressed(data):
+        return decode_managed_ledger_info(data)
+    return pb.ManagedLedgerInfo.FromString(data)
+
+
 def is_compressed(data: bytes) -> bool:
     """True when ``data`` starts with the compressed-record magic."""
     return bytes(data[:2]) == _MAGIC_BYTES

@@ -122,8 +122,9 @@ def _take(buf: bytes, pos: int, n: int, what: str) -> tuple[bytes, int]:
     return buf[pos:pos + n], pos + n
 
 
-def decode_topic_manifest(data: bytes | bytearray | memoryview) -> TopicManifest:
-    """The manifest, or FormatError naming what is wrong (damaged, truncated, another format)."""
+def decode_topic_manifest(data: bytes | bytearray | memoryview, *, check_record: bool = True) -> TopicManifest:
+    """The manifest, or FormatError naming what is wrong (damaged, truncated, another format).
+    ``check_record=False``: the record is not parsed (bytes decoded with the default before)."""
     buf = bytes(data)
     if len(buf) < _HEAD.size + 12 or len(buf) > MAX_TOPIC_MANIFEST_BYTES:
         raise FormatError(f"topic manifest: {len(buf)} bytes is not a manifest's size")
@@ -152,7 +153,8 @@ def decode_topic_manifest(data: bytes | bytearray | memoryview) -> TopicManifest
         raise FormatError(f"topic manifest: {type(e).__name__}: {e}") from e
     if topic.count("/") != 3 or not all(p is None or isinstance(p, dict) for p in (ns_policy, topic_policy)):
         raise FormatError("topic manifest: bad topic name or policy document")
-    decode_managed_ledger_info(record)  # FormatError when the record does not parse
+    if check_record:
+        decode_managed_ledger_info(record)  # FormatError when the record does not parse
     return TopicManifest(topic, seq, written, record, ns_policy, topic_policy)
 
 

@@ -43,7 +43,10 @@ from tieredcore.formats.keys import (
     segment_index_key,
     topic_manifest_key,
 )
-from tieredcore.formats.mlinfo import ManagedLedgerInfo, decode_managed_ledger_info
+from tieredcore.formats.mlinfo import (
+    ManagedLedgerInfo,
+    decode_checked_managed_ledger_info,
+)
 from tieredcore.formats.topic_manifest import TOMBSTONE_PROPERTY, TopicManifest, decode_topic_manifest
 from tieredcore.formats.uuids import uuid_to_msb_lsb
 from tieredcore.names import TopicName
@@ -91,7 +94,7 @@ class TopicPlan:
     @property
     def info(self) -> ManagedLedgerInfo:
         """The planned record (once frozen: a fresh copy decoded on each access)."""
-        return self._info if self._info is not None else decode_managed_ledger_info(self._record)
+        return self._info if self._info is not None else decode_checked_managed_ledger_info(self._record)
 
     def freeze(self) -> None:
         """Keep the planned record serialized: a bucket's worth of plans stays a fraction of the size of
@@ -198,31 +201,36 @@ def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
     sequences per topic, not the keys)."""
     out = _Listing()
     ledgers, manifest_dir, plen = out.ledgers, prefix + TOPIC_MANIFEST_DIR, len(prefix)
+    match, get, flag, low = OBJECT_KEY.fullmatch, ledgers.get, 1 << _TIME_BITS, (1 << (_TIME_BITS + 1)) - 1
+    n = 0
     for o in iter_objects(store, prefix):
-        out.objects += 1
+        n += 1
         key = o.key
-        if key.startswith(manifest_dir):
-            m = parse_topic_manifest_key(key, prefix, cluster)
-            if m is not None:
-                out.manifests.setdefault(m[0], []).append(m[1])
+        p = match(key, plen)  # groups: uuid, ledger id, -index, -offsets, .manifest
+        if p is None:
+            if key.startswith(manifest_dir):
+                m = parse_topic_manifest_key(key, prefix, cluster)
+                if m is not None:
+                    out.manifests.setdefault(m[0], []).append(m[1])
             continue
-        p = OBJECT_KEY.fullmatch(key, plen)  # groups: uuid, ledger id, -index, -offsets, .manifest
-        if p is None or p[4] is not None:
+        u, lid, is_index, offsets, is_manifest = p.groups()
+        if offsets is not None:
             continue
-        u, lid, is_index, is_manifest = p[1], p[2], p[3] is not None, p[5] is not None
         if lid is None:
-            if is_index:
-                (out.chunked_segments if is_manifest else out.segments).add(u)
+            if is_index is not None:
+                (out.chunked_segments if is_manifest is not None else out.segments).add(u)
             continue
         k = (u, int(lid))
-        st = ledgers.get(k, 0)
-        if is_index and is_manifest:
-            st |= 1 << _TIME_BITS
-        elif is_index:
-            st = (st & ~_TIME_MASK) | (int(o.last_modified * 1000) + 1)
-        elif not is_manifest:
-            st = (st & ((1 << (_TIME_BITS + 1)) - 1)) | ((o.size + 1) << (_TIME_BITS + 1))
+        st = get(k, 0)
+        if is_index is not None:
+            if is_manifest is not None:
+                st |= flag
+            else:
+                st = (st & ~_TIME_MASK) | (int(o.last_modified * 1000) + 1)
+        elif is_manifest is None:
+            st = (st & low) | ((o.size + 1) << (_TIME_BITS + 1))
         ledgers[k] = st
+    out.objects = n
     for v in out.manifests.values():
         v.sort()
     return out
@@ -342,6 +350,8 @@ class _Recovery:
         references is added to ``named`` when given."""
         out = []
         seen: set[str] = set() if named is None else named
+        last_dm, last_ours = None, True  # a topic's ledgers mostly name one store: asked once in a row
+        listed = self.listing.index_listed
         for li in info.ledgerInfo:
             has_ctx = li.HasField("offloadContext")
             if not li.properties and (not has_ctx or not li.offloadContext.offloadSegment):
@@ -350,8 +360,10 @@ class _Recovery:
                 if has_ctx and (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
                     u = uuid_from_halves(ctx.uidMsb, ctx.uidLsb)
                     seen.add(u)
-                    if self.ours(ctx.driverMetadata if ctx.HasField("driverMetadata") else None) and \
-                            not self.listing.index_listed(u, li.ledgerId):
+                    dm = ctx.driverMetadata if ctx.HasField("driverMetadata") else None
+                    if dm is None or last_dm is None or dm != last_dm:
+                        last_dm, last_ours = dm, self.ours(dm)
+                    if last_ours and not listed(u, li.ledgerId):
                         out.append(index_key(self.prefix, u, li.ledgerId))
                 continue
             segs = set(segment_uuids(li))
@@ -542,8 +554,8 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
                 if raw is None:
                     rep.damaged_manifests.append(f"{key}: {why}")
                     continue
-                m = decode_topic_manifest(raw)
-                m_info = m.info()
+                m = decode_topic_manifest(raw, check_record=False)  # read_manifests decoded it whole
+                m_info = decode_checked_managed_ledger_info(m.record)
                 refs: set[str] = set()
                 gone = r.missing(m_info, refs)
                 if gone:
@@ -563,13 +575,14 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
 
     def done(plan: TopicPlan) -> None:
         r.hot_state(plan)
-        segments_named.update(u for li in plan.info.ledgerInfo for u in segment_uuids(li))
+        segments_named.update(u for li in plan.info.ledgerInfo if li.offloadContext.offloadSegment
+                              for u in segment_uuids(li))
         plan.freeze()
         plans[plan.topic] = plan
 
     for topic in list(chosen_of):
         chosen = chosen_of.pop(topic)
-        info = decode_managed_ledger_info(chosen.record)
+        info = decode_checked_managed_ledger_info(chosen.record)
         if any(kv.key == TOMBSTONE_PROPERTY for kv in info.properties):  # the topic was deleted
             rep.deleted_topics.append(topic)
             for lid, (u, _f) in sorted(by_topic.pop(topic, {}).items()):
