@@ -42,9 +42,9 @@ RUN set -eux; \
     getent passwd "${AIRFLOW_UID}" >/dev/null \
         || useradd --uid "${AIRFLOW_UID}" --gid 0 --home-dir /opt/airflow --create-home --shell /bin/bash airflow; \
     python3 -m venv /opt/tiered; \
-    /opt/tiered/bin/pip install --no-cache-dir --disable-pip-version-check uv==0.13.8; \
+    /opt/tiered/bin/pip install --no-cache-dir --disable-pip-version-check uv==0.13.8 wheel==0.45.1; \
     /opt/tiered/bin/pip wheel --no-cache-dir --no-deps -w /opt/wheels "pyspark==4.3.0"; \
-    /opt/tiered/bin/uv pip install --python /opt/tiered/bin/python --no-index --find-links /opt/wheels "pyspark==4.3.0"; \
+    /opt/tiered/bin/uv pip install --python /opt/tiered/bin/python --find-links /opt/wheels "pyspark==4.3.0"; \
     ln -s "$(/opt/tiered/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark; \
     /opt/spark/bin/spark-class org.apache.spark.deploy.SparkSubmit --version 2>&1 | grep -q 'version 4.3.0'
 # The project's Python dependencies (not the project: see each image below), every version from
@@ -63,12 +63,15 @@ RUN set -eux; \
 #    overwrite pyspark 4.3.0's (`import pyspark` then reports 4.2.0 against 4.3.0 jars, and pip check does
 #    not notice). Put pyspark's own files back; never uninstall pyspark-client (that deletes them).
 # 3. fail the build if the fix did not hold or the providers no longer import.
+# --python-version 3.11.5: constraints.txt pins soupsieve 4.1.2 (bs4 <- redshift-connector <- the Amazon
+# provider, not used by the project), which declares Python >= 3.11.5; Debian bookworm's python3 is 3.11.2
+# (a debootstrap'ed base, docs/deploy.md). The official python:3.11 image is newer and unaffected.
 COPY tieredcore /opt/tiered/src/tieredcore
 COPY spark_jobs /opt/tiered/src/spark_jobs
 COPY scripts/build_pyfiles.sh /opt/tiered/src/scripts/build_pyfiles.sh
 RUN set -eux; \
-    uv pip install --python /opt/tiered/bin/python --find-links /opt/wheels -c /opt/tiered/src/constraints.txt \
-        "apache-airflow==3.3.2" "/opt/tiered/src[spark,airflow,azure,gcs]"; \
+    uv pip install --python /opt/tiered/bin/python --python-version 3.11.5 --find-links /opt/wheels \
+        -c /opt/tiered/src/constraints.txt "apache-airflow==3.3.2" "/opt/tiered/src[spark,airflow,azure,gcs]"; \
     uv pip install --python /opt/tiered/bin/python --reinstall --no-deps --no-index --find-links /opt/wheels "pyspark==4.3.0"; \
     rm -rf /opt/tiered/src/build /opt/tiered/src/*.egg-info; \
     python -c "import pyspark, sys; v = pyspark.__version__; sys.exit(None if v == '4.3.0' else f'pyspark reports {v}, expected 4.3.0')"; \

@@ -44,9 +44,9 @@ RUN set -eux; \
     getent passwd "${AIRFLOW_UID}" >/dev/null \
         || useradd --uid "${AIRFLOW_UID}" --gid 0 --home-dir /opt/airflow --create-home --shell /bin/bash airflow; \
     python3 -m venv /opt/tiered; \
-    /opt/tiered/bin/pip install --no-cache-dir --disable-pip-version-check uv==0.13.8; \
+    /opt/tiered/bin/pip install --no-cache-dir --disable-pip-version-check uv==0.13.8 wheel==0.45.1; \
     /opt/tiered/bin/pip wheel --no-cache-dir --no-deps -w /opt/wheels "pyspark==4.3.0"; \
-    /opt/tiered/bin/uv pip install --python /opt/tiered/bin/python --no-index --find-links /opt/wheels "pyspark==4.3.0"; \
+    /opt/tiered/bin/uv pip install --python /opt/tiered/bin/python --find-links /opt/wheels "pyspark==4.3.0"; \
     ln -s "$(/opt/tiered/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark; \
     /opt/spark/bin/spark-class org.apache.spark.deploy.SparkSubmit --version 2>&1 | grep -q 'version 4.3.0'
 # The project's Python dependencies (not the project: see each image below), every version from
