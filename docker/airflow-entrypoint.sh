@@ -16,7 +16,7 @@ if [[ "${_AIRFLOW_DB_MIGRATE:-}" == true ]]; then
     airflow db migrate
 fi
 if [[ "${_AIRFLOW_WWW_USER_CREATE:-}" == true ]]; then
-    : "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?the SimpleAuthManager's passwords file}"
+    : "${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE:?the passwords file of the SimpleAuthManager}"
     mkdir -p "$(dirname "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")"
     python - "$AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE" <<'PY'
 import json, os, sys

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 SUITE = "bookworm"
@@ -252,11 +254,34 @@ class Compose:
     name: str
     env: dict[str, str]
 
+    def _cmd(self, files: Sequence[Path], *args: str) -> list[str]:
+        cmd = ["docker-compose", "--project-name", self.name, "--project-directory", str(self.project_dir)]
+        for f in files:
+            cmd += ["-f", str(f)]
+        return [*cmd, *args]
+
+    def resolved(self) -> Path:
+        """The users' file with the test override, merged and interpolated by docker-compose itself
+        (``config``, which writes ``$$`` back escaped), minus the ``ports`` of host-networked
+        services: published ports mean nothing there and docker-compose 1.29 refuses the combination
+        ("host" network_mode is incompatible with port_bindings), while an override file can add list
+        entries but not remove them."""
+        out = self.project_dir / "docker-compose.resolved.yaml"
+        if not out.is_file():
+            files = [self.project_dir / "docker-compose.yaml",
+                     self.project_dir / "tests" / "compose" / "docker-compose.test.yaml"]
+            merged = run(self._cmd(files, "config"), env={**self.daemon.env, **self.env},
+                         timeout=120, cwd=self.project_dir).stdout
+            config = yaml.safe_load(merged)
+            for svc in config["services"].values():
+                if svc.get("network_mode") == "host":
+                    svc.pop("ports", None)
+            out.write_text(yaml.safe_dump(config, sort_keys=False))
+        return out
+
     def __call__(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = ["docker-compose", "--project-name", self.name, "--project-directory", str(self.project_dir),
-               "-f", str(self.project_dir / "docker-compose.yaml"),
-               "-f", str(self.project_dir / "tests" / "compose" / "docker-compose.test.yaml"), *args]
-        return run(cmd, env={**self.daemon.env, **self.env}, timeout=timeout, cwd=self.project_dir, check=check)
+        return run(self._cmd([self.resolved()], *args), env={**self.daemon.env, **self.env}, timeout=timeout,
+                   cwd=self.project_dir, check=check)
 
     def containers(self, all_: bool = True) -> list[dict]:
         """docker inspect of the project's containers."""
