@@ -283,6 +283,47 @@ class Compose:
         return run(self._cmd([self.resolved()], *args), env={**self.daemon.env, **self.env}, timeout=timeout,
                    cwd=self.project_dir, check=check)
 
+    def up(self, deadline: float) -> None:
+        """``up -d``, watched: docker-compose 1.29 waits for the dependencies' conditions and keeps waiting
+        when one can never hold (a dependency exited), so a container that exits non-zero or turns
+        unhealthy meanwhile stops the wait with a DockerError naming it."""
+        cmd = self._cmd([self.resolved()], "up", "-d")
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen(cmd, env={**self.daemon.env, **self.env}, cwd=self.project_dir, stdout=out,
+                                    stderr=subprocess.STDOUT, text=True)
+            try:
+                while proc.poll() is None:
+                    problems = self.problems()
+                    if problems or time.monotonic() > deadline:
+                        proc.terminate()
+                        proc.wait(timeout=30)
+                        out.seek(0)
+                        raise DockerError(f"{' '.join(cmd)}: "
+                                          + ("; ".join(problems) if problems else "not done at the deadline")
+                                          + f"\n{out.read()[-4000:]}")
+                    time.sleep(1)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            out.seek(0)
+            if proc.returncode != 0:
+                raise DockerError(f"{' '.join(cmd)}: exit {proc.returncode}\n{out.read()[-6000:]}")
+
+    def problems(self) -> list[str]:
+        """Containers that exited non-zero or are unhealthy (with their last health check output)."""
+        problems = []
+        for c in self.containers():
+            st = c["State"]
+            if not st["Running"] and st["Status"] in ("exited", "dead") and st["ExitCode"] != 0:
+                svc = c["Config"]["Labels"].get("com.docker.compose.service")
+                problems.append(f"{c['Name'].lstrip('/')} {st['Status']} (exit {st['ExitCode']}):\n"
+                                + self.logs(svc)[-2500:])
+            elif (st.get("Health") or {}).get("Status") == "unhealthy":
+                log = (st.get("Health") or {}).get("Log") or [{}]
+                problems.append(f"{c['Name'].lstrip('/')} unhealthy: {log[-1].get('Output', '')[-800:]}")
+        return problems
+
     def containers(self, all_: bool = True) -> list[dict]:
         """docker inspect of the project's containers."""
         ids = self.daemon.docker("ps", "-q", *(["-a"] if all_ else []), "--filter",
@@ -299,7 +340,6 @@ class Compose:
         ones (with their last health check outputs) or one that exited."""
         while True:
             states: dict[str, str] = {}
-            problems = []
             for c in self.containers():
                 svc = c["Config"]["Labels"].get("com.docker.compose.service")
                 if svc not in services:
@@ -307,12 +347,8 @@ class Compose:
                 st = c["State"]
                 health = (st.get("Health") or {}).get("Status", "none")
                 states[c["Name"].lstrip("/")] = health if st["Running"] else st["Status"]
-                if not st["Running"] and st["Status"] in ("exited", "dead"):
-                    problems.append(f"{c['Name']} {st['Status']} (exit {st['ExitCode']})")
-                elif health == "unhealthy":
-                    log = (st.get("Health") or {}).get("Log") or [{}]
-                    problems.append(f"{c['Name']} unhealthy: {log[-1].get('Output', '')[-800:]}")
             seen = {s for s in services if any(n.split("_")[-2] == s for n in states)}
+            problems = self.problems()
             if problems:
                 raise DockerError("services failed: " + "; ".join(problems))
             if seen == services and all(v == "healthy" for v in states.values()):
