@@ -58,7 +58,8 @@ RUN set -eux; \
 
 # The project and Airflow (the compose file mounts the live tieredcore/ and spark_jobs/ over
 # /opt/airflow/ at run time; PYTHONPATH=/opt/airflow makes the mounted copy win).
-# 1. the project with its Airflow and Spark extras, every version from constraints.txt.
+# 1. the project with its Airflow and Spark extras, every version from constraints.txt, and the redis
+#    client (Celery's Redis broker transport imports it; the official Airflow image ships it too).
 # 2. (docs/deploy.md, "pyspark files") the Spark provider pulls pyspark-client, whose pyspark/ files
 #    overwrite pyspark 4.3.0's (`import pyspark` then reports 4.2.0 against 4.3.0 jars, and pip check does
 #    not notice). Put pyspark's own files back; never uninstall pyspark-client (that deletes them).
@@ -71,11 +72,11 @@ COPY spark_jobs /opt/tiered/src/spark_jobs
 COPY scripts/build_pyfiles.sh /opt/tiered/src/scripts/build_pyfiles.sh
 RUN set -eux; \
     uv pip install --python /opt/tiered/bin/python --python-version 3.11.5 --find-links /opt/wheels \
-        -c /opt/tiered/src/constraints.txt "apache-airflow==3.3.2" "/opt/tiered/src[spark,airflow,azure,gcs]"; \
+        -c /opt/tiered/src/constraints.txt "apache-airflow==3.3.2" redis "/opt/tiered/src[spark,airflow,azure,gcs]"; \
     uv pip install --python /opt/tiered/bin/python --reinstall --no-deps --no-index --find-links /opt/wheels "pyspark==4.3.0"; \
     rm -rf /opt/tiered/src/build /opt/tiered/src/*.egg-info; \
     python -c "import pyspark, sys; v = pyspark.__version__; sys.exit(None if v == '4.3.0' else f'pyspark reports {v}, expected 4.3.0')"; \
-    python -c "import airflow.providers.apache.spark, airflow.providers.amazon, airflow.providers.celery, airflow.providers.standard"; \
+    python -c "import airflow.providers.apache.spark, airflow.providers.amazon, airflow.providers.celery, airflow.providers.standard, redis, kombu.transport.redis"; \
     python -c "import tieredcore.offload.offloader, spark_jobs.offload_sweep"; \
     command -v spark-submit
 # The --py-files zip the DAGs ship to the Spark executors (TIERED_PY_FILES): the Spark image has no copy
