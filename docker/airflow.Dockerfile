@@ -66,13 +66,16 @@ RUN set -eux; \
 # 3. fail the build if the fix did not hold or the providers no longer import.
 # --python-version 3.11.5: constraints.txt pins soupsieve 4.1.2 (bs4 <- redshift-connector <- the Amazon
 # provider, not used by the project), which declares Python >= 3.11.5; Debian bookworm's python3 is 3.11.2
-# (a debootstrap'ed base, docs/deploy.md). The official python:3.11 image is newer and unaffected.
+# (a debootstrap'ed base, docs/deploy.md). The official python:3.11 image is newer and unaffected. The
+# one dependency whose markers differ between the two (redis needs async-timeout below Python 3.11.3,
+# checked over every installed package's Requires-Dist) is installed explicitly.
 COPY tieredcore /opt/tiered/src/tieredcore
 COPY spark_jobs /opt/tiered/src/spark_jobs
 COPY scripts/build_pyfiles.sh /opt/tiered/src/scripts/build_pyfiles.sh
 RUN set -eux; \
     uv pip install --python /opt/tiered/bin/python --python-version 3.11.5 --find-links /opt/wheels \
-        -c /opt/tiered/src/constraints.txt "apache-airflow==3.3.2" redis "/opt/tiered/src[spark,airflow,azure,gcs]"; \
+        -c /opt/tiered/src/constraints.txt "apache-airflow==3.3.2" redis async-timeout==5.0.1 \
+        "/opt/tiered/src[spark,airflow,azure,gcs]"; \
     uv pip install --python /opt/tiered/bin/python --reinstall --no-deps --no-index --find-links /opt/wheels "pyspark==4.3.0"; \
     rm -rf /opt/tiered/src/build /opt/tiered/src/*.egg-info; \
     python -c "import pyspark, sys; v = pyspark.__version__; sys.exit(None if v == '4.3.0' else f'pyspark reports {v}, expected 4.3.0')"; \
