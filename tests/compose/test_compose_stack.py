@@ -8,7 +8,9 @@ Finally ``docker-compose down -v`` must leave no container, network or volume.
 Ports: the containers bind docker/topology.env's ports on 127.0.0.1 (5432, 6379, 2181, 9000, 7077, 8080)
 plus 8090 (Spark master UI), 8081-8082 (worker UIs) and 8974 (the scheduler's health check). The other
 tests (including tests/stack, STACK_PORTS=auto) take kernel-chosen ephemeral ports (32768 and up), which
-never fall on these; the test fails naming a port that is taken rather than racing for it.
+never fall on these; the one that holds 5432 on purpose (tests/stack/test_stack_bad_input.py) shares a
+lock with this test's stack from `up` to `down` (tests/support/topology_ports.py). The test fails naming
+a port that is taken rather than racing for it.
 
 Time: the first run builds the Debian base (debootstrap) and caches it (TIERED_COMPOSE_CACHE, default
 ~/.cache/tiered-compose); every run builds the project's images in a fresh daemon. The phases are printed.
@@ -23,6 +25,7 @@ import socket
 import subprocess
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,7 @@ import pytest
 from tests.compose import harness
 from tests.compose.harness import Compose, DockerError
 from tests.stack.test_stack import Api
+from tests.support.topology_ports import topology_ports
 from tests.support.workspaces import build_workspace
 from tieredcore.config import Config
 from tieredcore.workspace import Workspace
@@ -54,7 +58,7 @@ def port_taken(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_stack(compose: Compose, timings: dict[str, float]) -> None:
+def start_stack(compose: Compose, timings: dict[str, float], ports: ExitStack) -> None:
     """Build the images, `up -d`, wait for every health check and for airflow-init's success: what must
     hold before anything is triggered. A DockerError names what failed (the build's, compose's or the
     health check's output; a failed init's log)."""
@@ -62,6 +66,9 @@ def start_stack(compose: Compose, timings: dict[str, float]) -> None:
     compose("build", timeout=1800)
     timings["build images"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
+    ports.enter_context(topology_ports())  # held until the stack is down (the caller's ExitStack)
+    taken = [p for p in PORTS if port_taken(p)]
+    assert not taken, f"127.0.0.1 ports the compose stack binds are in use: {taken}"
     compose.up(time.monotonic() + UP_DEADLINE_S)
     compose.wait_healthy(LONG_RUNNING, time.monotonic() + UP_DEADLINE_S)
     init = [c for c in compose.containers() if c["Config"]["Labels"]["com.docker.compose.service"] == "airflow-init"]
@@ -100,14 +107,13 @@ def compose_for(docker, project_dir: Path, name: str, **env: str) -> Compose:
 def test_offload_sweep_on_the_compose_stack(docker, tmp_path, monkeypatch, capsys):
     d, base, timings = docker
     started = time.monotonic()
-    taken = [p for p in PORTS if port_taken(p)]
-    assert not taken, f"127.0.0.1 ports the compose stack binds are in use: {taken}"
     password = uuid.uuid4().hex[:16]
     project = harness.copy_project(tmp_path / "project")
     compose = compose_for(docker, project, "tieredcompose", _AIRFLOW_WWW_USER_USERNAME="admin",
                           _AIRFLOW_WWW_USER_PASSWORD=password)
+    ports = ExitStack()
     try:
-        start_stack(compose, timings)
+        start_stack(compose, timings, ports)
         states = compose.wait_healthy(LONG_RUNNING, time.monotonic() + 60)
         assert sum(1 for n in states if "spark-worker" in n) == 2, states  # deploy.replicas
 
@@ -167,7 +173,8 @@ def test_offload_sweep_on_the_compose_stack(docker, tmp_path, monkeypatch, capsy
         assert res["failed"] == 0 and res["verified"] == TOPICS and not res["fallbacks"], res
     finally:
         t = time.monotonic()
-        left = stop_stack(compose)
+        with ports:
+            left = stop_stack(compose)
         timings["down -v"] = round(time.monotonic() - t, 1)
     assert left == {"containers": [], "networks": [], "volumes": []}, left
     timings["test total (without dockerd and base)"] = round(time.monotonic() - started, 1)
@@ -219,10 +226,12 @@ def test_a_broken_entrypoint_fails_the_start(docker, tmp_path):
     (project / "docker" / "airflow-entrypoint.sh").write_text("#!/bin/bash\necho 'broken entrypoint' >&2\nexit 3\n")
     compose = compose_for(docker, project, "tieredcomposebroken",
                           AIRFLOW_IMAGE_NAME="tiered-storage-airflow:broken-entrypoint")
+    ports = ExitStack()
     try:
         with pytest.raises(DockerError) as failed:
-            start_stack(compose, {})
+            start_stack(compose, {}, ports)
         assert "airflow-init" in str(failed.value) and "broken entrypoint" in str(failed.value), failed.value
     finally:
-        left = stop_stack(compose)
+        with ports:
+            left = stop_stack(compose)
     assert left == {"containers": [], "networks": [], "volumes": []}, left
