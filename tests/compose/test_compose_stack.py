@@ -63,7 +63,8 @@ def start_stack(compose: Compose, timings: dict[str, float], ports: ExitStack) -
     hold before anything is triggered. A DockerError names what failed (the build's, compose's or the
     health check's output; a failed init's log)."""
     t = time.monotonic()
-    compose("build", timeout=1800)
+    # one service per image: the other Airflow services and the second Spark one use the same tags
+    compose("build", "airflow-init", "spark-master", "minio", timeout=1800)
     timings["build images"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     ports.enter_context(topology_ports())  # held until the stack is down (the caller's ExitStack)
