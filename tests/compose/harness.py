@@ -307,8 +307,9 @@ class Compose:
                     proc.kill()
                     proc.wait()
             out.seek(0)
-            if proc.returncode != 0:
-                raise DockerError(f"{' '.join(cmd)}: exit {proc.returncode}\n{out.read()[-6000:]}")
+            if proc.returncode != 0:  # e.g. a dependency's condition failed: name it, with its log
+                raise DockerError(f"{' '.join(cmd)}: exit {proc.returncode}\n{out.read()[-6000:]}\n"
+                                  + "\n".join(self.problems()))
 
     def problems(self) -> list[str]:
         """Containers that exited non-zero or are unhealthy (with their last health check output)."""
