@@ -27,7 +27,8 @@ done
 # Debian packages by need: a JDK for Spark (every mode); the servers tests and stack.sh start on loopback
 DEMO_DEBS="openjdk-17-jre-headless"
 STACK_DEBS="zookeeper redis-server postgresql"
-TEST_DEBS="zookeeper redis-server postgresql chromium"
+# docker.io, docker-compose, debootstrap: tests/compose starts docker-compose.yaml on a private dockerd
+TEST_DEBS="zookeeper redis-server postgresql chromium docker.io docker-compose debootstrap"
 # Python extras (pyproject.toml): dev (pytest, moto's S3 server, Playwright...) for the tests and the stack's S3
 case "$MODE" in
     demo) DEB_PKGS=$DEMO_DEBS; EXTRAS=spark,airflow,azure,gcs; AZURITE=0 ;;

@@ -1,9 +1,10 @@
 """Structure of the scale-out stack (docker-compose.yaml, docker/*.Dockerfile).
 
-No Docker engine runs here (`docker compose` cannot start anything), so this checks what can be checked
-without one: the official Airflow 3 layout, healthchecks, dependencies, mounts, connection variables
-(resolved by the real Airflow providers), the tieredcore configuration the containers get (loaded by
-tieredcore itself), pinned images, and Dockerfiles consistent with pyproject.toml.
+What can be checked by reading the files: the official Airflow 3 layout, healthchecks, dependencies,
+mounts, connection variables (resolved by the real Airflow providers), the tieredcore configuration the
+containers get (loaded by tieredcore itself), pinned images, Dockerfiles consistent with pyproject.toml,
+syntax Debian's docker-compose 1.29.2 parses, and one topology with scripts/stack.sh. tests/compose/
+starts the stack for real with Docker.
 """
 
 from __future__ import annotations
@@ -209,6 +210,10 @@ def test_airflow_services_follow_the_official_layout(services):
         assert urlparse(env["AIRFLOW__CELERY__BROKER_URL"]).hostname == "redis"
         assert urlparse(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]).netloc == "airflow-apiserver:8080"
         assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "all components must share one JWT secret"
+        # the SimpleAuthManager, as stack.sh (the image has no FAB provider)
+        assert env["AIRFLOW__CORE__AUTH_MANAGER"].endswith(".SimpleAuthManager")
+        assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "airflow:admin"
+        assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"].startswith("/opt/airflow/config/")
         assert svc["user"] == "50000:0"
     assert "8080:8080" in services["airflow-apiserver"]["ports"]
     init = services["airflow-init"]
@@ -218,9 +223,10 @@ def test_airflow_services_follow_the_official_layout(services):
     assert init["user"] == "0:0"
     script = "\n".join(init["command"])
     assert "/data/tiered" in script and "chown" in script  # the shared volume gets the Airflow uid
+    assert "/entrypoint airflow version" in script  # the entrypoint's migrate and admin password steps
     # the pool every spark-submit task of the DAGs runs in (dags/tiered_common.py SPARK_POOL)
     # (name and slots: the container's TIERED_SPARK_POOL / _SLOTS, from docker/topology.env)
-    assert '/entrypoint airflow pools set "${TIERED_SPARK_POOL:-spark}" "${TIERED_SPARK_POOL_SLOTS:-2}" ' in script
+    assert '\nairflow pools set "${TIERED_SPARK_POOL:-spark}" "${TIERED_SPARK_POOL_SLOTS:-2}" ' in script
     assert (env_of(init)["TIERED_SPARK_POOL"], env_of(init)["TIERED_SPARK_POOL_SLOTS"]) == ("spark", "2")
     # the apiserver, scheduler, dag-processor, triggerer and worker wait for the init
     for name in AIRFLOW_SERVICES:
@@ -309,20 +315,23 @@ def test_airflow_services_mount_dags_plugins_jobs_and_package(services):
             assert (ROOT / "spark_jobs" / job).is_file()
 
 
-def test_spark_services_have_the_package(services):
+def test_spark_services_get_the_package_only_from_the_py_files_zip(services):
+    """As on stack.sh's workers: no copy of the project on the Spark side (image, mounts, PYTHONPATH), so
+    a broken --py-files zip fails the jobs instead of going unnoticed; its dependencies are installed."""
     for name in SPARK_SERVICES:
         svc = services[name]
         env = env_of(svc)
-        m = mounts(svc)
-        pkg_targets = {s: t for t, s in m.items() if s in ("./tieredcore", "./spark_jobs")}
-        assert set(pkg_targets) == {"./tieredcore", "./spark_jobs"}, name
-        for target in pkg_targets.values():
-            assert str(PurePosixPath(target).parent) in env["PYTHONPATH"].split(":"), name
-        # and the image has it installed (the mounts are only the live copy)
+        assert "PYTHONPATH" not in env, name
+        assert not {s for s in mounts(svc).values() if s in ("./tieredcore", "./spark_jobs")}, name
         instr = dockerfile_instructions(dockerfile_of(svc))
         copies = " ".join(a for i, a in instr if i == "COPY")
-        assert "tieredcore" in copies and "spark_jobs" in copies
-        assert any(i == "RUN" and "pip install" in a and "constraints.txt" in a for i, a in instr)
+        assert "tieredcore" not in copies and "spark_jobs" not in copies
+        runs = " ".join(" ".join(a.split()) for i, a in instr if i == "RUN")
+        assert "-c constraints.txt -r pyproject.toml --extra spark" in runs  # the dependencies only
+        assert "! /opt/tiered/bin/python -c 'import tieredcore'" in runs  # the build checks it
+    # the Airflow side ships the zip it builds from its own copy
+    assert env_of(services["airflow-worker"])["TIERED_PY_FILES"] == "/opt/tiered/tiered-pyfiles.zip"
+    assert "build_pyfiles.sh /opt/tiered/tiered-pyfiles.zip" in dockerfile_of(services["airflow-worker"]).read_text()
 
 
 def test_shared_volume_holds_hot_tier_and_reports(compose, services):
@@ -394,7 +403,7 @@ def test_connection_variables_are_well_formed(services):
     master_cmd = services["spark-master"]["command"]
     assert master_cmd[master_cmd.index("--port") + 1] == str(spark["port"])
     assert master_cmd[master_cmd.index("--host") + 1] == "spark-master"
-    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+    assert "spark://spark-master:7077" in shlex.split(services["spark-worker"]["command"][-1])
 
     assert aws["conn_type"] == "aws"
     endpoint = urlparse(aws["extra"]["endpoint_url"])
@@ -478,7 +487,7 @@ def test_images_are_pinned(services, project):
             assert df.is_file(), f"{name}: {df} missing"
             for instr, args in dockerfile_instructions(df):
                 if instr == "FROM":
-                    assert image_ref_ok(args.split()[0]), f"{df.name}: FROM {args}"
+                    assert image_ref_ok(base_image(df, args.split()[0])), f"{df.name}: FROM {args}"
                 if instr == "COPY" and "--from=" in args:
                     src = re.search(r"--from=(\S+)", args).group(1)
                     assert image_ref_ok(src), f"{df.name}: COPY --from={src}"
@@ -499,6 +508,60 @@ def test_dockerfile_copy_sources_exist(services):
                 assert (context / s).exists(), f"{df.name}: COPY source {s} missing"
 
 
+def base_image(df: Path, ref: str) -> str:
+    """FROM's reference with ${ARG} replaced by the ARG's default (ARGs declared before the FROM)."""
+    defaults = {}
+    for instr, args in dockerfile_instructions(df):
+        if instr == "FROM":
+            break
+        if instr == "ARG" and "=" in args:
+            k, v = args.split("=", 1)
+            defaults[k] = v
+    return re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], ref)
+
+
+SHARED_END = "# ---- end of the shared instructions"
+
+
+def test_dockerfiles_share_their_base_and_first_layers(services):
+    """The base image is a build argument (default: the official Python image users pull); both
+    Dockerfiles start with the same instructions, so one JVM, one Python and one pyspark are built once
+    and shared by both images (and the driver's and executors' versions agree by construction)."""
+    airflow_df, spark_df = dockerfile_of(services["airflow-worker"]), dockerfile_of(services["spark-worker"])
+    heads = []
+    for df in (airflow_df, spark_df):
+        text = df.read_text()
+        assert SHARED_END in text, df
+        head = text[:text.index(SHARED_END)]
+        heads.append(head[head.index("ARG BASE_IMAGE="):])
+        instr = dockerfile_instructions(df)
+        assert instr[0] == ("ARG", "BASE_IMAGE=python:3.11-slim-bookworm"), instr[0]
+        assert instr[1] == ("FROM", "${BASE_IMAGE}")
+        assert len([i for i, _ in instr if i == "FROM"]) == 1
+    assert heads[0] == heads[1], "the shared instructions differ"
+    for name in ("airflow-worker", "spark-worker"):
+        args = services[name]["build"]["args"]
+        assert args["BASE_IMAGE"] == "python:3.11-slim-bookworm" and args["AIRFLOW_UID"] == "50000", name
+    assert load({"TIERED_BASE_IMAGE": "local/bookworm:1"})["services"]["spark-master"]["build"]["args"][
+        "BASE_IMAGE"] == "local/bookworm:1"
+
+
+def test_compose_file_parses_with_both_implementations(tmp_path):
+    """Only syntax Debian's docker-compose 1.29.2 (the Python implementation) and compose v2 both accept:
+    no env_file `path:`/`required:` entries; `docker-compose config` itself parses the file."""
+    raw = yaml.safe_load(COMPOSE.read_text())
+    for name, svc in raw["services"].items():
+        for ef in svc.get("env_file") or []:
+            assert isinstance(ef, str), f"{name}: env_file entry {ef!r} (compose v2 only)"
+    r = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "--services"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path, env={k: v for k, v in os.environ.items()
+                                                                  if not k.startswith("DOCKER_")})
+    assert r.returncode == 0, r.stderr
+    assert set(r.stdout.split()) == set(raw["services"])
+    version = subprocess.run(["docker-compose", "version", "--short"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == "1.29.2", version
+
+
 def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
     p = pins(project)
     airflow_v, pyspark_v = p["apache-airflow"], p["pyspark"]
@@ -509,11 +572,11 @@ def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
     df = dockerfile_of(services["airflow-worker"])
     instr = dockerfile_instructions(df)
     froms = [a for i, a in instr if i == "FROM"]
-    m = re.fullmatch(r"apache/airflow:(\d+\.\d+\.\d+)-python(3\.\d+)", froms[-1].split()[0])
+    m = re.fullmatch(r"python:(3\.\d+)-slim-bookworm", base_image(df, froms[-1].split()[0]))
     assert m, froms
-    assert m.group(1) == airflow_v
     minimum = re.search(r">=\s*3\.(\d+)", project["project"]["requires-python"]).group(1)
-    assert int(m.group(2).split(".")[1]) >= int(minimum)
+    assert int(m.group(1).split(".")[1]) >= int(minimum)
+    assert f"sys.version_info[:2] == ({m.group(1).replace('.', ', ')})" in df.read_text()  # a Debian base too
 
     runs = [a for i, a in instr if i == "RUN"]
     install = [k for k, r in enumerate(runs) if "-c /opt/tiered/src/constraints.txt" in r]
@@ -521,7 +584,7 @@ def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
     cmds = [c.strip() for c in runs[install[0]].split(";")]
     main = next(k for k, c in enumerate(cmds) if "constraints.txt" in c and "pip install" in c)
     assert f'"apache-airflow=={airflow_v}"' in cmds[main] and "[spark,airflow,azure,gcs]" in cmds[main]
-    fix = [k for k, c in enumerate(cmds) if "--force-reinstall" in c]
+    fix = [k for k, c in enumerate(cmds) if "--reinstall" in c]
     assert fix and fix[0] > main, "docs/deploy.md: force-reinstall pyspark after the install that pulls pyspark-client"
     assert "--no-deps" in cmds[fix[0]] and f"pyspark=={pyspark_v}" in cmds[fix[0]]
     after = "; ".join(cmds[fix[0] + 1:])
@@ -533,15 +596,11 @@ def test_airflow_dockerfile_pins_and_pyspark_fix(services, project):
 def test_spark_dockerfile_matches_driver_versions(services, project):
     p = pins(project)
     spark_df = dockerfile_of(services["spark-worker"])
-    instr = dockerfile_instructions(spark_df)
-    base = [a for i, a in instr if i == "FROM"][-1].split()[0]
-    m = re.fullmatch(r"apache/spark:(\d+\.\d+\.\d+)(-[\w.-]+)?", base)
-    assert m, base
-    assert m.group(1) == p["pyspark"], "cluster Spark version == the driver's pyspark"
-    airflow_py = re.search(r"-python(3\.\d+)", dockerfile_instructions(dockerfile_of(services["airflow-worker"]))[0][1])
     text = spark_df.read_text()
-    assert f"--python {airflow_py.group(1)}" in text, "executors' Python minor version == the driver's"
-    assert f"Spark {p['pyspark']}" in text, "the build checks the distribution's version"
+    # the cluster is pyspark's own distribution, the driver's version (the shared instructions install it)
+    assert f'"pyspark=={p["pyspark"]}"' in text and f"version {p['pyspark']}" in text
+    assert f"pyspark.__version__ == '{p['pyspark']}'" in text, "the build checks the distribution's version"
+    assert "sys.version_info[:2] == (3, 11)" in text, "executors' Python minor version == the driver's"
     assert services["spark-master"]["image"] == services["spark-worker"]["image"]
     assert services["spark-worker"]["build"]["args"]["AIRFLOW_UID"] == "50000"
 
@@ -591,16 +650,22 @@ def test_stack_sh_and_compose_describe_one_topology(services, tmp_path):
     assert started == {"postgres", "redis", "zookeeper", "s3", "spark-master", "spark-worker", "airflow-api-server",
                        "airflow-scheduler", "airflow-dag-processor", "airflow-celery-worker"}, started
     assert services["spark-worker"]["deploy"]["replicas"] == int(topo["TOPOLOGY_SPARK_WORKERS"])
-    worker_cmd = services["spark-worker"]["command"]
-    assert worker_cmd[worker_cmd.index("--cores") + 1] == topo["TOPOLOGY_SPARK_WORKER_CORES"]
-    assert worker_cmd[worker_cmd.index("--memory") + 1] == topo["TOPOLOGY_SPARK_WORKER_MEMORY"]
+    # the workers' cores and memory: topology.env's, read in the container (its env_file), as stack.sh
+    worker = services["spark-worker"]
+    worker_cmd = shlex.split(worker["command"][-1])
+    assert worker["command"][:2] == ["/bin/sh", "-c"]
+    assert worker_cmd[worker_cmd.index("--cores") + 1] == "${TOPOLOGY_SPARK_WORKER_CORES}"
+    assert worker_cmd[worker_cmd.index("--memory") + 1] == "${TOPOLOGY_SPARK_WORKER_MEMORY}"
+    assert env_of(worker)["TOPOLOGY_SPARK_WORKER_CORES"] == topo["TOPOLOGY_SPARK_WORKER_CORES"]
+    assert env_of(worker)["TOPOLOGY_SPARK_WORKER_MEMORY"] == topo["TOPOLOGY_SPARK_WORKER_MEMORY"]
+    stack_text = STACK.read_text()
+    assert '--cores "$TOPOLOGY_SPARK_WORKER_CORES" --memory "$TOPOLOGY_SPARK_WORKER_MEMORY"' in stack_text
 
     # versions: the compose images are the Debian packages' / the venv's versions stack.sh checks
     assert services["postgres"]["image"] == f"postgres:{topo['TOPOLOGY_POSTGRES_VERSION']}"
     assert services["redis"]["image"].split(":")[1].split(".")[0] == topo["TOPOLOGY_REDIS_VERSION"]
     assert services["zookeeper"]["image"].split(":")[1].startswith(topo["TOPOLOGY_ZOOKEEPER_VERSION"] + ".")
-    spark_from = [a for i, a in dockerfile_instructions(dockerfile_of(services["spark-worker"])) if i == "FROM"]
-    assert spark_from[-1].split()[0].split(":")[1].startswith(topo["TOPOLOGY_SPARK_VERSION"])
+    assert f'"pyspark=={topo["TOPOLOGY_SPARK_VERSION"]}"' in dockerfile_of(services["spark-worker"]).read_text()
 
     # Airflow's own settings: identical (the env_file gives them to compose)
     for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CELERY__WORKER_CONCURRENCY", "AIRFLOW__CORE__LOAD_EXAMPLES",

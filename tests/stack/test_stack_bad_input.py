@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.topology_ports import topology_ports
+
 pytestmark = pytest.mark.stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +33,8 @@ def test_missing_virtualenv_is_named(tmp_path):
 
 
 def test_a_taken_topology_port_is_named_and_nothing_starts(tmp_path):
-    with socket.socket() as s:
+    # the compose test's stack binds the same port (tests/support/topology_ports.py): one at a time
+    with topology_ports(), socket.socket() as s:
         try:  # the topology's PostgreSQL port: hold it (or something else already does)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", 5432))
