@@ -705,11 +705,15 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         _restore_identity(ws, rep.identity)
     batch: list[tuple[TopicPlan, ManagedLedgerInfo]] = []
     size = 0
+    namespaces_done: set[str] = set()  # a namespace's policy is restored (or found stored) once per run
     for plan in rep.topics:
         t = TopicName.parse(plan.topic)
-        if plan.namespace_policy is not None and ws.ml.get_policies(t.namespace_name) is None:
-            step("namespace-policy", plan.topic)
-            ws.ml.set_policies(t.namespace_name, plan.namespace_policy)
+        ns = t.namespace_name
+        if plan.namespace_policy is not None and ns not in namespaces_done:
+            if ws.ml.get_policies(ns) is None:
+                step("namespace-policy", plan.topic)
+                ws.ml.set_policies(ns, plan.namespace_policy)
+            namespaces_done.add(ns)
         if plan.topic_policy is not None and ws.ml.get_topic_policies(t) is None:
             step("topic-policy", plan.topic)
             ws.ml.set_topic_policies(t, plan.topic_policy)
