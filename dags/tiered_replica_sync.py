@@ -5,11 +5,12 @@ Every 15 minutes (env `TIERED_REPLICA_SYNC_SCHEDULE`: a cron expression or prese
 demand: on a read replica (`tiered init DIR --replica-of STORE_URL`), follow the source cluster's topic
 manifests in its bucket — `tiered replica-sync` as a task (a listing and a few small reads: no Spark job).
 
-1. **sync** — `tieredcore.lifecycle.replica.sync`: topics whose newest valid manifest is newer than the one
+1. **wait_turn** — one slot at a time, oldest first (a backfill's runs sync in order).
+2. **sync** — `tieredcore.lifecycle.replica.sync`: topics whose newest valid manifest is newer than the one
    their record was synced from are created or updated, topics the source deleted are removed. Reads only in
    the bucket; idempotent and crash-safe, so a retry (with backoff) or an overlapping run is harmless. A
    workspace that is not a replica, or a configuration that does not load, fails at once (no retry).
-2. The task's XCom: what changed and the lag after the sync (manifests and sequences behind, the age of
+3. The task's XCom: what changed and the lag after the sync (manifests and sequences behind, the age of
    the oldest unseen manifest); the same lag is on the "Tiered storage" view.
 
 The replica is read-only: every other DAG's job refuses to write on it. Params: `config` (only with an
@@ -24,6 +25,7 @@ from typing import Any
 from airflow.sdk import get_current_context, task
 from tiered_assets import schedule_from_env
 from tiered_common import load_config, tiered_dag
+from tiered_pipeline import wait_turn_task
 
 with tiered_dag(
     "tiered_replica_sync",
@@ -58,4 +60,4 @@ with tiered_dag(
         print(after.line())
         return {**rep.as_dict(), "lag": after.as_dict()}
 
-    sync_replica()
+    wait_turn_task() >> sync_replica()

@@ -19,8 +19,10 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_structure() -> None:
     dag = get_dag("tiered_replica_sync")
     assert cron_of(dag) == "*/15 * * * *" and dag.max_active_runs == 1
-    (task,) = dag.tasks
-    assert task.task_id == "sync" and task.retries >= 1 and task.retry_exponential_backoff
+    assert [t.task_id for t in dag.roots] == ["wait_turn"]  # one slot at a time, as every scheduled DAG
+    task = dag.get_task("sync")
+    assert task.upstream_task_ids == {"wait_turn"} and task.downstream_task_ids == set()
+    assert task.retries >= 1 and task.retry_exponential_backoff
     assert task.execution_timeout == dt.timedelta(minutes=30)
 
 
@@ -34,7 +36,7 @@ def test_runs_follow_the_source_and_never_touch_its_bucket(tmp_path: Path) -> No
     objects = tree(bucket)
 
     dr, states = run_dag("tiered_replica_sync", SWEEP_AT, {"config": str(rep_cfg)})
-    assert states == {"sync": "success"}, states
+    assert states == {"wait_turn": "success", "sync": "success"}, states
     res = xcom(dr, "sync")
     assert res["created"] == [f"{NS}/persistent/topic-0000", f"{NS}/persistent/topic-0001"]
     assert res["lag"]["behind"] == 0 and tree(bucket) == objects
@@ -42,7 +44,7 @@ def test_runs_follow_the_source_and_never_touch_its_bucket(tmp_path: Path) -> No
     assert tiered("--config", str(src_cfg), "topics", "delete", f"{NS}/topic-0000", "--yes") == 0
     objects = tree(bucket)
     dr, states = run_dag("tiered_replica_sync", SWEEP_AT + dt.timedelta(minutes=15), {"config": str(rep_cfg)})
-    assert states == {"sync": "success"}, states
+    assert states == {"wait_turn": "success", "sync": "success"}, states
     res = xcom(dr, "sync")
     assert res["removed"] == [f"{NS}/persistent/topic-0000"] and not res["created"]
     assert tree(bucket) == objects
@@ -50,7 +52,7 @@ def test_runs_follow_the_source_and_never_touch_its_bucket(tmp_path: Path) -> No
 
     # a workspace that is not a replica: the task fails at once (no retry helps)
     _, states = run_dag("tiered_replica_sync", SWEEP_AT + dt.timedelta(minutes=30), {"config": str(src_cfg)})
-    assert states == {"sync": "failed"}, states
+    assert states == {"wait_turn": "success", "sync": "failed"}, states
 
 
 def test_other_dags_refuse_a_replica_in_preflight(tmp_path: Path) -> None:
