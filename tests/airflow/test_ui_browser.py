@@ -125,7 +125,8 @@ def open_view(page, base: str, menu_shot: str | None = None):
     if menu_shot:
         page.screenshot(path=str(ARTIFACTS / menu_shot))
     entry.click()
-    page.wait_for_url("**/plugin/tiered-storage")
+    # the deadline of an event, not a pause: a machine busy building images (tests/compose) takes longer
+    page.wait_for_url("**/plugin/tiered-storage", timeout=60_000)
     frame = page.frame_locator("iframe")
     frame.locator("#namespaces").wait_for()
     return frame
