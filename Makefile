@@ -20,7 +20,7 @@ demo: setup-demo
 # Lint, then every test. Pytest's exit code 5 (no tests collected) is a failure here.
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=30; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=30; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
 
 # The edit loop: everything but the slow tests (real spark-submit, Airflow runs, kill tests).

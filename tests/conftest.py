@@ -31,20 +31,6 @@ MOTO_PART_MIN_SIZE = 1024  # S3_UPLOAD_PART_MIN_SIZE given to moto: non-last par
 _MOTO_READY_TIMEOUT = 30.0
 
 
-# The longest test files first, in this order (`make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`:
-# xdist hands out files in collection order): the compose stack on one worker, the backfill and the stack on
-# the other, the rest spread behind them. Sorted by test count instead (xdist's default), these few-test
-# files came last and one worker ran them alone for minutes at the end.
-LONGEST_FIRST = ("tests/compose/test_compose_stack.py", "tests/airflow/test_backfill.py", "tests/stack/test_stack.py",
-                 "tests/airflow/test_attached_reconcile_dags.py", "tests/airflow/test_topic_compaction_dag.py",
-                 "tests/spark/test_topic_compaction_job.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda it: rank.get(it.nodeid.split("::", 1)[0], len(rank)))  # stable: files keep their order
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
