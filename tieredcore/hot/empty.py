@@ -4,6 +4,7 @@ Subclasses say why a change is refused and what opening a ledger raises."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,12 +12,14 @@ from tieredcore.errors import TieredError
 from tieredcore.model import LedgerMetadata
 
 
-class EmptyHotTier:
+class EmptyHotTier(ABC):
+    @abstractmethod
     def _refuse(self, what: str) -> TieredError:
-        raise NotImplementedError
+        """The error for a change of this tier (``what``: e.g. "create a ledger")."""
 
+    @abstractmethod
     def _absent(self, ledger_id: int) -> TieredError:
-        raise NotImplementedError
+        """The error for opening a ledger this tier does not hold."""
 
     def create_ledger(self, custom_metadata: Mapping[str, bytes | str] | None = None, *,
                       ctime_ms: int | None = None) -> Any:
@@ -42,4 +45,5 @@ class EmptyHotTier:
         raise self._refuse(f"delete ledger {ledger_id}")
 
     def close(self) -> None:
-        pass
+        """Nothing to release: this tier opens nothing."""
+        return None
