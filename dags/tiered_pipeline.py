@@ -64,6 +64,7 @@ GATE_SETTLE = duration_from_env("TIERED_GATE_SETTLE", "15s")
 GATE_MAX_WAIT = duration_from_env("TIERED_GATE_MAX_WAIT", "1h")
 # between two looks (not much shorter: the scheduler must have seen a poke end before the next is due)
 GATE_POKE = duration_from_env("TIERED_GATE_POKE", "30s")
+GATE_RETRIES = 6
 
 
 def older_run_unfinished(ti: Any) -> Any:
@@ -88,8 +89,10 @@ def wait_turn_task():
     @task.sensor(task_id="wait_turn", mode="reschedule", poke_interval=GATE_POKE.total_seconds(),
                  timeout=(GATE_MAX_WAIT + dt.timedelta(minutes=10)).total_seconds(),
                  # a retry (not a failed run) when a poke's end reaches the scheduler after the next
-                 # poke was queued (Airflow then fails the try: "state changed externally")
-                 retries=2, retry_delay=GATE_POKE, retry_exponential_backoff=False,
+                 # poke was queued (Airflow then fails the try: "state changed externally", or "TI is
+                 # already running elsewhere"); on a loaded machine that happened three times in one
+                 # run, and a gate's retry costs one look
+                 retries=GATE_RETRIES, retry_delay=GATE_POKE, retry_exponential_backoff=False,
                  execution_timeout=dt.timedelta(minutes=5))
     def wait_turn() -> PokeReturnValue:
         """Waits while an older run of this DAG is unfinished (a backfill's slots, a slot still being

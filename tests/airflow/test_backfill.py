@@ -75,7 +75,8 @@ def _env(home: Path, cfg: Path, api_port: int, log_port: int) -> dict[str, str]:
         "TIERED_CONFIG": str(cfg),  # the deployment's configuration: scheduled and backfill runs alike
         "TIERED_SWEEP_SCHEDULE": SCHEDULE,
         "TIERED_CATCHUP_WINDOW": CATCHUP_WINDOW,
-        "TIERED_GATE_POKE": "5s",  # the gate looks again every 5 s (30 s in a deployment)
+        "TIERED_GATE_POKE": "10s",  # the gate looks again every 10 s (30 s in a deployment; at 5 s a loaded
+        # machine made Airflow fail pokes whose end it saw after the next poke was queued)
         "TIERED_SPARK_POOL_SLOTS": "1",
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -29,6 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.compose import harness
 from tests.compose.harness import Compose, DockerError
@@ -232,6 +233,55 @@ def test_a_broken_entrypoint_fails_the_start(docker, tmp_path):
         with pytest.raises(DockerError) as failed:
             start_stack(compose, {}, ports)
         assert "airflow-init" in str(failed.value) and "broken entrypoint" in str(failed.value), failed.value
+    finally:
+        with ports:
+            left = stop_stack(compose)
+    assert left == {"containers": [], "networks": [], "volumes": []}, left
+
+
+@pytest.mark.timeout(1800)
+def test_an_image_that_does_not_build_fails_the_start(docker, tmp_path):
+    """A Spark image whose last build step fails (a temporary copy of the project): start_stack stops at
+    the build, names the failing step's output, and nothing was started."""
+    project = harness.copy_project(tmp_path / "project")
+    dockerfile = project / "docker" / "spark.Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "\nRUN echo 'broken build step' >&2; exit 7\n")
+    compose = compose_for(docker, project, "tieredcomposenobuild",
+                          SPARK_IMAGE_NAME="tiered-storage-spark:broken-build")
+    ports = ExitStack()
+    try:
+        with pytest.raises(DockerError) as failed:
+            start_stack(compose, {}, ports)
+        message = str(failed.value)
+        assert " build " in message and "broken build step" in message, message
+        assert compose.containers() == []
+    finally:
+        with ports:
+            left = stop_stack(compose)
+    assert left == {"containers": [], "networks": [], "volumes": []}, left
+
+
+@pytest.mark.timeout(1800)
+def test_a_failing_health_check_fails_the_start(docker, tmp_path):
+    """Redis's health check made to fail (its resolved compose file edited in a temporary copy): the
+    services depending on it never start and start_stack fails naming redis as unhealthy, with the
+    check's output."""
+    project = harness.copy_project(tmp_path / "project")
+    compose = compose_for(docker, project, "tieredcomposeunhealthy")
+    resolved = compose.resolved()
+    config = yaml.safe_load(resolved.read_text())
+    config["services"]["redis"]["healthcheck"] = {
+        "test": ["CMD-SHELL", "echo 'redis check broken'; exit 1"],
+        "interval": "2s", "timeout": "10s", "start_period": "0s", "retries": 2}
+    resolved.write_text(yaml.safe_dump(config, sort_keys=False))
+    ports = ExitStack()
+    try:
+        with pytest.raises(DockerError) as failed:
+            start_stack(compose, {}, ports)
+        message = str(failed.value)
+        assert "redis" in message and "unhealthy" in message and "redis check broken" in message, message
+        running = {c["Config"]["Labels"]["com.docker.compose.service"] for c in compose.containers(all_=False)}
+        assert not running & {"airflow-scheduler", "airflow-worker", "airflow-apiserver"}, running
     finally:
         with ports:
             left = stop_stack(compose)
