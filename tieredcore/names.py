@@ -31,6 +31,8 @@ _ALLOWED = re.compile(r"[A-Za-z0-9_.=:%-]+")
 _BAD_CHAR = re.compile(r"[^A-Za-z0-9_.=:%-]")
 _URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-*_")
 _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+# C0 controls, DEL and C1 controls (one search instead of a loop per character: names are parsed often)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _check_component(comp: str, what: str, name: str) -> None:
@@ -54,11 +56,11 @@ def _check_whole(s: object, kind: str) -> str:
         raise ValidationError(f"{kind} name must be a str, got {type(s).__name__}")
     if s == "":
         raise ValidationError(f"empty {kind} name")
-    for ch in s:
-        o = ord(ch)
-        if o < 0x20 or 0x7F <= o <= 0x9F:
-            what = "NUL" if o == 0 else f"control character U+{o:04X}"
-            raise ValidationError(f"{kind} name {s!r} contains {what}")
+    bad = _CONTROL.search(s)
+    if bad is not None:
+        o = ord(bad.group())
+        what = "NUL" if o == 0 else f"control character U+{o:04X}"
+        raise ValidationError(f"{kind} name {s!r} contains {what}")
     if "\\" in s:
         raise ValidationError(f"{kind} name {s!r} contains a backslash")
     return s

@@ -703,7 +703,7 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         ws.metadata.create(MARKER_PATH, body)
     if rep.identity and not used:
         _restore_identity(ws, rep.identity)
-    batch: list[tuple[TopicPlan, ManagedLedgerInfo]] = []
+    batch: list[tuple[TopicPlan, TopicName, ManagedLedgerInfo]] = []
     size = 0
     namespaces_done: set[str] = set()  # a namespace's policy is restored (or found stored) once per run
     for plan in rep.topics:
@@ -722,7 +722,7 @@ def apply_recovery(ws: Workspace, rep: RecoverReport, *, used: bool, marker: dic
         step("topic", plan.topic)
         info = plan.info
         set_sequence_base(info, plan.next_base)
-        batch.append((plan, info))
+        batch.append((plan, t, info))
         size += info.ByteSize()
         if len(batch) >= CREATE_BATCH or size >= CREATE_BATCH_BYTES:
             _create(ws, batch)
@@ -743,22 +743,22 @@ CREATE_BATCH = 100
 CREATE_BATCH_BYTES = 256 * 1024
 
 
-def _create(ws: Workspace, batch: list[tuple[TopicPlan, ManagedLedgerInfo]]) -> None:
+def _create(ws: Workspace, batch: list[tuple[TopicPlan, TopicName, ManagedLedgerInfo]]) -> None:
     """Create the batch's records in one transaction; when one exists (created by the run that crashed, or
     a writer meanwhile), one by one, keeping those that exist as they are."""
     if not batch:
         return
     try:
-        ws.ml.create_topics([(p.topic, info) for p, info in batch])
+        ws.ml.create_topics([(t, info) for _p, t, info in batch])
     except NodeExistsError:
-        for plan, info in batch:
+        for plan, t, info in batch:
             try:
-                ws.ml.create_topic(plan.topic, info)
+                ws.ml.create_topic(t, info)
                 plan.action = "created"
             except NodeExistsError:
                 plan.action = "exists"
         return
-    for plan, _info in batch:
+    for plan, _t, _info in batch:
         plan.action = "created"
 
 
