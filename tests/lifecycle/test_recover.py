@@ -440,3 +440,45 @@ def test_refused_or_dry_recover_leaves_no_metadata_file(before: Before, tmp_path
     assert db.exists()
     with Workspace(Config.load(before.cfg, env={})) as ws:
         assert {t.full for ns in ws.ml.list_namespaces() for t in ws.ml.list_topics(ns)} == {A0, A1, S0}
+
+
+def test_the_listing_keeps_one_int_per_pair_and_skips_ledger_ids_past_a_long(tmp_path: Path) -> None:
+    """list_bucket's per-pair state, keyed by (uuid, ledger id) as one int: a data object and its index
+    object are one pair whatever their order; a key whose ledger id is past a Java long (no Pulsar ledger
+    has one) is not an offloader's and is skipped; the uuid and ledger id come back out of the key."""
+    from tieredcore.cold.backends.fs import FilesystemBlobStore
+    from tieredcore.lifecycle.recover import _uuid_str, list_bucket
+
+    store = FilesystemBlobStore(tmp_path / "bucket", fsync=False)
+    u = "0f1e2d3c-4b5a-4978-8877-665544332211"
+    store.put(f"{u}-ledger-{2**63 - 1}-index", b"i")
+    store.put(f"{u}-ledger-{2**63 - 1}", b"data")
+    store.put(f"{u}-ledger-{2**63}", b"data")
+    store.put(f"{u}-ledger-{2**63}-index", b"i")
+    listing = list_bucket(store, "", "standalone")
+    assert listing.objects == 4
+    assert [(_uuid_str(k >> 64), k & (2**64 - 1)) for k in listing.ledgers] == [(u, 2**63 - 1)]
+    assert listing.index_listed(u, 2**63 - 1) and listing.data_size(u, 2**63 - 1) == 4
+    assert not listing.index_listed(u, 2**63) and not listing.chunked(u, 2**63 - 1)
+
+
+def test_segments_no_manifest_names_are_reported_not_recoverable(before: Before) -> None:
+    """The streamed topic's manifests all deleted: its segments are recovered from manifests only, so each
+    listed segment index object is reported "not recoverable" and nothing is created for the topic; the
+    other topics come back (their plans name no segment)."""
+    from tieredcore.formats.keys import segment_index_key
+    from tieredcore.offload.context import segment_uuids
+
+    b = before
+    segs = sorted({u for li in b.records[S0].ledgerInfo if li.offloadContext.offloadSegment
+                   for u in segment_uuids(li)})
+    assert segs
+    with lose_metadata(b) as ws:
+        ws.manifests.store.delete(manifest_keys(ws, S0))
+        rep = recover(ws, apply=True)
+        assert ML[S0] not in {t.topic for t in rep.topics} and not ws.ml.exists(S0)
+        for u in segs:
+            assert any(n.startswith(f"{segment_index_key('', u)}: a segment no recovered manifest names")
+                       for n in rep.not_recoverable), rep.not_recoverable
+        for t in (A0, A1):
+            assert read_all(ws, t) == b.entries[t]

@@ -157,6 +157,24 @@ class RecoverReport:
 # object's size + 1 (0: none listed)
 _TIME_BITS = 48
 _TIME_MASK = (1 << _TIME_BITS) - 1
+_INDEX_BITS = _TIME_MASK | (1 << _TIME_BITS)  # a plain or a chunked index object listed
+# a V1 pair's key in the listing: its uuid as a 128-bit int above its ledger id (a Java long, so below 2**63:
+# a key naming a larger one is not an offloader's). Ints, not (uuid string, id) tuples: a tenth of the
+# memory, and a record's (msb, lsb) halves make the key without formatting a uuid string per ledger.
+_M64 = (1 << 64) - 1
+_LEDGER_ID_LIMIT = 1 << 63
+
+
+def _uuid_int(uuid: str) -> int:
+    return int(uuid.replace("-", ""), 16)
+
+
+def _uuid_str(n: int) -> str:
+    return uuid_from_halves(n >> 64, n & _M64)
+
+
+def _pair(uuid: str, ledger_id: int) -> int:
+    return (_uuid_int(uuid) << 64) | ledger_id
 
 
 @dataclass
@@ -165,7 +183,7 @@ class _Listing:
     pair one int (:func:`_pack`), the uuids of segment index objects, the topic manifests' sequences."""
 
     objects: int = 0  # every object listed (counted, not kept)
-    ledgers: dict[tuple[str, int], int] = field(default_factory=dict)  # (uuid, ledger id) -> packed state
+    ledgers: dict[int, int] = field(default_factory=dict)  # _pair(uuid, ledger id) -> packed state
     segments: set[str] = field(default_factory=set)  # uuids with a plain segment index object
     chunked_segments: set[str] = field(default_factory=set)  # uuids with a segment index's .manifest
     manifests: dict[str, list[int]] = field(default_factory=dict)  # topic -> manifest sequences, ascending
@@ -175,22 +193,21 @@ class _Listing:
 
     def index_listed(self, uuid: str, ledger_id: int) -> bool:
         """The pair's index object, plain or chunked, is in the listing."""
-        st = self.ledgers.get((uuid, ledger_id), 0)
-        return bool(st & _TIME_MASK) or bool((st >> _TIME_BITS) & 1)
+        return bool(self.ledgers.get(_pair(uuid, ledger_id), 0) & _INDEX_BITS)
 
     def segment_listed(self, uuid: str) -> bool:
         return uuid in self.segments or uuid in self.chunked_segments
 
     def index_time_ms(self, uuid: str, ledger_id: int) -> int:
         """When the pair's plain index object was written (its listing's last-modified time, ms)."""
-        return (self.ledgers[(uuid, ledger_id)] & _TIME_MASK) - 1
+        return (self.ledgers[_pair(uuid, ledger_id)] & _TIME_MASK) - 1
 
     def data_size(self, uuid: str, ledger_id: int) -> int | None:
-        size = self.ledgers.get((uuid, ledger_id), 0) >> (_TIME_BITS + 1)
+        size = self.ledgers.get(_pair(uuid, ledger_id), 0) >> (_TIME_BITS + 1)
         return size - 1 if size else None
 
     def chunked(self, uuid: str, ledger_id: int) -> bool:
-        return bool((self.ledgers.get((uuid, ledger_id), 0) >> _TIME_BITS) & 1)
+        return bool((self.ledgers.get(_pair(uuid, ledger_id), 0) >> _TIME_BITS) & 1)
 
     def empty(self) -> bool:
         return not self.manifests and not self.segments and not any(st & _TIME_MASK for st in self.ledgers.values())
@@ -220,7 +237,10 @@ def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
             if is_index is not None:
                 (out.chunked_segments if is_manifest is not None else out.segments).add(u)
             continue
-        k = (u, int(lid))
+        lid = int(lid)
+        if lid >= _LEDGER_ID_LIMIT:
+            continue  # not a ledger id (Pulsar's are Java longs): a foreign key
+        k = (int(u.replace("-", ""), 16) << 64) | lid
         st = get(k, 0)
         if is_index is not None:
             if is_manifest is not None:
@@ -345,31 +365,32 @@ class _Recovery:
             self._ours[k] = got
         return got
 
-    def missing(self, info: ManagedLedgerInfo, named: set[str] | None = None) -> list[str]:
+    def missing(self, info: ManagedLedgerInfo, named: set[int] | None = None) -> list[str]:
         """Index keys in the listed store a record names that the listing lacks; every uuid the record
-        references is added to ``named`` when given."""
+        references is added to ``named`` (as ints, :func:`_uuid_int`) when given."""
         out = []
-        seen: set[str] = set() if named is None else named
+        seen: set[int] = set() if named is None else named
         last_dm, last_ours = None, True  # a topic's ledgers mostly name one store: asked once in a row
-        listed = self.listing.index_listed
+        state = self.listing.ledgers.get  # index_listed(), inline: this loop runs once per ledger of the bucket
         for li in info.ledgerInfo:
             has_ctx = li.HasField("offloadContext")
             if not li.properties and (not has_ctx or not li.offloadContext.offloadSegment):
                 # the common case: at most the context's own uuid
                 ctx = li.offloadContext
                 if has_ctx and (ctx.HasField("uidMsb") or ctx.HasField("uidLsb")):
-                    u = uuid_from_halves(ctx.uidMsb, ctx.uidLsb)
-                    seen.add(u)
+                    n = ((ctx.uidMsb & _M64) << 64) | (ctx.uidLsb & _M64)  # uuid_from_halves, as an int
+                    seen.add(n)
                     dm = ctx.driverMetadata if ctx.HasField("driverMetadata") else None
                     if dm is None or last_dm is None or dm != last_dm:
                         last_dm, last_ours = dm, self.ours(dm)
-                    if last_ours and not listed(u, li.ledgerId):
-                        out.append(index_key(self.prefix, u, li.ledgerId))
+                    lid = li.ledgerId
+                    if last_ours and not state((n << 64) | lid, 0) & _INDEX_BITS:
+                        out.append(index_key(self.prefix, _uuid_str(n), lid))
                 continue
             segs = set(segment_uuids(li))
             drivers = segment_drivers(li)
             refs = referenced_uuids(li)
-            seen |= refs
+            seen.update(_uuid_int(u) for u in refs)
             for u in refs:
                 if u in segs:
                     if self.ours(drivers.get(u)) and not self.listing.segment_listed(u):
@@ -380,19 +401,20 @@ class _Recovery:
         if st is not None and st.uuid and self.ours(driver_metadata_from_dict(st.driver) if st.driver else None) \
                 and not self.listing.index_listed(st.uuid, st.ledger_id):
             out.append(index_key(self.prefix, st.uuid, st.ledger_id))
-        seen |= compacted_uuids(info)
+        seen.update(_uuid_int(u) for u in compacted_uuids(info))
         return out
 
-    def winners(self, named: set[str], mapper: Mapper, manifest_topics: frozenset[str] | set[str] = frozenset()
+    def winners(self, named: set[int], mapper: Mapper, manifest_topics: frozenset[str] | set[str] = frozenset()
                 ) -> dict[str, dict[int, tuple[str, IndexFacts]]]:
         """topic -> ledger id -> (uuid, index facts) of every readable V1 pair no chosen manifest names
-        (``named``: their uuids), one per ledger: the latest attempt (the index object written last; equal
+        (``named``: their uuids, as ints), one per ledger: the latest attempt (the index object written last; equal
         times: the greater uuid) wins, the others are orphans. The index objects are read by ``mapper``.
         A compacted ledger of a topic with a chosen manifest (``manifest_topics``) that does not name it
         was superseded by a later compaction (awaiting deletion): an orphan; of any other topic its
         pointer is lost with the manifests: not recoverable."""
         # ledgers in id order, each one's uuids in order (no grouping of the pairs the manifests name)
-        wanted = sorted((lid, u) for (u, lid), st in self.listing.ledgers.items() if st & _TIME_MASK and u not in named)
+        wanted = sorted((k & _M64, _uuid_str(k >> 64)) for k, st in self.listing.ledgers.items()
+                        if st & _TIME_MASK and k >> 64 not in named)
         identity = self.report.identity
         got = mapper(read_indexes, [(lid, u, self.listing.data_size(u, lid), self.listing.chunked(u, lid), identity)
                                     for lid, u in wanted])
@@ -444,14 +466,16 @@ def restrict_to_copies(info: ManagedLedgerInfo, hot_exists: Callable[[int], bool
     cold-only, ledgers left out: neither copy here)."""
     keep, cold_only, lost = [], [], []
     for li in info.ledgerInfo:
+        # an absent context reads as the default one (complete false, no segments): is_complete() without
+        # its HasField, once per ledger of every topic
         ctx = li.offloadContext
-        if ctx.bookkeeperDeleted and (is_complete(li) or is_offloaded(li) or ctx.offloadSegment):
+        if ctx.bookkeeperDeleted and (ctx.complete or ctx.offloadSegment or is_offloaded(li)):
             keep.append(li)  # cold-only already: kept as it is whether or not a hot copy is left
         elif hot_exists(li.ledgerId):
             keep.append(li)
-        elif is_complete(li) or is_offloaded(li) or li.offloadContext.offloadSegment:
-            if not li.offloadContext.bookkeeperDeleted:
-                li.offloadContext.bookkeeperDeleted = True
+        elif ctx.complete or ctx.offloadSegment or is_offloaded(li):
+            if not ctx.bookkeeperDeleted:
+                ctx.bookkeeperDeleted = True
                 cold_only.append(li.ledgerId)
             keep.append(li)
         else:
@@ -541,7 +565,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
     # a time (their bytes are dropped once decoded); an older one only when the newest is damaged or stale
     # (read here, newest first)
     chosen_of: dict[str, _Chosen] = {}
-    named: set[str] = set()  # every uuid a chosen manifest references
+    named: set[int] = set()  # every uuid a chosen manifest references (as ints)
     for start in range(0, len(topics), MANIFEST_BATCH):
         batch = topics[start:start + MANIFEST_BATCH]
         newest = run(read_manifests, [(t, listing.manifests[t][-1],
@@ -556,7 +580,7 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
                     continue
                 m = decode_topic_manifest(raw, check_record=False)  # read_manifests decoded it whole
                 m_info = decode_checked_managed_ledger_info(m.record)
-                refs: set[str] = set()
+                refs: set[int] = set()
                 gone = r.missing(m_info, refs)
                 if gone:
                     rep.stale_manifests.append(f"{key}: {len(gone)} named object(s) missing, e.g. {gone[0]}")
@@ -575,8 +599,9 @@ def plan_recovery(ws: Workspace, *, hot_exists: Callable[[int], bool] | None = N
 
     def done(plan: TopicPlan) -> None:
         r.hot_state(plan)
-        segments_named.update(u for li in plan.info.ledgerInfo if li.offloadContext.offloadSegment
-                              for u in segment_uuids(li))
+        if listing.segments:  # only compared with the listed segments (none listed: nothing to collect)
+            segments_named.update(u for li in plan.info.ledgerInfo if li.offloadContext.offloadSegment
+                                  for u in segment_uuids(li))
         plan.freeze()
         plans[plan.topic] = plan
 
