@@ -17,11 +17,11 @@ setup-demo:
 demo: setup-demo
 	./scripts/demo.sh $(WORKSPACE)
 
-# Lint, then every test: the compose stack's tests beside the others (scripts/test.sh). Pytest's exit
-# code 5 (no tests collected) is a failure here.
+# Lint, then every test. Pytest's exit code 5 (no tests collected) is a failure here.
 test: setup
 	$(VENV)/bin/ruff check .
-	./scripts/test.sh
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=30; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "no tests were collected: failing" >&2; exit 1; fi; exit $$rc
 
 # The edit loop: everything but the slow tests (real spark-submit, Airflow runs, kill tests).
 test-fast: setup
