@@ -25,6 +25,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -228,15 +229,23 @@ def test_a_broken_entrypoint_fails_the_start(docker, tmp_path):
     (project / "docker" / "airflow-entrypoint.sh").write_text("#!/bin/bash\necho 'broken entrypoint' >&2\nexit 3\n")
     compose = compose_for(docker, project, "tieredcomposebroken",
                           AIRFLOW_IMAGE_NAME="tiered-storage-airflow:broken-entrypoint")
+    message = failed_start(compose)
+    assert "airflow-init" in message and "broken entrypoint" in message, message
+
+
+def failed_start(compose: Compose, while_up: Callable[[Compose], None] = lambda _c: None) -> str:
+    """start_stack must fail: its DockerError's message, once ``while_up`` has looked at what the failed
+    start left and ``down -v`` has removed all of it (asserted)."""
     ports = ExitStack()
     try:
         with pytest.raises(DockerError) as failed:
             start_stack(compose, {}, ports)
-        assert "airflow-init" in str(failed.value) and "broken entrypoint" in str(failed.value), failed.value
+        while_up(compose)
     finally:
         with ports:
             left = stop_stack(compose)
     assert left == {"containers": [], "networks": [], "volumes": []}, left
+    return str(failed.value)
 
 
 @pytest.mark.timeout(1800)
@@ -248,17 +257,12 @@ def test_an_image_that_does_not_build_fails_the_start(docker, tmp_path):
     dockerfile.write_text(dockerfile.read_text() + "\nRUN echo 'broken build step' >&2; exit 7\n")
     compose = compose_for(docker, project, "tieredcomposenobuild",
                           SPARK_IMAGE_NAME="tiered-storage-spark:broken-build")
-    ports = ExitStack()
-    try:
-        with pytest.raises(DockerError) as failed:
-            start_stack(compose, {}, ports)
-        message = str(failed.value)
-        assert " build " in message and "broken build step" in message, message
-        assert compose.containers() == []
-    finally:
-        with ports:
-            left = stop_stack(compose)
-    assert left == {"containers": [], "networks": [], "volumes": []}, left
+
+    def nothing_started(c: Compose) -> None:
+        assert c.containers() == []
+
+    message = failed_start(compose, nothing_started)
+    assert " build " in message and "broken build step" in message, message
 
 
 @pytest.mark.timeout(1800)
@@ -274,15 +278,10 @@ def test_a_failing_health_check_fails_the_start(docker, tmp_path):
         "test": ["CMD-SHELL", "echo 'redis check broken'; exit 1"],
         "interval": "2s", "timeout": "10s", "start_period": "0s", "retries": 2}
     resolved.write_text(yaml.safe_dump(config, sort_keys=False))
-    ports = ExitStack()
-    try:
-        with pytest.raises(DockerError) as failed:
-            start_stack(compose, {}, ports)
-        message = str(failed.value)
-        assert "redis" in message and "unhealthy" in message and "redis check broken" in message, message
-        running = {c["Config"]["Labels"]["com.docker.compose.service"] for c in compose.containers(all_=False)}
+
+    def airflow_never_started(c: Compose) -> None:
+        running = {x["Config"]["Labels"]["com.docker.compose.service"] for x in c.containers(all_=False)}
         assert not running & {"airflow-scheduler", "airflow-worker", "airflow-apiserver"}, running
-    finally:
-        with ports:
-            left = stop_stack(compose)
-    assert left == {"containers": [], "networks": [], "volumes": []}, left
+
+    message = failed_start(compose, airflow_never_started)
+    assert "redis" in message and "unhealthy" in message and "redis check broken" in message, message
