@@ -31,8 +31,9 @@ _ALLOWED = re.compile(r"[A-Za-z0-9_.=:%-]+")
 _BAD_CHAR = re.compile(r"[^A-Za-z0-9_.=:%-]")
 _URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-*_")
 _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
-# C0 controls, DEL and C1 controls (one search instead of a loop per character: names are parsed often)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 controls, DEL and C1 controls, refused in names and metadata paths (one search instead of a loop per
+# character: names are parsed often)
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _check_component(comp: str, what: str, name: str) -> None:
@@ -56,7 +57,7 @@ def _check_whole(s: object, kind: str) -> str:
         raise ValidationError(f"{kind} name must be a str, got {type(s).__name__}")
     if s == "":
         raise ValidationError(f"empty {kind} name")
-    bad = _CONTROL.search(s)
+    bad = CONTROL_CHARS.search(s)
     if bad is not None:
         o = ord(bad.group())
         what = "NUL" if o == 0 else f"control character U+{o:04X}"

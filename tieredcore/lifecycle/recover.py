@@ -240,7 +240,7 @@ def list_bucket(store: BlobStore, prefix: str, cluster: str) -> _Listing:
         lid = int(lid)
         if lid >= _LEDGER_ID_LIMIT:
             continue  # not a ledger id (Pulsar's are Java longs): a foreign key
-        k = (int(u.replace("-", ""), 16) << 64) | lid
+        k = (int(u.replace("-", ""), 16) << 64) | lid  # _pair(u, lid), inline: once per listed object
         st = get(k, 0)
         if is_index is not None:
             if is_manifest is not None:

@@ -26,15 +26,12 @@ unknown, the write may or may not have landed; callers must not assume either).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tieredcore.errors import ValidationError
-
-# NUL, C0 controls, DEL and C1 controls: refused in paths
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from tieredcore.names import CONTROL_CHARS
 
 Buffer = bytes | bytearray | memoryview
 
@@ -147,7 +144,7 @@ def validate_path(path: object, *, allow_root: bool = False) -> str:
         raise ValidationError(f"metadata path {path!r} is not absolute (must start with '/')")
     if path.endswith("/"):
         raise ValidationError(f"metadata path {path!r} ends with '/'")
-    if _CONTROL.search(path) is not None:
+    if CONTROL_CHARS.search(path) is not None:
         raise ValidationError(f"metadata path {path!r} contains a NUL or control character")
     try:
         path.encode("utf-8")
